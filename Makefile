@@ -1,0 +1,38 @@
+# epi — two commands do all set-up on a fresh machine:
+#   make demo   prepare llama.cpp, the real 135M model and run the main job on the embedded default
+#   make test   the same set-up, then the whole test suite (CI runs exactly this)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EPI := $(VENV)/bin/epi
+STAMP := $(VENV)/.epi-setup
+
+.PHONY: setup demo test test-fast lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/build_llama.sh
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	bash scripts/build_llama.sh $(PY)
+	$(PY) -m pip install --quiet -e '.[host,meter,dev]'
+	@touch $@
+
+demo: setup
+	$(EPI) demo --out out/demo
+
+test: setup
+	bash scripts/run_tests.sh
+
+test-fast: setup
+	bash scripts/run_tests.sh -m "not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+bench: setup
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) out

@@ -1,0 +1,98 @@
+"""The `epi` command. Sub-commands load lazily so that `epi meter ...` imports nothing from host/."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from epi import __version__
+from epi.errors import UserError
+
+# name -> "module:attribute", imported only when that command runs (or for --help listings).
+COMMANDS: dict[str, str] = {
+    "demo": "host.demo:demo",
+    "doctor": "host.doctor:doctor",
+    "model": "host.models_cli:model",
+    "maps": "host.mixmap_cli:maps",
+    "quantize": "host.quantize_cli:quantize",
+    "run": "host.runner_cli:run",
+    "worker": "host.cluster_cli:worker",
+    "accuracy": "host.accuracy_cli:accuracy",
+    "data": "host.data_cli:data",
+    "analyze": "host.analyze_cli:analyze",
+    "meter": "meter.cli:meter",
+}
+
+HELP = {
+    "demo": "Run the main job end to end on the embedded default.",
+    "doctor": "Say what this machine has for epi, with the fix for what is missing.",
+    "model": "Prepare base models (offline).",
+    "maps": "Check and show quantization mix maps.",
+    "quantize": "Quantize a base GGUF with one or more mix maps.",
+    "run": "Run inference and log every token's time.",
+    "worker": "Start a llama.cpp RPC worker.",
+    "accuracy": "Perplexity and multiple-choice accuracy of models.",
+    "data": "Prepare evaluation data (offline).",
+    "analyze": "Joules per token, EPI and Pareto from traces and token logs.",
+    "meter": "The meter side: read, calibrate and run the daemon.",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or "?"
+            extra = "meter" if cmd_name == "meter" else "host"
+            raise click.ClickException(
+                f"`epi {cmd_name}` needs the Python module {missing!r}: "
+                f"install with `pip install -e '.[{extra}]'` (or run `make setup`)"
+            ) from exc
+        return getattr(module, attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The listing uses the static help lines: `epi --help` imports no sub-command.
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, HELP[name]) for name in self.list_commands(ctx)])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="epi")
+def cli() -> None:
+    """epi — which per-layer GGUF quantization mix gives the cheapest useful token?"""
+
+
+def main() -> None:
+    """Console entry point: user errors become one line and exit code 2."""
+    try:
+        cli.main(standalone_mode=False)
+    except UserError as exc:
+        click.echo(f"epi: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("epi: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("epi: interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
