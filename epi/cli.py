@@ -41,13 +41,28 @@ HELP = {
 
 
 class LazyGroup(click.Group):
-    """A click group whose commands are imported on first use."""
+    """A click group whose commands are imported on first use.
+
+    `commands` maps a name to "module:attribute"; `help_lines` gives the one-line help shown
+    in listings, so `--help` imports no sub-command.
+    """
+
+    def __init__(
+        self,
+        *args: object,
+        commands: dict[str, str] | None = None,
+        help_lines: dict[str, str] | None = None,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.lazy_commands = commands if commands is not None else COMMANDS
+        self.help_lines = help_lines if help_lines is not None else HELP
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
+        return sorted(self.lazy_commands)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
+        target = self.lazy_commands.get(cmd_name)
         if target is None:
             return None
         module_name, attr = target.split(":")
@@ -55,17 +70,18 @@ class LazyGroup(click.Group):
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             missing = exc.name or "?"
-            extra = "meter" if cmd_name == "meter" else "host"
+            extra = "meter" if module_name.startswith("meter") else "host"
             raise click.ClickException(
-                f"`epi {cmd_name}` needs the Python module {missing!r}: "
+                f"`{ctx.command_path} {cmd_name}` needs the Python module {missing!r}: "
                 f"install with `pip install -e '.[{extra}]'` (or run `make setup`)"
             ) from exc
         return getattr(module, attr)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        # The listing uses the static help lines: `epi --help` imports no sub-command.
         with formatter.section("Commands"):
-            formatter.write_dl([(name, HELP[name]) for name in self.list_commands(ctx)])
+            formatter.write_dl(
+                [(name, self.help_lines.get(name, "")) for name in self.list_commands(ctx)]
+            )
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
