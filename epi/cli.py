@@ -1,4 +1,4 @@
-"""The `epi` command. Sub-commands load lazily so that `epi meter ...` imports nothing from host/."""
+"""The `epi` command. Sub-commands load lazily: `epi meter ...` imports nothing from host/."""
 
 from __future__ import annotations
 

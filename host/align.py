@@ -152,23 +152,47 @@ def _running_integral_at(
     return out
 
 
-def _edge_index(t_ns: np.ndarray, x_ns: np.ndarray) -> np.ndarray:
-    """Index of the last sample at or before each x (−1 when x precedes the trace)."""
-    return np.searchsorted(t_ns, x_ns, side="right") - 1
+EDGE_MODELS = ("step", "linear")
 
 
-def _interp_at(
-    t_ns: np.ndarray, y: np.ndarray, k: np.ndarray, x_ns: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Linear interpolation of y at x given k = last index ≤ x (k valid); also returns x−t[k]."""
+def _inside(t_ns: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(j, m): first sample index ≥ t0 and last ≤ t1; m − j + 1 samples lie in the window."""
+    return np.searchsorted(t_ns, t0, side="left"), np.searchsorted(t_ns, t1, side="right") - 1
+
+
+def _usable(t_ns: np.ndarray, t0: np.ndarray, t1: np.ndarray, j: np.ndarray,
+            m: np.ndarray) -> np.ndarray:
+    """Windows inside the trace (no extrapolation) with at least one sample in them."""
+    return (t0 >= t_ns[0]) & (t1 <= t_ns[-1]) & (t1 >= t0) & (m >= j)
+
+
+def _edge_parts_wns(t_ns: np.ndarray, y: np.ndarray, t0: np.ndarray, t1: np.ndarray,
+                    j: np.ndarray, m: np.ndarray, edge: str) -> tuple[np.ndarray, np.ndarray]:
+    """∫ power (W·ns) from t0 to t[j] and from t[m] to t1 under the edge model.
+
+    step: the load changes at the window edge, so the window's own nearest sample holds out to
+    the edge (exact for a load that steps at the edge). linear: power is interpolated between
+    the samples either side of the edge (exact for a load that ramps through it).
+    """
+    dl = (t_ns[j] - t0).astype(np.float64)
+    dr = (t1 - t_ns[m]).astype(np.float64)
+    if edge == "step":
+        return y[j] * dl, y[m] * dr
     n = len(t_ns)
-    k1 = np.minimum(k + 1, n - 1)
-    tk = t_ns[k]
-    dx = x_ns - tk
-    span = t_ns[k1] - tk
-    frac = np.divide(dx, span, out=np.zeros(len(k), dtype=np.float64), where=span > 0)
-    yk = y[k]
-    return yk + (y[k1] - yk) * frac, dx
+    jp = np.maximum(j - 1, 0)
+    span_l = (t_ns[j] - t_ns[jp]).astype(np.float64)
+    frac_l = np.divide(dl, span_l, out=np.zeros(len(j)), where=span_l > 0)
+    p_a = y[j] + (y[jp] - y[j]) * frac_l
+    mn = np.minimum(m + 1, n - 1)
+    span_r = (t_ns[mn] - t_ns[m]).astype(np.float64)
+    frac_r = np.divide(dr, span_r, out=np.zeros(len(m)), where=span_r > 0)
+    p_b = y[m] + (y[mn] - y[m]) * frac_r
+    return 0.5 * (p_a + y[j]) * dl, 0.5 * (y[m] + p_b) * dr
+
+
+def _check_edge(edge: str) -> None:
+    if edge not in EDGE_MODELS:
+        raise ValueError(f"edge model must be one of {EDGE_MODELS}, not {edge!r}")
 
 
 def trapezoid_energy_j(
@@ -177,45 +201,92 @@ def trapezoid_energy_j(
     t0_ns: np.ndarray,
     t1_ns: np.ndarray,
     *,
+    edge: str = "step",
     chunk: int = DEFAULT_CHUNK,
 ) -> np.ndarray:
-    """Exact integral (J) of the piecewise-linear power over each window [t0, t1].
+    """Integral (J) of the sampled power over each window [t0, t1].
 
-    Edges are interpolated between the bracketing samples; windows reaching outside
-    [t[0], t[-1]] get NaN (no extrapolation). Vectorised: one chunked pass over the samples plus
-    searchsorted/gathers over the window edges.
+    Trapezoid between the samples inside the window, plus the two edge pieces under the edge
+    model (`_edge_parts_wns`). Windows reaching outside [t[0], t[-1]] (no extrapolation) or with
+    no sample inside get NaN. Vectorised: one chunked pass over the samples, then searchsorted
+    and gathers over the window edges.
     """
-    t0 = np.asarray(t0_ns, dtype=np.int64)
-    t1 = np.asarray(t1_ns, dtype=np.int64)
-    n = len(t_ns)
-    out = np.full(len(t0), np.nan)
-    if n == 0 or len(t0) == 0:
-        return out
-    ok = (t0 >= t_ns[0]) & (t1 <= t_ns[-1]) & (t1 >= t0)
-    edges = np.concatenate([t0[ok], t1[ok]])
-    k = _edge_index(t_ns, edges)
-    cum = _running_integral_at(t_ns, power_w, k, chunk)
-    p_x, dx = _interp_at(t_ns, power_w, k, edges)
-    f = cum + (power_w[k] + p_x) * dx  # 2·∫ from t[0] to x, W·ns
-    m = int(ok.sum())
-    out[ok] = (f[m:] - f[:m]) * (0.5 / NS_PER_S)
-    return out
-
-
-def counter_energy_j(
-    t_ns: np.ndarray, energy_j: np.ndarray, t0_ns: np.ndarray, t1_ns: np.ndarray
-) -> np.ndarray:
-    """Energy from the cumulative counter, linearly interpolated at the edges (NaN outside)."""
+    _check_edge(edge)
     t0 = np.asarray(t0_ns, dtype=np.int64)
     t1 = np.asarray(t1_ns, dtype=np.int64)
     out = np.full(len(t0), np.nan)
     if len(t_ns) == 0 or len(t0) == 0:
         return out
-    ok = (t0 >= t_ns[0]) & (t1 <= t_ns[-1]) & (t1 >= t0)
-    e0, _ = _interp_at(t_ns, energy_j, _edge_index(t_ns, t0[ok]), t0[ok])
-    e1, _ = _interp_at(t_ns, energy_j, _edge_index(t_ns, t1[ok]), t1[ok])
-    out[ok] = e1 - e0
+    j, m = _inside(t_ns, t0, t1)
+    ok = _usable(t_ns, t0, t1, j, m)
+    j, m, a, b = j[ok], m[ok], t0[ok], t1[ok]
+    k = int(ok.sum())
+    cum = _running_integral_at(t_ns, power_w, np.concatenate([j, m]), chunk)
+    left, right = _edge_parts_wns(t_ns, power_w, a, b, j, m, edge)
+    out[ok] = (0.5 * (cum[k:] - cum[:k]) + left + right) / NS_PER_S
     return out
+
+
+def counter_energy_j(
+    t_ns: np.ndarray,
+    energy_j: np.ndarray,
+    t0_ns: np.ndarray,
+    t1_ns: np.ndarray,
+    *,
+    power_w: np.ndarray | None = None,
+    edge: str = "step",
+) -> np.ndarray:
+    """Energy (J) from the cumulative counter over each window (NaN outside the trace).
+
+    The counter difference between the first and last sample inside the window, plus the edge
+    pieces: with edge="step" the counter's mean power over the first/last sample interval inside
+    the window held out to the edge (with one sample inside, the held `power_w` reading), with
+    edge="linear" the counter interpolated linearly at the edges.
+    """
+    _check_edge(edge)
+    t0 = np.asarray(t0_ns, dtype=np.int64)
+    t1 = np.asarray(t1_ns, dtype=np.int64)
+    out = np.full(len(t0), np.nan)
+    if len(t_ns) == 0 or len(t0) == 0:
+        return out
+    j, m = _inside(t_ns, t0, t1)
+    ok = _usable(t_ns, t0, t1, j, m)
+    j, m, a, b = j[ok], m[ok], t0[ok], t1[ok]
+    inner = energy_j[m] - energy_j[j]
+    if edge == "step":
+        # The counter's own mean power over the window's first and last sample intervals,
+        # held out to the edges (exact for a constant phase power stepping at the edges).
+        two = m > j
+        j1 = np.where(two, j + 1, j)
+        m1 = np.where(two, m - 1, m)
+        span_l = (t_ns[j1] - t_ns[j]).astype(np.float64)
+        span_r = (t_ns[m] - t_ns[m1]).astype(np.float64)
+        rate_l = np.divide(energy_j[j1] - energy_j[j], span_l, out=np.full(len(j), np.nan),
+                           where=span_l > 0)
+        rate_r = np.divide(energy_j[m] - energy_j[m1], span_r, out=np.full(len(m), np.nan),
+                           where=span_r > 0)
+        if power_w is not None:  # one sample inside: hold its power reading instead
+            rate_l = np.where(two, rate_l, power_w[j] / NS_PER_S)
+            rate_r = np.where(two, rate_r, power_w[m] / NS_PER_S)
+        out[ok] = inner + rate_l * (t_ns[j] - a) + rate_r * (b - t_ns[m])
+        return out
+    n = len(t_ns)
+    jp, mn = np.maximum(j - 1, 0), np.minimum(m + 1, n - 1)
+    span_l = (t_ns[j] - t_ns[jp]).astype(np.float64)
+    span_r = (t_ns[mn] - t_ns[m]).astype(np.float64)
+    frac_l = np.divide((t_ns[j] - a).astype(np.float64), span_l, out=np.zeros(len(j)),
+                       where=span_l > 0)
+    frac_r = np.divide((b - t_ns[m]).astype(np.float64), span_r, out=np.zeros(len(m)),
+                       where=span_r > 0)
+    out[ok] = inner + (energy_j[j] - energy_j[jp]) * frac_l + (energy_j[mn] - energy_j[m]) * frac_r
+    return out
+
+
+# Why a window's energy is null (the first cause found wins).
+OK, BAD_WINDOW, OUTSIDE, INVALID_DATA, FEW_SAMPLES, COUNTER_ONLY = 0, 1, 2, 3, 4, 5
+REASON_CODES = {OK: "ok", BAD_WINDOW: "bad_window", OUTSIDE: "outside_trace",
+                INVALID_DATA: "fault_or_gap", FEW_SAMPLES: "few_samples",
+                COUNTER_ONLY: "counter_unavailable"}
 
 
 @dataclass(frozen=True)
@@ -224,7 +295,8 @@ class WindowEnergy:
 
     `energy_j` is the trapezoid figure (the primary one); `energy_counter_j` the counter-based one
     (NaN where the counter does not cover the window); `reason` / `counter_reason` say why a value
-    is NaN ("" when it is not).
+    is NaN ("" when it is not) and `code` classifies `reason` (see REASON_CODES); `edge` is the
+    edge model used.
     """
 
     energy_j: np.ndarray
@@ -232,19 +304,32 @@ class WindowEnergy:
     n_samples: np.ndarray
     reason: np.ndarray
     counter_reason: np.ndarray
+    code: np.ndarray
+    edge: str = "step"
 
     @property
     def counter_minus_trapezoid_j(self) -> np.ndarray:
         return self.energy_counter_j - self.energy_j
 
 
-def _set_reason(reason: np.ndarray, mask: np.ndarray, text: str | np.ndarray) -> None:
-    """Fill `reason` where mask is set and no earlier reason was given."""
+def _set_reason(reason: np.ndarray, code: np.ndarray | None, mask: np.ndarray,
+                text: str | np.ndarray, value: int) -> None:
+    """Fill `reason` (and `code`) where mask is set and no earlier reason was given."""
     free = mask & (reason == "")
     if isinstance(text, np.ndarray):
         reason[free] = text[free]
     else:
         reason[free] = text
+    if code is not None:
+        code[free] = value
+
+
+def _interval_reasons(iv: Intervals, t0: np.ndarray, t1: np.ndarray, reason: np.ndarray,
+                      code: np.ndarray | None) -> None:
+    if len(iv):
+        hit = iv.overlapping(t0, t1)
+        texts = np.where(hit >= 0, iv.reason[np.maximum(hit, 0)], "").astype(object)
+        _set_reason(reason, code, hit >= 0, texts, INVALID_DATA)
 
 
 def window_energy(
@@ -252,50 +337,51 @@ def window_energy(
     t0_ns: np.ndarray,
     t1_ns: np.ndarray,
     *,
+    edge: str = "step",
     min_samples: int = 2,
     chunk: int = DEFAULT_CHUNK,
 ) -> WindowEnergy:
     """Energy of one channel over every window [t0, t1] (meter clock), with reasons for NaNs."""
+    _check_edge(edge)
     t0 = np.asarray(t0_ns, dtype=np.int64)
     t1 = np.asarray(t1_ns, dtype=np.int64)
     t = series.t_mono_ns
     n_win = len(t0)
     reason = np.full(n_win, "", dtype=object)
+    code = np.zeros(n_win, dtype=np.int8)
     if len(t) == 0:
         reason[:] = f"channel {series.channel}: no samples"
+        code[:] = OUTSIDE
         nan = np.full(n_win, np.nan)
-        return WindowEnergy(nan, nan.copy(), np.zeros(n_win, np.int64), reason, reason.copy())
-    n_samples = np.searchsorted(t, t1, side="right") - np.searchsorted(t, t0, side="left")
-    _set_reason(reason, t1 < t0, "window ends before it starts")
-    outside = (t0 < t[0]) | (t1 > t[-1])
-    _set_reason(reason, outside, "window reaches outside the trace (no extrapolation)")
-    hit = series.invalid.overlapping(t0, t1)
-    if len(series.invalid):
-        texts = np.where(hit >= 0, series.invalid.reason[np.maximum(hit, 0)], "")
-        _set_reason(reason, hit >= 0, np.asarray(texts, dtype=object))
-    _set_reason(reason, n_samples < min_samples,
-                f"fewer than {min_samples} samples in window (see n_samples)")
-    energy = trapezoid_energy_j(t, series.power_w, t0, t1, chunk=chunk)
+        return WindowEnergy(nan, nan.copy(), np.zeros(n_win, np.int64), reason, reason.copy(),
+                            code, edge)
+    j, m = _inside(t, t0, t1)
+    n_samples = np.maximum(m - j + 1, 0)
+    _set_reason(reason, code, t1 < t0, "window ends before it starts", BAD_WINDOW)
+    _set_reason(reason, code, (t0 < t[0]) | (t1 > t[-1]),
+                "window reaches outside the trace (no extrapolation)", OUTSIDE)
+    _interval_reasons(series.invalid, t0, t1, reason, code)
+    _set_reason(reason, code, n_samples < min_samples,
+                f"fewer than {min_samples} samples in window (see n_samples)", FEW_SAMPLES)
+    energy = trapezoid_energy_j(t, series.power_w, t0, t1, edge=edge, chunk=chunk)
     energy[reason != ""] = np.nan
 
     counter_reason = reason.copy()
     if series.energy_j is None:
         counter = np.full(n_win, np.nan)
-        _set_reason(counter_reason, np.ones(n_win, bool), "no energy_j counter")
+        _set_reason(counter_reason, None, np.ones(n_win, bool), "no energy_j counter", 0)
     else:
-        seg_a = np.searchsorted(series.seg_start_idx, np.maximum(_edge_index(t, t0), 0), "right")
-        seg_b = np.searchsorted(
-            series.seg_start_idx, np.minimum(np.searchsorted(t, t1, "left"), len(t) - 1), "right"
-        )
-        _set_reason(counter_reason, seg_a != seg_b, "window spans more than one segment")
-        chit = series.counter_invalid.overlapping(t0, t1)
-        if len(series.counter_invalid):
-            texts = np.where(chit >= 0, series.counter_invalid.reason[np.maximum(chit, 0)], "")
-            _set_reason(counter_reason, chit >= 0, np.asarray(texts, dtype=object))
-        counter = counter_energy_j(t, series.energy_j, t0, t1)
-        _set_reason(counter_reason, np.isnan(counter), "energy_j missing")
+        last = len(t) - 1
+        seg_j = np.searchsorted(series.seg_start_idx, np.clip(j, 0, last), "right")
+        seg_m = np.searchsorted(series.seg_start_idx, np.clip(m, 0, last), "right")
+        _set_reason(counter_reason, None, seg_j != seg_m, "window spans more than one segment",
+                    0)
+        _interval_reasons(series.counter_invalid, t0, t1, counter_reason, None)
+        counter = counter_energy_j(t, series.energy_j, t0, t1, power_w=series.power_w, edge=edge)
+        _set_reason(counter_reason, None, np.isnan(counter), "energy_j missing", 0)
         counter[counter_reason != ""] = np.nan
-    return WindowEnergy(energy, counter, n_samples.astype(np.int64), reason, counter_reason)
+    return WindowEnergy(energy, counter, n_samples.astype(np.int64), reason, counter_reason,
+                        code, edge)
 
 
 # --------------------------------------------------------------------------- clock mapping

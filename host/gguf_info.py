@@ -74,8 +74,15 @@ def read_model(path: Path | str) -> ModelInfo:
     names = set(types)
     shape = ModelShape(int(n_layers), int(n_head), int(n_head_kv), "output.weight" in names)
     return ModelInfo(
-        path, str(arch), shape, tensors, types, nbytes, n_params,
-        int(_field(reader, f"{arch}.embedding_length", 0)), _field(reader, "general.file_type"),
+        path,
+        str(arch),
+        shape,
+        tensors,
+        types,
+        nbytes,
+        n_params,
+        int(_field(reader, f"{arch}.embedding_length", 0)),
+        _field(reader, "general.file_type"),
     )
 
 

@@ -16,7 +16,9 @@ from epi.errors import UserError
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 TOOLS = ("llama-quantize", "llama-perplexity", "ggml-rpc-server")
-SETUP_HINT = "run `make setup` (scripts/build_llama.sh builds llama.cpp with GGML_NATIVE=OFF, GGML_RPC=ON)"
+SETUP_HINT = (
+    "run `make setup` (scripts/build_llama.sh builds llama.cpp with GGML_NATIVE=OFF, GGML_RPC=ON)"
+)
 
 
 def epi_home() -> Path:

@@ -117,7 +117,9 @@ def _parse_group(path: Path, i: int, raw: Any) -> Group:
         raise _fail(path, where, "expected an object")
     unknown = sorted(set(raw) - GROUP_KEYS)
     if unknown:
-        raise _fail(path, where, f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(GROUP_KEYS))})")
+        raise _fail(
+            path, where, f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(GROUP_KEYS))})"
+        )
     name = raw.get("name", f"group{i}")
     if not isinstance(name, str) or not name:
         raise _fail(path, f"{where}.name", "expected a non-empty string")
@@ -172,15 +174,20 @@ def parse_mixmap(raw: Any, path: Path) -> MixMap:
             f"unsupported version {raw['format_version']!r} (this epi reads {FORMAT_VERSION})",
         )
     map_id = raw["id"]
-    if not isinstance(map_id, str) or not map_id or not map_id.replace("_", "").replace(
-        "-", ""
-    ).replace(".", "").isalnum():
-        raise _fail(path, "id", f"expected a name of letters, digits, '_', '-', '.', got {map_id!r}")
+    if (
+        not isinstance(map_id, str)
+        or not map_id
+        or not map_id.replace("_", "").replace("-", "").replace(".", "").isalnum()
+    ):
+        raise _fail(
+            path, "id", f"expected a name of letters, digits, '_', '-', '.', got {map_id!r}"
+        )
     base_type = raw["base_type"]
     if base_type not in FILE_TYPES:
         raise _fail(
-            path, "base_type", f"unknown llama.cpp file type {base_type!r} "
-            f"(known: {', '.join(FILE_TYPES)})"
+            path,
+            "base_type",
+            f"unknown llama.cpp file type {base_type!r} (known: {', '.join(FILE_TYPES)})",
         )
     if not isinstance(raw["groups"], list) or not raw["groups"]:
         raise _fail(path, "groups", "expected a non-empty list of groups")
@@ -202,7 +209,9 @@ def parse_mixmap(raw: Any, path: Path) -> MixMap:
             for layer in g.layers or ():
                 if layer in seen:
                     raise _fail(
-                        path, f"groups[{i}].layers", f"layer {layer} is also in group {seen[layer]!r}"
+                        path,
+                        f"groups[{i}].layers",
+                        f"layer {layer} is also in group {seen[layer]!r}",
                     )
                 seen[layer] = g.name
     non_block = raw["non_block"]
@@ -232,7 +241,9 @@ def load_mixmap(path: Path | str) -> MixMap:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise UserError(
+            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
     return parse_mixmap(raw, path)
 
 
@@ -336,11 +347,14 @@ def assign_layers(mixmap: MixMap, n_layers: int) -> list[tuple[str, list[int]]]:
         cumulative = 0.0
         for i, g in enumerate(mixmap.groups):
             cumulative += g.fraction or 0.0
-            edge = n_layers if i == len(mixmap.groups) - 1 else math.floor(cumulative * n_layers + 0.5)
+            edge = (
+                n_layers if i == len(mixmap.groups) - 1 else math.floor(cumulative * n_layers + 0.5)
+            )
             layers = list(range(edge_prev, edge))
             if not layers:
                 raise _fail(
-                    path, f"groups[{i}].fraction",
+                    path,
+                    f"groups[{i}].fraction",
                     f"empty group: {g.fraction:g} of {n_layers} layers rounds to no layer",
                 )
             result.append((g.name, layers))
@@ -353,7 +367,8 @@ def assign_layers(mixmap: MixMap, n_layers: int) -> list[tuple[str, list[int]]]:
         beyond = [n for n in layers if n >= n_layers]
         if beyond:
             raise _fail(
-                path, f"groups[{i}].layers",
+                path,
+                f"groups[{i}].layers",
                 f"layer {beyond[0]} is beyond the model's {n_layers} layers (0-{n_layers - 1})",
             )
         covered.update(layers)
@@ -361,7 +376,8 @@ def assign_layers(mixmap: MixMap, n_layers: int) -> list[tuple[str, list[int]]]:
     missing = sorted(set(range(n_layers)) - covered)
     if missing:
         raise _fail(
-            path, "groups",
+            path,
+            "groups",
             f"layers {_layer_ranges(missing)} of the {n_layers}-layer model are in no group",
         )
     return result
@@ -400,9 +416,13 @@ def expand(mixmap: MixMap, shape: ModelShape, tensors: list[TensorInfo]) -> Expa
             map_type = _group_type_for(groups[group_name], kind)
         requested = rule_type(map_type, t.name, shape, t.row_len)
         plans.append(
-            TensorPlan(t.name, group_name, map_type, requested, apply_fallback(requested, t.row_len))
+            TensorPlan(
+                t.name, group_name, map_type, requested, apply_fallback(requested, t.row_len)
+            )
         )
-    return Expansion(mixmap, shape.n_layers, layer_groups, plans, _applicability_warnings(mixmap, plans))
+    return Expansion(
+        mixmap, shape.n_layers, layer_groups, plans, _applicability_warnings(mixmap, plans)
+    )
 
 
 def _applicability_warnings(mixmap: MixMap, plans: list[TensorPlan]) -> list[str]:

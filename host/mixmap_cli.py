@@ -58,8 +58,12 @@ def check(paths: tuple[Path, ...], model: Path | None, layers: int | None) -> No
 
 @maps.command("show")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--model", required=True, type=click.Path(path_type=Path),
-              help="GGUF model to expand the map against.")
+@click.option(
+    "--model",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="GGUF model to expand the map against.",
+)
 def show(path: Path, model: Path) -> None:
     """Show the tensor type a map requests for every tensor of MODEL."""
     from host.gguf_info import read_model
@@ -73,7 +77,8 @@ def show(path: Path, model: Path) -> None:
     click.echo(f"{'tensor':{width}}  {'group':8}  {'map':7}  {'requested':9}  expected")
     for t in exp.tensors:
         flag = "" if t.expected == t.requested else "  (fallback)"
-        click.echo(f"{t.name:{width}}  {t.group:8}  {t.map_type:7}  {t.requested:9}  "
-                   f"{t.expected}{flag}")
+        click.echo(
+            f"{t.name:{width}}  {t.group:8}  {t.map_type:7}  {t.requested:9}  {t.expected}{flag}"
+        )
     for w in exp.warnings:
         click.echo(f"warning: {w}", err=True)

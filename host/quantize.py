@@ -154,8 +154,13 @@ def build_manifest(
         name: {"name": name, "layers": layers, "n_weights": 0, "bytes": 0, "effective_types": {}}
         for name, layers in expansion.layer_groups
     }
-    groups["non_block"] = {"name": "non_block", "layers": [], "n_weights": 0, "bytes": 0,
-                           "effective_types": {}}
+    groups["non_block"] = {
+        "name": "non_block",
+        "layers": [],
+        "n_weights": 0,
+        "bytes": 0,
+        "effective_types": {},
+    }
     for t in result.tensors:
         effective = result.tensor_types[t.name]
         nbytes = result.tensor_bytes[t.name]
@@ -163,26 +168,34 @@ def build_manifest(
         layer = None
         if t.name.startswith("blk."):
             layer = int(t.name.split(".")[1])
-        group = plan.group if plan else (group_of_layer.get(layer) if layer is not None else "non_block")
+        group = (
+            plan.group
+            if plan
+            else (group_of_layer.get(layer) if layer is not None else "non_block")
+        )
         g = groups[group]
         g["n_weights"] += t.n_elements
         g["bytes"] += nbytes
         g["effective_types"][effective] = g["effective_types"].get(effective, 0) + 1
-        tensors.append({
-            "name": t.name,
-            "group": group,
-            "map_type": plan.map_type if plan else None,
-            "requested": plan.requested if plan else None,
-            "effective": effective,
-            "fallback": bool(plan and effective != plan.requested),
-            "predicted": plan.expected if plan else None,
-            "n_weights": t.n_elements,
-            "bits_per_weight": _bpw(nbytes, t.n_elements),
-        })
+        tensors.append(
+            {
+                "name": t.name,
+                "group": group,
+                "map_type": plan.map_type if plan else None,
+                "requested": plan.requested if plan else None,
+                "effective": effective,
+                "fallback": bool(plan and effective != plan.requested),
+                "predicted": plan.expected if plan else None,
+                "n_weights": t.n_elements,
+                "bits_per_weight": _bpw(nbytes, t.n_elements),
+            }
+        )
     for g in groups.values():
         g["bits_per_weight"] = _bpw(g.pop("bytes"), g["n_weights"])
     fallbacks = [t for t in tensors if t["fallback"]]
-    unpredicted = [t["name"] for t in tensors if t["predicted"] and t["predicted"] != t["effective"]]
+    unpredicted = [
+        t["name"] for t in tensors if t["predicted"] and t["predicted"] != t["effective"]
+    ]
     total_bytes = sum(result.tensor_bytes.values())
     m = expansion.mixmap
     return {
@@ -193,20 +206,35 @@ def build_manifest(
         "map": m.raw,
         "inputs": inputs,
         "epi_version": epi_version,
-        "base": {"path": str(base.path), "sha256": base_sha256, "n_layers": base.shape.n_layers,
-                 "n_params": base.n_params, "requantized": requantized},
-        "output": {"path": str(gguf_path), "sha256": sha256_file(gguf_path),
-                   "size_bytes": gguf_path.stat().st_size},
+        "base": {
+            "path": str(base.path),
+            "sha256": base_sha256,
+            "n_layers": base.shape.n_layers,
+            "n_params": base.n_params,
+            "requantized": requantized,
+        },
+        "output": {
+            "path": str(gguf_path),
+            "sha256": sha256_file(gguf_path),
+            "size_bytes": gguf_path.stat().st_size,
+        },
         "llama_cpp": inputs["llama_cpp"],
         "file_type": m.base_type,
         "quantize_seconds": round(seconds, 3),
         "layer_groups": [
-            {**groups[name], "layers_text": layer_ranges(groups[name]["layers"]),
-             "map_type": next(g.type for g in m.groups if g.name == name)}
+            {
+                **groups[name],
+                "layers_text": layer_ranges(groups[name]["layers"]),
+                "map_type": next(g.type for g in m.groups if g.name == name),
+            }
             for name, _ in expansion.layer_groups
-        ] + [{**groups["non_block"], "layers_text": "", "map_type": m.non_block}],
-        "total": {"n_weights": result.n_params, "bits_per_weight": _bpw(total_bytes, result.n_params),
-                  "tensor_bytes": total_bytes},
+        ]
+        + [{**groups["non_block"], "layers_text": "", "map_type": m.non_block}],
+        "total": {
+            "n_weights": result.n_params,
+            "bits_per_weight": _bpw(total_bytes, result.n_params),
+            "tensor_bytes": total_bytes,
+        },
         "differs_from_request": bool(fallbacks),
         "fallbacks": [
             {"name": t["name"], "requested": t["requested"], "effective": t["effective"]}

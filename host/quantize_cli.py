@@ -18,7 +18,7 @@ def format_table(rows: list[dict]) -> str:
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
     out = []
     for n, line in enumerate(lines):
-        out.append("  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip())
+        out.append("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=False)).rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)
@@ -50,14 +50,25 @@ def manifest_row(manifest: dict, skipped: bool) -> dict:
 
 @click.command()
 @click.argument("maps", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--model", "model_path", required=True, type=click.Path(path_type=Path),
-              help="Base GGUF (F16/BF16/F32 recommended) to quantize.")
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
-              help="Directory for MAP_ID.gguf, MAP_ID.manifest.json and MAP_ID.quantize.log.")
+@click.option(
+    "--model",
+    "model_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Base GGUF (F16/BF16/F32 recommended) to quantize.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Directory for MAP_ID.gguf, MAP_ID.manifest.json and MAP_ID.quantize.log.",
+)
 @click.option("--threads", type=click.IntRange(1), default=None, help="Quantization threads.")
 @click.option("--force", is_flag=True, help="Redo outputs that are already up to date.")
-def quantize(maps: tuple[Path, ...], model_path: Path, out_dir: Path, threads: int | None,
-             force: bool) -> None:
+def quantize(
+    maps: tuple[Path, ...], model_path: Path, out_dir: Path, threads: int | None, force: bool
+) -> None:
     """Quantize MODEL with each mix map (files or directories of *.json), verify, and manifest.
 
     Outputs up to date with their map, base model and llama.cpp build are skipped.
@@ -81,15 +92,21 @@ def quantize(maps: tuple[Path, ...], model_path: Path, out_dir: Path, threads: i
     base_sha = sha256_file(base.path)
     rows = []
     label = f"quantizing {len(plans)} map(s)"
-    with click.progressbar(plans, label=label, file=click.get_text_stream("stderr"),
-                           item_show_func=lambda m: m.id if m else "") as bar:
+    with click.progressbar(
+        plans,
+        label=label,
+        file=click.get_text_stream("stderr"),
+        item_show_func=lambda m: m.id if m else "",
+    ) as bar:
         for m in bar:
             result = quantize_map(m, base, base_sha, out_dir, threads=threads, force=force)
             rows.append(manifest_row(result.manifest, result.skipped))
     click.echo(format_table(rows))
     differing = [r["map"] for r in rows if r["verified"] != "as requested"]
     if differing:
-        click.echo(f"{len(differing)} map(s) differ from their request: see the manifests' "
-                   "'fallbacks' in " + str(out_dir))
+        click.echo(
+            f"{len(differing)} map(s) differ from their request: see the manifests' "
+            "'fallbacks' in " + str(out_dir)
+        )
     if any(r["verified"].startswith("UNEXPECTED") for r in rows):
         raise UserError("llama.cpp wrote types epi did not predict: see 'unpredicted' in manifests")

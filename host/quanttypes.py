@@ -73,8 +73,10 @@ TENSOR_KINDS = (
     "ffn_up",
     "ffn_down",
 )
-KIND_FAMILIES = {"attn": ("attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv"),
-                 "ffn": ("ffn_gate", "ffn_up", "ffn_down")}
+KIND_FAMILIES = {
+    "attn": ("attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv"),
+    "ffn": ("ffn_gate", "ffn_up", "ffn_down"),
+}
 
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.weight$")
 

@@ -1,0 +1,233 @@
+"""`epi doctor`: one screen saying what this machine has for epi, with the fix for each gap."""
+
+from __future__ import annotations
+
+import ctypes.util
+import glob
+import importlib.util
+import json
+import platform
+import sys
+from dataclasses import dataclass
+
+import click
+
+from epi import __version__
+
+
+@dataclass
+class Check:
+    """One line of the report."""
+
+    area: str
+    item: str
+    ok: bool | None  # None: informational (neither good nor bad)
+    detail: str
+    fix: str = ""
+
+
+def _llama_checks() -> list[Check]:
+    from host import llama_env
+
+    checks: list[Check] = []
+    try:
+        pkg = llama_env.package_dir()
+    except Exception as exc:  # UserError when the package is absent
+        return [Check("llama.cpp", "llama-cpp-python", False, str(exc), "make setup")]
+    try:
+        info = llama_env.llama_info()
+    except Exception as exc:  # a library that does not load
+        return [
+            Check(
+                "llama.cpp",
+                "llama-cpp-python",
+                False,
+                f"does not load: {exc}",
+                "make setup (rebuilds llama.cpp)",
+            )
+        ]
+    flags = info["build_flags"]
+    checks.append(
+        Check("llama.cpp", "llama-cpp-python", True, f"{info['llama_cpp_python']} at {pkg}")
+    )
+    native_off = "-DGGML_NATIVE=OFF" in flags
+    checks.append(
+        Check(
+            "llama.cpp",
+            "build flags",
+            native_off if flags else False,
+            " ".join(f for f in flags if "GGML" in f)
+            or "unknown (not built by scripts/build_llama.sh)",
+            ""
+            if native_off
+            else "make setup: a GGML_NATIVE=ON build crashes on quantized models on AMX CPUs",
+        )
+    )
+    checks.append(
+        Check(
+            "llama.cpp",
+            "RPC backend",
+            bool(info["rpc"]),
+            "supported" if info["rpc"] else "not built",
+            "make setup (GGML_RPC=ON)",
+        )
+    )
+    for tool in llama_env.TOOLS:
+        path = pkg / "bin" / tool
+        checks.append(
+            Check(
+                "llama.cpp",
+                tool,
+                path.is_file(),
+                str(path) if path.is_file() else "missing",
+                "make setup",
+            )
+        )
+    return checks
+
+
+def _model_checks() -> list[Check]:
+    from host.models import SOURCES, model_path
+
+    checks = []
+    for name in SOURCES:
+        path = model_path(name)
+        manifest = path.with_suffix(".manifest.json")
+        if path.is_file() and manifest.is_file():
+            m = json.loads(manifest.read_text())
+            detail = f"{path} ({m['n_params'] / 1e6:.1f} M params, {m['n_layers']} layers)"
+            checks.append(Check("models", name, True, detail))
+        else:
+            checks.append(Check("models", name, False, "not prepared", f"epi model prepare {name}"))
+    return checks
+
+
+def _data_checks() -> list[Check]:
+    from host.llama_env import epi_home
+
+    manifests = sorted((epi_home() / "data").glob("**/manifest.json"))
+    if not manifests:
+        return [Check("eval data", "benchmarks", False, "not prepared", "epi data prepare")]
+    checks = []
+    for path in manifests:
+        try:
+            m = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            checks.append(
+                Check("eval data", str(path), False, "unreadable manifest", "epi data prepare")
+            )
+            continue
+        names = m.get("datasets") or m.get("benchmarks") or {}
+        listed = ", ".join(sorted(names)) if isinstance(names, dict) else str(names)
+        checks.append(Check("eval data", path.parent.name, True, listed or str(path)))
+    return checks
+
+
+def _module(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def _hardware_checks() -> list[Check]:
+    checks = []
+    spi = sorted(glob.glob("/dev/spidev*"))
+    checks.append(
+        Check(
+            "meter",
+            "SPI devices",
+            bool(spi) or None,
+            " ".join(spi) or "none",
+            ""
+            if spi
+            else "on a Pi: enable SPI0 (hardware/pi5-setup.md); "
+            "elsewhere `epi meter run --emulate` uses the ATM90E26 emulator",
+        )
+    )
+    gpio = sorted(glob.glob("/dev/gpiochip*"))
+    checks.append(Check("meter", "GPIO chips", bool(gpio) or None, " ".join(gpio) or "none"))
+    ports: list[str] = []
+    if _module("serial"):
+        from serial.tools import list_ports
+
+        ports = [p.device for p in list_ports.comports()]
+    checks.append(
+        Check(
+            "meter",
+            "serial ports",
+            bool(ports) or None,
+            " ".join(ports) or "none",
+            "" if ports else "the epi-meter MCU bridge appears as a USB serial port",
+        )
+    )
+    for mod, use in (
+        ("spidev", "SPI bus"),
+        ("gpiozero", "GPIO chip-selects"),
+        ("serial", "UART / MCU bridge"),
+    ):
+        have = _module(mod)
+        checks.append(
+            Check(
+                "meter",
+                f"python: {mod}",
+                have,
+                use if have else "not installed",
+                "" if have else "pip install -e '.[meter]'",
+            )
+        )
+    checks.append(Check("meter", "emulator", True, "ATM90E26 emulator available (--emulate)"))
+    return checks
+
+
+def _power_counter_checks() -> list[Check]:
+    rapl = glob.glob("/sys/class/powercap/intel-rapl*") + glob.glob("/sys/class/powercap/*rapl*")
+    hwmon = glob.glob("/sys/class/hwmon/hwmon*/power*_input")
+    nvml = ctypes.util.find_library("nvidia-ml") is not None
+    found = {"RAPL": bool(rapl), "hwmon power": bool(hwmon), "NVML": nvml}
+    detail = ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in found.items())
+    return [
+        Check(
+            "power",
+            "software power counters",
+            any(found.values()) or None,
+            detail,
+            ""
+            if any(found.values())
+            else "none here: wall energy comes from the epi-meter board or its emulator",
+        )
+    ]
+
+
+def collect_checks() -> list[Check]:
+    """Every check, in display order."""
+    checks = [
+        Check("system", "python", True, f"{platform.python_version()} ({sys.executable})"),
+        Check(
+            "system",
+            "machine",
+            None,
+            f"{platform.machine()}, {platform.system()} {platform.release()}",
+        ),
+    ]
+    checks += _llama_checks() + _model_checks() + _data_checks()
+    checks += _hardware_checks() + _power_counter_checks()
+    return checks
+
+
+@click.command()
+def doctor() -> None:
+    """Say what this machine has for epi — llama.cpp, models, data, meter hardware — and fixes."""
+    checks = collect_checks()
+    click.echo(f"epi {__version__} doctor")
+    width = max(len(c.item) for c in checks)
+    area = None
+    for c in checks:
+        if c.area != area:
+            area = c.area
+            click.echo(f"\n{area}")
+        mark = {True: "ok ", False: "MISSING", None: "-- "}[c.ok]
+        click.echo(f"  {mark:7} {c.item:{width}}  {c.detail}")
+        if c.fix and c.ok is not True:
+            click.echo(f"  {'':7} {'':{width}}  fix: {c.fix}")
+    missing = [c for c in checks if c.ok is False]
+    click.echo(
+        f"\n{len(missing)} missing" + (": " + ", ".join(c.item for c in missing) if missing else "")
+    )
