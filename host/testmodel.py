@@ -27,6 +27,7 @@ def write_test_model(
     n_embd: int = DEFAULT_WIDTH,
     n_ff: int = DEFAULT_FFN,
     n_head: int = 4,
+    n_head_kv: int | None = None,
     seed: int = 0,
 ) -> Path:
     """Write a small llama-architecture F16 GGUF to `out` and return its path."""
@@ -50,7 +51,10 @@ def write_test_model(
     w.add_embedding_length(n_embd)
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
-    w.add_head_count_kv(n_head)
+    n_head_kv = n_head if n_head_kv is None else n_head_kv
+    if n_head % n_head_kv:
+        raise UserError(f"test model: n_head {n_head} is not a multiple of n_head_kv {n_head_kv}")
+    w.add_head_count_kv(n_head_kv)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(n_embd // n_head)
     w.add_vocab_size(n_vocab)
@@ -76,8 +80,11 @@ def write_test_model(
     for i in range(n_layers):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", norm(n_embd))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            w.add_tensor(p + name + ".weight", matrix(n_embd, n_embd))
+        kv_width = n_embd // n_head * n_head_kv
+        w.add_tensor(p + "attn_q.weight", matrix(n_embd, n_embd))
+        w.add_tensor(p + "attn_k.weight", matrix(kv_width, n_embd))
+        w.add_tensor(p + "attn_v.weight", matrix(kv_width, n_embd))
+        w.add_tensor(p + "attn_output.weight", matrix(n_embd, n_embd))
         w.add_tensor(p + "ffn_norm.weight", norm(n_embd))
         w.add_tensor(p + "ffn_gate.weight", matrix(n_ff, n_embd))
         w.add_tensor(p + "ffn_up.weight", matrix(n_ff, n_embd))

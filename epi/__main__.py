@@ -1,0 +1,5 @@
+"""`python -m epi` runs the CLI."""
+
+from epi.cli import main
+
+main()
