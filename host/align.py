@@ -195,6 +195,59 @@ def _check_edge(edge: str) -> None:
         raise ValueError(f"edge model must be one of {EDGE_MODELS}, not {edge!r}")
 
 
+def _trapezoid_core(t_ns: np.ndarray, power_w: np.ndarray, a: np.ndarray, b: np.ndarray,
+                    j: np.ndarray, m: np.ndarray, edge: str, chunk: int) -> np.ndarray:
+    """Energy (J) of usable windows given their inside index ranges j..m (see `_inside`)."""
+    k = len(j)
+    idx = np.concatenate([j, m])
+    cum = _running_integral_at(t_ns, power_w, idx, chunk)
+    left, right = _edge_parts_wns(t_ns, power_w, a, b, j, m, edge)
+    return (0.5 * (cum[k:] - cum[:k]) + left + right) / NS_PER_S
+
+
+def _counter_core(t_ns: np.ndarray, energy_j: np.ndarray, power_w: np.ndarray | None,
+                  a: np.ndarray, b: np.ndarray, j: np.ndarray, m: np.ndarray,
+                  edge: str) -> np.ndarray:
+    """Counter energy (J) of usable windows given their inside index ranges j..m."""
+    inner = energy_j[m] - energy_j[j]
+    dl = (t_ns[j] - a).astype(np.float64)
+    dr = (b - t_ns[m]).astype(np.float64)
+    if edge == "step":
+        # The counter's own mean power over the window's first and last sample intervals,
+        # held out to the edges (exact for a constant phase power stepping at the edges).
+        two = m > j
+        j1 = j + two
+        m1 = m - two
+        span_l = (t_ns[j1] - t_ns[j]).astype(np.float64)
+        span_r = (t_ns[m] - t_ns[m1]).astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate_l = (energy_j[j1] - energy_j[j]) / span_l
+            rate_r = (energy_j[m] - energy_j[m1]) / span_r
+        if power_w is not None:  # one sample inside: hold its power reading instead
+            one = ~two
+            rate_l[one] = power_w[j[one]] / NS_PER_S
+            rate_r[one] = power_w[m[one]] / NS_PER_S
+        else:
+            rate_l[~two] = np.nan
+            rate_r[~two] = np.nan
+        return inner + rate_l * dl + rate_r * dr
+    n = len(t_ns)
+    jp, mn = np.maximum(j - 1, 0), np.minimum(m + 1, n - 1)
+    span_l = (t_ns[j] - t_ns[jp]).astype(np.float64)
+    span_r = (t_ns[mn] - t_ns[m]).astype(np.float64)
+    frac_l = np.divide(dl, span_l, out=np.zeros(len(j)), where=span_l > 0)
+    frac_r = np.divide(dr, span_r, out=np.zeros(len(m)), where=span_r > 0)
+    return inner + (energy_j[j] - energy_j[jp]) * frac_l + (energy_j[mn] - energy_j[m]) * frac_r
+
+
+def _prepare(t_ns: np.ndarray, t0_ns: np.ndarray, t1_ns: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    t0 = np.asarray(t0_ns, dtype=np.int64)
+    t1 = np.asarray(t1_ns, dtype=np.int64)
+    j, m = _inside(t_ns, t0, t1)
+    return t0, t1, j, m, _usable(t_ns, t0, t1, j, m)
+
+
 def trapezoid_energy_j(
     t_ns: np.ndarray,
     power_w: np.ndarray,
@@ -212,18 +265,11 @@ def trapezoid_energy_j(
     and gathers over the window edges.
     """
     _check_edge(edge)
-    t0 = np.asarray(t0_ns, dtype=np.int64)
-    t1 = np.asarray(t1_ns, dtype=np.int64)
-    out = np.full(len(t0), np.nan)
-    if len(t_ns) == 0 or len(t0) == 0:
+    out = np.full(len(t0_ns), np.nan)
+    if len(t_ns) == 0 or len(t0_ns) == 0:
         return out
-    j, m = _inside(t_ns, t0, t1)
-    ok = _usable(t_ns, t0, t1, j, m)
-    j, m, a, b = j[ok], m[ok], t0[ok], t1[ok]
-    k = int(ok.sum())
-    cum = _running_integral_at(t_ns, power_w, np.concatenate([j, m]), chunk)
-    left, right = _edge_parts_wns(t_ns, power_w, a, b, j, m, edge)
-    out[ok] = (0.5 * (cum[k:] - cum[:k]) + left + right) / NS_PER_S
+    t0, t1, j, m, ok = _prepare(t_ns, t0_ns, t1_ns)
+    out[ok] = _trapezoid_core(t_ns, power_w, t0[ok], t1[ok], j[ok], m[ok], edge, chunk)
     return out
 
 
@@ -244,41 +290,11 @@ def counter_energy_j(
     edge="linear" the counter interpolated linearly at the edges.
     """
     _check_edge(edge)
-    t0 = np.asarray(t0_ns, dtype=np.int64)
-    t1 = np.asarray(t1_ns, dtype=np.int64)
-    out = np.full(len(t0), np.nan)
-    if len(t_ns) == 0 or len(t0) == 0:
+    out = np.full(len(t0_ns), np.nan)
+    if len(t_ns) == 0 or len(t0_ns) == 0:
         return out
-    j, m = _inside(t_ns, t0, t1)
-    ok = _usable(t_ns, t0, t1, j, m)
-    j, m, a, b = j[ok], m[ok], t0[ok], t1[ok]
-    inner = energy_j[m] - energy_j[j]
-    if edge == "step":
-        # The counter's own mean power over the window's first and last sample intervals,
-        # held out to the edges (exact for a constant phase power stepping at the edges).
-        two = m > j
-        j1 = np.where(two, j + 1, j)
-        m1 = np.where(two, m - 1, m)
-        span_l = (t_ns[j1] - t_ns[j]).astype(np.float64)
-        span_r = (t_ns[m] - t_ns[m1]).astype(np.float64)
-        rate_l = np.divide(energy_j[j1] - energy_j[j], span_l, out=np.full(len(j), np.nan),
-                           where=span_l > 0)
-        rate_r = np.divide(energy_j[m] - energy_j[m1], span_r, out=np.full(len(m), np.nan),
-                           where=span_r > 0)
-        if power_w is not None:  # one sample inside: hold its power reading instead
-            rate_l = np.where(two, rate_l, power_w[j] / NS_PER_S)
-            rate_r = np.where(two, rate_r, power_w[m] / NS_PER_S)
-        out[ok] = inner + rate_l * (t_ns[j] - a) + rate_r * (b - t_ns[m])
-        return out
-    n = len(t_ns)
-    jp, mn = np.maximum(j - 1, 0), np.minimum(m + 1, n - 1)
-    span_l = (t_ns[j] - t_ns[jp]).astype(np.float64)
-    span_r = (t_ns[mn] - t_ns[m]).astype(np.float64)
-    frac_l = np.divide((t_ns[j] - a).astype(np.float64), span_l, out=np.zeros(len(j)),
-                       where=span_l > 0)
-    frac_r = np.divide((b - t_ns[m]).astype(np.float64), span_r, out=np.zeros(len(m)),
-                       where=span_r > 0)
-    out[ok] = inner + (energy_j[j] - energy_j[jp]) * frac_l + (energy_j[mn] - energy_j[m]) * frac_r
+    t0, t1, j, m, ok = _prepare(t_ns, t0_ns, t1_ns)
+    out[ok] = _counter_core(t_ns, energy_j, power_w, t0[ok], t1[ok], j[ok], m[ok], edge)
     return out
 
 
@@ -287,6 +303,8 @@ OK, BAD_WINDOW, OUTSIDE, INVALID_DATA, FEW_SAMPLES, COUNTER_ONLY = 0, 1, 2, 3, 4
 REASON_CODES = {OK: "ok", BAD_WINDOW: "bad_window", OUTSIDE: "outside_trace",
                 INVALID_DATA: "fault_or_gap", FEW_SAMPLES: "few_samples",
                 COUNTER_ONLY: "counter_unavailable"}
+# Counter-only causes (the power figure may still be fine).
+C_SEGMENTS, C_INVALID, C_MISSING, C_NONE = 10, 11, 12, 13
 
 
 @dataclass(frozen=True)
@@ -312,24 +330,35 @@ class WindowEnergy:
         return self.energy_counter_j - self.energy_j
 
 
-def _set_reason(reason: np.ndarray, code: np.ndarray | None, mask: np.ndarray,
-                text: str | np.ndarray, value: int) -> None:
-    """Fill `reason` (and `code`) where mask is set and no earlier reason was given."""
-    free = mask & (reason == "")
-    if isinstance(text, np.ndarray):
-        reason[free] = text[free]
-    else:
-        reason[free] = text
-    if code is not None:
-        code[free] = value
+def _flag(code: np.ndarray, mask: np.ndarray, value: int) -> None:
+    """Set `code` where mask is set and no earlier cause was recorded (first cause wins)."""
+    code[mask & (code == 0)] = value
 
 
-def _interval_reasons(iv: Intervals, t0: np.ndarray, t1: np.ndarray, reason: np.ndarray,
-                      code: np.ndarray | None) -> None:
-    if len(iv):
-        hit = iv.overlapping(t0, t1)
-        texts = np.where(hit >= 0, iv.reason[np.maximum(hit, 0)], "").astype(object)
-        _set_reason(reason, code, hit >= 0, texts, INVALID_DATA)
+def _flag_intervals(iv: Intervals, t0: np.ndarray, t1: np.ndarray, code: np.ndarray,
+                    value: int) -> np.ndarray:
+    """Flag windows overlapping an interval; returns the interval index per window (−1)."""
+    if not len(iv):
+        return np.full(len(t0), -1, dtype=np.int64)
+    hit = iv.overlapping(t0, t1)
+    _flag(code, hit >= 0, value)
+    return hit
+
+
+def _texts(code: np.ndarray, fixed: dict[int, str], hit: dict[int, tuple[np.ndarray, Intervals]]
+           ) -> np.ndarray:
+    """Reason strings from codes, built only for the flagged windows."""
+    out = np.full(len(code), "", dtype=object)
+    for value in np.unique(code):
+        if value == 0:
+            continue
+        sel = code == value
+        if int(value) in hit:
+            idx, iv = hit[int(value)]
+            out[sel] = iv.reason[idx[sel]]
+        else:
+            out[sel] = fixed[int(value)]
+    return out
 
 
 def window_energy(
@@ -343,43 +372,50 @@ def window_energy(
 ) -> WindowEnergy:
     """Energy of one channel over every window [t0, t1] (meter clock), with reasons for NaNs."""
     _check_edge(edge)
-    t0 = np.asarray(t0_ns, dtype=np.int64)
-    t1 = np.asarray(t1_ns, dtype=np.int64)
     t = series.t_mono_ns
-    n_win = len(t0)
-    reason = np.full(n_win, "", dtype=object)
-    code = np.zeros(n_win, dtype=np.int8)
+    n_win = len(t0_ns)
     if len(t) == 0:
-        reason[:] = f"channel {series.channel}: no samples"
-        code[:] = OUTSIDE
+        reason = np.full(n_win, f"channel {series.channel}: no samples", dtype=object)
         nan = np.full(n_win, np.nan)
         return WindowEnergy(nan, nan.copy(), np.zeros(n_win, np.int64), reason, reason.copy(),
-                            code, edge)
-    j, m = _inside(t, t0, t1)
+                            np.full(n_win, OUTSIDE, dtype=np.int8), edge)
+    t0, t1, j, m, _ = _prepare(t, t0_ns, t1_ns)
     n_samples = np.maximum(m - j + 1, 0)
-    _set_reason(reason, code, t1 < t0, "window ends before it starts", BAD_WINDOW)
-    _set_reason(reason, code, (t0 < t[0]) | (t1 > t[-1]),
-                "window reaches outside the trace (no extrapolation)", OUTSIDE)
-    _interval_reasons(series.invalid, t0, t1, reason, code)
-    _set_reason(reason, code, n_samples < min_samples,
-                f"fewer than {min_samples} samples in window (see n_samples)", FEW_SAMPLES)
-    energy = trapezoid_energy_j(t, series.power_w, t0, t1, edge=edge, chunk=chunk)
-    energy[reason != ""] = np.nan
+    code = np.zeros(n_win, dtype=np.int8)
+    _flag(code, t1 < t0, BAD_WINDOW)
+    _flag(code, (t0 < t[0]) | (t1 > t[-1]), OUTSIDE)
+    hit = _flag_intervals(series.invalid, t0, t1, code, INVALID_DATA)
+    _flag(code, n_samples < min_samples, FEW_SAMPLES)
+    good = code == 0  # implies usable
+    energy = np.full(n_win, np.nan)
+    a, b, jg, mg = t0[good], t1[good], j[good], m[good]
+    energy[good] = _trapezoid_core(t, series.power_w, a, b, jg, mg, edge, chunk)
+    fixed = {BAD_WINDOW: "window ends before it starts",
+             OUTSIDE: "window reaches outside the trace (no extrapolation)",
+             FEW_SAMPLES: f"fewer than {min_samples} samples in window (see n_samples)"}
+    reason = _texts(code, fixed, {INVALID_DATA: (hit, series.invalid)})
 
-    counter_reason = reason.copy()
+    ccode = code.copy()
+    counter = np.full(n_win, np.nan)
     if series.energy_j is None:
-        counter = np.full(n_win, np.nan)
-        _set_reason(counter_reason, None, np.ones(n_win, bool), "no energy_j counter", 0)
+        _flag(ccode, np.ones(n_win, bool), C_NONE)
+        chit = hit
     else:
-        last = len(t) - 1
-        seg_j = np.searchsorted(series.seg_start_idx, np.clip(j, 0, last), "right")
-        seg_m = np.searchsorted(series.seg_start_idx, np.clip(m, 0, last), "right")
-        _set_reason(counter_reason, None, seg_j != seg_m, "window spans more than one segment",
-                    0)
-        _interval_reasons(series.counter_invalid, t0, t1, counter_reason, None)
-        counter = counter_energy_j(t, series.energy_j, t0, t1, power_w=series.power_w, edge=edge)
-        _set_reason(counter_reason, None, np.isnan(counter), "energy_j missing", 0)
-        counter[counter_reason != ""] = np.nan
+        if len(series.seg_start_idx) > 1:
+            last = len(t) - 1
+            seg_j = np.searchsorted(series.seg_start_idx, np.clip(j, 0, last), "right")
+            seg_m = np.searchsorted(series.seg_start_idx, np.clip(m, 0, last), "right")
+            _flag(ccode, seg_j != seg_m, C_SEGMENTS)
+        chit = _flag_intervals(series.counter_invalid, t0, t1, ccode, C_INVALID)
+        cgood = ccode == 0
+        counter[cgood] = _counter_core(t, series.energy_j, series.power_w, t0[cgood],
+                                       t1[cgood], j[cgood], m[cgood], edge)
+        _flag(ccode, np.isnan(counter), C_MISSING)
+        counter[ccode != 0] = np.nan
+    cfixed = {**fixed, C_SEGMENTS: "window spans more than one segment",
+              C_MISSING: "energy_j missing", C_NONE: "no energy_j counter"}
+    counter_reason = _texts(ccode, cfixed, {INVALID_DATA: (hit, series.invalid),
+                                            C_INVALID: (chit, series.counter_invalid)})
     return WindowEnergy(energy, counter, n_samples.astype(np.int64), reason, counter_reason,
                         code, edge)
 

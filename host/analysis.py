@@ -247,6 +247,7 @@ def _measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
     t1 = info.clock.to_meter(w["t1_local_ns"].to_numpy(np.int64))
     w["t0_meter_ns"] = t0
     w["t1_meter_ns"] = t1
+    w["duration_s"] = (t1 - t0) / NS  # one clock per figure: the meter's
     chans = sorted({c for cs in info.node_channels.values() for c in cs})
     per_channel = {ch: window_energy(trace.series(ch, info.boot_id), t0, t1, edge=opts.edge,
                                      min_samples=opts.min_samples) for ch in chans}
@@ -261,8 +262,38 @@ def _measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
         f["reason"] = comb["reason"]
         f["counter_reason"] = comb["counter_reason"]
         f["reason_code"] = [REASON_CODES[int(x)] for x in comb["code"]] if n else []
-        frames.append(f)
+        frames.append(_request_from_phases(f))
     return pd.concat(frames, ignore_index=True)
+
+
+def _request_from_phases(f: pd.DataFrame) -> pd.DataFrame:
+    """Request energy = prefill + decode where both are measured, else the direct integral.
+
+    The first token is a load change like the window edges; splitting there keeps the edge
+    model's exactness and makes the phases add up to the request. `request_method` says which.
+    """
+    f = f.copy()
+    f["request_method"] = np.where(f["kind"] == "request", "direct", "")
+    req = f["kind"] == "request"
+    if not req.any():
+        return f
+    parts = f[f["kind"].isin(["prefill", "decode"])].pivot_table(
+        index="request_id", columns="kind", values=["energy_j", "energy_counter_j"],
+        aggfunc="first", dropna=False)
+    ids = f.loc[req, "request_id"]
+    e_pre = ids.map(parts[("energy_j", "prefill")]).to_numpy(np.float64, na_value=np.nan)
+    e_dec = ids.map(parts[("energy_j", "decode")]).to_numpy(np.float64, na_value=np.nan)
+    c_pre = ids.map(parts[("energy_counter_j", "prefill")]).to_numpy(np.float64,
+                                                                      na_value=np.nan)
+    c_dec = ids.map(parts[("energy_counter_j", "decode")]).to_numpy(np.float64,
+                                                                     na_value=np.nan)
+    both = np.isfinite(e_pre) & np.isfinite(e_dec)
+    idx = f.index[req]
+    f.loc[idx[both], "energy_j"] = (e_pre + e_dec)[both]
+    cboth = both & np.isfinite(c_pre) & np.isfinite(c_dec)
+    f.loc[idx[cboth], "energy_counter_j"] = (c_pre + c_dec)[cboth]
+    f.loc[idx[both], "request_method"] = "prefill+decode"
+    return f
 
 
 def _idle_power(win: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
@@ -490,8 +521,19 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
     configs = _config_ids(runs)
     infos: list[RunInfo] = []
     frames = []
+    measurable = []
     for run, cfg in zip(runs, configs, strict=True):
         notes += [f"{run.path.name}: {n}" for n in run.notes]
+        if not run.placement or (run.idle.empty and not (run.requests["warmup"] == 0).any()):
+            notes.append(f"{run.path}: nothing to measure (no idle window, no finished "
+                         f"non-warm-up request; status {run.status}"
+                         + (f": {run.status_problem})" if run.status_problem else ")"))
+            continue
+        measurable.append((run, cfg))
+    if not measurable:
+        raise UserError("no run has anything to measure: "
+                        + "; ".join(n for n in notes if "nothing to measure" in n))
+    for run, cfg in measurable:
         boot = _domain(trace, run)
         clock = ClockMap.from_run(run.clock_sync, run.boot_id, boot)
         node_ch = _node_channels(run, trace, opts.channels)

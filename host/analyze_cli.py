@@ -83,8 +83,8 @@ WINDOW_COLUMNS = [
     "run_id", "config", "kind", "request_id", "repeat", "prompt_id", "scope", "t0_local_ns",
     "t1_local_ns", "t0_meter_ns", "t1_meter_ns", "duration_s", "n_prompt_tokens",
     "n_generated_tokens", "n_samples", "energy_j", "energy_net_j", "energy_counter_j",
-    "counter_minus_trapezoid_j", "power_w", "reason_code", "reason", "counter_reason",
-    "net_reason",
+    "counter_minus_trapezoid_j", "power_w", "request_method", "reason_code", "reason",
+    "counter_reason", "net_reason",
 ]
 RESULT_COLUMNS = [
     "config", "scope", "layers", "phase", "unit", "basis", "figure", "n_runs", "n_runs_valid",

@@ -80,6 +80,7 @@ class RunSettings:
     seed: int = 0
     map_id: str | None = None
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
+    node: str | None = None  # this host's node name in placement (default: hostname)
 
 
 @dataclass
@@ -127,9 +128,10 @@ def plan_run(s: RunSettings) -> Plan:
     _check_numbers(s)
     endpoints = parse_workers(s.workers) if s.workers is not None else []
     split = parse_split(s.split, len(endpoints)) if endpoints or s.split is not None else []
-    if any(ep.node == host_name() for ep in endpoints):
+    local = s.node or host_name()
+    if any(ep.node == local for ep in endpoints):
         raise UserError(
-            f"--workers: node name {host_name()!r} is this host's; name the worker NAME=h:p"
+            f"--workers: node name {local!r} is this host's (--node); name the worker NAME=h:p"
         )
     facts = model_facts(s.model, s.map_id)
     prompt_set = load_prompt_set(s.prompts)
@@ -201,6 +203,7 @@ def _header_fields(plan: Plan) -> dict[str, Any]:
         },
         "placement": [],
         "host": host_name(),
+        "node": s.node or host_name(),
         "boot_id": boot_id(),
         "clock_sync": [],
         "clock_drift_ppm": None,
@@ -317,6 +320,7 @@ class RunResult:
 
     run_dir: Path
     n_requests: int
+    n_measured: int
     prefill_ms_median: float | None
     decode_tok_s_median: float | None
     placement: list[dict[str, Any]]
@@ -374,7 +378,7 @@ def _supervise(
     job = Job(
         model=str(plan.facts.path),
         run_dir=str(header.run_dir),
-        node=header.data["host"],
+        node=header.data["node"],
         threads=plan.threads,
         n_ctx=plan.n_ctx,
         seed=s.seed,
@@ -470,6 +474,7 @@ def _supervise(
     return RunResult(
         run_dir=header.run_dir,
         n_requests=n_requests,
+        n_measured=len(measured),
         prefill_ms_median=statistics.median(prefill) if prefill else None,
         decode_tok_s_median=statistics.median(decode) if decode else None,
         placement=header.data["placement"],

@@ -107,6 +107,12 @@ from host.runner import (
     show_default=True,
     help="Fail the run when no request finishes for this long.",
 )
+@click.option(
+    "--node",
+    default=None,
+    help="This host's node name in the placement (the `node` of its meter channel) "
+    "[default: hostname].",
+)
 def run(
     model: Path,
     out: Path,
@@ -123,6 +129,7 @@ def run(
     seed: int,
     map_id: str | None,
     stall_timeout_s: float,
+    node: str | None,
 ) -> None:
     """Run MODEL.gguf on fixed prompts and log every token's time."""
     settings = RunSettings(
@@ -141,6 +148,7 @@ def run(
         seed=seed,
         map_id=map_id,
         stall_timeout_s=stall_timeout_s,
+        node=node,
     )
     result = run_model(settings)
     prefill = "n/a" if result.prefill_ms_median is None else f"{result.prefill_ms_median:.1f} ms"
@@ -148,6 +156,7 @@ def run(
         "n/a" if result.decode_tok_s_median is None else f"{result.decode_tok_s_median:.1f} tok/s"
     )
     click.echo(
-        f"completed: {result.n_requests} requests; median prefill {prefill}, "
+        f"completed: {result.n_requests} requests ({result.n_measured} measured); "
+        f"median prefill {prefill}, "
         f"median decode {decode}; token log in {result.run_dir}"
     )

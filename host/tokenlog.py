@@ -111,8 +111,14 @@ class RequestRecord:
         return rows
 
     def request_row(self) -> tuple[Any, ...]:
-        """The request's row of requests.csv (empty first-token time when nothing was generated)."""
+        """The request's row of requests.csv.
+
+        `t_end_mono_ns` there is the last token's time (decode = first → last token, as
+        docs/formats.md defines it); the `request_end` event, stamped right after generation
+        stopped, stays in events.csv. Without tokens both token times are empty.
+        """
         first = self.token_mono_ns[0] if self.token_mono_ns else ""
+        last = self.token_mono_ns[-1] if self.token_mono_ns else ""
         return (
             self.request_id,
             self.repeat,
@@ -122,7 +128,7 @@ class RequestRecord:
             len(self.token_ids),
             self.t_start_mono_ns,
             first,
-            self.t_end_mono_ns,
+            last,
             self.node,
         )
 

@@ -122,7 +122,7 @@ def _check_header(h: dict, path: Path) -> None:
                         f"{', '.join(sorted(STATUSES))}")
     _need(h, "model", dict, path)
     placement = _need(h, "placement", list, path)
-    if not placement:
+    if not placement and status == "completed":
         raise UserError(f"{path}: field placement is empty (no node holds the layers)")
     seen: set[str] = set()
     for i, p in enumerate(placement):  # type: ignore[arg-type]
@@ -202,7 +202,8 @@ def _derive(ev: pd.DataFrame) -> pd.DataFrame:
                          "n_tokens": tok.size()})
 
 
-def _read_requests(path: Path, ev: pd.DataFrame, events_path: Path) -> tuple[pd.DataFrame, bool]:
+def _read_requests(path: Path, ev: pd.DataFrame, events_path: Path,
+                   notes: list[str]) -> tuple[pd.DataFrame, bool]:
     frame, truncated = read_csv_records(path, REQUEST_COLUMNS)
     req = pd.DataFrame({
         "request_id": int_column(frame, "request_id", path),
@@ -212,10 +213,21 @@ def _read_requests(path: Path, ev: pd.DataFrame, events_path: Path) -> tuple[pd.
         "n_prompt_tokens": int_column(frame, "n_prompt_tokens", path),
         "n_generated_tokens": int_column(frame, "n_generated_tokens", path),
         "t_start_mono_ns": int_column(frame, "t_start_mono_ns", path),
-        "t_first_token_mono_ns": int_column(frame, "t_first_token_mono_ns", path),
+        "t_first_token_mono_ns": int_column(frame, "t_first_token_mono_ns", path,
+                                            nullable=True),
         "t_end_mono_ns": int_column(frame, "t_end_mono_ns", path),
         "node": frame["node"].astype(str).to_numpy(dtype=object),
     })
+    # A request that generated nothing has no first token: it has no phases to measure.
+    silent = (req["t_first_token_mono_ns"] == INT64_MIN).to_numpy()
+    if (silent & (req["n_generated_tokens"] != 0).to_numpy()).any():
+        row = int(np.flatnonzero(silent & (req["n_generated_tokens"] != 0).to_numpy())[0])
+        raise UserError(f"{path}: line {row + 2}: t_first_token_mono_ns is empty but "
+                        "n_generated_tokens is not 0")
+    if silent.any():
+        notes.append(f"{path.name}: {int(silent.sum())} request(s) generated no tokens "
+                     "(not analysed)")
+        req = req[~silent].reset_index(drop=True)
     dup = req["request_id"].duplicated().to_numpy()
     if dup.any():
         row = int(np.flatnonzero(dup)[0])
@@ -292,7 +304,7 @@ def read_run(path: str | Path) -> RunLog:
     events, trunc_e = _read_events(ep)
     if events.empty:
         raise UserError(f"{ep}: no events (nothing to analyse)")
-    requests, trunc_r = _read_requests(rp, events, ep)
+    requests, trunc_r = _read_requests(rp, events, ep, notes)
     for flag, p in ((trunc_e, ep), (trunc_r, rp)):
         if flag:
             notes.append(f"{p.name}: dropped a truncated final line")

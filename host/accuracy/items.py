@@ -54,7 +54,7 @@ class Item:
 
     def texts(self) -> list[str]:
         """The full text of every choice."""
-        return [c + k for c, k in zip(self.contexts, self.continuations)]
+        return [c + k for c, k in zip(self.contexts, self.continuations, strict=True)]
 
 
 def shared_item(item_id: str, context: str, choices: Sequence[str], gold: int) -> Item:
