@@ -1,0 +1,269 @@
+"""The daemon's live state, and its Prometheus text exposition (format 0.0.4) for `/metrics`.
+
+Written with the standard library: the Pi side's only hard dependency is the standard
+library, and the format is a few lines of text (tests check it with prometheus_client's
+parser). A channel's gauges (power, voltage, ...) are exported only while its latest read
+succeeded — a failing channel shows ``epi_meter_channel_up 0`` instead of a stale or zero
+reading. Counters (energy, samples, faults) are always there once the channel has data.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ChannelInfo:
+    """What /metrics and /status say about a channel besides its readings."""
+
+    index: int
+    name: str
+    node: str | None
+
+
+@dataclass
+class _ChannelState:
+    info: ChannelInfo
+    last: dict[str, Any] | None = None  # the latest valid sample
+    up: bool = False
+    samples_total: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+
+
+class MeterState:
+    """Thread-safe latest readings and counters, updated by the sampler, read by the server."""
+
+    def __init__(self, channels: Sequence[ChannelInfo], info: dict[str, Any]) -> None:
+        self._lock = threading.Lock()
+        self._channels = {c.index: _ChannelState(c) for c in channels}
+        self.info = dict(info)
+        self.sweeps_total = 0
+        self.late_sweeps_total = 0
+        self.skipped_sweeps_total = 0
+        self.jitter: dict[str, Any] = {}
+        self.stream_clients: Callable[[], int] | None = None
+
+    # -- updates (sampler thread) ----------------------------------------------------------
+    def record_sample(self, sample: dict[str, Any]) -> None:
+        with self._lock:
+            ch = self._channels[sample["channel"]]
+            ch.last = sample
+            ch.up = True
+            ch.samples_total += 1
+
+    def record_fault(self, channel: int | None, kind: str) -> None:
+        with self._lock:
+            targets = self._channels.values() if channel is None else [self._channels[channel]]
+            for ch in targets:
+                ch.faults[kind] = ch.faults.get(kind, 0) + 1
+                if kind in ("bus_error", "absent", "chip_reset"):
+                    ch.up = False
+
+    def record_sweep(self, *, late: bool, skipped: int, jitter: dict[str, Any]) -> None:
+        with self._lock:
+            self.sweeps_total += 1
+            self.late_sweeps_total += int(late)
+            self.skipped_sweeps_total += skipped
+            self.jitter = jitter
+
+    # -- reads (server threads) ------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-ready copy of everything (for /status)."""
+        with self._lock:
+            return {
+                **self.info,
+                "sweeps_total": self.sweeps_total,
+                "late_sweeps_total": self.late_sweeps_total,
+                "skipped_sweeps_total": self.skipped_sweeps_total,
+                "schedule_lateness": dict(self.jitter),
+                "channels": [
+                    {
+                        "channel": c.info.index,
+                        "name": c.info.name,
+                        "node": c.info.node,
+                        "up": c.up,
+                        "samples_total": c.samples_total,
+                        "faults": dict(c.faults),
+                        "last": dict(c.last) if c.last else None,
+                    }
+                    for c in self._channels.values()
+                ],
+            }
+
+
+def _escape(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _num(value: float | int) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    v = float(value)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(v)
+
+
+class _Exposition:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(self, name: str, kind: str, help_text: str) -> None:
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} {kind}")
+
+    def sample(self, name: str, labels: dict[str, object], value: float | int) -> None:
+        if labels:
+            body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+            self.lines.append(f"{name}{{{body}}} {_num(value)}")
+        else:
+            self.lines.append(f"{name} {_num(value)}")
+
+
+_GAUGES = (
+    ("epi_meter_power_watts", "power_w", "Active power (Pmean with LSB extension), W."),
+    ("epi_meter_voltage_volts", "voltage_v", "RMS voltage, V."),
+    ("epi_meter_current_amperes", "current_a", "RMS current, A."),
+    ("epi_meter_power_factor_ratio", "power_factor", "Power factor, -1..1."),
+    ("epi_meter_frequency_hertz", "frequency_hz", "Line frequency, Hz."),
+)
+
+
+def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
+    """The text exposition of the daemon's state, scraped at the given clock readings."""
+    with state._lock:
+        channels = [
+            (c.info, c.up, c.samples_total, dict(c.faults), dict(c.last) if c.last else None)
+            for c in state._channels.values()
+        ]
+        info = dict(state.info)
+        sweeps, late, skipped = (
+            state.sweeps_total,
+            state.late_sweeps_total,
+            state.skipped_sweeps_total,
+        )
+        jitter = dict(state.jitter)
+    out = _Exposition()
+
+    out.family("epi_meter_info", "gauge", "Daemon build and run information (value 1).")
+    out.sample(
+        "epi_meter_info",
+        {
+            "version": info.get("daemon_version", ""),
+            "host": info.get("host", ""),
+            "boot_id": info.get("boot_id") or "",
+            "emulated": str(bool(info.get("emulated"))).lower(),
+            "power_model": info.get("power_model_kind") or "",
+            "clock": info.get("clock_kind", ""),
+            "segment": info.get("segment", ""),
+        },
+        1,
+    )
+
+    def labels(ch: ChannelInfo) -> dict[str, object]:
+        return {"channel": ch.index, "name": ch.name, "node": ch.node or ""}
+
+    for metric, key, help_text in _GAUGES:
+        rows = [
+            (ch, last[key])
+            for ch, up, _, _, last in channels
+            if up and last is not None and last.get(key) is not None
+        ]
+        out.family(metric, "gauge", help_text)
+        for ch, value in rows:
+            out.sample(metric, labels(ch), value)
+
+    out.family(
+        "epi_meter_energy_joules_total",
+        "counter",
+        "Cumulative active energy since the daemon (segment) started, from the energy registers.",
+    )
+    for ch, _, _, _, last in channels:
+        if last is not None and last.get("energy_j") is not None:
+            out.sample("epi_meter_energy_joules_total", labels(ch), last["energy_j"])
+
+    out.family("epi_meter_status_bits", "gauge", "SysStatus bits of the latest sample.")
+    for ch, up, _, _, last in channels:
+        if up and last is not None and last.get("status") is not None:
+            out.sample("epi_meter_status_bits", labels(ch), last["status"])
+
+    out.family("epi_meter_channel_up", "gauge", "1 if the channel's latest read succeeded.")
+    for ch, up, _, _, _ in channels:
+        out.sample("epi_meter_channel_up", labels(ch), 1 if up else 0)
+
+    out.family(
+        "epi_meter_last_sample_timestamp_seconds",
+        "gauge",
+        "CLOCK_REALTIME of the channel's latest valid sample, s since the epoch.",
+    )
+    for ch, _, _, _, last in channels:
+        if last is not None:
+            out.sample(
+                "epi_meter_last_sample_timestamp_seconds", labels(ch), last["t_real_ns"] / 1e9
+            )
+
+    out.family("epi_meter_samples_total", "counter", "Valid samples written per channel.")
+    for ch, _, n, _, _ in channels:
+        out.sample("epi_meter_samples_total", labels(ch), n)
+
+    out.family("epi_meter_faults_total", "counter", "Faults per channel and kind.")
+    for ch, _, _, faults, _ in channels:
+        for kind in sorted(faults):
+            out.sample("epi_meter_faults_total", {**labels(ch), "kind": kind}, faults[kind])
+
+    out.family("epi_meter_sweeps_total", "counter", "Scheduled sweeps over all channels done.")
+    out.sample("epi_meter_sweeps_total", {}, sweeps)
+    out.family(
+        "epi_meter_late_sweeps_total", "counter", "Sweeps that began later than the tolerance."
+    )
+    out.sample("epi_meter_late_sweeps_total", {}, late)
+    out.family(
+        "epi_meter_skipped_sweeps_total",
+        "counter",
+        "Scheduled sweeps skipped because the previous one overran a whole period.",
+    )
+    out.sample("epi_meter_skipped_sweeps_total", {}, skipped)
+
+    period = info.get("sample_period_s")
+    out.family("epi_meter_sample_period_seconds", "gauge", "Scheduled period of one sweep, s.")
+    if period is not None:
+        out.sample("epi_meter_sample_period_seconds", {}, float(period))
+
+    out.family(
+        "epi_meter_schedule_lateness_seconds",
+        "summary",
+        "How long after its deadline each sweep began, s.",
+    )
+    if jitter.get("count"):
+        for q, key in (("0.5", "p50_ns"), ("0.9", "p90_ns"), ("0.99", "p99_ns")):
+            if jitter.get(key) is not None:
+                out.sample(
+                    "epi_meter_schedule_lateness_seconds", {"quantile": q}, jitter[key] / 1e9
+                )
+        out.sample("epi_meter_schedule_lateness_seconds_sum", {}, jitter.get("sum_ns", 0) / 1e9)
+        out.sample("epi_meter_schedule_lateness_seconds_count", {}, jitter["count"])
+
+    out.family(
+        "epi_meter_clock_monotonic_seconds", "gauge", "Meter CLOCK_MONOTONIC at scrape time, s."
+    )
+    out.sample("epi_meter_clock_monotonic_seconds", {}, mono_ns / 1e9)
+    out.family(
+        "epi_meter_clock_realtime_seconds", "gauge", "Meter CLOCK_REALTIME at scrape time, s."
+    )
+    out.sample("epi_meter_clock_realtime_seconds", {}, real_ns / 1e9)
+    started = info.get("started_real_ns")
+    out.family("epi_meter_start_time_seconds", "gauge", "CLOCK_REALTIME when the daemon started.")
+    if started is not None:
+        out.sample("epi_meter_start_time_seconds", {}, started / 1e9)
+
+    out.family("epi_meter_stream_clients", "gauge", "Clients following /stream now.")
+    out.sample(
+        "epi_meter_stream_clients", {}, state.stream_clients() if state.stream_clients else 0
+    )
+    return "\n".join(out.lines) + "\n"

@@ -1,0 +1,47 @@
+"""The chip layer is reused by the board's MicroPython firmware: keep it to that subset.
+
+No annotations (typing), no dataclasses, no `from __future__`, no walrus or `match`, no
+f-string `=` specifiers, and imports only of `math` and the chip layer itself. (No MicroPython
+interpreter is available here, so this is a static check of the constructs it lacks.)
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHIP_MODULES = ["meter/registers.py", "meter/frames.py", "meter/checksum.py",
+                "meter/calibration.py"]
+_FSTRING_EQ = re.compile(r"\{[^{}]*[^=!<>]=(![rsa])?(:[^{}]*)?\}")
+ALLOWED_IMPORTS = {"math", "meter", "meter.registers", "meter.checksum", "meter.frames"}
+
+
+@pytest.mark.parametrize("path", CHIP_MODULES)
+def test_module_stays_in_the_micropython_subset(path: str) -> None:
+    source = (REPO / path).read_text()
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        where = f"{path}:{getattr(node, 'lineno', '?')}"
+        assert not isinstance(node, (ast.AnnAssign, ast.NamedExpr, ast.Match)), where
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            assert node.returns is None, where
+            args = node.args.args + node.args.kwonlyargs + node.args.posonlyargs
+            assert all(a.annotation is None for a in args), where
+            assert not node.decorator_list or all(
+                isinstance(d, ast.Name) and d.id in ("property", "classmethod", "staticmethod")
+                for d in node.decorator_list
+            ), where
+        if isinstance(node, ast.ClassDef):
+            assert not node.decorator_list, where
+        if isinstance(node, ast.Import):
+            assert {a.name for a in node.names} <= ALLOWED_IMPORTS, where
+        if isinstance(node, ast.ImportFrom):
+            assert node.module in ALLOWED_IMPORTS, where
+    # f-string self-documenting `=` ({x=}, {x=!r}, {x=:04X}), on any Python's tokenizer
+    for n, line in enumerate(source.splitlines(), 1):
+        if re.search(r"\bf[\"']", line):
+            assert not _FSTRING_EQ.search(line), f"{path}:{n}"

@@ -1,0 +1,94 @@
+"""Clock-sync: the NTP-style estimate recovers a deliberately injected offset on loopback."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from epi.errors import UserError
+from meter.clocksync import Exchange, combine, estimate_offset
+from meter.clocksync_cli import sync
+from meter.server import MeterServer
+
+OFFSET_NS = 123_456_789
+
+
+@pytest.mark.parametrize("offset_server", [OFFSET_NS, -7_000_000_000], indirect=True)
+def test_estimate_recovers_injected_offset_within_1ms(offset_server: MeterServer) -> None:
+    true_offset = offset_server.clock.offset_ns
+    est = estimate_offset(offset_server.url, samples=16)
+    assert abs(est.offset_ns - true_offset) < 1_000_000
+    # the uncertainty is a guaranteed bound: the truth lies inside it
+    assert abs(est.offset_ns - true_offset) <= est.uncertainty_ns
+    assert 0 < est.uncertainty_ns < 1_000_000 and est.rtt_ns > 0
+    assert est.meter_url == offset_server.url
+    d = est.as_dict()
+    assert set(d) == {"t_local_mono_ns", "offset_ns", "uncertainty_ns", "rtt_ns", "meter_url"}
+
+
+def test_combine_intersects_bounds_from_asymmetric_delays() -> None:
+    true = 1_000_000
+    # (forward delay, server time, backward delay) in ns; the true offset is within every bound
+    delays = [(50_000, 10_000, 400_000), (300_000, 5_000, 20_000), (80_000, 1_000, 90_000)]
+    ex, t = [], 0
+    for fwd, srv, back in delays:
+        t1 = t
+        t2 = t1 + fwd + true
+        t3 = t2 + srv
+        t4 = t3 - true + back
+        ex.append(Exchange(t1, t2, t3, t4))
+        t = t4 + 1000
+    est = combine(ex, "http://x")
+    # bounds: low = max(t3 - t4) = true - 20_000, high = min(t2 - t1) = true + 50_000
+    assert est.offset_ns == true + 15_000 and est.uncertainty_ns == 35_000
+    assert est.rtt_ns == 80_000 + 90_000
+
+
+def test_combine_inconsistent_bounds_widen_the_uncertainty() -> None:
+    # a clock step between exchanges makes the bounds disjoint: fall back to the best exchange
+    a = Exchange(0, 100, 110, 200)  # offset in [-90, 100]
+    b = Exchange(1000, 1500, 1510, 1020)  # offset in [490, 500], the smaller round trip
+    est = combine([a, b], "http://x")
+    assert est.offset_ns == 495 and est.uncertainty_ns == 5 + (490 - 100)
+
+
+def test_unreachable_meter_is_one_line_user_error() -> None:
+    with pytest.raises(UserError) as info:
+        estimate_offset("http://127.0.0.1:9", samples=2, timeout_s=0.5)
+    assert "cannot reach the clock-sync endpoint" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["ftp://h:1", "127.0.0.1:8757", "http://h:port"])
+def test_bad_url_is_a_user_error(url: str) -> None:
+    with pytest.raises(UserError, match="meter URL"):
+        estimate_offset(url)
+
+
+def test_wrong_server_is_a_user_error(offset_server: MeterServer) -> None:
+    with pytest.raises(UserError, match="did not answer like an epi meter"):
+        estimate_offset(offset_server.url + "/nothing-here", samples=1)
+
+
+@pytest.mark.parametrize("offset_server", [OFFSET_NS], indirect=True)
+def test_sync_command_prints_offset(offset_server: MeterServer) -> None:
+    result = CliRunner().invoke(sync, [offset_server.url, "--samples", "8"])
+    assert result.exit_code == 0, result.output
+    m = re.match(r"offset ([+-][0-9.]+) ms ± ([0-9.]+) ms", result.output)
+    assert m, result.output
+    assert abs(float(m.group(1)) - OFFSET_NS / 1e6) < 1.0 and float(m.group(2)) < 1.0
+
+
+def test_sync_command_error_exits_2_with_one_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "epi.cli", "meter", "sync", "http://127.0.0.1:9",
+         "--timeout", "0.5"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("epi: error: meter http://127.0.0.1:9: cannot reach")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -1,0 +1,251 @@
+"""The daemon end to end: faults survived and visible, endpoints live, CLI errors, rate choice.
+
+The kill -9 and restart tests run the daemon as a subprocess: see test_daemon_crash.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from epi.errors import UserError
+from meter.clock import SimulatedClock
+from meter.clocksync import estimate_offset
+from meter.daemon import DaemonOptions, MeterDaemon, default_rate_hz, frames_per_read
+from meter.power_models import ConstantPower, ScriptedProfile
+from meter.trace import TraceLock, read_trace
+
+S = 1_000_000_000
+FAULTS = [
+    "reset:0@5",
+    "checksum:1@8",
+    "absent:2@10+3",
+    "stuck:3@15+2",
+    "bit-errors:0@20+3=0.002",
+    "partial-frames:1@25+3=0.02",
+]
+
+
+def _profiles(clock: SimulatedClock) -> list[ScriptedProfile]:
+    t0 = clock.monotonic_ns()
+    return [
+        ScriptedProfile([(0, 5.0 + i), (20, 8.0 + i), (30, 3.0 + i)], start_mono_ns=t0)
+        for i in range(4)
+    ]
+
+
+def _run_simulated(out: Path, seconds: float, start_s: float = 1.0,
+                   **kw: object) -> tuple[object, SimulatedClock]:
+    clock = SimulatedClock(int(start_s * S), 1_704_067_200 * S + int(start_s * S))
+    opts = DaemonOptions(out_dir=out, emulate=True, duration_s=seconds, listen=None,
+                         clock=clock, power_model=_profiles(clock), **kw)  # type: ignore[arg-type]
+    return MeterDaemon(opts, log=lambda _line: None).run(), clock
+
+
+def test_every_injected_fault_is_in_the_trace_and_sampling_goes_on(tmp_path: Path) -> None:
+    result, _ = _run_simulated(tmp_path, 40.0, faults=FAULTS)
+    trace = read_trace(tmp_path)
+    (seg,) = trace.segments
+    meta = seg.meta
+    assert meta["stats"]["clean_stop"] is True and meta["emulated"] is True
+    assert [f["spec"] for f in meta["fault_injection"]] == FAULTS
+    assert meta["clock"]["kind"] == "simulated" and meta["power_model"]["kind"] == "per_channel"
+    sched0 = meta["sampler"]["schedule_start_mono_ns"]
+    events = list(trace.events())
+
+    def fault_events(channel: int, kind: str, t0_s: float, t1_s: float) -> list[dict]:
+        return [e for e in events if e["channel"] == channel and e["kind"] == kind
+                and sched0 + t0_s * S <= e["t_mono_ns"] < sched0 + t1_s * S]
+
+    assert fault_events(0, "chip_reset", 5, 5.2) and fault_events(0, "reinit", 5, 5.2)
+    assert fault_events(1, "checksum_error", 8, 8.2) and fault_events(1, "reinit", 8, 8.2)
+    assert fault_events(2, "absent", 10, 10.2)
+    assert fault_events(3, "bus_error", 15, 15.2)  # a stuck chip: every register one word
+    assert fault_events(0, "bus_error", 20, 23) or fault_events(0, "checksum_error", 20, 23)
+    # every fault left a gap that closed again: the channel delivered afterwards
+    gaps = [g for g in trace.gaps if g.source == "event"]
+    for ch, t_s in ((0, 5), (1, 8), (2, 10), (3, 15)):
+        (g,) = [g for g in gaps if g.channel == ch and sched0 + t_s * S <= g.start_mono_ns
+                < sched0 + (t_s + 0.2) * S]
+        assert g.end_mono_ns > g.start_mono_ns and "data resumed" in g.reason
+    (absent_gap,) = [g for g in gaps if g.channel == 2 and "absent" in g.reason]
+    assert absent_gap.end_mono_ns - absent_gap.start_mono_ns >= 3 * S
+    rows = list(trace.samples())
+    for ch in range(4):
+        last = max(r["t_mono_ns"] for r in rows if r["channel"] == ch)
+        assert last > sched0 + 39.5 * S  # still sampling at the end
+    # no row for lack of data: every written power is a real reading of the profile
+    assert min(r["power_w"] for r in rows) > 2.5
+    assert result.stats.failed_reads > 0  # type: ignore[attr-defined]
+
+
+def test_trace_energy_matches_the_power_model(tmp_path: Path) -> None:
+    """Energy in the trace follows the model's exact integral (to one register LSB)."""
+    _run_simulated(tmp_path, 33.0)
+    trace = read_trace(tmp_path)
+    meta = trace.segments[0].meta
+    rows = [r for r in trace.samples() if r["channel"] == 1]
+    jpc = meta["channels"][1]["calibration"]["joules_per_count"]
+    # between two readings the counter moves by the model's energy, to ±1 count
+    first, last = rows[0], rows[-1]
+    model = _profiles(SimulatedClock())[1]
+    truth = model.energy_j(first["t_mono_ns"], last["t_mono_ns"])
+    assert abs((last["energy_j"] - first["energy_j"]) - truth) <= 2 * jpc
+    assert all(b["energy_j"] >= a["energy_j"] for a, b in zip(rows, rows[1:], strict=False))
+    assert {r["power_w"] for r in rows} >= {6.0, 9.0, 4.0}
+
+
+def test_restart_in_process_continues_in_a_new_segment(tmp_path: Path) -> None:
+    _run_simulated(tmp_path, 2.0)
+    _run_simulated(tmp_path, 2.0, start_s=10.0)  # the same (simulated) clock, later
+    trace = read_trace(tmp_path)
+    assert [s.number for s in trace.segments] == [1, 2]
+    (gap_event,) = [e for e in trace.segments[1].events
+                    if e["kind"] == "gap" and e["channel"] is None]
+    assert "daemon restart: segment 1 ended cleanly" in gap_event["detail"]
+    last_1 = max(r["t_mono_ns"] for r in trace.segments[0].samples)
+    assert gap_event["t_mono_ns"] == last_1
+    seg_gaps = [g for g in trace.gaps if g.source == "segments"]
+    assert len(seg_gaps) == 4 and all("daemon stopped" in g.reason for g in seg_gaps)
+
+
+@pytest.mark.slow
+def test_live_endpoints_while_running(tmp_path: Path) -> None:
+    opts = DaemonOptions(out_dir=tmp_path, emulate=True, listen="127.0.0.1:0",
+                         power_model=ConstantPower(12.0), rate_hz=20, duration_s=30)
+    daemon = MeterDaemon(opts, log=lambda _line: None)
+    thread = threading.Thread(target=daemon.run)
+    thread.start()
+    try:
+        assert daemon.ready.wait(20)
+        url = daemon.server.url  # type: ignore[union-attr]
+        with urllib.request.urlopen(url + "/stream?limit=8", timeout=10) as resp:
+            msgs = [json.loads(line) for line in resp.read().decode().splitlines()]
+        samples = [m for m in msgs if m["type"] == "sample"]
+        assert len(samples) == 8 and all(m["power_w"] > 11 for m in samples)
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            fams = {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
+        powers = {s.labels["channel"]: s.value for s in fams["epi_meter_power_watts"].samples}
+        assert set(powers) == {"0", "1", "2", "3"} and min(powers.values()) > 11
+        assert fams["epi_meter_sweeps"].samples[0].value > 0
+        est = estimate_offset(url, samples=8)
+        # same machine, same CLOCK_MONOTONIC: the offset is zero within the bound
+        assert abs(est.offset_ns) <= est.uncertainty_ns < 1_000_000
+    finally:
+        daemon.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    meta = read_trace(tmp_path).segments[0].meta
+    assert meta["stats"]["clean_stop"] is True and meta["listen"] == url
+
+
+def test_second_daemon_on_the_same_directory_is_refused(tmp_path: Path) -> None:
+    lock = TraceLock(tmp_path)
+    with pytest.raises(UserError, match="in use by another daemon"):
+        _run_simulated(tmp_path, 1.0)
+    lock.release()
+
+
+def test_default_rate_follows_the_bus() -> None:
+    n = frames_per_read()
+    assert 20 <= n <= 60  # LastData-verified reads of ~10 registers
+    max_4 = 160_000 / (24 * n * 4)
+    assert default_rate_hz(max_4) == 20.0  # 4 chips at 160 kHz: 49 Hz wire limit
+    assert default_rate_hz(30.0) == 10.0  # at least 10 Hz where the bus allows
+    assert default_rate_hz(4.0) == pytest.approx(1.8)  # a UART bus cannot do 10 Hz
+
+
+def test_board_file_with_emulate_uses_its_channels_and_rate(tmp_path: Path) -> None:
+    board = Path(__file__).resolve().parents[2] / "hardware" / "epi-meter.toml"
+    clock = SimulatedClock()
+    opts = DaemonOptions(out_dir=tmp_path / "t", board_path=board, emulate=True,
+                         duration_s=2.0, listen=None, clock=clock)
+    result = MeterDaemon(opts, log=lambda _line: None).run()
+    meta = read_trace(tmp_path / "t").segments[0].meta
+    assert [c["name"] for c in meta["channels"]] == ["node0", "node1", "node2", "node3"]
+    assert meta["sample_period_s"] == pytest.approx(1.0 / result.rate_hz)
+    assert meta["board"]["path"] == str(board)
+
+
+def _epi(args: list[str], monkeypatch: pytest.MonkeyPatch,
+         capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from epi.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["epi", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "give --board FILE, or --emulate"),
+        (["--emulate", "--rate", "500"], "--rate: 500 Hz is more than the bus sustains"),
+        (["--emulate", "--fault-injection", "melt:0@1"], "unknown kind 'melt'"),
+        (["--emulate", "--fault-injection", "reset:9@1"], "no channel '9'"),
+        (["--emulate", "--fault-injection", "absent:0@x"], "expected KIND:CHANNEL@START"),
+        (["--emulate", "--listen", "localhost"], "--listen 'localhost': expected HOST:PORT"),
+        (["--board", "{missing}"], "board file not found"),
+        (["--board", "{bad_mode}"], "spi.mode: 0: the ATM90E26 works in SPI mode 3 only"),
+        (["--board", "{board}", "--fault-injection", "reset:0@1"], "add --emulate"),
+    ],
+)
+def test_cli_errors_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    args: list[str], message: str,
+) -> None:
+    board = Path(__file__).resolve().parents[2] / "hardware" / "epi-meter.toml"
+    bad_mode = tmp_path / "bad.toml"
+    bad_mode.write_text(board.read_text().replace("mode = 3 ", "mode = 0 "))
+    subst = {"{missing}": str(tmp_path / "nope.toml"), "{bad_mode}": str(bad_mode),
+             "{board}": str(board)}
+    args = [subst.get(a, a) for a in args]
+    code, err = _epi(["meter", "run", "--out", str(tmp_path / "t"), "--duration", "1",
+                      *args], monkeypatch, capsys)
+    assert code == 2
+    assert err.startswith("epi: error: ") and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    if str(bad_mode) in args:
+        assert str(bad_mode) in err
+
+
+def test_cli_error_for_a_real_board_without_calibration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    board = Path(__file__).resolve().parents[2] / "hardware" / "epi-meter.toml"
+    code, err = _epi(["meter", "run", "--board", str(board), "--out", str(tmp_path / "t")],
+                     monkeypatch, capsys)
+    assert code == 2 and err.startswith(f"epi: error: {board}: channel[0]")
+    assert not (tmp_path / "t").exists() or not list((tmp_path / "t").glob("seg-*"))
+
+
+def test_cli_out_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "file"
+    target.write_text("")
+    code, err = _epi(["meter", "run", "--emulate", "--out", str(target / "t"), "--duration",
+                      "1", "--listen", "off"], monkeypatch, capsys)
+    assert code == 2 and "cannot create the trace directory" in err
+
+
+def test_cli_emulated_run_prints_its_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    start = time.monotonic()
+    code, err = _epi(["meter", "run", "--emulate", "--out", str(tmp_path), "--duration", "0.5",
+                      "--listen", "off"], monkeypatch, capsys)
+    assert code == 0, err
+    assert "sampling 4 emulated channel(s) at 20 Hz" in err and "stopped:" in err
+    assert time.monotonic() - start < 20
+    assert read_trace(tmp_path).segments[0].meta["stats"]["clean_stop"] is True
