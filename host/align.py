@@ -115,40 +115,82 @@ class ChannelSeries:
 
 # --------------------------------------------------------------------------- energy
 def _running_integral_at(
-    t_ns: np.ndarray, power_w: np.ndarray, idx: np.ndarray, chunk: int
-) -> np.ndarray:
-    """2·∫P dt (W·ns) from t[0] to t[idx] for each index, built chunk by chunk.
+    t_ns: np.ndarray, power_w: np.ndarray, idx_lists: Sequence[np.ndarray], chunk: int
+) -> list[np.ndarray]:
+    """2·∫P dt (W·ns) from t[0] to t[idx] for every index of every array, in one chunked pass.
 
-    The factor 0.5e-9 (trapezoid ½, ns → s) is applied by the caller to the few gathered values.
+    Per chunk of samples: the trapezoid terms (in cache), then np.add.reduceat sums them
+    between consecutive wanted indices (SIMD pairwise sums; numpy's cumsum goes one element at
+    a time and is several times slower per sample). One cumulative sum over those partial sums,
+    all chunks together, gives the running integral at every wanted index. The factor 0.5e-9
+    (trapezoid ½, ns → s) is applied by the caller.
     """
     n = len(t_ns)
-    out = np.zeros(len(idx), dtype=np.float64)
-    if n < 2 or len(idx) == 0:
-        return out
-    order = np.argsort(idx, kind="stable")
-    ks = idx[order]
-    vals = np.empty(len(ks), dtype=np.float64)
+    outs = [np.zeros(len(ix), dtype=np.float64) for ix in idx_lists]
+    if n < 2:
+        return outs
     starts = np.arange(0, n - 1, chunk, dtype=np.int64)
-    bounds = np.searchsorted(ks, starts, side="left")
-    bounds = np.append(bounds, np.searchsorted(ks, n - 1, side="left"))
-    buf = np.empty(chunk + 1, dtype=np.float64)
+    n_chunks = len(starts)
+    plans = []
+    for ix in idx_lists:
+        order = None if len(ix) < 2 or bool(np.all(ix[1:] >= ix[:-1])) else np.argsort(
+            ix, kind="stable")
+        ks = ix if order is None else ix[order]
+        body = ks < n - 1  # index n − 1 (the last sample) is the grand total
+        kb = ks[body]
+        bounds = np.searchsorted(kb, starts, side="left")
+        # Every chunk's group of reduceat indices starts with 0 (the chunk's first term).
+        offs = np.insert(kb - (kb // chunk) * chunk, bounds, 0)
+        gstart = bounds + np.arange(n_chunks)
+        gbound = np.append(gstart, len(offs))
+        plans.append((order, body, offs, gstart, gbound, np.empty(len(offs), np.float64)))
+    buf = np.empty(chunk, dtype=np.float64)
     dbuf = np.empty(chunk, dtype=np.int64)
-    running = 0.0
     for ci, s in enumerate(starts):  # loop over chunks of samples, not samples or windows
         e = min(int(s) + chunk, n - 1)
         m = e - int(s)
-        lo, hi = bounds[ci], bounds[ci + 1]
-        seg = buf[1 : m + 1]
+        seg = buf[:m]
         np.add(power_w[s + 1 : e + 1], power_w[s:e], out=seg)
         np.subtract(t_ns[s + 1 : e + 1], t_ns[s:e], out=dbuf[:m])
         np.multiply(seg, dbuf[:m], out=seg)
-        np.cumsum(seg, out=seg)
-        if hi > lo:
-            buf[0] = 0.0
-            vals[lo:hi] = running + buf[ks[lo:hi] - s]
-        running += float(seg[-1])
-    vals[bounds[-1] :] = running  # indices n−1 (the last sample)
-    out[order] = vals
+        for _, _, offs, _, gbound, sums in plans:
+            lo, hi = gbound[ci], gbound[ci + 1]
+            np.add.reduceat(seg, offs[lo:hi], out=sums[lo:hi])
+    for out, (order, body, offs, gstart, _, sums) in zip(outs, plans, strict=True):
+        # reduceat gives seg[i] (not 0) for a repeated index: zero those partial sums.
+        rep = np.flatnonzero(offs[1:] == offs[:-1])
+        rep = rep[~np.isin(rep + 1, gstart)]
+        sums[rep] = 0.0
+        csum = np.cumsum(sums)
+        keep = np.ones(len(offs), dtype=bool)
+        keep[gstart] = False
+        vals = np.empty(len(body), dtype=np.float64)
+        vals[body] = csum[np.flatnonzero(keep) - 1]
+        vals[~body] = csum[-1]
+        if order is None:
+            out[:] = vals
+        else:
+            out[order] = vals
+    return outs
+
+
+def searchsorted_blocked(t_ns: np.ndarray, x: np.ndarray, side: str,
+                         block: int = 4096) -> np.ndarray:
+    """np.searchsorted(t_ns, x, side), about twice as fast for many keys into a long array.
+
+    Each block of keys is searched within the slice of t its smallest and largest key bound,
+    which stays in cache (plain searchsorted walks ~log2(n) cache lines per key).
+    """
+    nx = len(x)
+    if nx < 4 * block or len(t_ns) < 16 * block:
+        return np.searchsorted(t_ns, x, side=side)
+    starts = np.arange(0, nx, block)
+    lo = np.searchsorted(t_ns, np.minimum.reduceat(x, starts), side=side)
+    hi = np.searchsorted(t_ns, np.maximum.reduceat(x, starts), side=side)
+    out = np.empty(nx, dtype=np.int64)
+    for i, s in enumerate(starts):  # blocks of keys, not single keys
+        e = min(int(s) + block, nx)
+        np.add(np.searchsorted(t_ns[lo[i]:hi[i]], x[s:e], side=side), lo[i], out=out[s:e])
     return out
 
 
@@ -156,8 +198,19 @@ EDGE_MODELS = ("step", "linear")
 
 
 def _inside(t_ns: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(j, m): first sample index ≥ t0 and last ≤ t1; m − j + 1 samples lie in the window."""
-    return np.searchsorted(t_ns, t0, side="left"), np.searchsorted(t_ns, t1, side="right") - 1
+    """(j, m): first sample index ≥ t0 and last ≤ t1; m − j + 1 samples lie in the window.
+
+    Adjacent windows (each starting where the previous ended, as token windows do) share
+    their edges, so those are searched once.
+    """
+    n = len(t_ns)
+    if len(t0) > 1 and n and np.array_equal(t0[1:], t1[:-1]):
+        left = searchsorted_blocked(t_ns, np.concatenate([t0[:1], t1]), "left")
+        end = left[1:]
+        on_sample = t_ns[np.minimum(end, n - 1)] == t1
+        on_sample &= end < n
+        return left[:-1], end + on_sample - 1
+    return searchsorted_blocked(t_ns, t0, "left"), searchsorted_blocked(t_ns, t1, "right") - 1
 
 
 def _usable(t_ns: np.ndarray, t0: np.ndarray, t1: np.ndarray, j: np.ndarray,
@@ -166,78 +219,88 @@ def _usable(t_ns: np.ndarray, t0: np.ndarray, t1: np.ndarray, j: np.ndarray,
     return (t0 >= t_ns[0]) & (t1 <= t_ns[-1]) & (t1 >= t0) & (m >= j)
 
 
-def _edge_parts_wns(t_ns: np.ndarray, y: np.ndarray, t0: np.ndarray, t1: np.ndarray,
-                    j: np.ndarray, m: np.ndarray, edge: str) -> tuple[np.ndarray, np.ndarray]:
-    """∫ power (W·ns) from t0 to t[j] and from t[m] to t1 under the edge model.
-
-    step: the load changes at the window edge, so the window's own nearest sample holds out to
-    the edge (exact for a load that steps at the edge). linear: power is interpolated between
-    the samples either side of the edge (exact for a load that ramps through it).
-    """
-    dl = (t_ns[j] - t0).astype(np.float64)
-    dr = (t1 - t_ns[m]).astype(np.float64)
-    if edge == "step":
-        return y[j] * dl, y[m] * dr
-    n = len(t_ns)
-    jp = np.maximum(j - 1, 0)
-    span_l = (t_ns[j] - t_ns[jp]).astype(np.float64)
-    frac_l = np.divide(dl, span_l, out=np.zeros(len(j)), where=span_l > 0)
-    p_a = y[j] + (y[jp] - y[j]) * frac_l
-    mn = np.minimum(m + 1, n - 1)
-    span_r = (t_ns[mn] - t_ns[m]).astype(np.float64)
-    frac_r = np.divide(dr, span_r, out=np.zeros(len(m)), where=span_r > 0)
-    p_b = y[m] + (y[mn] - y[m]) * frac_r
-    return 0.5 * (p_a + y[j]) * dl, 0.5 * (y[m] + p_b) * dr
-
-
 def _check_edge(edge: str) -> None:
     if edge not in EDGE_MODELS:
         raise ValueError(f"edge model must be one of {EDGE_MODELS}, not {edge!r}")
 
 
-def _trapezoid_core(t_ns: np.ndarray, power_w: np.ndarray, a: np.ndarray, b: np.ndarray,
-                    j: np.ndarray, m: np.ndarray, edge: str, chunk: int) -> np.ndarray:
-    """Energy (J) of usable windows given their inside index ranges j..m (see `_inside`)."""
-    k = len(j)
-    idx = np.concatenate([j, m])
-    cum = _running_integral_at(t_ns, power_w, idx, chunk)
-    left, right = _edge_parts_wns(t_ns, power_w, a, b, j, m, edge)
-    return (0.5 * (cum[k:] - cum[:k]) + left + right) / NS_PER_S
+def _pairs(x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(x[rows], x[rows + 1]) with rows clipped to [0, n − 2] (two plain gathers: numpy's take
+    is faster than one gather of pairs through a strided view)."""
+    r = np.clip(rows, 0, max(len(x) - 2, 0))
+    return np.take(x, r), np.take(x, np.minimum(r + 1, len(x) - 1))
 
 
-def _counter_core(t_ns: np.ndarray, energy_j: np.ndarray, power_w: np.ndarray | None,
-                  a: np.ndarray, b: np.ndarray, j: np.ndarray, m: np.ndarray,
-                  edge: str) -> np.ndarray:
-    """Counter energy (J) of usable windows given their inside index ranges j..m."""
-    inner = energy_j[m] - energy_j[j]
-    dl = (t_ns[j] - a).astype(np.float64)
-    dr = (b - t_ns[m]).astype(np.float64)
+def _energies(t_ns: np.ndarray, power_w: np.ndarray, energy_j: np.ndarray | None,
+              a: np.ndarray, b: np.ndarray, j: np.ndarray, m: np.ndarray, edge: str,
+              chunk: int, *, trapezoid: bool = True) -> tuple[np.ndarray | None,
+                                                              np.ndarray | None]:
+    """(trapezoid J, counter J) of usable windows (m ≥ j) from their inside ranges j..m.
+
+    Both share one set of gathers (adjacent sample pairs fetched together). Edge pieces:
+    step — the window's own nearest sample (trapezoid) or its first/last interval's counter
+    rate (counter) held out to the edge, exact for a load that changes at the edge; linear —
+    power, or the counter, interpolated across the edge, exact for a load that ramps through it.
+    """
+    one = m == j  # a single sample inside: no interval of its own
     if edge == "step":
-        # The counter's own mean power over the window's first and last sample intervals,
-        # held out to the edges (exact for a constant phase power stepping at the edges).
-        two = m > j
-        j1 = j + two
-        m1 = m - two
-        span_l = (t_ns[j1] - t_ns[j]).astype(np.float64)
-        span_r = (t_ns[m] - t_ns[m1]).astype(np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rate_l = (energy_j[j1] - energy_j[j]) / span_l
-            rate_r = (energy_j[m] - energy_j[m1]) / span_r
-        if power_w is not None:  # one sample inside: hold its power reading instead
-            one = ~two
-            rate_l[one] = power_w[j[one]] / NS_PER_S
-            rate_r[one] = power_w[m[one]] / NS_PER_S
+        tj, tj1 = _pairs(t_ns, j)
+        tm1, tm = _pairs(t_ns, m - 1)
+        tm = np.where(one, tj, tm)
+        tj1 = np.where(one, tj, tj1)
+    else:
+        tjp, tj = _pairs(t_ns, j - 1)
+        tm, tmn = _pairs(t_ns, m)
+        tj = np.where(j == 0, t_ns[0], tj)
+        tm = np.where(m == len(t_ns) - 1, t_ns[-1], tm)
+    dl = (tj - a).astype(np.float64)  # ns from the window start to its first sample
+    dr = (b - tm).astype(np.float64)  # ns from its last sample to the window end
+    pj = np.take(power_w, j)
+    pm = np.take(power_w, m)
+    energy = None
+    if trapezoid:
+        cum_j, cum_m = _running_integral_at(t_ns, power_w, [j, m], chunk)
+        energy = cum_m
+        energy -= cum_j
+        energy *= 0.5
+        if edge == "step":
+            energy += pj * dl
+            energy += pm * dr
         else:
-            rate_l[~two] = np.nan
-            rate_r[~two] = np.nan
-        return inner + rate_l * dl + rate_r * dr
-    n = len(t_ns)
-    jp, mn = np.maximum(j - 1, 0), np.minimum(m + 1, n - 1)
-    span_l = (t_ns[j] - t_ns[jp]).astype(np.float64)
-    span_r = (t_ns[mn] - t_ns[m]).astype(np.float64)
-    frac_l = np.divide(dl, span_l, out=np.zeros(len(j)), where=span_l > 0)
-    frac_r = np.divide(dr, span_r, out=np.zeros(len(m)), where=span_r > 0)
-    return inner + (energy_j[j] - energy_j[jp]) * frac_l + (energy_j[mn] - energy_j[m]) * frac_r
+            pjp = np.take(power_w, np.maximum(j - 1, 0))
+            pmn = np.take(power_w, np.minimum(m + 1, len(t_ns) - 1))
+            span_l = (tj - tjp).astype(np.float64)
+            span_r = (tmn - tm).astype(np.float64)
+            fl = np.divide(dl, span_l, out=np.zeros(len(j)), where=span_l > 0)
+            fr = np.divide(dr, span_r, out=np.zeros(len(m)), where=span_r > 0)
+            energy += 0.5 * (2.0 * pj + (pjp - pj) * fl) * dl
+            energy += 0.5 * (2.0 * pm + (pmn - pm) * fr) * dr
+        energy /= NS_PER_S
+    if energy_j is None:
+        return energy, None
+    if edge == "step":
+        ej, ej1 = _pairs(energy_j, j)
+        em1, em = _pairs(energy_j, m - 1)
+        em = np.where(one, ej, em)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate_l = (ej1 - ej) / (tj1 - tj)
+            rate_r = (em - em1) / (tm - tm1)
+        if one.any():  # one sample inside: hold its power reading instead
+            rate_l[one] = pj[one] / NS_PER_S
+            rate_r[one] = pm[one] / NS_PER_S
+        counter = em - ej
+        counter += rate_l * dl
+        counter += rate_r * dr
+        return energy, counter
+    ejp, ej = _pairs(energy_j, j - 1)
+    em, emn = _pairs(energy_j, m)
+    ej = np.where(j == 0, energy_j[0], ej)
+    em = np.where(m == len(t_ns) - 1, energy_j[-1], em)
+    span_l = (tj - tjp).astype(np.float64)
+    span_r = (tmn - tm).astype(np.float64)
+    fl = np.divide(dl, span_l, out=np.zeros(len(j)), where=span_l > 0)
+    fr = np.divide(dr, span_r, out=np.zeros(len(m)), where=span_r > 0)
+    return energy, em - ej + (ej - ejp) * fl + (emn - em) * fr
 
 
 def _prepare(t_ns: np.ndarray, t0_ns: np.ndarray, t1_ns: np.ndarray
@@ -260,7 +323,7 @@ def trapezoid_energy_j(
     """Integral (J) of the sampled power over each window [t0, t1].
 
     Trapezoid between the samples inside the window, plus the two edge pieces under the edge
-    model (`_edge_parts_wns`). Windows reaching outside [t[0], t[-1]] (no extrapolation) or with
+    model (see `_energies`). Windows reaching outside [t[0], t[-1]] (no extrapolation) or with
     no sample inside get NaN. Vectorised: one chunked pass over the samples, then searchsorted
     and gathers over the window edges.
     """
@@ -269,7 +332,7 @@ def trapezoid_energy_j(
     if len(t_ns) == 0 or len(t0_ns) == 0:
         return out
     t0, t1, j, m, ok = _prepare(t_ns, t0_ns, t1_ns)
-    out[ok] = _trapezoid_core(t_ns, power_w, t0[ok], t1[ok], j[ok], m[ok], edge, chunk)
+    out[ok] = _energies(t_ns, power_w, None, t0[ok], t1[ok], j[ok], m[ok], edge, chunk)[0]
     return out
 
 
@@ -286,15 +349,17 @@ def counter_energy_j(
 
     The counter difference between the first and last sample inside the window, plus the edge
     pieces: with edge="step" the counter's mean power over the first/last sample interval inside
-    the window held out to the edge (with one sample inside, the held `power_w` reading), with
-    edge="linear" the counter interpolated linearly at the edges.
+    the window held out to the edge (with one sample inside, the held `power_w` reading, NaN
+    without it), with edge="linear" the counter interpolated linearly at the edges.
     """
     _check_edge(edge)
     out = np.full(len(t0_ns), np.nan)
     if len(t_ns) == 0 or len(t0_ns) == 0:
         return out
     t0, t1, j, m, ok = _prepare(t_ns, t0_ns, t1_ns)
-    out[ok] = _counter_core(t_ns, energy_j, power_w, t0[ok], t1[ok], j[ok], m[ok], edge)
+    p = power_w if power_w is not None else np.full(len(t_ns), np.nan)
+    out[ok] = _energies(t_ns, p, energy_j, t0[ok], t1[ok], j[ok], m[ok], edge, DEFAULT_CHUNK,
+                        trapezoid=False)[1]
     return out
 
 
@@ -387,29 +452,29 @@ def window_energy(
     hit = _flag_intervals(series.invalid, t0, t1, code, INVALID_DATA)
     _flag(code, n_samples < min_samples, FEW_SAMPLES)
     good = code == 0  # implies usable
+    every = bool(good.all())
+    a, b, jg, mg = (t0, t1, j, m) if every else (t0[good], t1[good], j[good], m[good])
     energy = np.full(n_win, np.nan)
-    a, b, jg, mg = t0[good], t1[good], j[good], m[good]
-    energy[good] = _trapezoid_core(t, series.power_w, a, b, jg, mg, edge, chunk)
+    counter = np.full(n_win, np.nan)
+    e_good, c_good = _energies(t, series.power_w, series.energy_j, a, b, jg, mg, edge, chunk)
+    energy[good] = e_good
     fixed = {BAD_WINDOW: "window ends before it starts",
              OUTSIDE: "window reaches outside the trace (no extrapolation)",
              FEW_SAMPLES: f"fewer than {min_samples} samples in window (see n_samples)"}
     reason = _texts(code, fixed, {INVALID_DATA: (hit, series.invalid)})
 
     ccode = code.copy()
-    counter = np.full(n_win, np.nan)
     if series.energy_j is None:
         _flag(ccode, np.ones(n_win, bool), C_NONE)
         chit = hit
     else:
+        counter[good] = c_good
         if len(series.seg_start_idx) > 1:
             last = len(t) - 1
             seg_j = np.searchsorted(series.seg_start_idx, np.clip(j, 0, last), "right")
             seg_m = np.searchsorted(series.seg_start_idx, np.clip(m, 0, last), "right")
             _flag(ccode, seg_j != seg_m, C_SEGMENTS)
         chit = _flag_intervals(series.counter_invalid, t0, t1, ccode, C_INVALID)
-        cgood = ccode == 0
-        counter[cgood] = _counter_core(t, series.energy_j, series.power_w, t0[cgood],
-                                       t1[cgood], j[cgood], m[cgood], edge)
         _flag(ccode, np.isnan(counter), C_MISSING)
         counter[ccode != 0] = np.nan
     cfixed = {**fixed, C_SEGMENTS: "window spans more than one segment",

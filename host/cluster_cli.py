@@ -76,7 +76,8 @@ def worker(host: str, port: int, threads: int | None, cache: bool, debug: bool) 
     _check_port_free(host, port)
     argv = worker_argv(host, port, threads, cache=cache)
     click.echo(
-        f"epi worker: ggml-rpc-server on {host}:{port}, {threads} threads, "
+        f"epi worker: ggml-rpc-server on {host}:{port}, "
+        f"{threads} thread{'' if threads == 1 else 's'}, "
         f"tensor cache {'on' if cache else 'off'}{', debug log' if debug else ''}",
         err=True,
     )

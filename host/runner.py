@@ -36,7 +36,7 @@ from host.modelinfo import ModelFacts, model_facts
 from host.prompts import PromptSet, load_prompt_set, prompt_tokens
 from host.rpc import Endpoint, parse_workers, probe
 from host.runner_child import LLAMA_LOG, Job
-from host.tokenlog import RunHeader, boot_id, host_name
+from host.tokenlog import RUN_JSON, RunHeader, boot_id, host_name
 
 DEFAULT_TOKENS = 64
 DEFAULT_REPEATS = 3
@@ -133,6 +133,8 @@ def plan_run(s: RunSettings) -> Plan:
         raise UserError(
             f"--workers: node name {local!r} is this host's (--node); name the worker NAME=h:p"
         )
+    if (Path(s.out) / RUN_JSON).exists():
+        raise UserError(f"{s.out}: already holds a token log (run.json); choose a new --out")
     facts = model_facts(s.model, s.map_id)
     prompt_set = load_prompt_set(s.prompts)
     longest = max(prompt_set.prompts, key=lambda p: p.n_tokens)
@@ -326,6 +328,10 @@ class RunResult:
     placement: list[dict[str, Any]]
 
 
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
 def _echo_stderr(line: str) -> None:
     import click
 
@@ -351,8 +357,9 @@ def run(
     n_prompts = len(plan.prompt_set.prompts)
     echo(
         f"epi run: {f.path.name} ({f.n_layers} layers, sha256 {f.sha256[:12]}), "
-        f"{n_prompts} prompts x {settings.repeats} repeats + {settings.warmups} warm-up "
-        f"pass(es), {settings.tokens} tokens each, {plan.threads} threads"
+        f"{_plural(n_prompts, 'prompt')} x {_plural(settings.repeats, 'repeat')} + "
+        f"{_plural(settings.warmups, 'warm-up pass', 'warm-up passes')}, "
+        f"{settings.tokens} tokens each, {_plural(plan.threads, 'thread')}"
         + (f", workers {', '.join(e.address for e in plan.endpoints)}" if plan.endpoints else "")
     )
     header = RunHeader.create(settings.out, _header_fields(plan))
@@ -364,6 +371,9 @@ def run(
         raise
     except KeyboardInterrupt:
         header.finish("failed", "interrupted by the user")
+        raise
+    except Exception as exc:  # e.g. a clock sync that fails mid-run: the log says why
+        header.finish("failed", str(exc) if isinstance(exc, UserError) else repr(exc))
         raise
 
 
@@ -427,7 +437,11 @@ def _supervise(
             elif kind == "cooldown":
                 r = payload
                 if s.meter and r > 0:
-                    header.add_clock_sync(sync(s.meter), "during")
+                    try:
+                        header.add_clock_sync(sync(s.meter), "during")
+                    except UserError as exc:
+                        error = f"clock sync before repeat {r + 1} failed: {exc}"
+                        break
                 echo(
                     f"repeat {r + 1}/{s.repeats}: cool-down {s.cooldown_s:g} s, "
                     f"idle baseline {s.idle_s:g} s"
@@ -448,12 +462,11 @@ def _supervise(
             elif kind == "done":
                 _wait(proc, 30)
                 break
-    except KeyboardInterrupt:
-        proc.kill()
-        proc.wait()
-        raise
     finally:
         conn.close()
+        if proc.poll() is None:  # leaving early (interrupt, failed clock sync): stop it
+            proc.kill()
+            proc.wait()
     if s.meter:
         try:
             header.add_clock_sync(sync(s.meter), "end")

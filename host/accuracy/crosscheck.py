@@ -1,0 +1,115 @@
+"""The same evaluations through llama.cpp's own evaluator, `llama-perplexity`.
+
+Given the model, text/items and settings epi used, run the native tool and parse its figures:
+- perplexity: `-f TEXT -c N_CTX -b N_CTX --chunks WINDOWS` → `Final estimate: PPL = x +/- y`
+  (epi's default stride = n_ctx is llama-perplexity's chunking rule);
+- HellaSwag: the subset written as llama.cpp's 6-line task file, `--hellaswag
+  --hellaswag-tasks N` (all N tasks are used; the tool only shuffles their order);
+- ARC / MMLU: the subset written as the binary task file, `--multiple-choice`.
+The tool ranks choices by mean log-probability per token, so it is compared with epi's
+`accuracy_token_norm`. Flash attention is turned off (`-fa off`) as in llama-cpp-python's
+default context: the tool's `auto` turns it on for the CPU, which moved the 135M model's
+perplexity by 0.09 %. Agreement: perplexity within 0.5 % (relative), accuracy within 0.5
+percentage points.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from host.accuracy.items import Item
+from host.accuracy.readers import write_hellaswag_txt, write_multiple_choice_bin
+from host.llama_env import tool_env, tool_path
+
+PPL_REL_TOLERANCE = 0.005
+ACC_ABS_TOLERANCE = 0.005
+TIMEOUT_S = 3600
+
+_PPL_RE = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
+_HS_RE = re.compile(r"^(\d+)\t([0-9.]+)%\t\[", re.MULTILINE)
+_MC_RE = re.compile(r"^(\d+)\t([0-9.]+)$", re.MULTILINE)
+
+
+def _run(args: Sequence[str], model: Path, threads: int) -> tuple[str, float, int]:
+    argv = [str(tool_path("llama-perplexity")), "-m", str(model), "-t", str(threads),
+            "-tb", str(threads), "-fa", "off", *args]
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, env=tool_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace",
+                          timeout=TIMEOUT_S, check=False)
+    return proc.stdout, time.monotonic() - t0, proc.returncode
+
+
+def _failure(output: str, rc: int) -> dict[str, Any]:
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
+    reason = (errors or lines or [f"exit {rc}"])[-1]
+    return {"ok": False, "reason": f"llama-perplexity: {reason[:300]}"}
+
+
+def perplexity(model: Path, text: Path, n_ctx: int, max_windows: int | None,
+               threads: int) -> dict[str, Any]:
+    """llama-perplexity's perplexity of `text` (non-overlapping chunks of n_ctx)."""
+    args = ["-f", str(text), "-c", str(n_ctx), "-b", str(n_ctx),
+            "--chunks", str(max_windows or -1)]
+    out, seconds, rc = _run(args, model, threads)
+    m = _PPL_RE.search(out)
+    if rc != 0 or not m:
+        return _failure(out, rc)
+    return {"ok": True, "ppl": float(m[1]), "ppl_se": float(m[2]), "seconds": seconds}
+
+
+def hellaswag(model: Path, items: Sequence[Item], n_ctx: int, threads: int) -> dict[str, Any]:
+    """llama-perplexity's HellaSwag accuracy (per-token mean) on exactly `items`."""
+    with tempfile.TemporaryDirectory(prefix="epi-xcheck-") as tmp:
+        task = write_hellaswag_txt(items, Path(tmp) / "hellaswag.txt")
+        out, seconds, rc = _run(["-f", str(task), "--hellaswag", "--hellaswag-tasks",
+                                 str(len(items)), "-c", str(n_ctx)], model, threads)
+    rows = _HS_RE.findall(out)
+    if rc != 0 or not rows or int(rows[-1][0]) != len(items):
+        return _failure(out, rc)
+    return {"ok": True, "accuracy": float(rows[-1][1]) / 100, "n": int(rows[-1][0]),
+            "seconds": seconds}
+
+
+def multiple_choice(model: Path, items: Sequence[Item], n_ctx: int, threads: int) -> dict[str, Any]:
+    """llama-perplexity's multiple-choice accuracy (per-token mean) on exactly `items`."""
+    with tempfile.TemporaryDirectory(prefix="epi-xcheck-") as tmp:
+        task = write_multiple_choice_bin(items, Path(tmp) / "tasks.bin")
+        n_seq = max(4, max(it.n_choices for it in items))  # one sequence per choice
+        out, seconds, rc = _run(["-bf", str(task), "--multiple-choice",
+                                 "--multiple-choice-tasks", "0", "-c", str(n_ctx),
+                                 "-np", str(n_seq)], model, threads)
+    rows = _MC_RE.findall(out)
+    if rc != 0 or not rows or int(rows[-1][0]) != len(items):
+        return _failure(out, rc)
+    return {"ok": True, "accuracy": float(rows[-1][1]) / 100, "n": int(rows[-1][0]),
+            "seconds": seconds}
+
+
+def compare_ppl(ours: float, theirs: dict[str, Any]) -> dict[str, Any]:
+    """Our perplexity next to llama-perplexity's, with the verdict."""
+    if not theirs.get("ok"):
+        return {"ours": ours, "llama_perplexity": None, "rel_diff": None, "agree": None,
+                "reason": theirs.get("reason")}
+    rel = abs(ours - theirs["ppl"]) / theirs["ppl"]
+    return {"ours": ours, "llama_perplexity": theirs["ppl"], "rel_diff": rel,
+            "agree": rel <= PPL_REL_TOLERANCE, "tolerance_rel": PPL_REL_TOLERANCE,
+            "tool_seconds": theirs["seconds"]}
+
+
+def compare_accuracy(ours: float, theirs: dict[str, Any]) -> dict[str, Any]:
+    """Our per-token-normalised accuracy next to llama-perplexity's, with the verdict."""
+    if not theirs.get("ok"):
+        return {"ours": ours, "llama_perplexity": None, "abs_diff": None, "agree": None,
+                "reason": theirs.get("reason")}
+    diff = abs(ours - theirs["accuracy"])
+    return {"ours": ours, "llama_perplexity": theirs["accuracy"], "abs_diff": diff,
+            "agree": diff <= ACC_ABS_TOLERANCE + 1e-9, "tolerance_abs": ACC_ABS_TOLERANCE,
+            "metric": "accuracy_token_norm", "tool_seconds": theirs["seconds"]}

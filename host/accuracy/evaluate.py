@@ -1,0 +1,365 @@
+"""Evaluate models: perplexity, benchmarks, composite, optional llama.cpp cross-check — cached.
+
+`evaluate(models, settings)` returns the `epi-accuracy` document (docs/formats.md §4). Every
+result is cached under its full key (cache.py), so re-running a campaign only computes what
+changed; a cached figure is marked `"cached": true` and keeps the timing of the run that
+computed it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from epi import __version__
+from epi.errors import UserError
+from host.accuracy import cache, crosscheck
+from host.accuracy import multiple_choice as mc
+from host.accuracy import perplexity as ppl
+from host.accuracy.items import BENCHMARKS, FORMAT, Item, items_sha256
+from host.accuracy.readers import load_items
+from host.accuracy.results import FORMAT as RESULTS_FORMAT
+from host.accuracy.results import FORMAT_VERSION
+from host.accuracy.scorer import Scorer, check_model_file
+from host.accuracy.stats import composite
+from host.accuracy.subset import METHOD, take_subset
+
+DEFAULT_BENCHES = ("hellaswag", "arc_challenge", "mmlu", "winogrande")
+DEFAULT_WEIGHTS = {"mmlu": 1.0, "arc_challenge": 1.0, "hellaswag": 1.0}
+COMPOSITE_METRICS = ("accuracy", "accuracy_norm", "accuracy_token_norm")
+CROSSCHECKED = ("hellaswag", "arc_challenge", "arc_easy", "mmlu")
+
+Progress = Callable[[str, int], contextlib.AbstractContextManager[Callable[[int], None]]]
+
+
+@contextlib.contextmanager
+def no_progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    yield lambda n: None
+
+
+@dataclass
+class Settings:
+    """Everything that shapes a result (all of it is stated in the results file)."""
+
+    benches: Sequence[str] = DEFAULT_BENCHES
+    n: int | None = 200
+    seed: int = 0
+    ctx: int = 512
+    stride: int | None = None  # None: = ctx (llama-perplexity's chunks)
+    ppl_file: Path | None = None
+    ppl_name: str | None = None  # prepared text name, when --ppl named one
+    ppl_windows: int | None = 40
+    threads: int = field(default_factory=lambda: os.cpu_count() or 1)
+    weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    metric: str = "accuracy_norm"
+    data_dir: Path | None = None
+    crosscheck: bool = False
+    use_cache: bool = True
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "benchmarks": list(self.benches),
+            "n": self.n or None,
+            "seed": self.seed,
+            "ctx": self.ctx,
+            "stride": self.stride or self.ctx,
+            "ppl_file": str(self.ppl_file) if self.ppl_file else None,
+            "ppl_windows": self.ppl_windows or None,
+            "threads": self.threads,
+            "weights": self.weights,
+            "metric": self.metric,
+            "format": FORMAT,
+            "data_dir": str(self.data_dir) if self.data_dir else None,
+            "crosscheck": self.crosscheck,
+        }
+
+
+@dataclass
+class BenchData:
+    """A benchmark's seeded subset and what the results file says about its data."""
+
+    name: str
+    items: list[Item]
+    subset: dict[str, Any]
+    data: dict[str, Any]
+
+
+def load_benchmarks(settings: Settings) -> dict[str, BenchData]:
+    """Read every requested benchmark from the prepared data and take its subset."""
+    from host import evaldata
+
+    root = settings.data_dir or evaldata.data_dir()
+    out = {}
+    for bench in settings.benches:
+        files, entry = evaldata.benchmark_files(root, bench)
+        all_items = load_items(bench, files)
+        items = take_subset(all_items, settings.n, settings.seed, f"{bench}")
+        source = entry.get("source") or {}
+        out[bench] = BenchData(
+            bench,
+            items,
+            {"n": len(items), "seed": settings.seed, "of": len(all_items), "method": METHOD,
+             "items_sha256": items_sha256(items)},
+            {"split": entry.get("split"), "license": entry.get("license"),
+             "source": source.get("package", source.get("path")),
+             "source_version": source.get("version"),
+             "sha256": [f["sha256"] for f in entry.get("files", [])]},
+        )
+    return out
+
+
+def read_map_id(model: Path) -> str | None:
+    """`map_id` (or `id`) of the quantization manifest `<stem>.manifest.json` beside the model."""
+    path = model.with_name(model.stem + ".manifest.json")
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except ValueError as exc:
+        raise UserError(f"{path}: malformed JSON ({exc})") from exc
+    value = manifest.get("map_id", manifest.get("id")) if isinstance(manifest, dict) else None
+    if value is not None and not isinstance(value, str):
+        raise UserError(f"{path}: field 'map_id': expected text, got {value!r}")
+    return value
+
+
+def _llama_version() -> str:
+    try:
+        import llama_cpp
+
+        return str(getattr(llama_cpp, "__version__", "unknown"))
+    except ImportError:
+        return "missing"
+
+
+class _Models:
+    """One loaded model at a time, re-created only when a bigger context is needed."""
+
+    def __init__(self, path: Path, threads: int) -> None:
+        self.path = path
+        self.threads = threads
+        self.scorer: Scorer | None = None
+
+    def get(self, n_ctx: int) -> Scorer:
+        if self.scorer is not None and self.scorer.n_ctx >= n_ctx:
+            return self.scorer
+        self.close()
+        self.scorer = Scorer(self.path, n_ctx, self.threads)
+        return self.scorer
+
+    def close(self) -> None:
+        if self.scorer is not None:
+            self.scorer.close()
+            self.scorer = None
+
+
+def _mc_context(models: _Models, items: Sequence[Item], ctx: int) -> int:
+    """Context size that holds the longest choice of `items` (at least `ctx`)."""
+    scorer = models.get(ctx)
+    longest = max(len(scorer.tokenize(t)) for it in items for t in it.texts())
+    return max(ctx, -(-longest // 256) * 256)
+
+
+def evaluate_benchmark(models: _Models, sha: str, bd: BenchData, settings: Settings,
+                       progress: Progress) -> dict[str, Any]:
+    key = {"kind": "benchmark", "benchmark": bd.name, "model_sha256": sha,
+           "items_sha256": bd.subset["items_sha256"], "n": bd.subset["n"], "seed": settings.seed,
+           "ctx": settings.ctx, "format": FORMAT, "scorer_version": cache.SCORER_VERSION,
+           "llama_cpp_python": _llama_version()}
+    stored = cache.load_result(key) if settings.use_cache else None
+    if stored is None:
+        n_ctx = _mc_context(models, bd.items, settings.ctx)
+        scorer = models.get(n_ctx)
+        t0 = time.monotonic()
+        with progress(f"{models.path.name} {bd.name}", len(bd.items)) as step:
+            records = mc.score_items(scorer, bd.items, step)
+        seconds = time.monotonic() - t0
+        stored = {"records": records, "seconds": seconds, "n_ctx": n_ctx}
+        cache.store_result(key, stored)
+        cached = False
+    else:
+        cached = True
+    result = mc.summarize(stored["records"])
+    result.update(
+        subset=bd.subset,
+        data=bd.data,
+        settings={"format": FORMAT, "n_ctx": stored["n_ctx"],
+                  "scorer_version": cache.SCORER_VERSION},
+        seconds=stored["seconds"],
+        seconds_per_item=stored["seconds"] / len(stored["records"]),
+        cached=cached,
+    )
+    return result
+
+
+def _ppl_tokens(models: _Models, settings: Settings) -> tuple[list[int], str]:
+    assert settings.ppl_file is not None
+    text = ppl.read_text(settings.ppl_file)
+    return models.get(settings.ctx).tokenize(text), text
+
+
+def evaluate_perplexity(models: _Models, sha: str, settings: Settings, text_sha: str,
+                        progress: Progress) -> dict[str, Any]:
+    stride = settings.stride or settings.ctx
+    key = {"kind": "perplexity", "model_sha256": sha, "text_sha256": text_sha,
+           **ppl.settings(settings.ctx, stride, settings.ppl_windows),
+           "scorer_version": cache.SCORER_VERSION, "llama_cpp_python": _llama_version()}
+    stored = cache.load_result(key) if settings.use_cache else None
+    cached = stored is not None
+    if stored is None:
+        tokens, _ = _ppl_tokens(models, settings)
+        scorer = models.get(settings.ctx)
+        n_windows = len(ppl.window_starts(len(tokens), settings.ctx, stride, settings.ppl_windows))
+        t0 = time.monotonic()
+        with progress(f"{models.path.name} perplexity", n_windows) as step:
+            stored = ppl.perplexity_tokens(scorer, tokens, settings.ctx, stride,
+                                           settings.ppl_windows, step)
+        stored.update(seconds=time.monotonic() - t0, n_tokens_text=len(tokens))
+        cache.store_result(key, stored)
+    out = {k: stored[k] for k in ("ppl", "ppl_se", "nll_mean", "nll_se", "n_tokens_scored",
+                                  "n_windows")}
+    out["text"] = {"path": str(settings.ppl_file), "name": settings.ppl_name,
+                   "sha256": text_sha, "n_tokens": stored["n_tokens_text"]}
+    out["settings"] = ppl.settings(settings.ctx, stride, settings.ppl_windows)
+    out.update(seconds=stored["seconds"], cached=cached)
+    return out
+
+
+def _cached_tool_run(key: dict[str, Any], run: Callable[[], dict[str, Any]],
+                     use_cache: bool) -> dict[str, Any]:
+    stored = cache.load_result(key) if use_cache else None
+    if stored is None:
+        stored = run()
+        if stored.get("ok"):
+            cache.store_result(key, stored)
+    return stored
+
+
+def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str, BenchData],
+                   results: dict[str, Any], perplexity: dict[str, Any] | None,
+                   echo: Callable[[str], None]) -> dict[str, Any]:
+    """llama-perplexity on the same model, data and settings, next to our figures."""
+    base = {"kind": "crosscheck", "model_sha256": sha, "ctx": settings.ctx,
+            "llama_cpp_python": _llama_version()}
+    out: dict[str, Any] = {"tool": "llama-perplexity"}
+    if perplexity is not None:
+        if (settings.stride or settings.ctx) != settings.ctx:
+            out["perplexity"] = {"agree": None, "reason": "stride != ctx: llama-perplexity's "
+                                 "--ppl-stride uses a different window rule; not compared"}
+        else:
+            echo(f"{model.name}: llama-perplexity perplexity …")
+            theirs = _cached_tool_run(
+                {**base, "benchmark": "perplexity", "text_sha256": perplexity["text"]["sha256"],
+                 "windows": settings.ppl_windows},
+                lambda: crosscheck.perplexity(model, Path(settings.ppl_file or ""), settings.ctx,
+                                              settings.ppl_windows, settings.threads),
+                settings.use_cache)
+            out["perplexity"] = crosscheck.compare_ppl(perplexity["ppl"], theirs)
+    for name, bd in benches.items():
+        if name not in CROSSCHECKED:
+            continue
+        echo(f"{model.name}: llama-perplexity {name} …")
+        runner = crosscheck.hellaswag if name == "hellaswag" else crosscheck.multiple_choice
+        theirs = _cached_tool_run(
+            {**base, "benchmark": name, "items_sha256": bd.subset["items_sha256"]},
+            lambda bd=bd, runner=runner: runner(model, bd.items, settings.ctx, settings.threads),
+            settings.use_cache)
+        out[name] = crosscheck.compare_accuracy(results[name]["accuracy_token_norm"], theirs)
+    verdicts = [v.get("agree") for k, v in out.items() if isinstance(v, dict)]
+    out["agree"] = None if not verdicts or None in verdicts else all(verdicts)
+    return out
+
+
+def composite_block(results: dict[str, Any], weights: dict[str, float],
+                    metric: str) -> dict[str, Any]:
+    """Weighted composite accuracy with its interval; null with a reason when incomplete."""
+    total = sum(weights.values())
+    block: dict[str, Any] = {
+        "weights": {b: w / total for b, w in weights.items()},
+        "metric": metric,
+        "method": "weighted mean; 95% CI = normal approximation over independent binomials",
+    }
+    missing = [b for b in weights if b not in results]
+    if missing:
+        block.update(accuracy=None, ci95=None,
+                     reason=f"benchmarks not evaluated: {', '.join(missing)}")
+        return block
+    acc, ci = composite({b: (results[b][metric], results[b]["n"]) for b in weights}, weights)
+    block.update(accuracy=acc, ci95=list(ci))
+    return block
+
+
+def evaluate_model(model: Path, settings: Settings, benches: dict[str, BenchData],
+                   progress: Progress = no_progress,
+                   echo: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Every requested figure for one model."""
+    model = Path(model)
+    check_model_file(model)
+    t0 = time.monotonic()
+    sha = cache.model_sha256(model)
+    entry: dict[str, Any] = {"path": str(model), "sha256": sha, "map_id": read_map_id(model),
+                             "size_bytes": model.stat().st_size}
+    models = _Models(model, settings.threads)
+    try:
+        perplexity = None
+        if settings.ppl_file is not None:
+            text_sha = cache.file_sha256(settings.ppl_file)
+            perplexity = evaluate_perplexity(models, sha, settings, text_sha, progress)
+        results = {name: evaluate_benchmark(models, sha, bd, settings, progress)
+                   for name, bd in benches.items()}
+    finally:
+        models.close()
+    entry["perplexity"] = perplexity
+    entry["benchmarks"] = results
+    entry["composite"] = composite_block(results, settings.weights, settings.metric)
+    entry["crosscheck"] = (run_crosscheck(model, sha, settings, benches, results, perplexity, echo)
+                           if settings.crosscheck else None)
+    entry["seconds"] = time.monotonic() - t0
+    return entry
+
+
+def check_settings(settings: Settings) -> None:
+    """Refuse bad settings before any model is loaded."""
+    for b in settings.benches:
+        if b not in BENCHMARKS:
+            raise UserError(f"--bench: unknown benchmark {b!r} (known: {', '.join(BENCHMARKS)})")
+    if settings.metric not in COMPOSITE_METRICS:
+        raise UserError(f"--metric: expected one of {', '.join(COMPOSITE_METRICS)}")
+    for b, w in settings.weights.items():
+        if b not in BENCHMARKS:
+            raise UserError(f"--weights: unknown benchmark {b!r}")
+        if w < 0:
+            raise UserError(f"--weights: weight of {b} is negative")
+    if sum(settings.weights.values()) <= 0:
+        raise UserError("--weights: weights must sum to more than 0")
+    if settings.ctx < 4:
+        raise UserError(f"--ctx: context of {settings.ctx} tokens is too small")
+    if settings.threads < 1:
+        raise UserError("--threads: must be at least 1")
+
+
+def evaluate(models: Sequence[Path], settings: Settings, progress: Progress = no_progress,
+             echo: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """The `epi-accuracy` document for `models`."""
+    from host.llama_env import llama_info
+
+    check_settings(settings)
+    for m in models:
+        check_model_file(Path(m))
+    benches = load_benchmarks(settings)
+    entries = [evaluate_model(Path(m), settings, benches, progress, echo) for m in models]
+    return {
+        "format": RESULTS_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "epi_version": __version__,
+        "created_real_ns": time.time_ns(),
+        "llama_cpp": llama_info(),
+        "settings": settings.describe(),
+        "models": entries,
+    }

@@ -1,0 +1,122 @@
+"""Multiple-choice accuracy from the log-likelihood of each choice.
+
+For each choice the scored tokens are the continuation's: for items that share one context,
+the tokens after the longest token prefix common to *all* choices (llama.cpp's rule — shared
+tokens add the same amount to every choice, so they cannot change the raw ranking); for
+partial items (WinoGrande) the tokens after the choice's own context. Three rankings are
+reported, as the field does:
+
+- raw (`accuracy`): sum of the scored tokens' log-probabilities;
+- per byte (`accuracy_norm`): that sum divided by the UTF-8 byte length of the scored tokens
+  (lm-evaluation-harness's `acc_norm` divides by characters);
+- per token (`accuracy_token_norm`): the mean log-probability per scored token, which is what
+  llama-perplexity's HellaSwag and multiple-choice scores use.
+
+A tie goes to the first choice (llama.cpp's rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from host.accuracy.items import Item
+from host.accuracy.scorer import Scorer, common_prefix_len
+from host.accuracy.stats import wilson_interval
+
+METRICS = {"raw": "accuracy", "norm": "accuracy_norm", "token_norm": "accuracy_token_norm"}
+
+
+def score_starts(scorer: Scorer, item: Item, seqs: Sequence[Sequence[int]]) -> list[int]:
+    """Index of the first scored token of every choice."""
+    if item.partial:
+        starts = []
+        for ctx, seq in zip(item.contexts, seqs, strict=True):
+            s = common_prefix_len(scorer.tokenize(ctx), seq)
+            starts.append(max(1, min(s, len(seq) - 1)))
+        return starts
+    shared = len(seqs[0])
+    for seq in seqs[1:]:
+        shared = min(shared, common_prefix_len(seqs[0], seq))
+    s = max(1, min(shared, min(len(q) for q in seqs) - 1))
+    return [s] * len(seqs)
+
+
+def item_tokens(scorer: Scorer, item: Item) -> list[list[int]]:
+    """Token sequence of every choice's full text."""
+    return [scorer.tokenize(t) for t in item.texts()]
+
+
+def item_group(scorer: Scorer, item: Item) -> list[tuple[list[int], int]]:
+    """(token sequence, first scored index) of every choice."""
+    seqs = item_tokens(scorer, item)
+    return list(zip(seqs, score_starts(scorer, item, seqs), strict=True))
+
+
+def _choice_score(scorer: Scorer, seq: Sequence[int], start: int, lp: Any) -> list[float]:
+    n_bytes = sum(scorer.piece_bytes(t) for t in seq[start:])
+    return [float(lp.sum()), len(lp), n_bytes]
+
+
+def score_item(scorer: Scorer, item: Item) -> list[list[float]]:
+    """[[logprob_sum, n_tokens, n_bytes], ...] for every choice, one sequence at a time.
+
+    The plain path (`Scorer.logprobs`); `score_items` gets the same numbers batched.
+    """
+    return [_choice_score(scorer, seq, st, scorer.logprobs(seq, st))
+            for seq, st in item_group(scorer, item)]
+
+
+def score_items(
+    scorer: Scorer,
+    items: Sequence[Item],
+    progress: Callable[[int], None] | None = None,
+    chunk: int = 64,
+) -> list[dict[str, Any]]:
+    """Per-item records {id, gold, scores} (the cacheable raw material of every metric)."""
+    records = []
+    for i in range(0, len(items), chunk):
+        part = items[i : i + chunk]
+        groups = [item_group(scorer, it) for it in part]
+        lps = scorer.logprobs_groups(groups, progress)
+        for item, group, lp in zip(part, groups, lps, strict=True):
+            scores = [_choice_score(scorer, seq, st, x) for (seq, st), x in zip(group, lp,
+                                                                                 strict=True)]
+            records.append({"id": item.id, "gold": item.gold, "scores": scores})
+    return records
+
+
+def _argmax(values: Sequence[float]) -> int:
+    best = 0
+    for i in range(1, len(values)):
+        if values[i] > values[best]:
+            best = i
+    return best
+
+
+def predictions(scores: Sequence[Sequence[float]]) -> dict[str, int]:
+    """The chosen index under each ranking."""
+    return {
+        "raw": _argmax([s[0] for s in scores]),
+        "norm": _argmax([s[0] / max(s[2], 1) for s in scores]),
+        "token_norm": _argmax([s[0] / max(s[1], 1) for s in scores]),
+    }
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Accuracies, correct counts and Wilson 95 % intervals under the three rankings."""
+    n = len(records)
+    if n == 0:
+        raise ValueError("no items to summarize")
+    correct = dict.fromkeys(METRICS, 0)
+    for rec in records:
+        for metric, choice in predictions(rec["scores"]).items():
+            correct[metric] += int(choice == rec["gold"])
+    out: dict[str, Any] = {"n": n}
+    for metric, key in METRICS.items():
+        suffix = "" if metric == "raw" else "_" + metric
+        out[key] = correct[metric] / n
+        out["ci95" + suffix] = list(wilson_interval(correct[metric], n))
+        out["n_correct" + suffix] = correct[metric]
+    out["chance_accuracy"] = sum(1 / len(r["scores"]) for r in records) / n
+    return out

@@ -1,0 +1,101 @@
+"""Perplexity of a text file: token-level cross-entropy over windows of a stated size.
+
+The text (UTF-8, one trailing newline dropped, as llama-perplexity reads `-f`) is tokenized
+once with BOS when the model adds one. Windows of `n_ctx` tokens start every `stride` tokens;
+each window's first token is replaced by BOS when the model adds one, and the last
+`m = min(stride, n_ctx − ⌊n_ctx/2⌋ − 1)` tokens of each window are scored. With
+`stride = n_ctx` (the default) this is exactly llama-perplexity's rule — non-overlapping
+chunks, second half scored, so every scored token sees at least n_ctx/2 tokens of context;
+with `stride ≤ n_ctx/2` it is the usual sliding window, every token after the first window
+scored once with at least `n_ctx − stride` tokens before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from epi.errors import UserError
+from host.accuracy.scorer import Scorer
+from host.accuracy.stats import perplexity_stats
+
+
+def read_text(path: Path) -> str:
+    """The text llama-perplexity would read from `-f path`."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: perplexity text file not found")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+    if text.endswith("\n"):
+        text = text[:-1]
+    if not text.strip():
+        raise UserError(f"{path}: perplexity text file is empty")
+    return text
+
+
+def scored_per_window(n_ctx: int, stride: int) -> int:
+    """Tokens scored at the end of each window (see module docstring)."""
+    return min(stride, n_ctx - n_ctx // 2 - 1)
+
+
+def window_starts(n_tokens: int, n_ctx: int, stride: int, max_windows: int | None) -> list[int]:
+    """Start index of every window that fits, at most `max_windows` (None or 0: all)."""
+    if n_ctx < 4:
+        raise UserError(f"--ctx: context of {n_ctx} tokens is too small (at least 4)")
+    if not 1 <= stride <= n_ctx:
+        raise UserError(f"--stride: must be between 1 and the context ({n_ctx}), got {stride}")
+    if n_tokens < n_ctx:
+        raise UserError(
+            f"perplexity text has {n_tokens} tokens, fewer than one window of --ctx {n_ctx}"
+        )
+    count = (n_tokens - n_ctx) // stride + 1
+    if max_windows:
+        count = min(count, max_windows)
+    return [k * stride for k in range(count)]
+
+
+def perplexity_tokens(
+    scorer: Scorer,
+    tokens: Sequence[int],
+    n_ctx: int,
+    stride: int,
+    max_windows: int | None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Perplexity and its standard error over the windows of `tokens`."""
+    m = scored_per_window(n_ctx, stride)
+    nll_sum = 0.0
+    nll2_sum = 0.0
+    count = 0
+    starts = window_starts(len(tokens), n_ctx, stride, max_windows)
+    for s in starts:
+        window = list(tokens[s : s + n_ctx])
+        if scorer.add_bos:
+            window[0] = scorer.bos
+        nll = -scorer.logprobs(window, n_ctx - m)
+        nll_sum += float(nll.sum())
+        nll2_sum += float(np.square(nll).sum())
+        count += len(nll)
+        if progress is not None:
+            progress(1)
+    out = perplexity_stats(nll_sum, nll2_sum, count)
+    out.update(n_tokens_scored=count, n_windows=len(starts))
+    return out
+
+
+def settings(n_ctx: int, stride: int, max_windows: int | None) -> dict[str, Any]:
+    """The settings block stated with every perplexity."""
+    return {
+        "n_ctx": n_ctx,
+        "stride": stride,
+        "max_windows": max_windows or None,
+        "scored_per_window": scored_per_window(n_ctx, stride),
+        "rule": "windows of n_ctx tokens every stride tokens, first token -> BOS when the "
+        "model adds BOS, last scored_per_window tokens of each window scored",
+    }

@@ -1,0 +1,271 @@
+"""`epi analyze` end to end on synthetic traces and token logs with exact ground truth."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from epi import cli as epi_cli
+from host.analysis import Options, analyze
+
+NS = 1_000_000_000
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Run `epi analyze ...` in-process through the real entry point (exit code, out, err)."""
+    monkeypatch.setattr(sys, "argv", ["epi", "analyze", *map(str, args)])
+    code = 0
+    try:
+        epi_cli.main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _truth(sched, prof, kind: str) -> np.ndarray:
+    spans = {"prefill": ("start", "first"), "decode": ("first", "end"),
+             "request": ("start", "end")}
+    a, b = spans[kind]
+    return np.array([prof.energy(r[a], r[b]) for r in sched.requests if not r["warmup"]])
+
+
+def test_exact_energies_with_offset_and_drift_corrected(synth):
+    """Clock offset (−123 s) and drift (40 ppm) injected; every window matches the profile."""
+    tdir, rdir, sched, prof = synth(run_kw={"offset_ns": -123 * NS + 456_789, "drift_ppm": 40})
+    a = analyze([rdir], tdir)
+    assert a.runs[0].clock.basis == "clock_sync"
+    w = a.windows[a.windows["scope"] == "all"]
+    for kind in ("prefill", "decode", "request"):
+        got = w[w["kind"] == kind]["energy_j"].to_numpy()
+        np.testing.assert_allclose(got, _truth(sched, prof[0], kind), rtol=1e-6)
+        cnt = w[w["kind"] == kind]["energy_counter_j"].to_numpy()
+        np.testing.assert_allclose(cnt, _truth(sched, prof[0], kind), rtol=1e-6)
+    idle = w[w["kind"] == "idle"]
+    assert idle["energy_j"].iloc[0] == pytest.approx(3.0 * 3.0, rel=1e-6)
+    assert a.runs[0].idle_power_w["all"] == pytest.approx(3.0, rel=1e-6)
+    net = w[w["kind"] == "decode"]
+    np.testing.assert_allclose(net["energy_net_j"], net["energy_j"] - 3.0 * net["duration_s"],
+                               rtol=1e-9)
+    assert a.verdicts["valid"].all(), a.verdicts["reasons"].tolist()
+    res = a.results.set_index(["scope", "phase", "unit", "basis"])
+    dec = res.loc[("all", "decode", "generated", "gross")]
+    # 6 W over ~1.51 s for 15 decode tokens
+    assert dec["j_per_token_median"] == pytest.approx(6.0 * 1.51 / 15, rel=0.01)
+    assert dec["n_repeats"] == 3 and dec["j_per_token_ci_lo"] <= dec["j_per_token_median"]
+
+
+def test_uncorrected_offset_would_be_wrong(synth):
+    """Control: the same run read as if the offset were zero misplaces every window."""
+    tdir, rdir, sched, prof = synth(run_kw={"offset_ns": 250_000_000})
+    a = analyze([rdir], tdir)
+    w = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] == "prefill")]
+    truth = _truth(sched, prof[0], "prefill")
+    np.testing.assert_allclose(w["energy_j"], truth, rtol=1e-6)
+    t0 = w["t0_local_ns"].to_numpy()
+    wrong = [prof[0].energy(x, x + (r["first"] - r["start"])) for x, r in
+             zip(t0, [r for r in sched.requests if not r["warmup"]], strict=True)]
+    assert np.all(np.abs(np.array(wrong) / truth - 1) > 0.05)
+
+
+def test_no_offset_is_flagged_not_assumed_zero(synth):
+    tdir, rdir, _, _ = synth(run_kw={"sync": "none"})
+    a = analyze([rdir], tdir)
+    assert a.runs[0].clock.basis == "none"
+    assert a.windows["energy_j"].isna().all()
+    assert (a.windows["reason_code"] == "no_clock_offset").all()
+    assert not a.verdicts["valid"].any()
+    assert "no usable clock offset" in a.verdicts["reasons"].iloc[0]
+
+
+def test_same_host_needs_no_offset_and_says_so(synth, tools):
+    tdir, rdir, sched, prof = synth(run_kw={"sync": "none", "boot_id": tools.METER_BOOT})
+    a = analyze([rdir], tdir)
+    assert a.runs[0].clock.basis == "same_host" and "same host" in a.runs[0].clock.note
+    w = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] == "request")]
+    np.testing.assert_allclose(w["energy_j"], _truth(sched, prof[0], "request"), rtol=1e-6)
+
+
+def test_two_nodes_measured_per_channel(synth):
+    tdir, rdir, sched, prof = synth(channels=2)
+    a = analyze([rdir], tdir)
+    w = a.windows[a.windows["kind"] == "decode"]
+    for ch, node in ((0, "n0"), (1, "n1")):
+        got = w[w["scope"] == node]["energy_j"].to_numpy()
+        np.testing.assert_allclose(got, _truth(sched, prof[ch], "decode"), rtol=1e-6)
+    total = w[w["scope"] == "all"]["energy_j"].to_numpy()
+    np.testing.assert_allclose(total, _truth(sched, prof[0], "decode")
+                               + _truth(sched, prof[1], "decode"), rtol=1e-6)
+    r = a.results[(a.results["scope"] == "n1") & (a.results["phase"] == "request")]
+    assert set(r["layers"]) == {"4-7"}
+
+
+def test_fault_inside_a_window_makes_it_and_the_run_invalid(synth, tools):
+    sched = tools.make_schedule(500 * NS)
+    r = [x for x in sched.requests if not x["warmup"]][2]
+    t_fault = (r["first"] + r["end"]) // 2
+    tdir, rdir, _, _ = synth(trace_kw={"events": [(t_fault, 0, "bus_error", "no answer")]})
+    a = analyze([rdir], tdir)
+    w = a.windows[(a.windows["scope"] == "all") & (a.windows["request_id"] == r["request_id"])]
+    dec = w[w["kind"] == "decode"].iloc[0]
+    assert np.isnan(dec["energy_j"]) and dec["reason_code"] == "fault_or_gap"
+    assert "bus_error" in dec["reason"]
+    assert np.isfinite(w[w["kind"] == "prefill"]["energy_j"].iloc[0])  # before the fault
+    assert not a.verdicts["valid"].any()
+    assert "cross faults/gaps" in a.verdicts["reasons"].iloc[1]
+    # invalid runs are not averaged in: the configuration's figures are null with the reason
+    res = a.results[(a.results["scope"] == "all") & (a.results["phase"] == "decode")]
+    assert res["j_per_token_median"].isna().all() and "no valid runs" in res["reason"].iloc[0]
+
+
+def test_short_phase_gets_null_with_reason_not_zero(synth):
+    tdir, rdir, _, _ = synth(sched_kw={"prefill_s": 0.05})
+    a = analyze([rdir], tdir)
+    pre = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] == "prefill")]
+    assert pre["energy_j"].isna().all() and (pre["n_samples"] < 2).all()
+    assert (pre["reason_code"] == "few_samples").all()
+    v = a.verdicts.set_index("phase")
+    assert not v.loc["prefill", "valid"] and "fewer than 2 samples" in v.loc["prefill", "reasons"]
+    assert v.loc["decode", "valid"] and v.loc["request", "valid"]
+
+
+@pytest.mark.parametrize("status", ["running", "failed"])
+def test_unfinished_runs_are_reported_invalid(synth, status):
+    tdir, rdir, _, _ = synth(run_kw={"status": status, "error": "out of memory"
+                                     if status == "failed" else None, "sync": "start"})
+    a = analyze([rdir], tdir)
+    reasons = a.verdicts["reasons"].iloc[0]
+    assert not a.verdicts["valid"].any()
+    assert ("still 'running'" in reasons) if status == "running" else (
+        "run failed: out of memory" in reasons)
+    assert a.windows["energy_j"].notna().any()  # still measured, just not averaged in
+
+
+def _two_configs(synth, tmp_path, tools):
+    """Two configurations measured in one trace: q8 draws 1.5× the power of q4."""
+    s1 = tools.make_schedule(500 * NS, seed=1)
+    s2 = tools.make_schedule(s1.requests[-1]["end"] + 5 * NS, seed=2)
+    p1 = s1.profile(**tools.LEVELS)
+    p2 = s2.profile(idle_w=3.0, prefill_w=12.0, decode_w=9.0)
+    t = np.concatenate([p1.t_ns, p2.t_ns[1:]])
+    lv = np.concatenate([p1.level_w, p2.level_w[1:]])
+    prof = tools.Steps(t, lv)
+    tdir = tools.write_trace(tmp_path / "trace", {0: prof}, 495 * NS,
+                             s2.requests[-1]["end"] + 3 * NS)
+    r1 = tools.write_run(tmp_path / "r_q4", s1, offset_ns=7 * NS, map_id="q4", sha256="1" * 64)
+    r2 = tools.write_run(tmp_path / "r_q8", s2, offset_ns=7 * NS, map_id="q8", sha256="2" * 64)
+    return tdir, r1, r2
+
+
+def test_cli_writes_results_and_prints_three_tables(synth, tmp_path, tools, monkeypatch,
+                                                     capsys):
+    tdir, r1, r2 = _two_configs(synth, tmp_path, tools)
+    acc = tmp_path / "acc.json"
+    acc.write_text(json.dumps({"format": "epi-accuracy", "format_version": 1, "models": [
+        {"path": "q4.gguf", "sha256": "1" * 64, "map_id": "q4",
+         "perplexity": {"ppl": 20.0, "ppl_se": 0.1}, "benchmarks": {},
+         "composite": {"accuracy": 0.40, "ci95": [0.38, 0.42],
+                       "weights": {"hellaswag": 1.0}, "metric": "accuracy_norm"}},
+        {"path": "q8.gguf", "sha256": "2" * 64, "map_id": "q8",
+         "perplexity": {"ppl": 20.1, "ppl_se": 0.1}, "benchmarks": {},
+         "composite": {"accuracy": 0.42, "ci95": [0.40, 0.44],
+                       "weights": {"hellaswag": 1.0}, "metric": "accuracy_norm"}}]}))
+    out = tmp_path / "out"
+    code, stdout, err = run_cli(monkeypatch, capsys, r1, r2, "--trace", tdir, "--accuracy", acc,
+                                "--baseline", "q8", "--out", out)
+    assert code == 0, err
+    assert "Per configuration" in stdout and "Savings vs baseline q8" in stdout
+    assert "Phase breakdown per request, mJ" in stdout
+    res = pd.read_csv(out / "results.csv")
+    h = res[(res["scope"] == "all") & (res["phase"] == "request") & (res["unit"] == "generated")
+            & (res["basis"] == "gross")].set_index("config")
+    assert h.loc["q8", "j_per_token_median"] == pytest.approx(
+        1.5 * h.loc["q4", "j_per_token_median"], rel=0.03)
+    assert h.loc["q4", "epi"] == pytest.approx(h.loc["q4", "j_per_token_median"] / 0.40)
+    assert "composite accuracy_norm" in h.loc["q4", "accuracy_basis"]
+    assert h.loc["q4", "epi_energy_basis"].startswith("gross J per generated token")
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["format"] == "epi-analysis" and doc["pareto"] == ["q4", "q8"]
+    assert doc["perplexity_matched_pairs"][0]["cheaper"] == "q4"
+    sav = {r["config"]: r for r in doc["savings"]}
+    assert sav["q4"]["energy_saving_pct"] == pytest.approx(100 / 3, abs=1.5)
+    assert sav["q8"]["energy_saving_pct"] == 0.0
+    br = {r["config"]: r for r in doc["phase_breakdown"]}
+    assert br["q4"]["idle_mj"] == pytest.approx(3.0 * br["q4"]["request_s"] * 1e3, rel=1e-6)
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs["valid"].all()
+    wins = pd.read_csv(out / "windows.csv")
+    assert {"energy_j", "energy_counter_j", "counter_minus_trapezoid_j", "reason"} <= set(wins)
+
+
+def _expect_error(monkeypatch, capsys, out: Path, *args, match: str) -> None:
+    code, stdout, err = run_cli(monkeypatch, capsys, *args, "--out", out)
+    assert code == 2, (stdout, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("epi: error: "), err
+    assert match in lines[0], lines[0]
+    assert not out.exists() and not list(out.parent.glob(f".{out.name}.tmp-*"))
+
+
+def test_cli_errors_are_one_line_and_write_nothing(synth, tmp_path, tools, monkeypatch, capsys):
+    out = tmp_path / "never"
+    tdir, rdir, sched, _ = synth()
+    # the run is elsewhere in time: no overlap with the trace
+    far = tools.write_run(tmp_path / "far", tools.make_schedule(5000 * NS), run_id="far")
+    _expect_error(monkeypatch, capsys, out, far, "--trace", tdir, match="does not overlap")
+    # two runs over the same time
+    twin = tools.write_run(tmp_path / "twin", sched, run_id="twin")
+    _expect_error(monkeypatch, capsys, out, rdir, twin, "--trace", tdir,
+                  match="overlaps run")
+    # the same run twice
+    _expect_error(monkeypatch, capsys, out, rdir, rdir, "--trace", tdir, match="run_id")
+    # a placement node the trace's channel map does not know
+    other = tools.write_run(tmp_path / "other", sched, nodes=["pi9"], run_id="other")
+    _expect_error(monkeypatch, capsys, out, other, "--trace", tdir,
+                  match="placement node 'pi9' has no meter channel")
+    # ... which --channels can map (and an unknown channel cannot)
+    _expect_error(monkeypatch, capsys, out, other, "--trace", tdir, "--channels", "pi9=5",
+                  match="channel 5 of node 'pi9' is not in the trace")
+    code, _, err = run_cli(monkeypatch, capsys, other, "--trace", tdir, "--channels", "pi9=0",
+                           "--out", tmp_path / "mapped")
+    assert code == 0, err
+    # an unknown format version
+    hdr = json.loads((rdir / "run.json").read_text())
+    (rdir / "run.json").write_text(json.dumps({**hdr, "format_version": 9}))
+    _expect_error(monkeypatch, capsys, out, rdir, "--trace", tdir,
+                  match="format_version 9 is newer")
+    (rdir / "run.json").write_text(json.dumps(hdr))
+    # duplicated token timestamps
+    ev = (rdir / "events.csv").read_text().splitlines()
+    i = next(k for k, line in enumerate(ev) if ",token,1," in line)
+    f_prev, f = ev[i - 1].split(","), ev[i].split(",")
+    f[7] = f_prev[7]
+    ev[i] = ",".join(f)
+    (rdir / "events.csv").write_text("\n".join(ev) + "\n")
+    _expect_error(monkeypatch, capsys, out, rdir, "--trace", tdir, match="duplicated or unsorted")
+
+
+def test_existing_output_is_replaced_whole(synth, tmp_path, monkeypatch, capsys):
+    tdir, rdir, _, _ = synth()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.csv").write_text("old")
+    (out / "keep.txt").write_text("mine")
+    code, _, err = run_cli(monkeypatch, capsys, rdir, "--trace", tdir, "--out", out)
+    assert code == 0, err
+    assert (out / "results.csv").read_text().startswith("config,scope")
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_linear_edge_model_is_labelled_and_biased_on_steps(synth):
+    tdir, rdir, sched, prof = synth()
+    a = analyze([rdir], tdir, Options(edge="linear"))
+    assert (a.results["edge_model"] == "linear").all()
+    pre = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] == "prefill")]
+    err = pre["energy_j"].to_numpy() / _truth(sched, prof[0], "prefill") - 1
+    assert np.all(err < 0)  # linear interpolation smears the higher phase into its neighbours
