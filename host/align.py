@@ -143,7 +143,12 @@ def _running_integral_at(
         offs = np.insert(kb - (kb // chunk) * chunk, bounds, 0)
         gstart = bounds + np.arange(n_chunks)
         gbound = np.append(gstart, len(offs))
-        plans.append((order, body, offs, gstart, gbound, np.empty(len(offs), np.float64)))
+        # reduceat gives seg[i] (not 0) for a repeated index: those partial sums are zeroed.
+        zero = np.zeros(len(offs), dtype=bool)
+        zero[:-1] = offs[1:] == offs[:-1]
+        zero[gstart[1:] - 1] = False
+        plans.append([order, body, offs, gstart, gbound, np.empty(len(offs), np.float64), zero,
+                      0.0])
     buf = np.empty(chunk, dtype=np.float64)
     dbuf = np.empty(chunk, dtype=np.int64)
     for ci, s in enumerate(starts):  # loop over chunks of samples, not samples or windows
@@ -153,15 +158,17 @@ def _running_integral_at(
         np.add(power_w[s + 1 : e + 1], power_w[s:e], out=seg)
         np.subtract(t_ns[s + 1 : e + 1], t_ns[s:e], out=dbuf[:m])
         np.multiply(seg, dbuf[:m], out=seg)
-        for _, _, offs, _, gbound, sums in plans:
+        for plan in plans:
+            offs, gbound, sums, zero = plan[2], plan[4], plan[5], plan[6]
             lo, hi = gbound[ci], gbound[ci + 1]
-            np.add.reduceat(seg, offs[lo:hi], out=sums[lo:hi])
-    for out, (order, body, offs, gstart, _, sums) in zip(outs, plans, strict=True):
-        # reduceat gives seg[i] (not 0) for a repeated index: zero those partial sums.
-        rep = np.flatnonzero(offs[1:] == offs[:-1])
-        rep = rep[~np.isin(rep + 1, gstart)]
-        sums[rep] = 0.0
-        csum = np.cumsum(sums)
+            part = sums[lo:hi]
+            np.add.reduceat(seg, offs[lo:hi], out=part)
+            np.copyto(part, 0.0, where=zero[lo:hi])
+            # Running sums restart per chunk (short, pairwise-summed pieces: little rounding).
+            np.cumsum(part, out=part)
+            part += plan[7]
+            plan[7] = float(part[-1])
+    for out, (order, body, offs, gstart, _, csum, _, _) in zip(outs, plans, strict=True):
         keep = np.ones(len(offs), dtype=bool)
         keep[gstart] = False
         vals = np.empty(len(body), dtype=np.float64)
@@ -231,17 +238,73 @@ def _pairs(x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.take(x, r), np.take(x, np.minimum(r + 1, len(x) - 1))
 
 
+WINDOW_BLOCK = 1 << 15
+
+
 def _energies(t_ns: np.ndarray, power_w: np.ndarray, energy_j: np.ndarray | None,
               a: np.ndarray, b: np.ndarray, j: np.ndarray, m: np.ndarray, edge: str,
               chunk: int, *, trapezoid: bool = True) -> tuple[np.ndarray | None,
                                                               np.ndarray | None]:
     """(trapezoid J, counter J) of usable windows (m ≥ j) from their inside ranges j..m.
 
-    Both share one set of gathers (adjacent sample pairs fetched together). Edge pieces:
+    The running integral comes from one chunked pass over the samples; the edge pieces are
+    then computed for blocks of windows (a loop over blocks of ~32 K windows, not windows),
+    so neighbouring samples gathered for the same window are still in cache. Edge pieces:
     step — the window's own nearest sample (trapezoid) or its first/last interval's counter
     rate (counter) held out to the edge, exact for a load that changes at the edge; linear —
     power, or the counter, interpolated across the edge, exact for a load that ramps through it.
     """
+    k = len(j)
+    energy = np.empty(k) if trapezoid else None
+    counter = np.empty(k) if energy_j is not None else None
+    chain = None
+    if trapezoid:
+        # Adjacent windows (token after token) share an edge: the running integral at a
+        # window's first sample follows from the previous window's last one, so only those
+        # not chained need a lookup (half the lookups for token windows).
+        if k > 1 and bool(np.all(b[:-1] <= a[1:])):
+            need = np.ones(k, dtype=bool)
+            need[1:] = a[1:] != b[:-1]
+            if not need.all():
+                chain = need
+        if chain is None:
+            cum_j, cum_m = _running_integral_at(t_ns, power_w, [j, m], chunk)
+        else:
+            inter = np.empty(2 * k, dtype=np.int64)
+            inter[0::2], inter[1::2] = j, m
+            sel = np.ones(2 * k, dtype=bool)
+            sel[0::2] = chain
+            cum = np.empty(2 * k)
+            cum[sel] = _running_integral_at(t_ns, power_w, [inter[sel]], chunk)[0]
+            cum_j, cum_m = cum[0::2], cum[1::2]
+        energy[:] = cum_m
+    for s in range(0, k, WINDOW_BLOCK):  # blocks of windows
+        sl = slice(s, min(s + WINDOW_BLOCK, k))
+        link = None
+        if chain is not None:
+            p = max(s - 1, 0)
+            link = (chain[sl], cum_j[sl], cum_m[max(s - 1, 0):sl.stop - 1],
+                    np.take(power_w, m[p]), np.take(t_ns, m[p]), m[p])
+        _edges_block(t_ns, power_w, energy_j, a[sl], b[sl], j[sl], m[sl], edge,
+                     None if energy is None else energy[sl],
+                     None if counter is None else counter[sl], link,
+                     None if chain is not None or energy is None else cum_j[sl])
+    if energy is not None:
+        energy /= NS_PER_S
+    return energy, counter
+
+
+def _edges_block(t_ns: np.ndarray, power_w: np.ndarray, energy_j: np.ndarray | None,
+                 a: np.ndarray, b: np.ndarray, j: np.ndarray, m: np.ndarray, edge: str,
+                 energy: np.ndarray | None, counter: np.ndarray | None,
+                 link: tuple | None, cum_j: np.ndarray | None) -> None:
+    """Finish `energy` (holds 2·∫ to each window's last sample, W·ns; made 2·∫ over the window
+    plus edge pieces, still W·ns) and fill `counter` (J) for one block of windows.
+
+    `cum_j` is the running integral at each window's first sample; with `link` (chained
+    adjacent windows) it is completed here from the previous window's last sample.
+    """
+    n = len(t_ns)
     one = m == j  # a single sample inside: no interval of its own
     if edge == "step":
         tj, tj1 = _pairs(t_ns, j)
@@ -252,15 +315,30 @@ def _energies(t_ns: np.ndarray, power_w: np.ndarray, energy_j: np.ndarray | None
         tjp, tj = _pairs(t_ns, j - 1)
         tm, tmn = _pairs(t_ns, m)
         tj = np.where(j == 0, t_ns[0], tj)
-        tm = np.where(m == len(t_ns) - 1, t_ns[-1], tm)
+        tm = np.where(m == n - 1, t_ns[-1], tm)
     dl = (tj - a).astype(np.float64)  # ns from the window start to its first sample
     dr = (b - tm).astype(np.float64)  # ns from its last sample to the window end
     pj = np.take(power_w, j)
     pm = np.take(power_w, m)
-    energy = None
-    if trapezoid:
-        cum_j, cum_m = _running_integral_at(t_ns, power_w, [j, m], chunk)
-        energy = cum_m
+    if edge == "linear":
+        span_l = (tj - tjp).astype(np.float64)
+        span_r = (tmn - tm).astype(np.float64)
+        fl = np.divide(dl, span_l, out=np.zeros(len(j)), where=span_l > 0)
+        fr = np.divide(dr, span_r, out=np.zeros(len(m)), where=span_r > 0)
+    if energy is not None:
+        if link is not None:
+            need, cj, cm_prev, pm_first, tm_first, m_first = link
+            # previous window's last sample: its power, time and index, for every window
+            pm_prev = np.concatenate([[pm_first], pm[:-1]])
+            tm_prev = np.concatenate([[tm_first], tm[:-1]])
+            m_prev = np.concatenate([[m_first], m[:-1]])
+            chained = ~need
+            step = (pm_prev + pj) * (tj - tm_prev).astype(np.float64)
+            step[j == m_prev] = 0.0  # the shared edge sits on a sample
+            if len(cm_prev) < len(j):  # the very first window is never chained
+                cm_prev = np.concatenate([[0.0], cm_prev])
+            cj[chained] = cm_prev[chained] + step[chained]
+            cum_j = cj
         energy -= cum_j
         energy *= 0.5
         if edge == "step":
@@ -268,16 +346,11 @@ def _energies(t_ns: np.ndarray, power_w: np.ndarray, energy_j: np.ndarray | None
             energy += pm * dr
         else:
             pjp = np.take(power_w, np.maximum(j - 1, 0))
-            pmn = np.take(power_w, np.minimum(m + 1, len(t_ns) - 1))
-            span_l = (tj - tjp).astype(np.float64)
-            span_r = (tmn - tm).astype(np.float64)
-            fl = np.divide(dl, span_l, out=np.zeros(len(j)), where=span_l > 0)
-            fr = np.divide(dr, span_r, out=np.zeros(len(m)), where=span_r > 0)
+            pmn = np.take(power_w, np.minimum(m + 1, n - 1))
             energy += 0.5 * (2.0 * pj + (pjp - pj) * fl) * dl
             energy += 0.5 * (2.0 * pm + (pmn - pm) * fr) * dr
-        energy /= NS_PER_S
-    if energy_j is None:
-        return energy, None
+    if counter is None or energy_j is None:
+        return
     if edge == "step":
         ej, ej1 = _pairs(energy_j, j)
         em1, em = _pairs(energy_j, m - 1)
@@ -288,19 +361,15 @@ def _energies(t_ns: np.ndarray, power_w: np.ndarray, energy_j: np.ndarray | None
         if one.any():  # one sample inside: hold its power reading instead
             rate_l[one] = pj[one] / NS_PER_S
             rate_r[one] = pm[one] / NS_PER_S
-        counter = em - ej
+        np.subtract(em, ej, out=counter)
         counter += rate_l * dl
         counter += rate_r * dr
-        return energy, counter
+        return
     ejp, ej = _pairs(energy_j, j - 1)
     em, emn = _pairs(energy_j, m)
     ej = np.where(j == 0, energy_j[0], ej)
-    em = np.where(m == len(t_ns) - 1, energy_j[-1], em)
-    span_l = (tj - tjp).astype(np.float64)
-    span_r = (tmn - tm).astype(np.float64)
-    fl = np.divide(dl, span_l, out=np.zeros(len(j)), where=span_l > 0)
-    fr = np.divide(dr, span_r, out=np.zeros(len(m)), where=span_r > 0)
-    return energy, em - ej + (ej - ejp) * fl + (emn - em) * fr
+    em = np.where(m == n - 1, energy_j[-1], em)
+    counter[:] = em - ej + (ej - ejp) * fl + (emn - em) * fr
 
 
 def _prepare(t_ns: np.ndarray, t0_ns: np.ndarray, t1_ns: np.ndarray
@@ -414,9 +483,10 @@ def _texts(code: np.ndarray, fixed: dict[int, str], hit: dict[int, tuple[np.ndar
            ) -> np.ndarray:
     """Reason strings from codes, built only for the flagged windows."""
     out = np.full(len(code), "", dtype=object)
-    for value in np.unique(code):
-        if value == 0:
-            continue
+    flagged = code != 0
+    if not flagged.any():
+        return out
+    for value in np.unique(code[flagged]):
         sel = code == value
         if int(value) in hit:
             idx, iv = hit[int(value)]
@@ -454,10 +524,16 @@ def window_energy(
     good = code == 0  # implies usable
     every = bool(good.all())
     a, b, jg, mg = (t0, t1, j, m) if every else (t0[good], t1[good], j[good], m[good])
-    energy = np.full(n_win, np.nan)
-    counter = np.full(n_win, np.nan)
     e_good, c_good = _energies(t, series.power_w, series.energy_j, a, b, jg, mg, edge, chunk)
-    energy[good] = e_good
+    if every:
+        energy = e_good
+        counter = c_good if c_good is not None else np.full(n_win, np.nan)
+    else:
+        energy = np.full(n_win, np.nan)
+        counter = np.full(n_win, np.nan)
+        energy[good] = e_good
+        if c_good is not None:
+            counter[good] = c_good
     fixed = {BAD_WINDOW: "window ends before it starts",
              OUTSIDE: "window reaches outside the trace (no extrapolation)",
              FEW_SAMPLES: f"fewer than {min_samples} samples in window (see n_samples)"}
@@ -468,7 +544,6 @@ def window_energy(
         _flag(ccode, np.ones(n_win, bool), C_NONE)
         chit = hit
     else:
-        counter[good] = c_good
         if len(series.seg_start_idx) > 1:
             last = len(t) - 1
             seg_j = np.searchsorted(series.seg_start_idx, np.clip(j, 0, last), "right")
@@ -476,7 +551,8 @@ def window_energy(
             _flag(ccode, seg_j != seg_m, C_SEGMENTS)
         chit = _flag_intervals(series.counter_invalid, t0, t1, ccode, C_INVALID)
         _flag(ccode, np.isnan(counter), C_MISSING)
-        counter[ccode != 0] = np.nan
+        if not every or ccode.any():
+            counter[ccode != 0] = np.nan
     cfixed = {**fixed, C_SEGMENTS: "window spans more than one segment",
               C_MISSING: "energy_j missing", C_NONE: "no energy_j counter"}
     counter_reason = _texts(ccode, cfixed, {INVALID_DATA: (hit, series.invalid),
@@ -531,11 +607,13 @@ class ClockMap:
 
     @staticmethod
     def from_run(
-        clock_sync: Sequence[dict], run_boot_id: str | None, trace_boot_id: str | None
+        clock_sync: Sequence[dict], run_boot_id: str | None, trace_boot_id: str | None,
+        *, trace_clock_simulated: bool = False,
     ) -> ClockMap:
         """Build the map from run.json's `clock_sync` list and the two machines' boot ids.
 
-        Measured offsets win when present; equal boot ids give the same-host exception;
+        Measured offsets win when present; equal boot ids give the same-host exception (not
+        for a trace written with a simulated clock: its times are not the machine's clock);
         otherwise the map is flagged unusable (never silently zero).
         """
         rows = []
@@ -563,6 +641,12 @@ class ClockMap:
             if len(xs) == 1:
                 note += "; single sync point: drift not corrected"
             return ClockMap("clock_sync", xs, os_, u, note)
+        if trace_clock_simulated:
+            return ClockMap(
+                "none", np.zeros(0, np.int64), np.zeros(0, np.int64), float("nan"),
+                "run.json clock_sync has no usable offset, and the trace's clock is simulated "
+                "(not the machine's monotonic clock, whatever the boot ids say)",
+            )
         if run_boot_id and trace_boot_id and run_boot_id == trace_boot_id:
             return ClockMap(
                 "same_host", np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0,

@@ -62,6 +62,8 @@ class Options:
     seed: int = 0
     channels: dict[str, list[int]] | None = None
     energy_basis: str = "gross"
+    energy_method: str = "counter"
+    max_resolution_frac: float = 0.005
     max_gap_periods: float = 3.0
     accuracy_metric: str = "composite"
     accuracy_values: dict[str, float] = field(default_factory=dict)
@@ -140,8 +142,9 @@ def _node_channels(run: RunLog, trace: Trace, override: Mapping[str, list[int]] 
         for node, chans in override.items():
             bad = [c for c in chans if c not in trace.channels]
             if bad:
-                raise UserError(f"--channels: channel {bad[0]} of node {node!r} is not in the "
-                                f"trace {trace.path} (channels {sorted(trace.channels)})")
+                raise UserError(f"--channels: channel {bad[0]} of node {node!r} is not in "
+                                f"trace directory {trace.path} (channels "
+                                f"{sorted(trace.channels)})")
         by_node = {**by_node, **{k: list(v) for k, v in override.items()}}
     out: dict[str, list[int]] = {}
     for p in run.placement:
@@ -198,27 +201,46 @@ def _windows_local(run: RunLog) -> pd.DataFrame:
     return w
 
 
-def _combine(per_channel: dict[int, Any], chans: list[int], n: int) -> dict[str, np.ndarray]:
-    """Sum channels of one scope; any null channel makes the sum null (reason kept)."""
-    e = np.zeros(n)
-    c = np.zeros(n)
+def _combine(per_channel: dict[int, Any], chans: list[int], n: int, method: str,
+             resolution: dict[int, float]) -> dict[str, np.ndarray]:
+    """Sum the channels of one scope; any null channel makes the sum null (reason kept).
+
+    The primary `energy_j` is the counter figure where the counter covers the window (method
+    "counter") and the trapezoid figure otherwise; `energy_method` says which.
+    """
+    trap = np.zeros(n)
+    cnt = np.zeros(n)
+    prim = np.zeros(n)
+    n_counter = np.zeros(n, dtype=np.int64)
     ns = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     reason = np.full(n, "", dtype=object)
     creason = np.full(n, "", dtype=object)
     code = np.zeros(n, dtype=np.int8)
+    res = 0.0
     for ch in chans:
         we = per_channel[ch]
-        e = e + we.energy_j
-        c = c + we.energy_counter_j
+        trap += we.energy_j
+        cnt += we.energy_counter_j
+        use_counter = np.isfinite(we.energy_counter_j) if method == "counter" else np.zeros(
+            n, dtype=bool)
+        prim += np.where(use_counter, we.energy_counter_j, we.energy_j)
+        n_counter += use_counter
         ns = np.minimum(ns, we.n_samples)
+        res += resolution.get(ch, float("nan"))
         prefix = f"ch{ch}: " if len(chans) > 1 else ""
-        new = (reason == "") & (we.reason != "")
-        reason[new] = prefix + we.reason[new]
-        code[new] = we.code[new]
-        cnew = (creason == "") & (we.counter_reason != "")
-        creason[cnew] = prefix + we.counter_reason[cnew]
-    return {"energy_j": e, "energy_counter_j": c, "n_samples": ns, "reason": reason,
-            "counter_reason": creason, "code": code}
+        if (we.reason != "").any():
+            new = (reason == "") & (we.reason != "")
+            reason[new] = prefix + we.reason[new]
+            code[new] = we.code[new]
+        if (we.counter_reason != "").any():
+            cnew = (creason == "") & (we.counter_reason != "")
+            creason[cnew] = prefix + we.counter_reason[cnew]
+    used = np.where(n_counter == len(chans), "counter",
+                    np.where(n_counter == 0, "trapezoid", "mixed")).astype(object)
+    used[~np.isfinite(prim)] = ""
+    return {"energy_j": prim, "energy_method": used, "energy_trapezoid_j": trap,
+            "energy_counter_j": cnt, "counter_resolution_j": np.full(n, res),
+            "n_samples": ns, "reason": reason, "counter_reason": creason, "code": code}
 
 
 def _measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
@@ -236,7 +258,10 @@ def _measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
             f = w.copy()
             f["scope"] = scope
             f["energy_j"] = np.nan
+            f["energy_method"] = ""
+            f["energy_trapezoid_j"] = np.nan
             f["energy_counter_j"] = np.nan
+            f["counter_resolution_j"] = np.nan
             f["n_samples"] = pd.array([pd.NA] * n, dtype="Int64")
             f["reason"] = f"no clock offset: {info.clock.note}"
             f["counter_reason"] = f["reason"]
@@ -251,13 +276,15 @@ def _measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
     chans = sorted({c for cs in info.node_channels.values() for c in cs})
     per_channel = {ch: window_energy(trace.series(ch, info.boot_id), t0, t1, edge=opts.edge,
                                      min_samples=opts.min_samples) for ch in chans}
+    resolution = {ch: trace.channels[ch].counter_resolution_j for ch in chans}
     frames = []
     for scope, scope_chans in [("all", chans), *info.node_channels.items()]:
-        comb = _combine(per_channel, scope_chans, n)
+        comb = _combine(per_channel, scope_chans, n, opts.energy_method, resolution)
         f = w.copy()
         f["scope"] = scope
-        f["energy_j"] = comb["energy_j"]
-        f["energy_counter_j"] = comb["energy_counter_j"]
+        for col in ("energy_j", "energy_method", "energy_trapezoid_j", "energy_counter_j",
+                    "counter_resolution_j"):
+            f[col] = comb[col]
         f["n_samples"] = comb["n_samples"]
         f["reason"] = comb["reason"]
         f["counter_reason"] = comb["counter_reason"]
@@ -277,21 +304,23 @@ def _request_from_phases(f: pd.DataFrame) -> pd.DataFrame:
     req = f["kind"] == "request"
     if not req.any():
         return f
-    parts = f[f["kind"].isin(["prefill", "decode"])].pivot_table(
-        index="request_id", columns="kind", values=["energy_j", "energy_counter_j"],
-        aggfunc="first", dropna=False)
+    ph = f[f["kind"].isin(["prefill", "decode"])]
     ids = f.loc[req, "request_id"]
-    e_pre = ids.map(parts[("energy_j", "prefill")]).to_numpy(np.float64, na_value=np.nan)
-    e_dec = ids.map(parts[("energy_j", "decode")]).to_numpy(np.float64, na_value=np.nan)
-    c_pre = ids.map(parts[("energy_counter_j", "prefill")]).to_numpy(np.float64,
-                                                                      na_value=np.nan)
-    c_dec = ids.map(parts[("energy_counter_j", "decode")]).to_numpy(np.float64,
-                                                                     na_value=np.nan)
-    both = np.isfinite(e_pre) & np.isfinite(e_dec)
     idx = f.index[req]
-    f.loc[idx[both], "energy_j"] = (e_pre + e_dec)[both]
-    cboth = both & np.isfinite(c_pre) & np.isfinite(c_dec)
-    f.loc[idx[cboth], "energy_counter_j"] = (c_pre + c_dec)[cboth]
+
+    def part(col: str, kind: str) -> np.ndarray:
+        sel = ph[ph["kind"] == kind].set_index("request_id")[col]
+        return ids.map(sel).to_numpy(dtype=object if col == "energy_method" else np.float64,
+                                     na_value=None if col == "energy_method" else np.nan)
+
+    both = np.isfinite(part("energy_j", "prefill")) & np.isfinite(part("energy_j", "decode"))
+    for col in ("energy_j", "energy_trapezoid_j", "energy_counter_j"):
+        total = part(col, "prefill") + part(col, "decode")
+        ok = both & np.isfinite(total)
+        f.loc[idx[ok], col] = total[ok]
+        f.loc[idx[both & ~ok], col] = np.nan
+    m_pre, m_dec = part("energy_method", "prefill"), part("energy_method", "decode")
+    f.loc[idx[both], "energy_method"] = np.where(m_pre == m_dec, m_pre, "mixed")[both]
     f.loc[idx[both], "request_method"] = "prefill+decode"
     return f
 
@@ -355,6 +384,7 @@ def _repeat_table(win: pd.DataFrame) -> pd.DataFrame:
                            + f" {phase} windows null: " + reason.astype(str), why)
             agg["reason"] = why
             agg["phase"], agg["unit"], agg["basis"] = phase, unit, basis
+            agg["energy_sum_j"] = np.where(agg["n_null"] > 0, np.nan, agg["energy_sum"])
             rows.append(agg.drop(columns=["energy_sum", "n_null", "first_reason",
                                           "net_reason", "bad_tokens", "duration_s"]))
     out = pd.concat(rows, ignore_index=True)
@@ -394,6 +424,23 @@ def _verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
                 reasons.append(f"{len(few)} of {len(pw)} {phase} window(s) have fewer than "
                                f"{opts.min_samples} samples (sample faster or make the phase "
                                "longer)")
+            if opts.energy_method == "counter":
+                if phase == "idle":
+                    vals = pw["energy_j"].to_numpy(np.float64)
+                    what = "idle window"
+                else:
+                    r = rep[(rep["run_id"] == rid) & (rep["scope"] == "all")
+                            & (rep["phase"] == phase) & (rep["basis"] == "gross")]
+                    vals = r["energy_sum_j"].to_numpy(np.float64)
+                    what = f"{phase} energy of a repeat"
+                e_rep = float(np.nanmedian(vals)) if np.isfinite(vals).any() else float("nan")
+                res = float(w["counter_resolution_j"].iloc[0]) if len(w) else float("nan")
+                if np.isfinite(res) and np.isfinite(e_rep) and \
+                        res > opts.max_resolution_frac * e_rep:
+                    reasons.append(
+                        f"energy counter resolution {res:.3g} J is {res / e_rep:.1%} of the "
+                        f"median {what} ({e_rep:.3g} J; limit {opts.max_resolution_frac:.1%}): "
+                        "raise the board's meter constant")
             med_dur = float(pw["duration_s"].median()) if len(pw) else float("nan")
             unc = info.offset_uncertainty_ns
             if info.clock.usable and np.isfinite(med_dur) and med_dur > 0:
@@ -478,13 +525,13 @@ def load_accuracy(path: Path | None, runs: Sequence[RunInfo], opts: Options
 def _manifest(info: RunInfo, opts: Options) -> dict | None:
     m = info.run.model
     map_id = m.get("map_id")
-    if not map_id:
-        return None
+    stem = Path(str(m["path"])).stem if m.get("path") else None
+    names = [f"{x}.manifest.json" for x in dict.fromkeys([map_id, stem]) if x]
     cands = []
     if opts.manifest_dir is not None:
-        cands.append(Path(opts.manifest_dir) / f"{map_id}.manifest.json")
+        cands += [Path(opts.manifest_dir) / n for n in names]
     if m.get("path"):
-        cands.append(Path(str(m["path"])).parent / f"{map_id}.manifest.json")
+        cands += [Path(str(m["path"])).parent / n for n in names]
     for c in cands:
         if c.is_file():
             try:
@@ -508,6 +555,8 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
     opts = opts or Options()
     if opts.energy_basis not in ("gross", "net"):
         raise UserError(f"--energy-basis: {opts.energy_basis!r} is not gross or net")
+    if opts.energy_method not in ("counter", "trapezoid"):
+        raise UserError(f"--energy-method: {opts.energy_method!r} is not counter or trapezoid")
     trace = read_trace(trace_dir, max_gap_periods=opts.max_gap_periods)
     if not run_dirs:
         raise UserError("give at least one RUN_DIR")
@@ -535,7 +584,8 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
                         + "; ".join(n for n in notes if "nothing to measure" in n))
     for run, cfg in measurable:
         boot = _domain(trace, run)
-        clock = ClockMap.from_run(run.clock_sync, run.boot_id, boot)
+        clock = ClockMap.from_run(run.clock_sync, run.boot_id, boot,
+                                  trace_clock_simulated=trace.clock_simulated(boot))
         node_ch = _node_channels(run, trace, opts.channels)
         span = None
         unc = clock.uncertainty_ns
@@ -574,7 +624,7 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
                                     for s in scopes], dtype=object)
     win["energy_net_j"] = np.where(win["kind"] == "idle", np.nan, net)
     win["net_reason"] = net_reason
-    win["counter_minus_trapezoid_j"] = win["energy_counter_j"] - win["energy_j"]
+    win["counter_minus_trapezoid_j"] = win["energy_counter_j"] - win["energy_trapezoid_j"]
     win["power_w"] = win["energy_j"] / win["duration_s"].where(win["duration_s"] > 0)
     rep = _repeat_table(win)
     verdicts = _verdicts(infos, win, rep, opts)
@@ -662,6 +712,7 @@ def _results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFrame,
     res = pd.DataFrame(rows)
     res["ci_level"] = opts.ci_level
     res["edge_model"] = opts.edge
+    res["energy_method"] = opts.energy_method
     return res
 
 
@@ -688,8 +739,8 @@ def _pareto(results: pd.DataFrame, opts: Options) -> list[str]:
     h = _headline(results, opts.energy_basis)
     mask = epimod.pareto_front(h["accuracy"].to_numpy(), h["j_per_token_median"].to_numpy())
     front = set(h["config"].to_numpy()[mask])
-    results["pareto"] = np.where(results.index.isin(h.index), results["config"].isin(front),
-                                 False)
+    results["pareto"] = pd.array([pd.NA] * len(results), dtype="boolean")
+    results.loc[h.index, "pareto"] = results.loc[h.index, "config"].isin(front).to_numpy()
     return sorted(front)
 
 

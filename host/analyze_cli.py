@@ -82,8 +82,9 @@ def _records(df: pd.DataFrame) -> list[dict]:
 WINDOW_COLUMNS = [
     "run_id", "config", "kind", "request_id", "repeat", "prompt_id", "scope", "t0_local_ns",
     "t1_local_ns", "t0_meter_ns", "t1_meter_ns", "duration_s", "n_prompt_tokens",
-    "n_generated_tokens", "n_samples", "energy_j", "energy_net_j", "energy_counter_j",
-    "counter_minus_trapezoid_j", "power_w", "request_method", "reason_code", "reason",
+    "n_generated_tokens", "n_samples", "energy_j", "energy_method", "energy_net_j",
+    "energy_trapezoid_j", "energy_counter_j", "counter_minus_trapezoid_j",
+    "counter_resolution_j", "power_w", "request_method", "reason_code", "reason",
     "counter_reason", "net_reason",
 ]
 RESULT_COLUMNS = [
@@ -92,7 +93,7 @@ RESULT_COLUMNS = [
     "j_per_token_ci_hi", "ci_level", "energy_per_request_j_median",
     "duration_per_request_s_median", "accuracy", "accuracy_ci_lo", "accuracy_ci_hi",
     "accuracy_basis", "epi", "epi_ci_lo", "epi_ci_hi", "epi_energy_basis", "epi_reason",
-    "perplexity", "pareto", "edge_model", "reason",
+    "perplexity", "pareto", "energy_method", "edge_model", "reason",
 ]
 
 
@@ -205,7 +206,7 @@ def summary_text(a: Analysis) -> str:
         return r.iloc[0] if len(r) else None
 
     rows = []
-    for cfg in dict.fromkeys(res["config"]):
+    for cfg in dict.fromkeys(i.config for i in a.runs):
         g = fig(cfg, "request", "generated", "gross")
         n = fig(cfg, "request", "generated", "net")
         t = fig(cfg, "request", "total", "gross")
@@ -222,7 +223,10 @@ def summary_text(a: Analysis) -> str:
             _num(h["accuracy"], ".3f"), _ci(h["epi"], h["epi_ci_lo"], h["epi_ci_hi"]),
         ])
     out = [f"Per configuration — scope: all channels of the run's nodes; median over repeats "
-           f"[{lvl} bootstrap CI]; edge model: {a.options.edge}",
+           f"[{lvl} bootstrap CI]; energy: {a.options.energy_method}"
+           + (" (trapezoid where the counter does not cover a window)"
+              if a.options.energy_method == "counter" else "")
+           + f"; edge model: {a.options.edge}",
            format_table(["config", "valid runs", "J/request", "J/gen tok (gross)",
                          "J/gen tok (net)", "J/total tok", "prefill J/prompt tok",
                          "decode J/gen tok", "CV %", "accuracy", f"EPI ({basis})"], rows)]
@@ -290,6 +294,11 @@ def summary_text(a: Analysis) -> str:
               show_default=True, help="Energy basis of EPI, Pareto and savings.")
 @click.option("--edge", type=click.Choice(["step", "linear"]), default="step",
               show_default=True, help="Window-edge model (see docs/analysis.md).")
+@click.option("--energy-method", type=click.Choice(["counter", "trapezoid"]), default="counter",
+              show_default=True, help="Primary energy: the chip's energy counter (trapezoid "
+              "where the counter does not cover a window) or the integral of power readings.")
+@click.option("--max-resolution-frac", type=float, default=0.005, show_default=True,
+              help="Largest energy-counter resolution as a fraction of a repeat's phase energy.")
 @click.option("--cv-threshold", type=float, default=0.03, show_default=True,
               help="Largest repeat CV of a valid run.")
 @click.option("--max-offset-frac", type=float, default=0.01, show_default=True,
@@ -308,10 +317,13 @@ def summary_text(a: Analysis) -> str:
 def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | None,
             accuracy_value: tuple[str, ...], accuracy_metric: str, baseline: str | None,
             channels: str | None, out_dir: Path, energy_basis: str, edge: str,
+            energy_method: str, max_resolution_frac: float,
             cv_threshold: float, max_offset_frac: float, min_samples: int, ppl_tolerance: float,
             n_boot: int, seed: int, time_share: bool, manifest_dir: Path | None) -> None:
     """Joules per token by phase and node, EPI with CIs, and validity verdicts."""
-    opts = Options(edge=edge, min_samples=min_samples, cv_threshold=cv_threshold,
+    opts = Options(edge=edge, energy_method=energy_method,
+                   max_resolution_frac=max_resolution_frac,
+                   min_samples=min_samples, cv_threshold=cv_threshold,
                    max_offset_frac=max_offset_frac, n_boot=n_boot, seed=seed,
                    channels=parse_channels(channels), energy_basis=energy_basis,
                    accuracy_metric=accuracy_metric,

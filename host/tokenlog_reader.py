@@ -215,14 +215,16 @@ def _read_requests(path: Path, ev: pd.DataFrame, events_path: Path,
         "t_start_mono_ns": int_column(frame, "t_start_mono_ns", path),
         "t_first_token_mono_ns": int_column(frame, "t_first_token_mono_ns", path,
                                             nullable=True),
-        "t_end_mono_ns": int_column(frame, "t_end_mono_ns", path),
+        "t_end_mono_ns": int_column(frame, "t_end_mono_ns", path, nullable=True),
         "node": frame["node"].astype(str).to_numpy(dtype=object),
     })
     # A request that generated nothing has no first token: it has no phases to measure.
     silent = (req["t_first_token_mono_ns"] == INT64_MIN).to_numpy()
-    if (silent & (req["n_generated_tokens"] != 0).to_numpy()).any():
-        row = int(np.flatnonzero(silent & (req["n_generated_tokens"] != 0).to_numpy())[0])
-        raise UserError(f"{path}: line {row + 2}: t_first_token_mono_ns is empty but "
+    no_end = (req["t_end_mono_ns"] == INT64_MIN).to_numpy()
+    wrong = (silent & (req["n_generated_tokens"] != 0).to_numpy()) | (no_end & ~silent)
+    if wrong.any():
+        row = int(np.flatnonzero(wrong)[0])
+        raise UserError(f"{path}: line {row + 2}: token times are empty but "
                         "n_generated_tokens is not 0")
     if silent.any():
         notes.append(f"{path.name}: {int(silent.sum())} request(s) generated no tokens "

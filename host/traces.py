@@ -191,6 +191,11 @@ class Trace:
     def power_models(self) -> list[object]:
         return [s.meta.get("power_model") for s in self.segments if s.meta.get("power_model")]
 
+    def clock_simulated(self, boot_id: str | None) -> bool:
+        """Whether the segments of this clock domain were timed by a simulated clock."""
+        return any((s.meta.get("clock") or {}).get("kind") == "simulated"
+                   for s in self.segments if s.boot_id == boot_id)
+
     def domain_samples(self, boot_id: str | None) -> pd.DataFrame:
         segs = [s.number for s in self.segments if s.boot_id == boot_id]
         return self.samples[self.samples["segment"].isin(segs)]

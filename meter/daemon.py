@@ -317,14 +317,14 @@ class MeterDaemon:
             state = MeterState(
                 [ChannelInfo(ch.index, ch.name, ch.node) for ch in channels], {}
             )
+            started = (clock.monotonic_ns(), clock.realtime_ns())
+            sched0 = started[0] + SCHEDULE_LEAD_NS
+            injector = FaultInjector(specs, channels, sched0) if specs else None
             hub = LiveHub()
             url = None
             if listen is not None:
                 self.server = MeterServer(listen[0], listen[1], state=state, hub=hub, clock=clock)
                 url = self.server.url
-            started = (clock.monotonic_ns(), clock.realtime_ns())
-            sched0 = started[0] + SCHEDULE_LEAD_NS
-            injector = FaultInjector(specs, channels, sched0) if specs else None
             meta = self._meta(board, channels, period_s, url, injector, budget, sched0, started)
             writer = TraceWriter(o.out_dir, meta, lock=lock)
             state.info.update(

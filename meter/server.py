@@ -237,10 +237,10 @@ class MeterServer:
     def stop(self) -> None:
         """End streams, stop serving and close the socket."""
         self.hub.close()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread is not None:
+        if self._thread is not None:  # shutdown() waits for serve_forever: only if it runs
+            self._httpd.shutdown()
             self._thread.join(timeout=5)
+        self._httpd.server_close()
 
     def __enter__(self) -> MeterServer:
         self.start()

@@ -1,7 +1,8 @@
 """Meter trace files (docs/formats.md §1): a crash-safe writer and a small stdlib reader.
 
-A trace is a directory of *segments*; every daemon start appends one. Each segment has a
-``meta.json`` written atomically before the first sample, and two append-only CSV files.
+A trace is a directory of *segments*; every daemon start appends one. Each segment has two
+append-only CSV files, created with their header line, and then a ``meta.json`` written
+atomically before the first sample (so a segment with a meta.json has both CSV files).
 
 Crash safety comes from three rules:
 
@@ -293,15 +294,11 @@ class TraceWriter:
         meta.setdefault("host", socket.gethostname())
         meta.setdefault("boot_id", read_boot_id())
         self._meta = meta
+        # The CSV files appear whole with their header line (temporary file + rename), and
+        # before meta.json: a segment whose meta.json exists always has both files.
+        self._samples_fd = _create_with_header(self.samples_path, SAMPLE_COLUMNS)
+        self._events_fd = _create_with_header(self.events_path, EVENT_COLUMNS)
         write_json_atomic(self.meta_path, meta)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
-        self._samples_fd = os.open(self.samples_path, flags, 0o644)
-        self._events_fd = os.open(self.events_path, flags, 0o644)
-        os.write(self._samples_fd, (",".join(SAMPLE_COLUMNS) + "\n").encode())
-        os.write(self._events_fd, (",".join(EVENT_COLUMNS) + "\n").encode())
-        os.fsync(self._samples_fd)
-        os.fsync(self._events_fd)
-        _fsync_dir(self.trace_dir)
         self._sync_thread = threading.Thread(
             target=self._sync_loop, name="trace-fsync", daemon=True
         )
@@ -391,6 +388,22 @@ class TraceWriter:
         self.close()
 
 
+def _create_with_header(path: Path, columns: Sequence[str]) -> int:
+    """Create a CSV file holding just its header, atomically; return an append descriptor."""
+    if path.exists():
+        raise FileExistsError(f"{path}: already exists (segments are never reused)")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    try:
+        _write_all(fd, (",".join(columns) + "\n").encode())
+        os.fsync(fd)
+        os.rename(tmp, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -437,6 +450,7 @@ class Trace:
     path: Path
     segments: list[Segment]
     gaps: list[Gap] = field(default_factory=list)
+    skipped_segments: list[int] = field(default_factory=list)  # killed before their meta.json
 
     def samples(self) -> Iterator[dict[str, Any]]:
         """Every sample row of every segment, with a ``segment`` key added."""
@@ -549,6 +563,16 @@ def _parse_events(path: Path) -> tuple[list[dict[str, Any]], int]:
     return events, dropped
 
 
+def _has_rows(path: Path) -> bool:
+    """True if a CSV file has anything after its header line."""
+    try:
+        with open(path, "rb") as f:
+            f.readline()
+            return bool(f.read(1))
+    except FileNotFoundError:
+        return False
+
+
 def _int_or_none(text: str) -> int | None:
     return int(text) if text not in ("", "-") else None
 
@@ -562,11 +586,16 @@ def read_trace(trace_dir: str | os.PathLike[str]) -> Trace:
     if not numbers:
         raise UserError(f"{path}: no trace segments (seg-NNNNNN.meta.json) in this directory")
     segments: list[Segment] = []
+    skipped: list[int] = []
     for n in numbers:
         meta_path, samples_path, events_path = segment_paths(path, n)
         if not meta_path.exists():
-            # meta.json is written before the CSV files, so this is not a writer's crash.
-            raise UserError(f"{meta_path}: missing, but segment {n} has data files")
+            # The CSV files are created (header only) just before meta.json: a daemon killed
+            # between the two leaves them without data. Anything more is not a writer's crash.
+            if _has_rows(samples_path) or _has_rows(events_path):
+                raise UserError(f"{meta_path}: missing, but segment {n} has data rows")
+            skipped.append(n)
+            continue
         try:
             raw = json.loads(meta_path.read_text())
         except ValueError as exc:
@@ -575,7 +604,9 @@ def read_trace(trace_dir: str | os.PathLike[str]) -> Trace:
         samples, d1 = _parse_samples(samples_path)
         events, d2 = _parse_events(events_path)
         segments.append(Segment(n, meta, samples, events, d1 + d2))
-    trace = Trace(path=path, segments=segments)
+    if not segments:
+        raise UserError(f"{path}: no trace segment got as far as its meta.json")
+    trace = Trace(path=path, segments=segments, skipped_segments=skipped)
     trace.gaps = _event_gaps(segments) + _segment_gaps(segments)
     return trace
 

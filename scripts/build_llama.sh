@@ -13,7 +13,10 @@ VERSION=0.3.36
 CACHE=${EPI_HOME:-$HOME/.cache/epi}
 FLAGS=(-DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF -DGGML_RPC=ON -DLLAMA_OPENSSL=OFF
        -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF
-       -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DCMAKE_BUILD_TYPE=Release)
+       -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DCMAKE_BUILD_TYPE=Release
+       # RUNPATH relative to the binary: the libraries copied next to the bindings load each
+       # other (one libggml, one device registry), never the build cache's copies.
+       -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN:$ORIGIN/../lib')
 TARGETS=(llama ggml-rpc-server llama-quantize llama-perplexity)
 KEY=$(printf '%s ' "$VERSION" "${FLAGS[@]}" | sha256sum | cut -c1-12)
 ROOT="$CACHE/llama.cpp/$VERSION-$KEY"

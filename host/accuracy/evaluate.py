@@ -246,7 +246,7 @@ def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str,
                    echo: Callable[[str], None]) -> dict[str, Any]:
     """llama-perplexity on the same model, data and settings, next to our figures."""
     base = {"kind": "crosscheck", "model_sha256": sha, "ctx": settings.ctx,
-            "llama_cpp_python": _llama_version()}
+            "flash_attn": "off", "llama_cpp_python": _llama_version()}
     out: dict[str, Any] = {"tool": "llama-perplexity"}
     if perplexity is not None:
         if (settings.stride or settings.ctx) != settings.ctx:

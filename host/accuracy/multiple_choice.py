@@ -53,36 +53,29 @@ def item_group(scorer: Scorer, item: Item) -> list[tuple[list[int], int]]:
     return list(zip(seqs, score_starts(scorer, item, seqs), strict=True))
 
 
-def _choice_score(scorer: Scorer, seq: Sequence[int], start: int, lp: Any) -> list[float]:
-    n_bytes = sum(scorer.piece_bytes(t) for t in seq[start:])
-    return [float(lp.sum()), len(lp), n_bytes]
-
-
 def score_item(scorer: Scorer, item: Item) -> list[list[float]]:
-    """[[logprob_sum, n_tokens, n_bytes], ...] for every choice, one sequence at a time.
+    """[[logprob_sum, n_tokens, n_bytes], ...] for every choice of `item`.
 
-    The plain path (`Scorer.logprobs`); `score_items` gets the same numbers batched.
+    Choice 0 is evaluated from scratch; later choices reuse the tokens they share with it.
     """
-    return [_choice_score(scorer, seq, st, scorer.logprobs(seq, st))
-            for seq, st in item_group(scorer, item)]
+    scorer.reset()
+    out = []
+    for seq, start in item_group(scorer, item):
+        lp = scorer.logprobs(seq, start)
+        n_bytes = sum(scorer.piece_bytes(t) for t in seq[start:])
+        out.append([float(lp.sum()), len(lp), n_bytes])
+    return out
 
 
 def score_items(
-    scorer: Scorer,
-    items: Sequence[Item],
-    progress: Callable[[int], None] | None = None,
-    chunk: int = 64,
+    scorer: Scorer, items: Sequence[Item], progress: Callable[[int], None] | None = None
 ) -> list[dict[str, Any]]:
     """Per-item records {id, gold, scores} (the cacheable raw material of every metric)."""
     records = []
-    for i in range(0, len(items), chunk):
-        part = items[i : i + chunk]
-        groups = [item_group(scorer, it) for it in part]
-        lps = scorer.logprobs_groups(groups, progress)
-        for item, group, lp in zip(part, groups, lps, strict=True):
-            scores = [_choice_score(scorer, seq, st, x) for (seq, st), x in zip(group, lp,
-                                                                                 strict=True)]
-            records.append({"id": item.id, "gold": item.gold, "scores": scores})
+    for item in items:
+        records.append({"id": item.id, "gold": item.gold, "scores": score_item(scorer, item)})
+        if progress is not None:
+            progress(1)
     return records
 
 

@@ -78,6 +78,7 @@ def perplexity_tokens(
         window = list(tokens[s : s + n_ctx])
         if scorer.add_bos:
             window[0] = scorer.bos
+        scorer.reset()  # each window from scratch, as llama-perplexity clears its KV cache
         nll = -scorer.logprobs(window, n_ctx - m)
         nll_sum += float(nll.sum())
         nll2_sum += float(np.square(nll).sum())

@@ -202,7 +202,7 @@ LEVELS = {"idle_w": 3.0, "prefill_w": 8.0, "decode_w": 6.0}
 
 
 @pytest.fixture
-def synth(tmp_path: Path) -> Callable[..., tuple[Path, Path, Schedule, dict[int, Steps]]]:
+def synth_run(tmp_path: Path) -> Callable[..., tuple[Path, Path, Schedule, dict[int, Steps]]]:
     """Factory: (trace_dir, run_dir, schedule, profiles) for one synthetic run on 1–2 channels."""
 
     def make(name: str = "run1", *, t0_ns: int = 500 * NS, channels: int = 1,
@@ -225,7 +225,7 @@ def synth(tmp_path: Path) -> Callable[..., tuple[Path, Path, Schedule, dict[int,
 
 
 @pytest.fixture
-def tools() -> SimpleNamespace:
+def synth_tools() -> SimpleNamespace:
     """The writers above, for tests (conftest modules cannot be imported by name)."""
     return SimpleNamespace(NS=NS, Steps=Steps, Schedule=Schedule, make_schedule=make_schedule,
                            write_trace=write_trace, write_run=write_run, LEVELS=LEVELS,

@@ -62,6 +62,30 @@ def test_trapezoid_matches_per_window_reference(random_trace, edge, chunk):
     np.testing.assert_allclose(got[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("edge", ["step", "linear"])
+def test_adjacent_token_windows_match_reference(random_trace, edge):
+    """Token windows share edges (the chained fast path), some edges exactly on samples, some
+    windows with fewer than 2 samples or nulled by a fault in window_energy."""
+    t, p, _, _ = random_trace
+    rng = np.random.default_rng(11)
+    edges = np.sort(rng.integers(t[3], t[-3], 3000))
+    edges[::50] = t[np.searchsorted(t, edges[::50])]  # some edges on samples exactly
+    edges = np.unique(edges)
+    a, b = edges[:-1], edges[1:]
+    ref = np.array([_reference(t, p, x, y, edge) for x, y in zip(a, b, strict=True)])
+    got = trapezoid_energy_j(t, p, a, b, edge=edge, chunk=97)
+    ok = ~np.isnan(ref)
+    np.testing.assert_allclose(got[ok], ref[ok], rtol=1e-9)
+    e = np.concatenate([[0.0], np.cumsum(0.5 * (p[1:] + p[:-1]) * np.diff(t) / NS)])
+    bad = Intervals.build([a[700]], [a[700] + 1], ["bus_error event"])
+    s = ChannelSeries(0, t, p, e, invalid=bad)
+    r = window_energy(s, a, b, edge=edge, chunk=97)
+    fine = (r.n_samples >= 2) & (r.code == 0)
+    assert r.code[700] == INVALID_DATA and (r.code == FEW_SAMPLES).sum() > 100
+    np.testing.assert_allclose(r.energy_j[fine], ref[fine], rtol=1e-9)
+    assert np.isnan(r.energy_j[~fine]).all()
+
+
 def test_step_edges_exact_for_steps_at_window_edges():
     """A load stepping exactly at the window edges is integrated exactly by the step model,
     and with a bias toward the neighbours by linear interpolation."""

@@ -35,9 +35,9 @@ def _truth(sched, prof, kind: str) -> np.ndarray:
     return np.array([prof.energy(r[a], r[b]) for r in sched.requests if not r["warmup"]])
 
 
-def test_exact_energies_with_offset_and_drift_corrected(synth):
+def test_exact_energies_with_offset_and_drift_corrected(synth_run):
     """Clock offset (−123 s) and drift (40 ppm) injected; every window matches the profile."""
-    tdir, rdir, sched, prof = synth(run_kw={"offset_ns": -123 * NS + 456_789, "drift_ppm": 40})
+    tdir, rdir, sched, prof = synth_run(run_kw={"offset_ns": -123 * NS + 456_789, "drift_ppm": 40})
     a = analyze([rdir], tdir)
     assert a.runs[0].clock.basis == "clock_sync"
     w = a.windows[a.windows["scope"] == "all"]
@@ -60,9 +60,9 @@ def test_exact_energies_with_offset_and_drift_corrected(synth):
     assert dec["n_repeats"] == 3 and dec["j_per_token_ci_lo"] <= dec["j_per_token_median"]
 
 
-def test_uncorrected_offset_would_be_wrong(synth):
+def test_uncorrected_offset_would_be_wrong(synth_run):
     """Control: the same run read as if the offset were zero misplaces every window."""
-    tdir, rdir, sched, prof = synth(run_kw={"offset_ns": 250_000_000})
+    tdir, rdir, sched, prof = synth_run(run_kw={"offset_ns": 250_000_000})
     a = analyze([rdir], tdir)
     w = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] == "prefill")]
     truth = _truth(sched, prof[0], "prefill")
@@ -73,8 +73,8 @@ def test_uncorrected_offset_would_be_wrong(synth):
     assert np.all(np.abs(np.array(wrong) / truth - 1) > 0.05)
 
 
-def test_no_offset_is_flagged_not_assumed_zero(synth):
-    tdir, rdir, _, _ = synth(run_kw={"sync": "none"})
+def test_no_offset_is_flagged_not_assumed_zero(synth_run):
+    tdir, rdir, _, _ = synth_run(run_kw={"sync": "none"})
     a = analyze([rdir], tdir)
     assert a.runs[0].clock.basis == "none"
     assert a.windows["energy_j"].isna().all()
@@ -83,16 +83,16 @@ def test_no_offset_is_flagged_not_assumed_zero(synth):
     assert "no usable clock offset" in a.verdicts["reasons"].iloc[0]
 
 
-def test_same_host_needs_no_offset_and_says_so(synth, tools):
-    tdir, rdir, sched, prof = synth(run_kw={"sync": "none", "boot_id": tools.METER_BOOT})
+def test_same_host_needs_no_offset_and_says_so(synth_run, synth_tools):
+    tdir, rdir, sched, prof = synth_run(run_kw={"sync": "none", "boot_id": synth_tools.METER_BOOT})
     a = analyze([rdir], tdir)
     assert a.runs[0].clock.basis == "same_host" and "same host" in a.runs[0].clock.note
     w = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] == "request")]
     np.testing.assert_allclose(w["energy_j"], _truth(sched, prof[0], "request"), rtol=1e-6)
 
 
-def test_two_nodes_measured_per_channel(synth):
-    tdir, rdir, sched, prof = synth(channels=2)
+def test_two_nodes_measured_per_channel(synth_run):
+    tdir, rdir, sched, prof = synth_run(channels=2)
     a = analyze([rdir], tdir)
     w = a.windows[a.windows["kind"] == "decode"]
     for ch, node in ((0, "n0"), (1, "n1")):
@@ -105,11 +105,11 @@ def test_two_nodes_measured_per_channel(synth):
     assert set(r["layers"]) == {"4-7"}
 
 
-def test_fault_inside_a_window_makes_it_and_the_run_invalid(synth, tools):
-    sched = tools.make_schedule(500 * NS)
+def test_fault_inside_a_window_makes_it_and_the_run_invalid(synth_run, synth_tools):
+    sched = synth_tools.make_schedule(500 * NS)
     r = [x for x in sched.requests if not x["warmup"]][2]
     t_fault = (r["first"] + r["end"]) // 2
-    tdir, rdir, _, _ = synth(trace_kw={"events": [(t_fault, 0, "bus_error", "no answer")]})
+    tdir, rdir, _, _ = synth_run(trace_kw={"events": [(t_fault, 0, "bus_error", "no answer")]})
     a = analyze([rdir], tdir)
     w = a.windows[(a.windows["scope"] == "all") & (a.windows["request_id"] == r["request_id"])]
     dec = w[w["kind"] == "decode"].iloc[0]
@@ -123,8 +123,8 @@ def test_fault_inside_a_window_makes_it_and_the_run_invalid(synth, tools):
     assert res["j_per_token_median"].isna().all() and "no valid runs" in res["reason"].iloc[0]
 
 
-def test_short_phase_gets_null_with_reason_not_zero(synth):
-    tdir, rdir, _, _ = synth(sched_kw={"prefill_s": 0.05})
+def test_short_phase_gets_null_with_reason_not_zero(synth_run):
+    tdir, rdir, _, _ = synth_run(sched_kw={"prefill_s": 0.05})
     a = analyze([rdir], tdir)
     pre = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] == "prefill")]
     assert pre["energy_j"].isna().all() and (pre["n_samples"] < 2).all()
@@ -135,8 +135,8 @@ def test_short_phase_gets_null_with_reason_not_zero(synth):
 
 
 @pytest.mark.parametrize("status", ["running", "failed"])
-def test_unfinished_runs_are_reported_invalid(synth, status):
-    tdir, rdir, _, _ = synth(run_kw={"status": status, "error": "out of memory"
+def test_unfinished_runs_are_reported_invalid(synth_run, status):
+    tdir, rdir, _, _ = synth_run(run_kw={"status": status, "error": "out of memory"
                                      if status == "failed" else None, "sync": "start"})
     a = analyze([rdir], tdir)
     reasons = a.verdicts["reasons"].iloc[0]
@@ -146,25 +146,27 @@ def test_unfinished_runs_are_reported_invalid(synth, status):
     assert a.windows["energy_j"].notna().any()  # still measured, just not averaged in
 
 
-def _two_configs(synth, tmp_path, tools):
+def _two_configs(synth_run, tmp_path, synth_tools):
     """Two configurations measured in one trace: q8 draws 1.5× the power of q4."""
-    s1 = tools.make_schedule(500 * NS, seed=1)
-    s2 = tools.make_schedule(s1.requests[-1]["end"] + 5 * NS, seed=2)
-    p1 = s1.profile(**tools.LEVELS)
+    s1 = synth_tools.make_schedule(500 * NS, seed=1)
+    s2 = synth_tools.make_schedule(s1.requests[-1]["end"] + 5 * NS, seed=2)
+    p1 = s1.profile(**synth_tools.LEVELS)
     p2 = s2.profile(idle_w=3.0, prefill_w=12.0, decode_w=9.0)
     t = np.concatenate([p1.t_ns, p2.t_ns[1:]])
     lv = np.concatenate([p1.level_w, p2.level_w[1:]])
-    prof = tools.Steps(t, lv)
-    tdir = tools.write_trace(tmp_path / "trace", {0: prof}, 495 * NS,
+    prof = synth_tools.Steps(t, lv)
+    tdir = synth_tools.write_trace(tmp_path / "trace", {0: prof}, 495 * NS,
                              s2.requests[-1]["end"] + 3 * NS)
-    r1 = tools.write_run(tmp_path / "r_q4", s1, offset_ns=7 * NS, map_id="q4", sha256="1" * 64)
-    r2 = tools.write_run(tmp_path / "r_q8", s2, offset_ns=7 * NS, map_id="q8", sha256="2" * 64)
+    r1 = synth_tools.write_run(tmp_path / "r_q4", s1, offset_ns=7 * NS, map_id="q4",
+                               sha256="1" * 64)
+    r2 = synth_tools.write_run(tmp_path / "r_q8", s2, offset_ns=7 * NS, map_id="q8",
+                               sha256="2" * 64)
     return tdir, r1, r2
 
 
-def test_cli_writes_results_and_prints_three_tables(synth, tmp_path, tools, monkeypatch,
+def test_cli_writes_results_and_prints_three_tables(synth_run, tmp_path, synth_tools, monkeypatch,
                                                      capsys):
-    tdir, r1, r2 = _two_configs(synth, tmp_path, tools)
+    tdir, r1, r2 = _two_configs(synth_run, tmp_path, synth_tools)
     acc = tmp_path / "acc.json"
     acc.write_text(json.dumps({"format": "epi-accuracy", "format_version": 1, "models": [
         {"path": "q4.gguf", "sha256": "1" * 64, "map_id": "q4",
@@ -212,25 +214,27 @@ def _expect_error(monkeypatch, capsys, out: Path, *args, match: str) -> None:
     assert not out.exists() and not list(out.parent.glob(f".{out.name}.tmp-*"))
 
 
-def test_cli_errors_are_one_line_and_write_nothing(synth, tmp_path, tools, monkeypatch, capsys):
+def test_cli_errors_are_one_line_and_write_nothing(synth_run, tmp_path, synth_tools, monkeypatch,
+                                                   capsys):
     out = tmp_path / "never"
-    tdir, rdir, sched, _ = synth()
+    tdir, rdir, sched, _ = synth_run()
     # the run is elsewhere in time: no overlap with the trace
-    far = tools.write_run(tmp_path / "far", tools.make_schedule(5000 * NS), run_id="far")
+    far = synth_tools.write_run(tmp_path / "far", synth_tools.make_schedule(5000 * NS),
+                                run_id="far")
     _expect_error(monkeypatch, capsys, out, far, "--trace", tdir, match="does not overlap")
     # two runs over the same time
-    twin = tools.write_run(tmp_path / "twin", sched, run_id="twin")
+    twin = synth_tools.write_run(tmp_path / "twin", sched, run_id="twin")
     _expect_error(monkeypatch, capsys, out, rdir, twin, "--trace", tdir,
                   match="overlaps run")
     # the same run twice
     _expect_error(monkeypatch, capsys, out, rdir, rdir, "--trace", tdir, match="run_id")
     # a placement node the trace's channel map does not know
-    other = tools.write_run(tmp_path / "other", sched, nodes=["pi9"], run_id="other")
+    other = synth_tools.write_run(tmp_path / "other", sched, nodes=["pi9"], run_id="other")
     _expect_error(monkeypatch, capsys, out, other, "--trace", tdir,
                   match="placement node 'pi9' has no meter channel")
     # ... which --channels can map (and an unknown channel cannot)
     _expect_error(monkeypatch, capsys, out, other, "--trace", tdir, "--channels", "pi9=5",
-                  match="channel 5 of node 'pi9' is not in the trace")
+                  match="channel 5 of node 'pi9' is not in trace directory")
     code, _, err = run_cli(monkeypatch, capsys, other, "--trace", tdir, "--channels", "pi9=0",
                            "--out", tmp_path / "mapped")
     assert code == 0, err
@@ -250,8 +254,8 @@ def test_cli_errors_are_one_line_and_write_nothing(synth, tmp_path, tools, monke
     _expect_error(monkeypatch, capsys, out, rdir, "--trace", tdir, match="duplicated or unsorted")
 
 
-def test_existing_output_is_replaced_whole(synth, tmp_path, monkeypatch, capsys):
-    tdir, rdir, _, _ = synth()
+def test_existing_output_is_replaced_whole(synth_run, tmp_path, monkeypatch, capsys):
+    tdir, rdir, _, _ = synth_run()
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.csv").write_text("old")
@@ -262,10 +266,64 @@ def test_existing_output_is_replaced_whole(synth, tmp_path, monkeypatch, capsys)
     assert (out / "keep.txt").read_text() == "mine"
 
 
-def test_linear_edge_model_is_labelled_and_biased_on_steps(synth):
-    tdir, rdir, sched, prof = synth()
+def test_linear_edge_model_is_labelled_and_biased_on_steps(synth_run):
+    tdir, rdir, sched, prof = synth_run()
     a = analyze([rdir], tdir, Options(edge="linear"))
     assert (a.results["edge_model"] == "linear").all()
     pre = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] == "prefill")]
     err = pre["energy_j"].to_numpy() / _truth(sched, prof[0], "prefill") - 1
     assert np.all(err < 0)  # linear interpolation smears the higher phase into its neighbours
+
+
+def test_simulated_trace_clock_is_not_the_hosts(synth_run, synth_tools):
+    """Equal boot ids do not make a simulated meter clock the host's monotonic clock."""
+    tdir, rdir, _, _ = synth_run(run_kw={"sync": "none", "boot_id": synth_tools.METER_BOOT})
+    meta = tdir / "seg-000001.meta.json"
+    m = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**m, "clock": {"kind": "simulated"}}))
+    a = analyze([rdir], tdir)
+    assert a.runs[0].clock.basis == "none" and "simulated" in a.runs[0].clock.note
+    assert a.windows["energy_j"].isna().all()
+
+
+def test_coarse_counter_is_flagged_and_trapezoid_selectable(synth_run):
+    tdir, rdir, _, _ = synth_run(trace_kw={"meter_constant": 1e6})  # 0.36 J per count
+    a = analyze([rdir], tdir)
+    v = a.verdicts.set_index("phase")
+    assert not v.loc["prefill", "valid"]
+    assert "energy counter resolution 0.36 J" in v.loc["prefill", "reasons"]
+    t = analyze([rdir], tdir, Options(energy_method="trapezoid"))
+    assert t.verdicts["valid"].all()
+    assert set(t.windows["energy_method"]) == {"trapezoid"}
+    assert (t.results["energy_method"] == "trapezoid").all()
+
+
+def test_layer_groups_differential_and_time_share(synth_run, tmp_path, synth_tools):
+    tdir, r1, r2 = _two_configs(synth_run, tmp_path, synth_tools)
+    mdir = tmp_path / "manifests"
+    mdir.mkdir()
+    for map_id, late in (("q4", "Q4_K_M"), ("q8", "Q8_0")):
+        (mdir / f"{map_id}.manifest.json").write_text(json.dumps({
+            "format": "epi-quant-manifest", "format_version": 1, "map_id": map_id,
+            "layer_groups": [
+                {"name": "early", "layers": [0, 1, 2, 3], "n_weights": 1000,
+                 "bits_per_weight": 4.5, "map_type": "Q4_K_M",
+                 "effective_types": {"Q4_K": 28}},
+                {"name": "late", "layers": [4, 5, 6, 7], "n_weights": 1000,
+                 "bits_per_weight": 4.5 if late == "Q4_K_M" else 8.5, "map_type": late,
+                 "effective_types": {late.split("_")[0] + ("_K" if "K" in late else "_0"): 28}},
+                {"name": "non_block", "layers": [], "n_weights": 10, "bits_per_weight": 6.0,
+                 "map_type": None, "effective_types": {}}]}))
+    a = analyze([r1, r2], tdir, Options(time_share=True, manifest_dir=mdir))
+    assert len(a.differential) == 1
+    d = a.differential[0]
+    assert d["group"] == "late" and (d["config_a"], d["config_b"]) == ("q4", "q8")
+    res = a.results[(a.results["scope"] == "all") & (a.results["phase"] == "request")
+                    & (a.results["unit"] == "generated") & (a.results["basis"] == "gross")]
+    jt = res.set_index("config")["j_per_token_median"]
+    assert d["delta_j_per_token"] == pytest.approx(jt["q8"] - jt["q4"], rel=1e-9)
+    assert d["ci_lo"] <= d["delta_j_per_token"] <= d["ci_hi"]
+    ts = {(x["config"], x["group"]): x for x in a.time_share}
+    assert "estimate" in ts[("q8", "late")]["label"]
+    # q8: late layers hold 8.5/(4.5+8.5) of the weight bytes
+    assert ts[("q8", "late")]["j_per_token"] == pytest.approx(jt["q8"] * 8.5 / 13.0, rel=1e-9)

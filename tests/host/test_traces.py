@@ -16,13 +16,13 @@ NS = 1_000_000_000
 
 
 @pytest.fixture
-def flat(tmp_path, tools):
+def flat(tmp_path, synth_tools):
     """Factory: a 2-channel trace (5 W and 7 W constant), 10 Hz, 10–20 s."""
 
     def make(**kw) -> Path:
-        prof = {0: tools.Steps(np.array([0], np.int64), np.array([5.0])),
-                1: tools.Steps(np.array([0], np.int64), np.array([7.0]))}
-        return tools.write_trace(tmp_path / "trace", prof, 10 * NS, 20 * NS, **kw)
+        prof = {0: synth_tools.Steps(np.array([0], np.int64), np.array([5.0])),
+                1: synth_tools.Steps(np.array([0], np.int64), np.array([7.0]))}
+        return synth_tools.write_trace(tmp_path / "trace", prof, 10 * NS, 20 * NS, **kw)
 
     return make
 

@@ -14,8 +14,8 @@ NS = 1_000_000_000
 
 
 @pytest.fixture
-def run_dir(tmp_path, tools):
-    return tools.write_run(tmp_path / "run", tools.make_schedule(100 * NS), offset_ns=5)
+def run_dir(tmp_path, synth_tools):
+    return synth_tools.write_run(tmp_path / "run", synth_tools.make_schedule(100 * NS), offset_ns=5)
 
 
 def test_reads_a_valid_run(run_dir):
@@ -68,8 +68,8 @@ def test_truncated_final_lines_are_dropped(run_dir):
 
 @pytest.mark.parametrize("status,text", [("running", "still 'running'"),
                                          ("failed", "run failed: boom")])
-def test_unfinished_status_is_explicit(tmp_path, tools, status, text):
-    d = tools.write_run(tmp_path / "r", tools.make_schedule(NS), status=status,
+def test_unfinished_status_is_explicit(tmp_path, synth_tools, status, text):
+    d = synth_tools.write_run(tmp_path / "r", synth_tools.make_schedule(NS), status=status,
                         error="boom" if status == "failed" else None)
     assert text in read_run(d).status_problem
 
@@ -128,3 +128,14 @@ def test_span_helpers(run_dir):
     lo, hi = r.span_local_ns()
     assert lo == r.events["t_mono_ns"].min() and hi > lo
     assert np.all(np.diff(r.events["t_mono_ns"].to_numpy()) >= 0)
+
+
+def test_request_without_tokens_is_left_out_with_a_note(run_dir):
+    p = run_dir / "requests.csv"
+    lines = p.read_text().splitlines()
+    f = lines[-1].split(",")
+    f[5], f[7], f[8] = "0", "", ""  # nothing generated: no token times
+    lines[-1] = ",".join(f)
+    p.write_text("\n".join(lines) + "\n")
+    r = read_run(run_dir)
+    assert len(r.requests) == 7 and any("generated no tokens" in n for n in r.notes)

@@ -5,6 +5,7 @@ The kill -9 and restart tests run the daemon as a subprocess: see test_daemon_cr
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import threading
@@ -98,7 +99,7 @@ def test_trace_energy_matches_the_power_model(tmp_path: Path) -> None:
     model = _profiles(SimulatedClock())[1]
     truth = model.energy_j(first["t_mono_ns"], last["t_mono_ns"])
     assert abs((last["energy_j"] - first["energy_j"]) - truth) <= 2 * jpc
-    assert all(b["energy_j"] >= a["energy_j"] for a, b in zip(rows, rows[1:], strict=False))
+    assert all(b["energy_j"] >= a["energy_j"] for a, b in itertools.pairwise(rows))
     assert {r["power_w"] for r in rows} >= {6.0, 9.0, 4.0}
 
 

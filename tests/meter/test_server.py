@@ -184,3 +184,14 @@ def test_port_in_use_is_a_user_error(offset_server: MeterServer, meter_state) ->
     host, port = offset_server.address
     with pytest.raises(UserError, match=f"--listen 127.0.0.1:{port}: cannot listen"):
         MeterServer(host, port, state=meter_state, hub=offset_server.hub, clock=offset_server.clock)
+
+
+def test_a_server_never_started_stops_at_once(meter_state) -> None:
+    from meter.live import LiveHub
+
+    server = MeterServer("127.0.0.1", 0, state=meter_state, hub=LiveHub(),
+                         clock=type("C", (), {"monotonic_ns": staticmethod(time.monotonic_ns),
+                                              "realtime_ns": staticmethod(time.time_ns)})())
+    t = time.monotonic()
+    server.stop()  # used to wait for a serve_forever that never ran
+    assert time.monotonic() - t < 1

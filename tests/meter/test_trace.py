@@ -191,3 +191,21 @@ def test_unwritable_directory_is_a_user_error(tmp_path: Path) -> None:
     target.write_text("")
     with pytest.raises(UserError, match="cannot create the trace directory"):
         TraceWriter(target / "trace", {})
+
+
+def test_segment_killed_before_its_meta_is_skipped(tmp_path: Path) -> None:
+    w = TraceWriter(tmp_path, {})
+    w.write_samples([_row(0, 0, 1)])
+    w.close()
+    # what a daemon killed between creating its CSV files and writing meta.json leaves
+    _, samples_p, events_p = segment_paths(tmp_path, 2)
+    samples_p.write_text(",".join(SAMPLE_COLUMNS) + "\n")
+    events_p.write_text(",".join(EVENT_COLUMNS) + "\n")
+    trace = read_trace(tmp_path)
+    assert [s.number for s in trace.segments] == [1] and trace.skipped_segments == [2]
+    w3 = TraceWriter(tmp_path, {})
+    assert w3.segment == 3
+    w3.close()
+    samples_p.write_text(",".join(SAMPLE_COLUMNS) + "\n" + "0,0,1,2,3,4,5,6,7,8,0\n")
+    with pytest.raises(UserError, match="missing, but segment 2 has data rows"):
+        read_trace(tmp_path)
