@@ -19,14 +19,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from host import evaldata  # noqa: E402
-from host.accuracy import crosscheck  # noqa: E402
-from host.accuracy import multiple_choice as mc  # noqa: E402
-from host.accuracy import perplexity as ppl  # noqa: E402
-from host.accuracy.readers import load_items  # noqa: E402
-from host.accuracy.scorer import Scorer  # noqa: E402
-from host.accuracy.subset import take_subset  # noqa: E402
-from host.llama_env import epi_home  # noqa: E402
+from host import evaldata
+from host.accuracy import crosscheck
+from host.accuracy import multiple_choice as mc
+from host.accuracy import perplexity as ppl
+from host.accuracy.readers import load_items
+from host.accuracy.scorer import Scorer
+from host.accuracy.subset import take_subset
+from host.llama_env import epi_home
 
 
 def default_model(tmp: Path) -> Path:
@@ -75,8 +75,9 @@ def main() -> None:
           f"(acc_token_norm {ours['accuracy_token_norm']:.4f}), llama-perplexity "
           f"{theirs['seconds'] / len(items):.3f} s/item (acc {theirs['accuracy']:.4f}, "
           f"incl. model load); ratio ours/theirs {ours_hs / theirs['seconds']:.2f}")
+    tool_window_s = theirs_ppl["seconds"] / args.windows
     print(f"perplexity {args.windows}x{args.ctx}: ours {ours_pp / args.windows:.3f} s/window "
-          f"(ppl {ours_ppl['ppl']:.4f}), llama-perplexity {theirs_ppl['seconds'] / args.windows:.3f}"
+          f"(ppl {ours_ppl['ppl']:.4f}), llama-perplexity {tool_window_s:.3f}"
           f" s/window (ppl {theirs_ppl['ppl']:.4f}, incl. model load); ratio ours/theirs "
           f"{ours_pp / theirs_ppl['seconds']:.2f}")
 

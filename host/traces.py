@@ -167,7 +167,7 @@ class Trace:
     """A validated trace directory.
 
     `samples` holds every valid-format row (plus `segment`); `events` every event (plus
-    `segment`); `invalid` the per-channel invalid intervals (`channel`, `boot_id`, `start_ns`,
+    `segment`); `invalid` the per-channel invalid intervals (`channel`, `boot_key`, `start_ns`,
     `end_ns`, `scope` = "all" or "counter", `reason`).
     """
 
@@ -223,7 +223,7 @@ class Trace:
         starts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]]) if len(seg) else np.zeros(
             1, np.int64)
         inv = self.invalid[(self.invalid["channel"] == channel)
-                           & (self.invalid["boot_id"].astype(object) == boot_id)]
+                           & (self.invalid["boot_key"] == _boot_key(boot_id))]
         all_scope = inv[inv["scope"] == "all"]
         ctr_scope = inv[inv["scope"] == "counter"]
         info = self.channels.get(channel)
@@ -331,6 +331,11 @@ def _around(t: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
+def _boot_key(boot_id: str | None) -> str:
+    """A comparable key for a boot id (pandas never matches None with ==)."""
+    return "" if boot_id is None else f"boot:{boot_id}"
+
+
 def _gap_end(kind: str, detail: str) -> int:
     """End of a `gap` event given as `end_mono_ns=N end_real_ns=M; reason` (else INT64_MIN)."""
     m = GAP_DETAIL_RE.match(detail or "") if kind == "gap" else None
@@ -341,12 +346,16 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
                        channels: Iterable[int], max_gap_periods: float) -> pd.DataFrame:
     rows: list[pd.DataFrame] = []
     seg_boot = {s.number: s.boot_id for s in segments}
-    period = {s.number: s.meta.get("sample_period_s") for s in segments}
+    period_lut = np.full(max(s.number for s in segments) + 1, np.nan)
+    for s in segments:
+        p = s.meta.get("sample_period_s")
+        if isinstance(p, (int, float)) and p > 0:
+            period_lut[s.number] = float(p)
 
     def add(ch: int, boot: str | None, lo: np.ndarray, hi: np.ndarray, scope: str,
             reasons: np.ndarray | str) -> None:
         if len(lo):
-            rows.append(pd.DataFrame({"channel": ch, "boot_id": boot, "start_ns": lo,
+            rows.append(pd.DataFrame({"channel": ch, "boot_key": _boot_key(boot), "start_ns": lo,
                                       "end_ns": hi, "scope": scope, "reason": reasons}))
 
     for boot in dict.fromkeys(seg_boot.values()):
@@ -371,8 +380,7 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
                 np.array([f"gap between trace segments {seg[i]} and {seg[i + 1]}" for i in cut],
                          dtype=object))
             # Long sample gaps inside a segment.
-            per = np.array([period.get(x) or np.nan for x in seg[:-1]], dtype=np.float64) \
-                if len(seg) > 1 else np.zeros(0)
+            per = period_lut[seg[:-1]] if len(seg) > 1 else np.zeros(0)
             dt = np.diff(t)
             longg = np.flatnonzero((seg[1:] == seg[:-1]) & (dt > max_gap_periods * per * 1e9))
             add(ch, boot, t[longg], t[longg + 1], "all",
@@ -413,13 +421,13 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
             add(ch, boot, t[dec], t[dec + 1], "counter", "energy_j decreased")
     if not rows:
         return pd.DataFrame({"channel": pd.Series([], dtype=np.int64),
-                             "boot_id": pd.Series([], dtype=object),
+                             "boot_key": pd.Series([], dtype=object),
                              "start_ns": pd.Series([], dtype=np.int64),
                              "end_ns": pd.Series([], dtype=np.int64),
                              "scope": pd.Series([], dtype=object),
                              "reason": pd.Series([], dtype=object)})
     out = pd.concat(rows, ignore_index=True)
-    out["boot_id"] = out["boot_id"].astype(object)
+    out["boot_key"] = out["boot_key"].astype(object)
     return out
 
 

@@ -164,3 +164,28 @@ def test_not_a_trace_directory(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match=r"no seg-NNNNNN\.meta\.json"):
         read_trace(tmp_path / "empty")
+
+
+def test_truncated_metadata_or_missing_header_fail(flat):
+    root = flat()
+    meta = root / "seg-000001.meta.json"
+    whole = meta.read_text()
+    meta.write_text(whole[: len(whole) // 2])
+    with pytest.raises(UserError, match="not valid JSON"):
+        read_trace(root)
+    meta.write_text(whole)
+    p = root / "seg-000001.samples.csv"
+    p.write_text("\n".join(p.read_text().splitlines()[1:]) + "\n")  # header line lost
+    with pytest.raises(UserError, match="missing column"):
+        read_trace(root)
+    p.write_text("")
+    with pytest.raises(UserError, match="empty file"):
+        read_trace(root)
+
+
+def test_faults_found_without_a_boot_id(flat):
+    root = flat(boot_id=None, events=[(12 * NS + 50_000_000, 0, "bus_error", "x")])
+    tr = read_trace(root)
+    assert tr.boot_ids == [None]
+    r = window_energy(tr.series(0, None), np.array([12 * NS]), np.array([13 * NS]))
+    assert np.isnan(r.energy_j[0]) and "bus_error" in r.reason[0]

@@ -1,0 +1,63 @@
+"""The CI cross-check: epi's multiple-choice scores against llama-perplexity's on the tiny model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from host.accuracy import crosscheck
+from host.accuracy import multiple_choice as mc
+from host.accuracy.items import shared_item
+from host.accuracy.results import read_results
+from host.accuracy.scorer import Scorer
+from host.accuracy_cli import accuracy
+
+
+def _items(synth: type, n: int, n_choices: int) -> list:
+    w = synth.Words(11)
+    return [
+        shared_item(f"t{i}", "Activity: " + w.sentence(12).capitalize() + ".",
+                    [w.sentence(w.integer(3, 9)) + "." for _ in range(n_choices)],
+                    w.integer(0, n_choices))
+        for i in range(n)
+    ]
+
+
+@pytest.mark.slow
+def test_hellaswag_agrees_with_llama_perplexity(tiny_model: Path, synth: type) -> None:
+    items = _items(synth, 30, 4)
+    with Scorer(tiny_model, 128, 2) as scorer:
+        ours = mc.summarize(mc.score_items(scorer, items))
+    theirs = crosscheck.hellaswag(tiny_model, items, 128, 2)
+    assert theirs["ok"] and theirs["n"] == 30, theirs
+    verdict = crosscheck.compare_accuracy(ours["accuracy_token_norm"], theirs)
+    assert verdict["agree"], verdict
+
+
+@pytest.mark.slow
+def test_multiple_choice_agrees_with_llama_perplexity(tiny_model: Path, synth: type) -> None:
+    items = _items(synth, 20, 5)  # 5 choices: needs more parallel sequences than the default 4
+    with Scorer(tiny_model, 128, 2) as scorer:
+        ours = mc.summarize(mc.score_items(scorer, items))
+    theirs = crosscheck.multiple_choice(tiny_model, items, 128, 2)
+    assert theirs["ok"] and theirs["n"] == 20, theirs
+    assert crosscheck.compare_accuracy(ours["accuracy_token_norm"], theirs)["agree"]
+
+
+@pytest.mark.slow
+def test_accuracy_command_records_the_crosscheck(tiny_model: Path, prepared: Path,
+                                                 ppl_text: Path, tmp_path: Path) -> None:
+    out = tmp_path / "acc.json"
+    res = CliRunner().invoke(accuracy, [
+        str(tiny_model), "--n", "0", "--bench", "hellaswag,arc_challenge,mmlu,winogrande",
+        "--ppl", str(ppl_text), "--ctx", "128", "--ppl-windows", "0", "--threads", "2",
+        "--crosscheck", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    x = read_results(out)["models"][0]["crosscheck"]
+    assert x["tool"] == "llama-perplexity"
+    for name in ("perplexity", "hellaswag", "arc_challenge", "mmlu"):
+        assert x[name]["agree"] is True, (name, x[name])
+    assert "winogrande" not in x and x["agree"] is True
+    assert "llama-perplexity hellaswag: ours" in res.output
