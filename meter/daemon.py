@@ -24,6 +24,8 @@ import os
 import socket
 import sys
 import threading
+import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +49,23 @@ SCHEDULE_LEAD_NS = 100_000_000  # first sweep 100 ms after the segment starts
 UART_BITS_PER_TRANSACTION = 60  # 6 bytes of 10 bits (start, 8 data, stop) per register access
 
 _frames_cache: dict[bool, int] = {}
+_simulated_ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def clock_boot_id(clock: Any) -> str | None:
+    """The ``boot_id`` of a trace written with this clock.
+
+    The machine's boot id says "this CLOCK_MONOTONIC"; a simulated clock is not that clock,
+    so it gets an id of its own (the same for every run that shares the clock object).
+    """
+    if not getattr(clock, "simulated", False):
+        return read_boot_id()
+    try:
+        if clock not in _simulated_ids:
+            _simulated_ids[clock] = f"simulated:{uuid.uuid4()}"
+        return _simulated_ids[clock]
+    except TypeError:  # not weak-referenceable: one id per call
+        return f"simulated:{uuid.uuid4()}"
 
 
 def frames_per_read(n_line: bool = False) -> int:
@@ -256,7 +275,7 @@ class MeterDaemon:
         return {
             "daemon_version": __version__,
             "host": socket.gethostname(),
-            "boot_id": read_boot_id(),
+            "boot_id": clock_boot_id(self.clock),
             "pid": os.getpid(),
             "started_mono_ns": started[0],
             "started_real_ns": started[1],

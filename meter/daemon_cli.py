@@ -26,16 +26,17 @@ from meter.server import DEFAULT_HOST, DEFAULT_PORT
     help="Trace directory; a restarted daemon adds a new segment to it.",
 )
 @click.option(
-    "--rate", "rate_hz", type=click.FloatRange(0, min_open=True),
-    help="Sweeps per second over all channels [default: the board file's, else half of "
-    "what the bus sustains, at least 10 Hz].",
+    "--rate", "rate_hz", type=click.FloatRange(0, min_open=True), metavar="HZ",
+    help="Sweeps per second over all channels [default: the board file's, else a round "
+    "rate under 45% of what the bus sustains (20 Hz for 4 chips at 160 kHz)].",
 )
 @click.option(
-    "--duration", "duration_s", type=click.FloatRange(0, min_open=True),
+    "--duration", "duration_s", type=click.FloatRange(0, min_open=True), metavar="S",
     help="Stop after this many seconds [default: run until SIGTERM/Ctrl-C].",
 )
 @click.option(
     "--listen", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", show_default=True,
+    metavar="HOST:PORT",
     help="HOST:PORT of the HTTP endpoints (port 0: any free port); 'off' for none.",
 )
 @click.option(

@@ -42,9 +42,9 @@ def _profiles(clock: SimulatedClock) -> list[ScriptedProfile]:
     ]
 
 
-def _run_simulated(out: Path, seconds: float, start_s: float = 1.0,
+def _run_simulated(out: Path, seconds: float, clock: SimulatedClock | None = None,
                    **kw: object) -> tuple[object, SimulatedClock]:
-    clock = SimulatedClock(int(start_s * S), 1_704_067_200 * S + int(start_s * S))
+    clock = clock if clock is not None else SimulatedClock()
     opts = DaemonOptions(out_dir=out, emulate=True, duration_s=seconds, listen=None,
                          clock=clock, power_model=_profiles(clock), **kw)  # type: ignore[arg-type]
     return MeterDaemon(opts, log=lambda _line: None).run(), clock
@@ -104,17 +104,34 @@ def test_trace_energy_matches_the_power_model(tmp_path: Path) -> None:
 
 
 def test_restart_in_process_continues_in_a_new_segment(tmp_path: Path) -> None:
-    _run_simulated(tmp_path, 2.0)
-    _run_simulated(tmp_path, 2.0, start_s=10.0)  # the same (simulated) clock, later
+    _, clock = _run_simulated(tmp_path, 2.0)
+    clock.advance(5 * S)
+    _run_simulated(tmp_path, 2.0, clock=clock)  # the same (simulated) clock, later
     trace = read_trace(tmp_path)
     assert [s.number for s in trace.segments] == [1, 2]
+    boots = {s.meta["boot_id"] for s in trace.segments}
+    assert len(boots) == 1 and boots.pop().startswith("simulated:")
     (gap_event,) = [e for e in trace.segments[1].events
                     if e["kind"] == "gap" and e["channel"] is None]
     assert "daemon restart: segment 1 ended cleanly" in gap_event["detail"]
     last_1 = max(r["t_mono_ns"] for r in trace.segments[0].samples)
     assert gap_event["t_mono_ns"] == last_1
     seg_gaps = [g for g in trace.gaps if g.source == "segments"]
-    assert len(seg_gaps) == 4 and all("daemon stopped" in g.reason for g in seg_gaps)
+    assert len(seg_gaps) == 4 and all(g.same_clock and "daemon stopped" in g.reason
+                                      for g in seg_gaps)
+    assert all(g.end_mono_ns - g.start_mono_ns > 5 * S for g in seg_gaps)
+
+
+def test_another_simulated_clock_is_another_clock_domain(tmp_path: Path) -> None:
+    _run_simulated(tmp_path, 1.0)
+    _run_simulated(tmp_path, 1.0)  # a new SimulatedClock: its times are not comparable
+    trace = read_trace(tmp_path)
+    assert trace.segments[0].meta["boot_id"] != trace.segments[1].meta["boot_id"]
+    (gap_event,) = [e for e in trace.segments[1].events
+                    if e["kind"] == "gap" and e["channel"] is None]
+    assert "monotonic clocks differ" in gap_event["detail"]
+    assert gap_event["t_mono_ns"] == trace.segments[1].meta["started_mono_ns"]
+    assert not any(g.same_clock for g in trace.gaps if g.source == "segments")
 
 
 @pytest.mark.slow
@@ -212,8 +229,9 @@ def test_cli_errors_are_one_line(
     subst = {"{missing}": str(tmp_path / "nope.toml"), "{bad_mode}": str(bad_mode),
              "{board}": str(board)}
     args = [subst.get(a, a) for a in args]
+    listen = [] if "--listen" in args else ["--listen", "127.0.0.1:0"]
     code, err = _epi(["meter", "run", "--out", str(tmp_path / "t"), "--duration", "1",
-                      *args], monkeypatch, capsys)
+                      *listen, *args], monkeypatch, capsys)
     assert code == 2
     assert err.startswith("epi: error: ") and message in err, err
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -225,8 +243,8 @@ def test_cli_error_for_a_real_board_without_calibration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     board = Path(__file__).resolve().parents[2] / "hardware" / "epi-meter.toml"
-    code, err = _epi(["meter", "run", "--board", str(board), "--out", str(tmp_path / "t")],
-                     monkeypatch, capsys)
+    code, err = _epi(["meter", "run", "--board", str(board), "--out", str(tmp_path / "t"),
+                      "--listen", "off"], monkeypatch, capsys)
     assert code == 2 and err.startswith(f"epi: error: {board}: channel[0]")
     assert not (tmp_path / "t").exists() or not list((tmp_path / "t").glob("seg-*"))
 
