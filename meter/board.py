@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,9 @@ from meter.driver import ATM90E26Driver
 
 BOARD_FORMAT = "epi-board"
 BOARD_FORMAT_VERSION = 1
-DEFAULT_METER_CONSTANT = 1_000_000.0  # imp/kWh: 0.36 J per energy-register LSB
+# imp/kWh: 3.6 mJ per energy-register LSB, fine enough for per-phase energy of a 5–15 W node
+# over 0.5 s phases (the PL constant is then 456 for the default front end, which the chip holds).
+DEFAULT_METER_CONSTANT = 100_000_000.0
 DEFAULT_SAMPLE_PERIOD_S = 0.2
 DEFAULT_REFRESH_PERIOD_S = 0.2
 
@@ -407,6 +410,8 @@ def emulated_board(
         ChannelConfig(
             index=i,
             name=f"ch{i}",
+            # channel 0 follows this machine's activity by default: it meters this node
+            node=socket.gethostname() if i == 0 and power_models is None else None,
             meter_constant_imp_per_kwh=meter_constant_imp_per_kwh,
             power_model=models[i],
         )

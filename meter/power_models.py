@@ -235,7 +235,7 @@ class ActivityModel(_Piecewise):
         max_w: float = 9.5,
         update_period_s: float = 0.1,
         proc_stat: str | Path = "/proc/stat",
-        max_points: int = 500_000,
+        max_points: int = 50_000,
         voltage_v: float = 230.0,
         power_factor: float = 0.6,
         frequency_hz: float = 50.0,

@@ -32,7 +32,7 @@ def test_the_shipped_board_file_loads() -> None:
     assert [c.gpio_cs for c in b.channels] == [8, 7, 25, 24]
     assert (b.spi_bus, b.speed_hz, b.mode, b.gpio_cs_device) == (0, 160_000, 3, 0)
     assert b.channels[0].frontend["v_l_mv"] == pytest.approx(50.0)  # 1 A / 2000 · 100 Ω
-    assert b.channels[0].meter_constant_imp_per_kwh == 1_000_000
+    assert b.channels[0].meter_constant_imp_per_kwh == 100_000_000
     assert b.channel("node2").index == 2 and b.channel("3").name == "node3"
     with pytest.raises(UserError, match="channel 'x' not found"):
         b.channel("x")
