@@ -125,16 +125,34 @@ def run_models(models: list[Path], runs_dir: Path, meter_url: str, threads: int,
     return run_dirs
 
 
+def measure_accuracy(models: list[Path], out_file: Path, threads: int, n_items: int) -> None:
+    """Prepare the evaluation data (offline) and score every model."""
+    run_epi("data", "prepare")
+    run_epi("accuracy", *map(str, models), "--bench", "hellaswag,arc_challenge,mmlu",
+            "--n", str(n_items), "--ppl", "lambada", "--ppl-windows", "10",
+            "--threads", str(threads), "--out", str(out_file))
+
+
+def analyze(run_dirs: list[Path], trace_dir: Path, accuracy_file: Path, out_dir: Path,
+            baseline: str) -> None:
+    """Fuse traces and token logs into J/token and EPI."""
+    run_epi("analyze", *map(str, run_dirs), "--trace", str(trace_dir), "--accuracy",
+            str(accuracy_file), "--baseline", baseline, "--out", str(out_dir))
+
+
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("out/demo"),
               show_default=True, help="Where the demo writes models, traces, logs and results.")
-@click.option("--threads", type=click.IntRange(1), default=2, show_default=True)
+@click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
+              help="llama.cpp threads (1 leaves a core for the meter daemon).")
 @click.option("--tokens", type=click.IntRange(2), default=32, show_default=True,
               help="Generated tokens per request.")
 @click.option("--repeats", type=click.IntRange(1), default=3, show_default=True)
+@click.option("--items", type=click.IntRange(10), default=50, show_default=True,
+              help="Items per accuracy benchmark (seeded subset).")
 @click.option("--maps-dir", type=click.Path(path_type=Path), default=REPO / "quantmaps" / "demo",
               show_default=True, help="Directory holding the demo maps.")
-def demo(out: Path, threads: int, tokens: int, repeats: int, maps_dir: Path) -> None:
+def demo(out: Path, threads: int, tokens: int, repeats: int, items: int, maps_dir: Path) -> None:
     """Run the main job end to end on the embedded default (ATM90E26 emulator, real model)."""
     out.mkdir(parents=True, exist_ok=True)
     models = quantize_demo_maps(out, maps_dir, threads)
@@ -144,6 +162,11 @@ def demo(out: Path, threads: int, tokens: int, repeats: int, maps_dir: Path) -> 
     _step("3. meter daemon on the ATM90E26 emulator (channel 0 follows this machine's CPU)")
     with meter_daemon(trace_dir, out / "meter.log") as url:
         _step(f"4. run {len(models)} models, every token timestamped, clocks synced to the meter")
-        run_models(models, runs_dir, url, threads, tokens, repeats)
+        run_dirs = run_models(models, runs_dir, url, threads, tokens, repeats)
     click.echo(f"   trace in {trace_dir}, token logs in {runs_dir}")
+    _step("5. accuracy: perplexity (LAMBADA) and HellaSwag / ARC-Challenge / MMLU subsets")
+    accuracy_file = out / "accuracy.json"
+    measure_accuracy(models, accuracy_file, threads, items)
+    _step("6. energy per token, EPI, Pareto frontier and validity verdicts")
+    analyze(run_dirs, trace_dir, accuracy_file, out / "analysis" / stamp, models[0].stem)
     click.secho(f"\ndemo outputs in {out}", bold=True)
