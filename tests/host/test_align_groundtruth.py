@@ -185,9 +185,12 @@ def test_restarted_daemon_segments_join_with_the_gap_invalid(tmp_path):
     from meter.daemon import DaemonOptions, MeterDaemon
     from meter.power_models import ConstantPower
 
+    # one simulated clock for both runs, as a restarted daemon shares the machine's clock
+    clock = SimulatedClock(5 * NS)
     for start_s in (5, 20):
+        clock.advance(start_s * NS - clock.monotonic_ns())
         opts = DaemonOptions(out_dir=tmp_path / "trace", emulate=True, n_emulated_channels=1,
-                             duration_s=5.0, listen=None, clock=SimulatedClock(start_s * NS),
+                             duration_s=5.0, listen=None, clock=clock,
                              power_model=[ConstantPower(4.0)], rate_hz=10.0)
         MeterDaemon(opts, log=lambda line: None).run()
     tr = read_trace(tmp_path / "trace")
