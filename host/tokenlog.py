@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from epi.errors import UserError
+from meter.trace import read_boot_id
 
 FORMAT = "epi-tokenlog"
 FORMAT_VERSION = 1
@@ -55,11 +56,8 @@ STATUSES = ("running", "completed", "failed")
 
 
 def boot_id() -> str | None:
-    """This machine's boot id: two logs with the same one share one CLOCK_MONOTONIC."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
-    except OSError:
-        return None
+    """This machine's boot id: a log and a trace with the same one share one CLOCK_MONOTONIC."""
+    return read_boot_id()
 
 
 def new_run_id() -> str:
