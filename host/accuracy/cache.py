@@ -31,6 +31,7 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
         f.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
     os.replace(tmp, path)
 
 

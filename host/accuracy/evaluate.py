@@ -253,23 +253,29 @@ def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str,
             out["perplexity"] = {"agree": None, "reason": "stride != ctx: llama-perplexity's "
                                  "--ppl-stride uses a different window rule; not compared"}
         else:
-            echo(f"{model.name}: llama-perplexity perplexity …")
+            def run_ppl() -> dict[str, Any]:
+                echo(f"{model.name}: llama-perplexity perplexity …")
+                return crosscheck.perplexity(model, Path(settings.ppl_file or ""), settings.ctx,
+                                             settings.ppl_windows, settings.threads)
+
             theirs = _cached_tool_run(
                 {**base, "benchmark": "perplexity", "text_sha256": perplexity["text"]["sha256"],
                  "windows": settings.ppl_windows},
-                lambda: crosscheck.perplexity(model, Path(settings.ppl_file or ""), settings.ctx,
-                                              settings.ppl_windows, settings.threads),
-                settings.use_cache)
+                run_ppl, settings.use_cache)
             out["perplexity"] = crosscheck.compare_ppl(perplexity["ppl"], theirs)
     for name, bd in benches.items():
         if name not in CROSSCHECKED:
             continue
-        echo(f"{model.name}: llama-perplexity {name} …")
         runner = crosscheck.hellaswag if name == "hellaswag" else crosscheck.multiple_choice
+
+        def run_bench(bd: BenchData = bd, runner: Callable[..., dict[str, Any]] = runner,
+                      name: str = name) -> dict[str, Any]:
+            echo(f"{model.name}: llama-perplexity {name} …")
+            return runner(model, bd.items, settings.ctx, settings.threads)
+
         theirs = _cached_tool_run(
             {**base, "benchmark": name, "items_sha256": bd.subset["items_sha256"]},
-            lambda bd=bd, runner=runner: runner(model, bd.items, settings.ctx, settings.threads),
-            settings.use_cache)
+            run_bench, settings.use_cache)
         out[name] = crosscheck.compare_accuracy(results[name]["accuracy_token_norm"], theirs)
     verdicts = [v.get("agree") for k, v in out.items() if isinstance(v, dict)]
     out["agree"] = None if not verdicts or None in verdicts else all(verdicts)
