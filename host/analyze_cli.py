@@ -268,7 +268,8 @@ def summary_text(a: Analysis) -> str:
     else:
         out.append("Verdicts (invalid runs are reported, not averaged in):")
         for _, r in bad.iterrows():
-            out.append(f"  {r['run_id']} {r['phase']}: INVALID — {r['reasons']}")
+            out.append(f"  {r['config']} (run {r['run_id'][:12]}) {r['phase']}: "
+                       f"INVALID — {r['reasons']}")
     for note in a.notes:
         out.append(f"note: {note}")
     return "\n".join(out)
