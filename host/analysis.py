@@ -508,8 +508,11 @@ def load_accuracy(path: Path | None, runs: Sequence[RunInfo], opts: Options
                 if block is None:
                     notes.append(f"{info.config}: benchmark {metric!r} not in {path}")
                     continue
-                val, ci = block.get("accuracy"), block.get("ci95")
-                basis = f"{metric} accuracy (n={block.get('n')}) from {path}"
+                # length-normalised like the composite's default, when the file has it
+                kind = "accuracy_norm" if block.get("accuracy_norm") is not None else "accuracy"
+                val = block.get(kind)
+                ci = block.get("ci95_norm" if kind == "accuracy_norm" else "ci95")
+                basis = f"{metric} {kind} (n={block.get('n')}) from {path}"
             lo, hi = (ci if isinstance(ci, list) and len(ci) == 2 else (None, None))
             accs[info.config] = epimod.Accuracy(
                 float(val), float(lo) if lo is not None else float("nan"),
