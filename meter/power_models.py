@@ -47,10 +47,12 @@ class PowerModel:
         self._frequency_hz = float(frequency_hz)
 
     def power_w(self, t_mono_ns: int) -> float:
-        raise NotImplementedError
+        """Active power at a monotonic time (abstract: each model provides it)."""
+        raise NotImplementedError(type(self).__name__ + " must implement power_w")
 
     def energy_j(self, t0_mono_ns: int, t1_mono_ns: int) -> float:
-        raise NotImplementedError
+        """Exact integral of active power between two times (abstract: the ground truth)."""
+        raise NotImplementedError(type(self).__name__ + " must implement energy_j")
 
     def energy_parts_j(self, t0_mono_ns: int, t1_mono_ns: int) -> tuple[float, float]:
         """(forward_j, reverse_j) between two times, both >= 0; default: by the net sign."""

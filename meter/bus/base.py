@@ -31,10 +31,12 @@ class Bus:
     kind = "abstract"
 
     def read_register(self, address: int) -> int:
-        raise NotImplementedError
+        """One verified-by-the-caller register read (abstract: each transport provides it)."""
+        raise NotImplementedError(type(self).__name__ + " must implement read_register")
 
     def write_register(self, address: int, value: int) -> None:
-        raise NotImplementedError
+        """One register write (abstract: each transport provides it)."""
+        raise NotImplementedError(type(self).__name__ + " must implement write_register")
 
     def close(self) -> None:
         """Release the transport (idempotent)."""
@@ -55,7 +57,8 @@ class SpiFrameBus(Bus):
     kind = "spi"
 
     def transfer(self, frame: bytes) -> bytes:
-        raise NotImplementedError
+        """Move one 24-bit frame, returning the 3 bytes clocked in (abstract)."""
+        raise NotImplementedError(type(self).__name__ + " must implement transfer")
 
     def read_register(self, address: int) -> int:
         return spi_read_value(self.transfer(spi_read_frame(address)))
