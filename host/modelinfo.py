@@ -6,7 +6,6 @@ path is found before a run directory is created.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import struct
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from epi.errors import UserError
+from host.gguf_info import sha256_file
 
 GGUF_MAGIC = b"GGUF"
 
@@ -49,13 +49,6 @@ def check_gguf(path: Path) -> Path:
     return path.resolve()
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, streamed."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def manifest_map_id(model: Path) -> str | None:

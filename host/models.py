@@ -21,6 +21,7 @@ from typing import Any
 from epi.errors import UserError
 from host.gguf_info import read_model, sha256_file
 from host.llama_env import epi_home
+from meter.trace import write_json_atomic
 
 MANIFEST_FORMAT = "epi-model-manifest"
 MANIFEST_VERSION = 1
@@ -180,9 +181,7 @@ def prepare_model(
         "tied_output": not info.shape.has_output,
         "prepare_seconds": round(time.perf_counter() - start, 1),
     }
-    tmp = manifest_path.with_name(manifest_path.name + ".partial")
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(tmp, manifest_path)
+    write_json_atomic(manifest_path, manifest)
     log(
         f"{name}: prepared {out} ({manifest['n_params'] / 1e6:.1f} M parameters, "
         f"{manifest['n_layers']} layers)"

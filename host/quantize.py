@@ -24,6 +24,7 @@ from host.gguf_info import ModelInfo, read_model, sha256_file
 from host.llama_env import llama_info, tool_env, tool_path
 from host.mixmap import Expansion, MixMap, expand, layer_ranges
 from host.quanttypes import FILE_TYPES
+from meter.trace import write_json_atomic
 
 MANIFEST_FORMAT = "epi-quant-manifest"
 MANIFEST_VERSION = 1
@@ -126,9 +127,7 @@ def quantize_map(
         )
     os.replace(tmp_out, gguf_path)
     manifest = build_manifest(expansion, base, base_sha256, gguf_path, inputs, seconds, requantize)
-    tmp_manifest = manifest_path.with_name(manifest_path.name + ".partial")
-    tmp_manifest.write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(tmp_manifest, manifest_path)
+    write_json_atomic(manifest_path, manifest)
     return QuantResult(mixmap.id, gguf_path, manifest_path, manifest, skipped=False)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import socket
 import uuid
 from collections.abc import Iterable, Sequence
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from epi.errors import UserError
-from meter.trace import read_boot_id
+from meter.trace import read_boot_id, write_json_atomic
 
 FORMAT = "epi-tokenlog"
 FORMAT_VERSION = 1
@@ -131,14 +130,6 @@ class RequestRecord:
         )
 
 
-def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=False)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 class RunHeader:
@@ -181,7 +172,7 @@ class RunHeader:
         return header
 
     def save(self) -> None:
-        _atomic_write_json(self.path, self.data)
+        write_json_atomic(self.path, self.data)
 
     def update(self, **changes: Any) -> None:
         """Change top-level keys and rewrite run.json."""

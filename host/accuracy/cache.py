@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from host.gguf_info import sha256_file
 from host.llama_env import epi_home
+from meter.trace import write_json_atomic
 
 SCORER_VERSION = 1  # bump when a change to the scoring could change a cached number
 
@@ -26,22 +26,12 @@ def cache_root() -> Path:
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
+    """Create the directory, then write JSON atomically (meter.trace.write_json_atomic)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".partial")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-    os.replace(tmp, path)
+    write_json_atomic(path, obj)
 
 
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    """sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+file_sha256 = sha256_file  # the project's one streamed file hash (host.gguf_info)
 
 
 def model_sha256(path: Path) -> str:
