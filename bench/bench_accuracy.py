@@ -19,14 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from host import evaldata
-from host.accuracy import crosscheck
+from host.accuracy import crosscheck, evaldata
 from host.accuracy import multiple_choice as mc
 from host.accuracy import perplexity as ppl
 from host.accuracy.readers import load_items
 from host.accuracy.scorer import Scorer
 from host.accuracy.subset import take_subset
-from host.llama_env import epi_home
+from host.run.llama_env import epi_home
 
 
 def default_model(tmp: Path) -> Path:
@@ -38,7 +37,7 @@ def default_model(tmp: Path) -> Path:
         q41 = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
         if q41.is_file():
             return q41
-    from host.testmodel import write_test_model
+    from host.quant.tiny_model import write_test_model
 
     return write_test_model(tmp / "tiny.gguf")
 

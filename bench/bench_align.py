@@ -1,7 +1,7 @@
 """Benchmark the aligner: 10^8 samples (4 channels) against 10^6 token windows.
 
 Prints, measured side by side in one run:
-* the aligner's time (host.align.window_energy on every channel: trapezoid + counter energy,
+* the aligner's time (window_energy on every channel: trapezoid + counter energy,
   sample counts and reasons for all windows) as a ratio to one numpy pass over the same samples
   (np.cumsum of every channel's power: one read and one write of each sample, the least any
   exact integration must do; a read-only np.sum is printed too);
@@ -23,7 +23,7 @@ import tracemalloc
 
 import numpy as np
 
-from host.align import ChannelSeries, window_energy
+from host.analysis.align import ChannelSeries, window_energy
 
 NS = 1_000_000_000
 

@@ -6,9 +6,9 @@ hits both alike; the ratio is the median over pairs:
 
 - bare: a plain `llama_cpp.Llama`; `llm.reset()`, then `llm.generate(prompt, temp=0)` until N
   tokens — what anyone would write.
-- epi:  `host.engine.timed_request` (EOG-suppressing greedy sampler, CLOCK_MONOTONIC and
+- epi:  `host.run.engine.timed_request` (EOG-suppressing greedy sampler, CLOCK_MONOTONIC and
   CLOCK_REALTIME stamps per token) plus writing every request to a real token log
-  (`host.tokenlog.CsvAppender`: events.csv and requests.csv, flushed per request).
+  (`host.run.tokenlog.CsvAppender`: events.csv and requests.csv, flushed per request).
 
 Prints tokens/s of each (generated tokens over wall time, prefill included), the ratio
 epi / bare per pair (median and interquartile range; goal ≥ 0.99), and the per-token cost of
@@ -61,14 +61,14 @@ def main() -> int:
 
     from llama_cpp import Llama
 
-    from host.engine import load_model, timed_request, tokenize_texts
-    from host.prompts import load_prompt_set, prompt_tokens
-    from host.tokenlog import CsvAppender, RequestRecord, RunHeader
+    from host.run.engine import load_model, timed_request, tokenize_texts
+    from host.run.prompts import load_prompt_set, prompt_tokens
+    from host.run.tokenlog import CsvAppender, RequestRecord, RunHeader
 
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
         if model is None:
-            from host.testmodel import write_test_model
+            from host.quant.tiny_model import write_test_model
 
             model = write_test_model(Path(tmp) / "tiny.gguf")
         ps = load_prompt_set()

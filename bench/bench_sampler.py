@@ -9,7 +9,7 @@ Prints, measured side by side in one run:
      * ``wire-time`` — each frame ends 150 µs after it was started, the emulated chip working
        inside that time as a real chip does (a precise wait: sleep, then spin the last 0.3 ms);
        what remains is the host's own overhead (driver, sampler, trace writer) between frames;
-     * ``per-frame-sleep`` — ``meter.bus.emulated.EmulatedSpiBus(frame_time_s=...)`` as
+     * ``per-frame-sleep`` — ``meter.emulation.emulated_bus.EmulatedSpiBus(frame_time_s=...)`` as
        the daemon uses it: ``clock.sleep_until`` after each frame, so the OS's wake-up latency
        (tens of µs per frame) is added to every frame.
 2. Host CPU time per sample (process CPU ÷ samples) of the whole stack with a simulated clock
@@ -37,14 +37,14 @@ import time
 from pathlib import Path
 
 from meter.board import emulated_board, open_channels
-from meter.bus.emulated import FRAME_TIME_160K_S, EmulatedSpiBus
 from meter.clock import SimulatedClock, SystemClock
-from meter.daemon import bus_budget
-from meter.live import LiveHub
-from meter.metrics import ChannelInfo, MeterState
-from meter.power_models import ConstantPower
-from meter.sampler import Sampler
-from meter.trace import TraceWriter, read_trace
+from meter.daemon.live_stream import LiveHub
+from meter.daemon.metrics import ChannelInfo, MeterState
+from meter.daemon.sampler import Sampler
+from meter.daemon.service import bus_budget
+from meter.daemon.trace import TraceWriter, read_trace
+from meter.emulation.emulated_bus import FRAME_TIME_160K_S, EmulatedSpiBus
+from meter.emulation.power_models import ConstantPower
 
 N_CHANNELS = 4
 FRAME_NS = round(FRAME_TIME_160K_S * 1e9)

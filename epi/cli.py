@@ -8,21 +8,21 @@ import sys
 import click
 
 from epi import __version__
-from epi.errors import UserError
+from epi.core.errors import UserError
 
 # name -> "module:attribute", imported only when that command runs (or for --help listings).
 COMMANDS: dict[str, str] = {
-    "demo": "host.demo:demo",
-    "doctor": "host.doctor:doctor",
-    "model": "host.models_cli:model",
-    "maps": "host.mixmap_cli:maps",
-    "quantize": "host.quantize_cli:quantize",
-    "run": "host.runner_cli:run",
-    "worker": "host.cluster_cli:worker",
-    "accuracy": "host.accuracy_cli:accuracy",
-    "data": "host.data_cli:data",
-    "analyze": "host.analyze_cli:analyze",
-    "meter": "meter.cli:meter",
+    "demo": "epi.commands.demo:demo",
+    "doctor": "epi.commands.doctor:doctor",
+    "model": "epi.commands.model:model",
+    "maps": "epi.commands.maps:maps",
+    "quantize": "epi.commands.quantize:quantize",
+    "run": "epi.commands.run:run",
+    "worker": "epi.commands.worker:worker",
+    "accuracy": "epi.commands.accuracy:accuracy",
+    "data": "epi.commands.data:data",
+    "analyze": "epi.commands.analyze:analyze",
+    "meter": "epi.commands.meter_group:meter",
 }
 
 HELP = {
@@ -70,7 +70,7 @@ class LazyGroup(click.Group):
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             missing = exc.name or "?"
-            extra = "meter" if module_name.startswith("meter") else "host"
+            extra = "meter" if module_name.startswith("epi.commands.meter") else "host"
             raise click.ClickException(
                 f"`{ctx.command_path} {cmd_name}` needs the Python module {missing!r}: "
                 f"install with `pip install -e '.[{extra}]'` (or run `make setup`)"

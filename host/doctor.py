@@ -1,4 +1,5 @@
-"""`epi doctor`: one screen saying what this machine has for epi, with the fix for each gap."""
+"""What this machine has for epi (llama.cpp, models, data, meter hardware, power counters), each
+with the fix for what is missing; `epi doctor` prints it."""
 
 from __future__ import annotations
 
@@ -9,10 +10,6 @@ import json
 import platform
 import sys
 from dataclasses import dataclass
-
-import click
-
-from epi import __version__
 
 
 @dataclass
@@ -27,7 +24,7 @@ class Check:
 
 
 def _llama_checks() -> list[Check]:
-    from host import llama_env
+    from host.run import llama_env
 
     checks: list[Check] = []
     try:
@@ -87,7 +84,7 @@ def _llama_checks() -> list[Check]:
 
 
 def _model_checks() -> list[Check]:
-    from host.models import SOURCES, model_path
+    from host.quant.models import SOURCES, model_path
 
     checks = []
     for name in SOURCES:
@@ -103,7 +100,7 @@ def _model_checks() -> list[Check]:
 
 
 def _data_checks() -> list[Check]:
-    from host.llama_env import epi_home
+    from host.run.llama_env import epi_home
 
     manifests = sorted((epi_home() / "data").glob("**/manifest.json"))
     if not manifests:
@@ -210,24 +207,3 @@ def collect_checks() -> list[Check]:
     checks += _llama_checks() + _model_checks() + _data_checks()
     checks += _hardware_checks() + _power_counter_checks()
     return checks
-
-
-@click.command()
-def doctor() -> None:
-    """Say what this machine has for epi — llama.cpp, models, data, meter hardware — and fixes."""
-    checks = collect_checks()
-    click.echo(f"epi {__version__} doctor")
-    width = max(len(c.item) for c in checks)
-    area = None
-    for c in checks:
-        if c.area != area:
-            area = c.area
-            click.echo(f"\n{area}")
-        mark = {True: "ok ", False: "MISSING", None: "-- "}[c.ok]
-        click.echo(f"  {mark:7} {c.item:{width}}  {c.detail}")
-        if c.fix and c.ok is not True:
-            click.echo(f"  {'':7} {'':{width}}  fix: {c.fix}")
-    missing = [c for c in checks if c.ok is False]
-    click.echo(
-        f"\n{len(missing)} missing" + (": " + ", ".join(c.item for c in missing) if missing else "")
-    )

@@ -21,11 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from epi.errors import UserError
+from epi.core.errors import UserError
 from meter.bus.base import ABS_MAX_SPEED_HZ, MAX_SPEED_HZ, BusError
-from meter.calibration import EMULATED_FRONTEND, Calibration, CalibrationError
+from meter.chip.calibration import EMULATED_FRONTEND, Calibration, CalibrationError
 from meter.clock import SystemClock
-from meter.driver import ATM90E26Driver
+from meter.driver.atm90e26 import ATM90E26Driver
 
 BOARD_FORMAT = "epi-board"
 BOARD_FORMAT_VERSION = 1
@@ -374,7 +374,7 @@ def load_board(path: str | Path) -> BoardConfig:
 
 def _default_models(n: int, clock: object) -> list[object]:
     """Channel 0 follows this machine's CPU activity; the others idle at Pi-5-like powers."""
-    from meter.power_models import ActivityModel, ConstantPower
+    from meter.emulation.power_models import ActivityModel, ConstantPower
 
     models: list[object] = []
     for i in range(n):
@@ -474,8 +474,8 @@ def open_channels(
 
     A real chip that does not answer is a UserError naming the board file and channel.
     """
-    from meter.bus.emulated import EmulatedSpiBus
-    from meter.emulator import EmulatedChip
+    from meter.emulation.chip_emulator import EmulatedChip
+    from meter.emulation.emulated_bus import EmulatedSpiBus
 
     emulate = emulate or board.emulated
     clock = clock if clock is not None else (board.clock or SystemClock())

@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An 8-layer, 256-wide random llama GGUF (F16) with a real SPM tokenizer."""
-    from host.testmodel import write_test_model
+    from host.quant.tiny_model import write_test_model
 
     out = tmp_path_factory.mktemp("tiny") / "tiny-llama-f16.gguf"
     write_test_model(out)

@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from host.gguf_info import sha256_file
-from host.llama_env import epi_home
-from meter.trace import write_json_atomic
+from epi.core.files import write_json_atomic
+from host.quant.gguf_info import sha256_file
+from host.run.llama_env import epi_home
 
 SCORER_VERSION = 1  # bump when a change to the scoring could change a cached number
 
@@ -26,12 +26,12 @@ def cache_root() -> Path:
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
-    """Create the directory, then write JSON atomically (meter.trace.write_json_atomic)."""
+    """Create the directory, then write JSON atomically (epi.core.files.write_json_atomic)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, obj)
 
 
-file_sha256 = sha256_file  # the project's one streamed file hash (host.gguf_info)
+file_sha256 = sha256_file  # the project's one streamed file hash (host.quant.gguf_info)
 
 
 def model_sha256(path: Path) -> str:

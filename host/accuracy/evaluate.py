@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from epi import __version__
-from epi.errors import UserError
+from epi.core.errors import UserError
 from host.accuracy import cache, crosscheck
 from host.accuracy import multiple_choice as mc
 from host.accuracy import perplexity as ppl
@@ -92,7 +92,7 @@ class BenchData:
 
 def load_benchmarks(settings: Settings) -> dict[str, BenchData]:
     """Read every requested benchmark from the prepared data and take its subset."""
-    from host import evaldata
+    from host.accuracy import evaldata
 
     root = settings.data_dir or evaldata.data_dir()
     out = {}
@@ -353,7 +353,7 @@ def check_settings(settings: Settings) -> None:
 def evaluate(models: Sequence[Path], settings: Settings, progress: Progress = no_progress,
              echo: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """The `epi-accuracy` document for `models`."""
-    from host.llama_env import llama_info
+    from host.run.llama_env import llama_info
 
     check_settings(settings)
     for m in models:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from epi.errors import UserError
+from epi.core.errors import UserError
 from host.accuracy.scorer import Scorer
 from host.accuracy.stats import perplexity_stats
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from epi.errors import UserError
+from epi.core.errors import UserError
 from host.accuracy.items import (
     BENCHMARKS,
     CONVERTERS,

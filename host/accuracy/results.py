@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from epi.errors import UserError
+from epi.core.errors import UserError
 from host.accuracy.cache import atomic_write_json
 
 FORMAT = "epi-accuracy"

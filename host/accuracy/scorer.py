@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from epi.errors import UserError
+from epi.core.errors import UserError
 
 
 def check_model_file(path: Path) -> None:

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from epi.errors import UserError
+from epi.core.errors import UserError
 
 T = TypeVar("T")
 METHOD = "numpy.random.default_rng(seed).permutation(N)[:n], sorted"

@@ -11,7 +11,7 @@ checksums) by raising `BusError`.
 
 from __future__ import annotations
 
-from meter.frames import spi_read_frame, spi_read_value, spi_write_frame
+from meter.chip.frames import spi_read_frame, spi_read_value, spi_write_frame
 
 MAX_SPEED_HZ = 160_000  # datasheet §6.1: SPI bit rate 200 bps .. 160 kbps
 ABS_MAX_SPEED_HZ = 200_000  # what many public drivers run; above the datasheet maximum

@@ -7,14 +7,14 @@ checksum), so a missing or malformed answer raises `BusTimeout`/`BusError`; afte
 the line is left quiet for 20 ms, as the chip requires before the next transaction.
 
 `port` is a device path (/dev/ttyAMA0) or any pyserial URL, including `emuchip://NAME` for an
-emulated chip (see `meter.emulator_uart`).
+emulated chip (see `meter.emulation.uart_emulator`).
 """
 
 from __future__ import annotations
 
 from meter.bus.base import Bus, BusError, BusTimeout
+from meter.chip.frames import uart_parse_read_reply, uart_read_request, uart_write_request
 from meter.clock import SystemClock
-from meter.frames import uart_parse_read_reply, uart_read_request, uart_write_request
 
 QUIET_AFTER_FAILURE_NS = 20_000_000
 REPLY_WINDOW_S = 0.005
@@ -25,8 +25,8 @@ def _serial_module() -> object:
         import serial
     except ImportError as exc:
         raise BusError("the module 'pyserial' is missing: pip install -e '.[meter]'") from exc
-    if "meter.bus" not in serial.protocol_handler_packages:
-        serial.protocol_handler_packages.append("meter.bus")
+    if "meter.emulation" not in serial.protocol_handler_packages:
+        serial.protocol_handler_packages.append("meter.emulation")
     return serial
 
 

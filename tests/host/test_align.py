@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host.align import (
+from host.analysis.align import (
     FEW_SAMPLES,
     INVALID_DATA,
     OUTSIDE,

@@ -1,7 +1,7 @@
 """Ground truth through the real meter stack: emulated ATM90E26 chips fed by scripted power.
 
 The trace comes from the real daemon (meter.daemon: board file, emulator, driver, sampler,
-trace writer) on a SimulatedClock; the token log from the runner's own writer (host.tokenlog);
+trace writer) on a SimulatedClock; the token log from the runner's own writer (host.run.tokenlog);
 the clock offset between them (3.2 s, drifting 20 ppm) is injected through the log's clock
 syncs. The analysis must recover every window's energy from ScriptedProfile.energy_j: total
 within 0.2 %, each phase within 1 % (phases ≥ 0.5 s, 10 Hz sampling). A chip reset injected
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host.align import window_energy
-from host.analysis import Options, analyze
+from host.analysis.align import window_energy
+from host.analysis.pipeline import Options, analyze
 
 NS = 1_000_000_000
 T0 = 5 * NS  # simulated meter clock start = profile start
@@ -24,8 +24,8 @@ OFFSET_NS = 3_210_987_654  # meter − local at T0
 DRIFT = 20e-6  # the offset grows 20 ppm of elapsed meter time
 METER_CONSTANT = 1e8  # imp/kWh: 3.6 mJ per energy-register count
 
-pytest.importorskip("meter.daemon")
-pytest.importorskip("host.tokenlog")
+pytest.importorskip("meter.daemon.service")
+pytest.importorskip("host.run.tokenlog")
 
 
 def _schedule() -> tuple[tuple[float, float], list[dict]]:
@@ -42,7 +42,7 @@ def _schedule() -> tuple[tuple[float, float], list[dict]]:
 
 
 def _profiles(reqs: list[dict]):
-    from meter.power_models import ScriptedProfile
+    from meter.emulation.power_models import ScriptedProfile
 
     def steps(idle_w: float, pre_w: float, dec_w: float) -> list[tuple[float, float]]:
         out = [(0.0, idle_w)]
@@ -56,7 +56,7 @@ def _profiles(reqs: list[dict]):
 
 def _meter_run(root: Path, profiles, duration_s: float, faults: tuple[str, ...] = ()) -> Path:
     from meter.clock import SimulatedClock
-    from meter.daemon import DaemonOptions, MeterDaemon
+    from meter.daemon.service import DaemonOptions, MeterDaemon
 
     board = root / "board.toml"
     lines = ['format = "epi-board"', "format_version = 1", 'name = "groundtruth"',
@@ -82,7 +82,7 @@ def _local(t_s: float) -> int:
 
 
 def _token_log(root: Path, idle: tuple[float, float], reqs: list[dict], end_s: float) -> Path:
-    from host import tokenlog
+    from host.run import tokenlog
 
     run = root / "run"
     hdr = tokenlog.RunHeader.create(run, {
@@ -180,10 +180,10 @@ def test_fault_inside_a_window_invalidates_it(tmp_path):
 
 def test_restarted_daemon_segments_join_with_the_gap_invalid(tmp_path):
     """Two daemon runs into one trace directory: joined, the restart span is invalid."""
-    from host.traces import read_trace
+    from host.analysis.traces import read_trace
     from meter.clock import SimulatedClock
-    from meter.daemon import DaemonOptions, MeterDaemon
-    from meter.power_models import ConstantPower
+    from meter.daemon.service import DaemonOptions, MeterDaemon
+    from meter.emulation.power_models import ConstantPower
 
     # one simulated clock for both runs, as a restarted daemon shares the machine's clock
     clock = SimulatedClock(5 * NS)

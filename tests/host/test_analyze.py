@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from epi import cli as epi_cli
-from host.analysis import Options, analyze
+from host.analysis.pipeline import Options, analyze
 
 NS = 1_000_000_000
 

@@ -58,7 +58,7 @@ def test_unknown_model_name_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_model_prepare_is_idempotent() -> None:
-    from host.models import model_path, prepare_model
+    from host.quant.models import model_path, prepare_model
 
     first = prepare_model("smollm2")
     mtime = model_path("smollm2").stat().st_mtime_ns

@@ -1,11 +1,11 @@
-"""Statistics, EPI, Pareto, matched pairs and layer-group attribution (host.epi)."""
+"""Statistics, EPI, Pareto, matched pairs and layer groups (host.analysis.statistics)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from host import epi
+from host.analysis import statistics as epi
 
 
 def test_repeat_stats_median_cv_and_ci():

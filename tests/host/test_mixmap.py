@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from epi.errors import UserError
-from host.mixmap import assign_layers, expand, load_mixmap, load_mixmaps, parse_mixmap
-from host.quanttypes import ModelShape, apply_fallback, rule_type
+from epi.core.errors import UserError
+from host.quant.mixmap import assign_layers, expand, load_mixmap, load_mixmaps, parse_mixmap
+from host.quant.quant_types import ModelShape, apply_fallback, rule_type
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = REPO / "quantmaps"
@@ -154,7 +154,7 @@ def test_unknown_override_kind(tmp_path: Path) -> None:
 
 
 def tensors_of(n_layers: int, width: int, n_ff: int):
-    from host.mixmap import TensorInfo
+    from host.quant.mixmap import TensorInfo
 
     out = [TensorInfo("token_embd.weight", width, width * 1000, 2)]
     for i in range(n_layers):

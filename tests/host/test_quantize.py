@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from host.gguf_info import read_model, sha256_file
-from host.llama_env import tool_env, tool_path
-from host.mixmap import expand, load_mixmap, load_mixmaps
-from host.quantize import quantize_map
-from host.testmodel import write_test_model
+from host.quant.gguf_info import read_model, sha256_file
+from host.quant.mixmap import expand, load_mixmap, load_mixmaps
+from host.quant.quantize import quantize_map
+from host.quant.tiny_model import write_test_model
+from host.run.llama_env import tool_env, tool_path
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = REPO / "quantmaps"
@@ -162,7 +162,7 @@ def test_maps_check_reports_content_duplicates() -> None:
 
 @pytest.mark.slow
 def test_demo_maps_on_the_real_135m_model(tmp_path: Path) -> None:
-    from host.models import prepare_model
+    from host.quant.models import prepare_model
 
     manifest = prepare_model("smollm2")
     assert manifest["n_layers"] == 30 and manifest["n_params"] == 134515008

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from epi.errors import UserError
-from host.cluster import LocalWorker, free_port, worker_activity
-from host.placement import parse_load_log, placement_from_log, predict_units
-from host.rpc import Endpoint, parse_workers, probe
-from host.runner import RunFailed, RunSettings, run
-from host.tokenlog import read_token_log
+from epi.core.errors import UserError
+from host.cluster.placement import parse_load_log, placement_from_log, predict_units
+from host.cluster.rpc import Endpoint, parse_workers, probe
+from host.cluster.workers import LocalWorker, free_port, worker_activity
+from host.run.runner import RunFailed, RunSettings, run
+from host.run.tokenlog import read_token_log
 
 TOKENS = 10
 PROMPTS = {
@@ -268,7 +268,7 @@ def test_epi_worker_command_serves_a_run(tiny_model: Path, tmp_path: Path) -> No
     import subprocess
     import sys
 
-    from host.rpc import wait_for_endpoint
+    from host.cluster.rpc import wait_for_endpoint
 
     port = free_port()
     log = open(tmp_path / "w.log", "wb")  # noqa: SIM115

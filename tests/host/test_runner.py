@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from epi.errors import UserError
-from host.cluster import free_port
-from host.runner import RunSettings, plan_run, run
-from host.tokenlog import read_token_log
+from epi.core.errors import UserError
+from host.cluster.workers import free_port
+from host.run.runner import RunSettings, plan_run, run
+from host.run.tokenlog import read_token_log
 
 TOKENS = 12
 
@@ -144,8 +144,8 @@ def test_events_mark_prefill_and_every_token(local_run) -> None:
 
 
 def test_log_reads_with_the_analysis_reader(local_run) -> None:
-    """The aligner's independent reader (host.tokenlog_reader) accepts what the runner wrote."""
-    from host.tokenlog_reader import read_run
+    """The analysis reader (host.analysis.tokenlog_reader) accepts what the runner wrote."""
+    from host.analysis.tokenlog_reader import read_run
 
     result, log, _ = local_run
     parsed = read_run(result.run_dir)
@@ -182,9 +182,9 @@ def test_clock_sync_recorded_at_start_during_and_end(local_run) -> None:
 
 def test_clock_sync_against_a_real_meter_server(tiny_model: Path, tmp_path: Path) -> None:
     """The meter daemon's /clock endpoint with a clock 7 s ahead: the offset is found."""
-    from meter.live import LiveHub
-    from meter.metrics import MeterState
-    from meter.server import MeterServer
+    from meter.daemon.http_server import MeterServer
+    from meter.daemon.live_stream import LiveHub
+    from meter.daemon.metrics import MeterState
 
     class AheadClock:
         def monotonic_ns(self) -> int:
@@ -217,7 +217,7 @@ def test_clock_sync_against_a_real_meter_server(tiny_model: Path, tmp_path: Path
 
 
 def test_eos_is_suppressed_and_prefill_is_full(tiny_model: Path) -> None:
-    from host.engine import load_model, perf_context, timed_request
+    from host.run.engine import load_model, perf_context, timed_request
 
     m = load_model(tiny_model, threads=1, n_ctx=256)
     prompt = [1, 450, 4996, 17354, 1701]
@@ -369,7 +369,7 @@ def test_long_idle_and_cool_down_are_not_stalls(tiny_model: Path, tmp_path: Path
 
 def test_meter_lost_mid_run_fails_the_run(tiny_model: Path, tmp_path: Path) -> None:
     """A clock sync that fails between repeats fails the run (exit 1), log valid."""
-    from host.runner import RunFailed
+    from host.run.runner import RunFailed
 
     calls: list[str] = []
 

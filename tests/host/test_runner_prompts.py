@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from epi.errors import UserError
-from host.prompts import default_prompts_path, load_prompt_set, prompt_tokens
+from epi.core.errors import UserError
+from host.run.prompts import default_prompts_path, load_prompt_set, prompt_tokens
 
 
 def _write(tmp_path: Path, data: object) -> Path:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from epi.errors import UserError
-from host.tokenlog import (
+from epi.core.errors import UserError
+from host.run.tokenlog import (
     EVENT_COLUMNS,
     REQUEST_COLUMNS,
     CsvAppender,
@@ -124,7 +124,7 @@ def test_log_stays_valid_when_the_writer_is_killed(tmp_path: Path) -> None:
         import os, signal, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_tokenlog import _record
-        from host.tokenlog import CsvAppender
+        from host.run.tokenlog import CsvAppender
         app = CsvAppender({str(run_dir)!r})
         app.write_request(_record(0))
         app.write_request(_record(1))

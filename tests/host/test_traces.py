@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from epi.errors import UserError
-from host.align import window_energy
-from host.traces import read_trace
+from epi.core.errors import UserError
+from host.analysis.align import window_energy
+from host.analysis.traces import read_trace
 
 NS = 1_000_000_000
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from epi.errors import UserError
-from host.tokenlog_reader import read_run
+from epi.core.errors import UserError
+from host.analysis.tokenlog_reader import read_run
 
 NS = 1_000_000_000
 
@@ -29,7 +29,7 @@ def test_reads_a_valid_run(run_dir):
 
 def test_real_writer_output_reads_back(tmp_path):
     """host/tokenlog.py (the runner's writer) and this reader agree on the contract."""
-    tokenlog = pytest.importorskip("host.tokenlog")
+    tokenlog = pytest.importorskip("host.run.tokenlog")
     hdr = tokenlog.RunHeader.create(tmp_path / "real", {
         "model": {"path": "m.gguf", "sha256": "c" * 64, "map_id": "demo_q8_0", "n_layers": 8,
                   "n_params": 1},

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from meter.live import LiveHub
-from meter.metrics import ChannelInfo, MeterState
-from meter.server import MeterServer
+from meter.daemon.http_server import MeterServer
+from meter.daemon.live_stream import LiveHub
+from meter.daemon.metrics import ChannelInfo, MeterState
 
 
 class OffsetClock:

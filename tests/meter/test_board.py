@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from meter.driver.atm90e26 import ChipResetError
 
-from epi.errors import UserError
+from epi.core.errors import UserError
 from meter.board import emulated_board, load_board, open_channels
-from meter.calibration import Calibration
+from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock
-from meter.driver import ChipResetError
-from meter.power_models import ConstantPower, ScriptedProfile
+from meter.emulation.power_models import ConstantPower, ScriptedProfile
 
 REPO = Path(__file__).resolve().parents[2]
 BOARD = REPO / "hardware/epi-meter.toml"

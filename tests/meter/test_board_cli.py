@@ -9,8 +9,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from meter.calibration import Calibration
-from meter.cli import meter
+from epi.commands.meter_group import meter
+from meter.chip.calibration import Calibration
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 from gpiozero.pins.mock import MockFactory
+from meter.driver.atm90e26 import ATM90E26Driver
 
-from meter import registers as regs
-from meter.bus.emulated import EmulatedSpidev
 from meter.bus.gpio_cs_bus import GpioCsSpiBus
 from meter.bus.spidev_bus import SpidevBus
-from meter.calibration import Calibration
+from meter.chip import registers as regs
+from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock
-from meter.driver import ATM90E26Driver
-from meter.emulator import EmulatedChip
-from meter.power_models import ConstantPower
+from meter.emulation.chip_emulator import EmulatedChip
+from meter.emulation.emulated_bus import EmulatedSpidev
+from meter.emulation.power_models import ConstantPower
 
 
 def _chip(clock: SimulatedClock, power_w: float = 5.0) -> EmulatedChip:

@@ -4,17 +4,17 @@ handler on a simulated clock, and over a real pseudo-terminal pair."""
 from __future__ import annotations
 
 import serial
+from meter.driver.atm90e26 import ATM90E26Driver
 
-from meter import emulator_uart
-from meter import registers as regs
 from meter.bus.base import BusError, BusTimeout
 from meter.bus.uart_bus import UartBus
-from meter.calibration import Calibration
+from meter.chip import registers as regs
+from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock, SystemClock
-from meter.driver import ATM90E26Driver
-from meter.emulator import EmulatedChip
-from meter.emulator_uart import ChipUart, PtyChipServer, register_port
-from meter.power_models import ConstantPower
+from meter.emulation import uart_emulator as emulator_uart
+from meter.emulation.chip_emulator import EmulatedChip
+from meter.emulation.power_models import ConstantPower
+from meter.emulation.uart_emulator import ChipUart, PtyChipServer, register_port
 
 MS = 1_000_000
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from meter import calibration as calib
-from meter import registers as regs
 from meter.board import load_board
-from meter.calibration import Calibration, CalibrationError
+from meter.chip import calibration as calib
+from meter.chip import registers as regs
+from meter.chip.calibration import Calibration, CalibrationError
 
 REPO = Path(__file__).resolve().parents[2]
 

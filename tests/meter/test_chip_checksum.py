@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from meter.checksum import checksum, cs1, cs2
+from meter.chip.checksum import checksum, cs1, cs2
 
 VECTORS = [
     ("CS1 power-on defaults",

@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CHIP_MODULES = ["meter/registers.py", "meter/frames.py", "meter/checksum.py",
-                "meter/calibration.py"]
+CHIP_MODULES = sorted(
+    str(p.relative_to(REPO)) for p in (REPO / "meter" / "chip").glob("*.py")
+)
 _FSTRING_EQ = re.compile(r"\{[^{}]*[^=!<>]=(![rsa])?(:[^{}]*)?\}")
-ALLOWED_IMPORTS = {"math", "meter", "meter.registers", "meter.checksum", "meter.frames"}
+ALLOWED_IMPORTS = {
+    "math", "meter.chip", "meter.chip.registers", "meter.chip.checksum", "meter.chip.frames"
+}
 
 
 @pytest.mark.parametrize("path", CHIP_MODULES)

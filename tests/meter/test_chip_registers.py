@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meter import frames
-from meter import registers as regs
+from meter.chip import frames
+from meter.chip import registers as regs
 
 
 def test_register_table_reset_values_and_access_match_the_reference() -> None:

@@ -9,10 +9,10 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from epi.errors import UserError
-from meter.clocksync import Exchange, combine, estimate_offset
-from meter.clocksync_cli import sync
-from meter.server import MeterServer
+from epi.commands.meter_sync import sync
+from epi.core.clocksync import Exchange, combine, estimate_offset
+from epi.core.errors import UserError
+from meter.daemon.http_server import MeterServer
 
 OFFSET_NS = 123_456_789
 

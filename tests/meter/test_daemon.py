@@ -16,12 +16,17 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from epi.errors import UserError
+from epi.core.clocksync import estimate_offset
+from epi.core.errors import UserError
 from meter.clock import SimulatedClock
-from meter.clocksync import estimate_offset
-from meter.daemon import DaemonOptions, MeterDaemon, default_rate_hz, frames_per_read
-from meter.power_models import ConstantPower, ScriptedProfile
-from meter.trace import TraceLock, read_trace
+from meter.daemon.service import (
+    DaemonOptions,
+    MeterDaemon,
+    default_rate_hz,
+    frames_per_read,
+)
+from meter.daemon.trace import TraceLock, read_trace
+from meter.emulation.power_models import ConstantPower, ScriptedProfile
 
 S = 1_000_000_000
 FAULTS = [

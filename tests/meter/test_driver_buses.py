@@ -14,15 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 from gpiozero.pins.mock import MockFactory
-
-from meter import emulator_uart
-from meter.bus.emulated import FRAME_TIME_160K_S, EmulatedSpiBus, EmulatedSpidev
-from meter.bus.gpio_cs_bus import GpioCsSpiBus
-from meter.bus.spidev_bus import SpidevBus
-from meter.bus.uart_bus import UartBus
-from meter.calibration import Calibration
-from meter.clock import SimulatedClock
-from meter.driver import (
+from meter.driver.atm90e26 import (
     ATM90E26Driver,
     BusError,
     ChecksumError,
@@ -30,8 +22,16 @@ from meter.driver import (
     ChipResetError,
     ChipStuckError,
 )
-from meter.emulator import EmulatedChip
-from meter.power_models import ScriptedProfile
+
+from meter.bus.gpio_cs_bus import GpioCsSpiBus
+from meter.bus.spidev_bus import SpidevBus
+from meter.bus.uart_bus import UartBus
+from meter.chip.calibration import Calibration
+from meter.clock import SimulatedClock
+from meter.emulation import uart_emulator as emulator_uart
+from meter.emulation.chip_emulator import EmulatedChip
+from meter.emulation.emulated_bus import FRAME_TIME_160K_S, EmulatedSpiBus, EmulatedSpidev
+from meter.emulation.power_models import ScriptedProfile
 
 S = 1_000_000_000
 BUSES = ["emulated", "spidev", "gpio-cs", "uart"]

@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 
 import pytest
+from meter.driver.atm90e26 import ATM90E26Driver
 
-from meter import calibration as calib
-from meter.bus.emulated import EmulatedSpiBus
-from meter.calibration import Calibration, CalibrationError
+from meter.chip import calibration as calib
+from meter.chip.calibration import Calibration, CalibrationError
 from meter.clock import SimulatedClock
-from meter.driver import ATM90E26Driver
-from meter.emulator import EmulatedChip
-from meter.power_models import ConstantPower
+from meter.emulation.chip_emulator import EmulatedChip
+from meter.emulation.emulated_bus import EmulatedSpiBus
+from meter.emulation.power_models import ConstantPower
 
 S = 1_000_000_000
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from meter.driver.atm90e26 import ATM90E26Driver
 
-from meter.bus.emulated import EmulatedSpiBus
-from meter.calibration import Calibration
+from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock, SystemClock
-from meter.driver import ATM90E26Driver
-from meter.emulator import EmulatedChip
-from meter.power_models import ConstantPower
+from meter.emulation.chip_emulator import EmulatedChip
+from meter.emulation.emulated_bus import EmulatedSpiBus
+from meter.emulation.power_models import ConstantPower
 
 
 def test_simulated_clock_moves_only_when_told() -> None:

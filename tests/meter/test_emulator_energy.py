@@ -8,14 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
+from meter.driver.atm90e26 import ATM90E26Driver
 
-from meter import registers as regs
-from meter.bus.emulated import FRAME_TIME_160K_S, EmulatedSpiBus
-from meter.calibration import Calibration
+from meter.chip import registers as regs
+from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock
-from meter.driver import ATM90E26Driver
-from meter.emulator import EmulatedChip
-from meter.power_models import ActivityModel, ConstantPower, ScriptedProfile
+from meter.emulation.chip_emulator import EmulatedChip
+from meter.emulation.emulated_bus import FRAME_TIME_160K_S, EmulatedSpiBus
+from meter.emulation.power_models import ActivityModel, ConstantPower, ScriptedProfile
 
 S = 1_000_000_000
 

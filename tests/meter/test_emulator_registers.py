@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from meter import registers as regs
-from meter.calibration import Calibration
+from meter.chip import registers as regs
+from meter.chip.calibration import Calibration
+from meter.chip.frames import spi_read_frame, spi_read_value, spi_write_frame
 from meter.clock import SimulatedClock
-from meter.emulator import EmulatedChip
-from meter.frames import spi_read_frame, spi_read_value, spi_write_frame
-from meter.power_models import ConstantPower, ScriptedProfile
+from meter.emulation.chip_emulator import EmulatedChip
+from meter.emulation.power_models import ConstantPower, ScriptedProfile
 
 S = 1_000_000_000
 

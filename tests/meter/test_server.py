@@ -11,8 +11,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from epi.errors import UserError
-from meter.server import MeterServer, parse_listen
+from epi.core.errors import UserError
+from meter.daemon.http_server import MeterServer, parse_listen
 
 
 def _sample(ch: int, seq: int, power_w: float = 12.5) -> dict:
@@ -187,7 +187,7 @@ def test_port_in_use_is_a_user_error(offset_server: MeterServer, meter_state) ->
 
 
 def test_a_server_never_started_stops_at_once(meter_state) -> None:
-    from meter.live import LiveHub
+    from meter.daemon.live_stream import LiveHub
 
     server = MeterServer("127.0.0.1", 0, state=meter_state, hub=LiveHub(),
                          clock=type("C", (), {"monotonic_ns": staticmethod(time.monotonic_ns),

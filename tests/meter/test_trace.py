@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from epi.errors import UserError
-from meter.trace import (
+from epi.core.errors import UserError
+from meter.daemon.trace import (
     EVENT_COLUMNS,
     SAMPLE_COLUMNS,
     TraceWriter,

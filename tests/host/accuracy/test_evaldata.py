@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from epi.errors import UserError
-from host import evaldata
+from epi.commands.data import data
+from epi.core.errors import UserError
+from host.accuracy import evaldata
 from host.accuracy.items import shared_item
 from host.accuracy.readers import load_items, write_hellaswag_txt, write_multiple_choice_bin
-from host.data_cli import data
 
 
 def test_prepare_extracts_only_needed_files_with_manifest(synth: type, prepared: Path) -> None:

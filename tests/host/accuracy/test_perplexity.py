@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from epi.errors import UserError
+from epi.core.errors import UserError
 from host.accuracy import crosscheck
 from host.accuracy import perplexity as ppl
 from host.accuracy.scorer import Scorer

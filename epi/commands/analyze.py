@@ -1,0 +1,345 @@
+"""`epi analyze RUN_DIR... --trace TRACE_DIR`: joules per token, EPI and verdicts.
+
+A thin layer over host.analysis: parse flags, run the analysis, write the results (all files
+built in memory first, then written to a temporary directory and renamed into place, so an
+error never leaves half an output), and print the three summary tables.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import pandas as pd
+
+from epi.core.errors import UserError
+from host.analysis import pipeline as analysis_mod
+from host.analysis.model import Analysis, Options
+
+RESULT_FORMAT = "epi-analysis"
+RESULT_VERSION = 1
+
+
+def parse_channels(spec: str | None) -> dict[str, list[int]] | None:
+    """`node=ch[+ch],node=ch` → {node: [channels]}."""
+    if not spec:
+        return None
+    out: dict[str, list[int]] = {}
+    for item in spec.split(","):
+        node, sep, chans = item.partition("=")
+        if not sep or not node.strip() or not chans.strip():
+            raise UserError(f"--channels: {item!r} is not NODE=CHANNEL[+CHANNEL]")
+        try:
+            out.setdefault(node.strip(), []).extend(int(c) for c in chans.split("+"))
+        except ValueError:
+            raise UserError(f"--channels: {item!r}: channels must be integers") from None
+    return out
+
+
+def parse_accuracy_values(items: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        cfg, sep, val = item.rpartition("=")
+        try:
+            out[cfg] = float(val)
+        except ValueError:
+            cfg = ""
+        if not sep or not cfg:
+            raise UserError(f"--accuracy-value: {item!r} is not CONFIG=ACCURACY (0..1)")
+    return out
+
+
+# --------------------------------------------------------------------------- output files
+def _clean(obj: Any) -> Any:
+    """JSON-safe: NaN → null, numpy scalars → Python."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating, float)):
+        return None if not math.isfinite(float(obj)) else float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if obj is pd.NA:
+        return None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    return [_clean(r) for r in df.astype(object).where(df.notna(), None).to_dict("records")]
+
+
+WINDOW_COLUMNS = [
+    "run_id", "config", "kind", "request_id", "repeat", "prompt_id", "scope", "t0_local_ns",
+    "t1_local_ns", "t0_meter_ns", "t1_meter_ns", "duration_s", "n_prompt_tokens",
+    "n_generated_tokens", "n_samples", "energy_j", "energy_method", "energy_net_j",
+    "energy_trapezoid_j", "energy_counter_j", "counter_minus_trapezoid_j",
+    "counter_resolution_j", "power_w", "request_method", "reason_code", "reason",
+    "counter_reason", "net_reason",
+]
+RESULT_COLUMNS = [
+    "config", "scope", "layers", "phase", "unit", "basis", "figure", "n_runs", "n_runs_valid",
+    "n_repeats", "j_per_token_median", "j_per_token_cv", "j_per_token_ci_lo",
+    "j_per_token_ci_hi", "ci_level", "energy_per_request_j_median",
+    "duration_per_request_s_median", "accuracy", "accuracy_ci_lo", "accuracy_ci_hi",
+    "accuracy_basis", "epi", "epi_ci_lo", "epi_ci_hi", "epi_energy_basis", "epi_reason",
+    "perplexity", "pareto", "energy_method", "edge_model", "reason",
+]
+
+
+def build_outputs(a: Analysis, argv: dict[str, Any]) -> dict[str, bytes]:
+    """File name → content of every output (nothing is written here)."""
+    runs = []
+    for i in a.runs:
+        runs.append({
+            "run_id": i.run.run_id, "path": str(i.run.path), "config": i.config,
+            "status": i.run.status, "model": i.run.model,
+            "placement": [{"node": p.node, "layers": list(p.layers),
+                           "channels": i.node_channels.get(p.node)} for p in i.run.placement],
+            "clock": {"basis": i.clock.basis, "note": i.clock.note,
+                      "uncertainty_ns": i.offset_uncertainty_ns,
+                      "drift_ppm": i.clock.drift_ppm,
+                      "sync_points": len(i.clock.sync_local_ns)},
+            "meter_boot_id": i.boot_id, "span_meter_ns": i.span_meter_ns,
+            "idle_power_w": i.idle_power_w, "idle_reason": i.idle_reason,
+            "saturated_readings": i.saturated,
+            "verdicts": _records(a.verdicts[a.verdicts["run_id"] == i.run.run_id]),
+        })
+    doc = {
+        "format": RESULT_FORMAT, "format_version": RESULT_VERSION,
+        "inputs": argv,
+        "trace": {"path": str(a.trace.path), "segments": len(a.trace.segments),
+                  "emulated": a.trace.emulated, "power_models": a.trace.power_models,
+                  "boot_ids": a.trace.boot_ids},
+        "options": {k: (str(v) if isinstance(v, Path) else v)
+                    for k, v in vars(a.options).items()},
+        "runs": runs,
+        "results": _records(a.results.reindex(columns=RESULT_COLUMNS)),
+        "savings": _records(a.savings),
+        "phase_breakdown": _records(a.breakdown),
+        "pareto": a.pareto,
+        "perplexity_matched_pairs": a.pairs,
+        "layer_groups": {
+            "measured": _records(a.results[(a.results["scope"] != "all")].reindex(
+                columns=RESULT_COLUMNS)),
+            "differential": a.differential,
+            "time_share_estimate": a.time_share,
+        },
+        "notes": a.notes,
+    }
+    out = {
+        "results.json": (json.dumps(_clean(doc), indent=1) + "\n").encode(),
+        "results.csv": a.results.reindex(columns=RESULT_COLUMNS).to_csv(index=False).encode(),
+        "runs.csv": a.verdicts.to_csv(index=False).encode(),
+        "windows.csv": a.windows.reindex(columns=WINDOW_COLUMNS).to_csv(index=False).encode(),
+        "repeats.csv": a.repeats.to_csv(index=False).encode(),
+    }
+    return out
+
+
+def write_atomically(out_dir: Path, files: dict[str, bytes]) -> None:
+    """Write into a temporary sibling directory, then rename into place."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out: {out_dir} exists and is not a directory")
+    parent = out_dir.parent if str(out_dir.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = parent / f".{out_dir.name}.tmp-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        for name, data in files.items():
+            with open(tmp / name, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        if not out_dir.exists():
+            os.rename(tmp, out_dir)
+            return
+        for name in files:
+            os.replace(tmp / name, out_dir / name)
+        tmp.rmdir()
+    except OSError as exc:
+        raise UserError(f"--out: cannot write {out_dir} ({exc.strerror})") from None
+
+
+# --------------------------------------------------------------------------- tables
+def _num(x: float, fmt: str = ".4g") -> str:
+    return "null" if x is None or not np.isfinite(x) else format(x, fmt)
+
+
+def _ci(med: float, lo: float, hi: float) -> str:
+    if not np.isfinite(med):
+        return "null"
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{med:.4g}"
+    return f"{med:.4g} [{lo:.4g}, {hi:.4g}]"
+
+
+def format_table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join([line, "  ".join("-" * w for w in widths), *body])
+
+
+def summary_text(a: Analysis) -> str:
+    res = a.results
+    basis = a.options.energy_basis
+    lvl = f"{a.options.ci_level:.0%}"
+
+    def fig(cfg: str, phase: str, unit: str, b: str, scope: str = "all") -> pd.Series | None:
+        r = res[(res["config"] == cfg) & (res["scope"] == scope) & (res["phase"] == phase)
+                & (res["unit"] == unit) & (res["basis"] == b)]
+        return r.iloc[0] if len(r) else None
+
+    rows = []
+    for cfg in dict.fromkeys(i.config for i in a.runs):
+        g = fig(cfg, "request", "generated", "gross")
+        n = fig(cfg, "request", "generated", "net")
+        t = fig(cfg, "request", "total", "gross")
+        p = fig(cfg, "prefill", "prompt", "gross")
+        d = fig(cfg, "decode", "generated", "gross")
+        h = fig(cfg, "request", "generated", basis)
+        rows.append([
+            cfg, f"{g['n_runs_valid']}/{g['n_runs']}",
+            _num(g["energy_per_request_j_median"]),
+            _ci(g["j_per_token_median"], g["j_per_token_ci_lo"], g["j_per_token_ci_hi"]),
+            _num(n["j_per_token_median"]), _num(t["j_per_token_median"]),
+            _num(p["j_per_token_median"]), _num(d["j_per_token_median"]),
+            _num(g["j_per_token_cv"] * 100, ".2f"),
+            _num(h["accuracy"], ".3f"), _ci(h["epi"], h["epi_ci_lo"], h["epi_ci_hi"]),
+        ])
+    out = [f"Per configuration — scope: all channels of the run's nodes; median over repeats "
+           f"[{lvl} bootstrap CI]; energy: {a.options.energy_method}"
+           + (" (trapezoid where the counter does not cover a window)"
+              if a.options.energy_method == "counter" else "")
+           + f"; edge model: {a.options.edge}",
+           format_table(["config", "valid runs", "J/request", "J/gen tok (gross)",
+                         "J/gen tok (net)", "J/total tok", "prefill J/prompt tok",
+                         "decode J/gen tok", "CV %", "accuracy", f"EPI ({basis})"], rows)]
+    accs = {r["accuracy_basis"] for _, r in res.iterrows() if r["accuracy_basis"]}
+    if accs:
+        out.append("accuracy: " + " | ".join(sorted(accs)))
+    out.append(f"EPI = {basis} J per generated token (whole request) / accuracy")
+    if len(a.savings):
+        b = a.savings["baseline"].iloc[0]
+        srows = [[r["config"], _num(r["j_per_token"]), _num(r["energy_saving_pct"], "+.1f"),
+                  _num(r["latency_s"], ".3f"), _num(r["latency_saving_pct"], "+.1f")]
+                 for _, r in a.savings.iterrows()]
+        out += ["", f"Savings vs baseline {b} ({basis} J per generated token; latency = median "
+                "request duration; positive = saves)",
+                format_table(["config", "J/gen tok", "energy saving %", "latency s",
+                              "latency saving %"], srows)]
+    else:
+        out += ["", "Savings vs baseline: give --baseline CONFIG"]
+    brows = [[r["config"], _num(r["prefill_mj"], ".1f"), _num(r["decode_mj"], ".1f"),
+              _num(r["idle_mj"], ".1f"), _num(r["request_mj"], ".1f"),
+              _num(r["net_request_mj"], ".1f")] for _, r in a.breakdown.iterrows()]
+    out += ["", "Phase breakdown per request, mJ (gross; idle = idle baseline power × request "
+            "duration, the part of the request's energy the idle machine would draw anyway)",
+            format_table(["config", "prefill mJ", "decode mJ", "idle mJ", "request mJ",
+                          "net request mJ"], brows)]
+    nodes = res[(res["scope"] != "all") & (res["phase"] == "request")
+                & (res["unit"] == "generated") & (res["basis"] == basis)]
+    if nodes["scope"].nunique() > 1 or len(nodes) > len(res["config"].unique()):
+        nrows = [[r["config"], r["scope"], r["layers"],
+                  _ci(r["j_per_token_median"], r["j_per_token_ci_lo"], r["j_per_token_ci_hi"])]
+                 for _, r in nodes.iterrows()]
+        out += ["", f"Per node (measured layer groups: each node's own meter channels; "
+                f"{basis} J per generated token)",
+                format_table(["config", "node", "layers", "J/gen tok"], nrows)]
+    bad = a.verdicts[~a.verdicts["valid"]]
+    out.append("")
+    if bad.empty:
+        out.append("Verdicts: every run and phase valid")
+    else:
+        out.append("Verdicts (invalid runs are reported, not averaged in):")
+        for _, r in bad.iterrows():
+            out.append(f"  {r['config']} (run {r['run_id'][:12]}) {r['phase']}: "
+                       f"INVALID — {r['reasons']}")
+    for note in a.notes:
+        out.append(f"note: {note}")
+    return "\n".join(out)
+
+
+@click.command("analyze")
+@click.argument("run_dirs", nargs=-1, required=True,
+                type=click.Path(path_type=Path, file_okay=False))
+@click.option("--trace", "trace_dir", required=True, type=click.Path(path_type=Path),
+              help="Meter trace directory (epi meter run --out).")
+@click.option("--accuracy", "accuracy_file", type=click.Path(path_type=Path),
+              help="Accuracy results file (epi accuracy), joined on model sha256.")
+@click.option("--accuracy-value", multiple=True, metavar="CONFIG=ACC",
+              help="Accuracy in (0, 1] for a configuration, given by hand (repeatable).")
+@click.option("--accuracy-metric", default="composite", show_default=True,
+              help="'composite' or a benchmark name from the accuracy file.")
+@click.option("--baseline", help="Configuration the savings table compares against.")
+@click.option("--channels", help="Node → meter channels, e.g. node0=0,node1=1+2 "
+              "(default: the trace's channel map).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("analysis"),
+              show_default=True, help="Output directory (results.csv/json, runs, windows).")
+@click.option("--energy-basis", type=click.Choice(["gross", "net"]), default="gross",
+              show_default=True, help="Energy basis of EPI, Pareto and savings.")
+@click.option("--edge", type=click.Choice(["step", "linear"]), default="step",
+              show_default=True, help="Window-edge model (see docs/analysis.md).")
+@click.option("--energy-method", type=click.Choice(["counter", "trapezoid"]), default="counter",
+              show_default=True, help="Primary energy: the chip's energy counter (trapezoid "
+              "where the counter does not cover a window) or the integral of power readings.")
+@click.option("--max-resolution-frac", type=float, default=0.005, show_default=True,
+              help="Largest energy-counter resolution as a fraction of a repeat's phase energy.")
+@click.option("--cv-threshold", type=float, default=0.03, show_default=True,
+              help="Largest repeat CV of a valid run.")
+@click.option("--max-offset-frac", type=float, default=0.01, show_default=True,
+              help="Largest clock-offset uncertainty as a fraction of the median phase.")
+@click.option("--min-samples", type=click.IntRange(2), default=2, show_default=True,
+              help="Fewest meter samples inside a measured window.")
+@click.option("--ppl-tolerance", type=float, default=0.01, show_default=True,
+              help="Relative perplexity tolerance of matched pairs.")
+@click.option("--bootstrap", "n_boot", type=click.IntRange(100), default=2000,
+              show_default=True, help="Bootstrap resamples.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--time-share", is_flag=True,
+              help="Also split node energy over its layer groups by weight bytes (estimate).")
+@click.option("--manifest-dir", type=click.Path(path_type=Path),
+              help="Where the quantization manifests are (default: next to the model).")
+def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | None,
+            accuracy_value: tuple[str, ...], accuracy_metric: str, baseline: str | None,
+            channels: str | None, out_dir: Path, energy_basis: str, edge: str,
+            energy_method: str, max_resolution_frac: float,
+            cv_threshold: float, max_offset_frac: float, min_samples: int, ppl_tolerance: float,
+            n_boot: int, seed: int, time_share: bool, manifest_dir: Path | None) -> None:
+    """Joules per token by phase and node, EPI with CIs, and validity verdicts."""
+    opts = Options(edge=edge, energy_method=energy_method,
+                   max_resolution_frac=max_resolution_frac,
+                   min_samples=min_samples, cv_threshold=cv_threshold,
+                   max_offset_frac=max_offset_frac, n_boot=n_boot, seed=seed,
+                   channels=parse_channels(channels), energy_basis=energy_basis,
+                   accuracy_metric=accuracy_metric,
+                   accuracy_values=parse_accuracy_values(accuracy_value),
+                   ppl_tolerance=ppl_tolerance, baseline=baseline, time_share=time_share,
+                   manifest_dir=manifest_dir)
+    a = analyze_runs(list(run_dirs), trace_dir, opts, accuracy_file)
+    argv = {"run_dirs": [str(d) for d in run_dirs], "trace": str(trace_dir),
+            "accuracy": str(accuracy_file) if accuracy_file else None}
+    write_atomically(out_dir, build_outputs(a, argv))
+    click.echo(summary_text(a))
+    click.echo(f"\nwrote {out_dir}/results.csv, results.json, runs.csv, repeats.csv, windows.csv")
+
+
+def analyze_runs(run_dirs: list[Path], trace_dir: Path, opts: Options,
+                 accuracy_file: Path | None) -> Analysis:
+    """The API call behind the command (kept separate so tests can call it directly)."""
+    return analysis_mod.analyze(run_dirs, trace_dir, opts, accuracy_file)

@@ -1,0 +1,77 @@
+"""`epi meter run`: the sampling daemon (traces, clock sync, live stream, /metrics)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import click
+
+from meter.daemon.http_server import DEFAULT_HOST, DEFAULT_PORT
+from meter.daemon.service import DaemonOptions, MeterDaemon
+
+
+@click.command("run")
+@click.option(
+    "--board", "board_path", type=click.Path(path_type=Path, dir_okay=False),
+    help="Board file (hardware/epi-meter.toml). Without it, --emulate is required.",
+)
+@click.option(
+    "--emulate", is_flag=True,
+    help="Emulated chips (the board file's channels, or 4 channels; channel 0 follows this "
+    "machine's CPU activity, modelled as a Pi 5's wall power).",
+)
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+    help="Trace directory; a restarted daemon adds a new segment to it.",
+)
+@click.option(
+    "--rate", "rate_hz", type=click.FloatRange(0, min_open=True), metavar="HZ",
+    help="Sweeps per second over all channels [default: the board file's, else a round "
+    "rate under 45% of what the bus sustains (20 Hz for 4 chips at 160 kHz)].",
+)
+@click.option(
+    "--duration", "duration_s", type=click.FloatRange(0, min_open=True), metavar="S",
+    help="Stop after this many seconds [default: run until SIGTERM/Ctrl-C].",
+)
+@click.option(
+    "--listen", default=f"{DEFAULT_HOST}:{DEFAULT_PORT}", show_default=True,
+    metavar="HOST:PORT",
+    help="HOST:PORT of the HTTP endpoints (port 0: any free port); 'off' for none.",
+)
+@click.option(
+    "--fault-injection", "faults", multiple=True, metavar="KIND:CHANNEL@START[+DUR][=VALUE]",
+    help="Emulated faults (reset, checksum, absent, stuck, bit-errors, partial-frames); "
+    "comma-separated or repeated. See docs/daemon.md.",
+)
+def run(
+    board_path: Path | None,
+    emulate: bool,
+    out_dir: Path,
+    rate_hz: float | None,
+    duration_s: float | None,
+    listen: str,
+    faults: tuple[str, ...],
+) -> None:
+    """Sample every channel on a steady schedule into a crash-safe trace directory."""
+    options = DaemonOptions(
+        out_dir=out_dir,
+        board_path=board_path,
+        emulate=emulate,
+        rate_hz=rate_hz,
+        duration_s=duration_s,
+        listen=None if listen.lower() in ("off", "none", "") else listen,
+        faults=faults,
+    )
+    daemon = MeterDaemon(options)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        daemon.stop()
+
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
+    try:
+        daemon.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

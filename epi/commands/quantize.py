@@ -1,0 +1,112 @@
+"""`epi quantize MAP... --model BASE.gguf --out DIR`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from epi.core.errors import UserError
+
+
+def format_table(rows: list[dict]) -> str:
+    """A compact verification table: one line per map."""
+    header = ("map", "groups (layers: type)", "bpw", "MiB", "s", "verified")
+    lines = [header]
+    for r in rows:
+        lines.append((r["map"], r["groups"], r["bpw"], r["mib"], r["seconds"], r["verified"]))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    out = []
+    for n, line in enumerate(lines):
+        out.append("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=False)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def manifest_row(manifest: dict, skipped: bool) -> dict:
+    """Table row of one quantization manifest."""
+    from host.quant.quantize import fallback_summary
+
+    groups = " ".join(
+        f"{g['layers_text']}:{g['map_type']}" for g in manifest["layer_groups"] if g["layers_text"]
+    )
+    fb = fallback_summary(manifest)
+    if manifest["unpredicted"]:
+        verified = f"UNEXPECTED types in {len(manifest['unpredicted'])} tensors"
+    elif fb:
+        verified = f"DIFFERS from request: {fb}"
+    else:
+        verified = "as requested"
+    return {
+        "map": manifest["map_id"],
+        "groups": groups,
+        "bpw": f"{manifest['total']['bits_per_weight']:.3f}",
+        "mib": f"{manifest['output']['size_bytes'] / 2**20:.1f}",
+        "seconds": "cached" if skipped else f"{manifest['quantize_seconds']:.1f}",
+        "verified": verified,
+    }
+
+
+@click.command()
+@click.argument("maps", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--model",
+    "model_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Base GGUF (F16/BF16/F32 recommended) to quantize.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Directory for MAP_ID.gguf, MAP_ID.manifest.json and MAP_ID.quantize.log.",
+)
+@click.option("--threads", type=click.IntRange(1), default=None, help="Quantization threads.")
+@click.option("--force", is_flag=True, help="Redo outputs that are already up to date.")
+def quantize(
+    maps: tuple[Path, ...], model_path: Path, out_dir: Path, threads: int | None, force: bool
+) -> None:
+    """Quantize MODEL with each mix map (files or directories of *.json), verify, and manifest.
+
+    Outputs up to date with their map, base model and llama.cpp build are skipped.
+    """
+    from host.quant.gguf_info import read_model, sha256_file
+    from host.quant.mixmap import load_mixmaps
+    from host.quant.quantize import quantize_map
+
+    mixmaps, notices = load_mixmaps(list(maps))
+    base = read_model(model_path)
+    for note in notices:
+        click.echo(f"note: {note}", err=True)
+    plans = []
+    from host.quant.mixmap import expand
+
+    for m in mixmaps:  # validate every map against the model before any work starts
+        exp = expand(m, base.shape, base.tensors)
+        plans.append(m)
+        for w in exp.warnings:
+            click.echo(f"warning: {w}", err=True)
+    base_sha = sha256_file(base.path)
+    rows = []
+    label = f"quantizing {len(plans)} map(s)"
+    with click.progressbar(
+        plans,
+        label=label,
+        file=click.get_text_stream("stderr"),
+        item_show_func=lambda m: m.id if m else "",
+    ) as bar:
+        for m in bar:
+            result = quantize_map(m, base, base_sha, out_dir, threads=threads, force=force)
+            rows.append(manifest_row(result.manifest, result.skipped))
+    click.echo(format_table(rows))
+    differing = [r["map"] for r in rows if r["verified"] != "as requested"]
+    if differing:
+        click.echo(
+            f"{len(differing)} map(s) differ from their request: see the manifests' "
+            "'fallbacks' in " + str(out_dir)
+        )
+    if any(r["verified"].startswith("UNEXPECTED") for r in rows):
+        raise UserError("llama.cpp wrote types epi did not predict: see 'unpredicted' in manifests")

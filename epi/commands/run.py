@@ -1,0 +1,162 @@
+"""`epi run`: the click command over host.run.runner (options, defaults, the closing summary)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from host.run.runner import (
+    DEFAULT_COOLDOWN_S,
+    DEFAULT_IDLE_S,
+    DEFAULT_REPEATS,
+    DEFAULT_STALL_TIMEOUT_S,
+    DEFAULT_TOKENS,
+    DEFAULT_WARMUPS,
+    RunSettings,
+)
+from host.run.runner import (
+    run as run_model,
+)
+
+
+@click.command("run")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="New directory for the token log (run.json, events.csv, requests.csv).",
+)
+@click.option(
+    "--prompts",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Prompt set JSON (default: the shipped epi-default-v1).",
+)
+@click.option(
+    "--tokens",
+    type=int,
+    default=DEFAULT_TOKENS,
+    show_default=True,
+    help="Tokens generated per request (end-of-sequence suppressed).",
+)
+@click.option(
+    "--repeats",
+    type=int,
+    default=DEFAULT_REPEATS,
+    show_default=True,
+    help="Measured passes over the prompt set.",
+)
+@click.option(
+    "--warmups",
+    type=int,
+    default=DEFAULT_WARMUPS,
+    show_default=True,
+    help="Warm-up passes before them (logged, marked warmup=1).",
+)
+@click.option(
+    "--threads",
+    type=int,
+    default=None,
+    help="llama.cpp threads for prompt and generation [default: usable cores].",
+)
+@click.option(
+    "--workers",
+    default=None,
+    metavar="[NAME=]HOST:PORT,...",
+    help="llama.cpp RPC workers (`epi worker`); layers are split across them.",
+)
+@click.option(
+    "--split",
+    default=None,
+    metavar="S1,S2,...",
+    help="Share of the layers per worker (llama.cpp tensor split) [default: equal].",
+)
+@click.option(
+    "--meter",
+    default=None,
+    metavar="URL",
+    help="Meter daemon URL: clock offset estimated at start, each repeat and end.",
+)
+@click.option(
+    "--idle-s",
+    type=float,
+    default=DEFAULT_IDLE_S,
+    show_default=True,
+    help="Idle-baseline window before each repeat, seconds.",
+)
+@click.option(
+    "--cooldown-s",
+    type=float,
+    default=DEFAULT_COOLDOWN_S,
+    show_default=True,
+    help="Cool-down before each idle window, seconds.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="llama.cpp seed (recorded).")
+@click.option(
+    "--map-id",
+    default=None,
+    help="Mix-map id to record [default: from MODEL's .manifest.json, else none].",
+)
+@click.option(
+    "--stall-timeout-s",
+    type=float,
+    default=DEFAULT_STALL_TIMEOUT_S,
+    show_default=True,
+    help="Fail the run when no request finishes for this long.",
+)
+@click.option(
+    "--node",
+    default=None,
+    help="This host's node name in the placement (the `node` of its meter channel) "
+    "[default: hostname].",
+)
+def run(
+    model: Path,
+    out: Path,
+    prompts: Path | None,
+    tokens: int,
+    repeats: int,
+    warmups: int,
+    threads: int | None,
+    workers: str | None,
+    split: str | None,
+    meter: str | None,
+    idle_s: float,
+    cooldown_s: float,
+    seed: int,
+    map_id: str | None,
+    stall_timeout_s: float,
+    node: str | None,
+) -> None:
+    """Run MODEL.gguf on fixed prompts and log every token's time."""
+    settings = RunSettings(
+        model=model,
+        out=out,
+        prompts=prompts,
+        tokens=tokens,
+        repeats=repeats,
+        warmups=warmups,
+        threads=threads,
+        workers=workers,
+        split=split,
+        meter=meter,
+        idle_s=idle_s,
+        cooldown_s=cooldown_s,
+        seed=seed,
+        map_id=map_id,
+        stall_timeout_s=stall_timeout_s,
+        node=node,
+    )
+    result = run_model(settings)
+    prefill = "n/a" if result.prefill_ms_median is None else f"{result.prefill_ms_median:.1f} ms"
+    decode = (
+        "n/a" if result.decode_tok_s_median is None else f"{result.decode_tok_s_median:.1f} tok/s"
+    )
+    click.echo(
+        f"completed: {result.n_requests} requests ({result.n_measured} measured); "
+        f"median prefill {prefill}, "
+        f"median decode {decode}; token log in {result.run_dir}"
+    )

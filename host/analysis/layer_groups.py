@@ -1,0 +1,109 @@
+"""Per-layer-group figures: measured per node, differential between maps that differ in one group,
+and the labelled time-share estimate.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from host.analysis import statistics as epimod
+from host.analysis.model import Options, RunInfo
+from host.analysis.verdicts import valid_repeats
+
+
+# --------------------------------------------------------------------------- layer groups
+def _manifest(info: RunInfo, opts: Options) -> dict | None:
+    m = info.run.model
+    map_id = m.get("map_id")
+    stem = Path(str(m["path"])).stem if m.get("path") else None
+    names = [f"{x}.manifest.json" for x in dict.fromkeys([map_id, stem]) if x]
+    cands = []
+    if opts.manifest_dir is not None:
+        cands += [Path(opts.manifest_dir) / n for n in names]
+    if m.get("path"):
+        cands += [Path(str(m["path"])).parent / n for n in names]
+    for c in cands:
+        if c.is_file():
+            try:
+                data = json.loads(c.read_text())
+            except (OSError, ValueError):
+                continue
+            if data.get("format") == "epi-quant-manifest" and data.get("layer_groups"):
+                return data
+    return None
+
+
+def _group_signature(g: dict) -> str:
+    eff = g.get("effective_types") or {}
+    return f"{g.get('map_type')} [{', '.join(f'{k}×{v}' for k, v in sorted(eff.items()))}]"
+
+
+def layers_text(layers: tuple[int, ...] | None) -> str:
+    if not layers:
+        return ""
+    out, start, prev = [], layers[0], layers[0]
+    for x in [*layers[1:], None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{start}-{prev}" if prev != start else f"{start}")
+        if x is not None:
+            start = prev = x
+    return ",".join(out)
+
+
+def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFrame,
+                  results: pd.DataFrame, opts: Options) -> tuple[list[dict], list[dict],
+                                                                 list[str]]:
+    notes: list[str] = []
+    manifests: dict[str, dict] = {}
+    for i in infos:
+        if i.config in manifests:
+            continue
+        m = _manifest(i, opts)
+        if m is not None:
+            manifests[i.config] = m
+    missing = sorted({i.config for i in infos} - set(manifests))
+    if missing and (len(infos) > 1 or opts.time_share):
+        notes.append("no quantization manifest for " + ", ".join(missing) +
+                     " (looked next to run.json model.path and in --manifest-dir): no "
+                     "differential or time-share figures for them")
+    valid = valid_repeats(rep, verdicts)
+    basis = opts.energy_basis
+    sel = valid[(valid["scope"] == "all") & (valid["phase"] == "request")
+                & (valid["unit"] == "generated") & (valid["basis"] == basis)]
+    values = {c: g["j_per_token"].to_numpy(np.float64) for c, g in sel.groupby("config")}
+    sigs = {c: {g["name"]: _group_signature(g) for g in m["layer_groups"]}
+            for c, m in manifests.items()}
+    diff = epimod.differential_groups(sigs, values, n_boot=opts.n_boot, level=opts.ci_level,
+                                      seed=opts.seed)
+    for d in diff:
+        d["energy_basis"] = f"{basis} J per generated token (whole request)"
+        d["method"] = "differential: runs differing only in this group's type"
+    tshare: list[dict] = []
+    if opts.time_share:
+        for cfg, m in manifests.items():
+            info = next(i for i in infos if i.config == cfg)
+            for p in info.run.placement:
+                r = results[(results["config"] == cfg) & (results["scope"] == p.node)
+                            & (results["phase"] == "request") & (results["unit"] == "generated")
+                            & (results["basis"] == basis)]
+                node_val = float(r["j_per_token_median"].iloc[0]) if len(r) else float("nan")
+                held = set(p.layers)
+                gbytes = {}
+                for g in m["layer_groups"]:
+                    layers = set(g.get("layers") or [])
+                    if not layers or not (layers & held) or g.get("bits_per_weight") is None:
+                        continue
+                    share = len(layers & held) / len(layers)
+                    gbytes[g["name"]] = g["n_weights"] * g["bits_per_weight"] / 8 * share
+                for g, val in epimod.time_share_split(node_val, gbytes).items():
+                    tshare.append({"config": cfg, "node": p.node, "group": g,
+                                   "j_per_token": val, "energy_basis": f"{basis} J per "
+                                   "generated token (whole request)",
+                                   "label": epimod.TIME_SHARE_LABEL})
+    return diff, tshare, notes

@@ -1,0 +1,102 @@
+"""The analysis' data model: its options (one per CLI flag), per-run facts, and the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from host.analysis.align import (
+    REASON_CODES,
+    ClockMap,
+)
+from host.analysis.tokenlog_reader import RunLog
+from host.analysis.traces import Trace
+
+NS = 1_000_000_000
+
+
+# (phase, token unit) pairs reported per configuration.
+FIGURES: tuple[tuple[str, str], ...] = (
+    ("prefill", "prompt"),
+    ("decode", "generated"),
+    ("request", "generated"),
+    ("request", "total"),
+)
+
+
+PHASES = ("prefill", "decode", "request")
+
+
+CODE_NAMES = np.array([REASON_CODES[k] for k in sorted(REASON_CODES)], dtype=object)
+
+
+UNIT_TEXT = {
+    "prompt": "J per prompt token",
+    "generated": "J per generated token",
+    "total": "J per total (prompt + generated) token",
+}
+
+
+@dataclass
+class Options:
+    """Analysis settings (CLI flags map one to one)."""
+
+    edge: str = "step"
+    min_samples: int = 2
+    cv_threshold: float = 0.03
+    max_offset_frac: float = 0.01
+    single_sync_drift_ppm: float = 100.0
+    n_boot: int = 2000
+    ci_level: float = 0.95
+    seed: int = 0
+    channels: dict[str, list[int]] | None = None
+    energy_basis: str = "gross"
+    energy_method: str = "counter"
+    max_resolution_frac: float = 0.005
+    max_gap_periods: float = 3.0
+    accuracy_metric: str = "composite"
+    accuracy_values: dict[str, float] = field(default_factory=dict)
+    ppl_tolerance: float = 0.01
+    baseline: str | None = None
+    time_share: bool = False
+    manifest_dir: Path | None = None
+
+
+@dataclass
+class RunInfo:
+    """Per-run facts the tables need."""
+
+    run: RunLog
+    config: str
+    boot_id: str | None
+    clock: ClockMap
+    node_channels: dict[str, list[int]]
+    span_meter_ns: tuple[int, int] | None
+    idle_power_w: dict[str, float]
+    idle_reason: dict[str, str]
+    saturated: int
+    offset_uncertainty_ns: float
+
+
+@dataclass
+class Analysis:
+    """Everything `epi analyze` reports."""
+
+    trace: Trace
+    runs: list[RunInfo]
+    windows: pd.DataFrame
+    repeats: pd.DataFrame
+    verdicts: pd.DataFrame
+    results: pd.DataFrame
+    savings: pd.DataFrame
+    breakdown: pd.DataFrame
+    pareto: list[str]
+    pairs: list[dict]
+    differential: list[dict]
+    time_share: list[dict]
+    options: Options
+    notes: list[str]

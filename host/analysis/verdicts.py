@@ -1,0 +1,112 @@
+"""Validity verdicts per run and phase, with the reasons a figure is or is not used.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from epi.core.errors import UserError
+from host.analysis import statistics as epimod
+from host.analysis.align import (
+    FEW_SAMPLES,
+    INVALID_DATA,
+    OUTSIDE,
+    REASON_CODES,
+)
+from host.analysis.model import NS, PHASES, Options, RunInfo
+
+
+# --------------------------------------------------------------------------- verdicts
+def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
+              opts: Options) -> pd.DataFrame:
+    rows = []
+    for info in infos:
+        run = info.run
+        rid = run.run_id
+        w = win[(win["run_id"] == rid) & (win["scope"] == "all")]
+        common: list[str] = []
+        if run.status_problem:
+            common.append(run.status_problem)
+        if not info.clock.usable:
+            common.append(f"no usable clock offset ({info.clock.note})")
+        faults = w[w["reason_code"] == REASON_CODES[INVALID_DATA]]
+        if len(faults):
+            common.append(f"{len(faults)} measured window(s) cross faults/gaps "
+                          f"(first: {faults['reason'].iloc[0]})")
+        outside = w[w["reason_code"] == REASON_CODES[OUTSIDE]]
+        if len(outside):
+            common.append(f"{len(outside)} window(s) reach outside the trace")
+        if info.saturated:
+            common.append(f"meter saturated: {info.saturated} reading(s) at full scale")
+        for phase in ("idle", *PHASES):
+            reasons = list(common)
+            pw = w[w["kind"] == phase]
+            few = pw[pw["reason_code"] == REASON_CODES[FEW_SAMPLES]]
+            if phase == "idle" and pw.empty:
+                reasons.append("no idle window in the run")
+            if len(few):
+                reasons.append(f"{len(few)} of {len(pw)} {phase} window(s) have fewer than "
+                               f"{opts.min_samples} samples (sample faster or make the phase "
+                               "longer)")
+            if opts.energy_method == "counter":
+                if phase == "idle":
+                    vals = pw["energy_j"].to_numpy(np.float64)
+                    what = "idle window"
+                else:
+                    r = rep[(rep["run_id"] == rid) & (rep["scope"] == "all")
+                            & (rep["phase"] == phase) & (rep["basis"] == "gross")]
+                    vals = r["energy_sum_j"].to_numpy(np.float64)
+                    what = f"{phase} energy of a repeat"
+                e_rep = float(np.nanmedian(vals)) if np.isfinite(vals).any() else float("nan")
+                res = float(w["counter_resolution_j"].iloc[0]) if len(w) else float("nan")
+                if np.isfinite(res) and np.isfinite(e_rep) and \
+                        res > opts.max_resolution_frac * e_rep:
+                    reasons.append(
+                        f"energy counter resolution {res:.3g} J is {res / e_rep:.1%} of the "
+                        f"median {what} ({e_rep:.3g} J; limit {opts.max_resolution_frac:.1%}): "
+                        "raise the board's meter constant")
+            med_dur = float(pw["duration_s"].median()) if len(pw) else float("nan")
+            unc = info.offset_uncertainty_ns
+            if info.clock.usable and np.isfinite(med_dur) and med_dur > 0:
+                if not np.isfinite(unc):
+                    reasons.append("clock offset uncertainty unknown")
+                elif unc / NS > opts.max_offset_frac * med_dur:
+                    reasons.append(f"clock offset uncertainty {unc / 1e6:.3g} ms is more than "
+                                   f"{opts.max_offset_frac:.0%} of the median {phase} "
+                                   f"({med_dur:.3g} s)")
+            cv_val = float("nan")
+            if phase != "idle":
+                unit = "prompt" if phase == "prefill" else "generated"
+                r = rep[(rep["run_id"] == rid) & (rep["scope"] == "all") & (rep["phase"] == phase)
+                        & (rep["unit"] == unit) & (rep["basis"] == "gross")]
+                vals = r["j_per_token"].to_numpy(dtype=np.float64)
+                cv_val = epimod.cv(vals)
+                if len(vals) < 2:
+                    reasons.append("fewer than 2 repeats: CV cannot be checked")
+                elif np.isfinite(cv_val) and cv_val > opts.cv_threshold:
+                    reasons.append(f"repeat CV {cv_val:.1%} above {opts.cv_threshold:.1%}")
+                elif not np.isfinite(cv_val) and not reasons:
+                    reasons.append("repeat CV unknown (null repeats)")
+            rows.append({"run_id": rid, "config": info.config, "phase": phase,
+                         "valid": not reasons, "cv": cv_val, "n_windows": len(pw),
+                         "median_duration_s": med_dur, "reasons": "; ".join(reasons)})
+    return pd.DataFrame(rows)
+
+
+def valid_repeats(rep: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
+    ok = verdicts[verdicts["valid"]][["run_id", "phase"]]
+    return rep.merge(ok, on=["run_id", "phase"], how="inner")
+
+
+def check_overlaps(infos: list[RunInfo]) -> None:
+    """Two runs measured by one trace clock must not overlap in time."""
+    spans = sorted(((str(i.boot_id), i.span_meter_ns, i.run.path) for i in infos
+                    if i.span_meter_ns is not None), key=lambda x: (x[0], x[1]))
+    prev: tuple | None = None
+    for cur in spans:
+        if prev is not None and prev[0] == cur[0] and cur[1][0] <= prev[1][1]:
+            raise UserError(f"{cur[2]}: run overlaps run {prev[2]} in meter time (one trace "
+                            "cannot attribute the same energy to both)")
+        if prev is None or prev[0] != cur[0] or cur[1][1] > prev[1][1]:
+            prev = cur

@@ -1,0 +1,262 @@
+"""Per-tensor quantization of a base GGUF from a mix map, verified by reading the result back.
+
+One code path: llama.cpp's own `llama-quantize` tool (built with the bindings, same source) in
+`--pure` mode with one anchored `--tensor-type-file` entry per tensor, so the map is exactly
+what is requested. llama.cpp may still write another type where a row length does not fit the
+requested type; the result is read back with `gguf` and every tensor's effective type recorded
+in a manifest (docs/mixmaps.md) next to the output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from epi import __version__ as epi_version
+from epi.core.errors import UserError
+from epi.core.files import write_json_atomic
+from host.quant.gguf_info import ModelInfo, read_model, sha256_file
+from host.quant.mixmap import Expansion, MixMap, expand, layer_ranges
+from host.quant.quant_types import FILE_TYPES
+from host.run.llama_env import llama_info, tool_env, tool_path
+
+MANIFEST_FORMAT = "epi-quant-manifest"
+MANIFEST_VERSION = 1
+# Bump when the expansion rules change, so outputs made by older rules are redone.
+RULES_VERSION = 1
+
+
+@dataclass
+class QuantResult:
+    """Outcome of quantizing one map."""
+
+    map_id: str
+    output: Path
+    manifest_path: Path
+    manifest: dict[str, Any]
+    skipped: bool  # up to date: nothing was done
+
+
+def output_paths(out_dir: Path, map_id: str) -> tuple[Path, Path, Path]:
+    """(gguf, manifest, log) paths for a map's output."""
+    return (
+        out_dir / f"{map_id}.gguf",
+        out_dir / f"{map_id}.manifest.json",
+        out_dir / f"{map_id}.quantize.log",
+    )
+
+
+def _tensor_type_file(expansion: Expansion) -> str:
+    # One anchored regex per tensor: llama.cpp takes the first match, so anchoring keeps
+    # blk.1 from matching blk.10 and makes the request exact.
+    lines = []
+    for plan in expansion.tensors:
+        pattern = "^" + plan.name.replace(".", r"\.") + "$"
+        lines.append(f"{pattern}={plan.requested.lower()}")
+    return "\n".join(lines) + "\n"
+
+
+def _is_up_to_date(manifest_path: Path, gguf_path: Path, inputs: dict[str, Any]) -> bool:
+    if not (manifest_path.is_file() and gguf_path.is_file()):
+        return False
+    try:
+        old = json.loads(manifest_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    if old.get("inputs") != inputs:
+        return False
+    out = old.get("output", {})
+    return out.get("size_bytes") == gguf_path.stat().st_size and out.get("sha256") == sha256_file(
+        gguf_path
+    )
+
+
+def quantize_map(
+    mixmap: MixMap,
+    base: ModelInfo,
+    base_sha256: str,
+    out_dir: Path,
+    *,
+    threads: int | None = None,
+    force: bool = False,
+) -> QuantResult:
+    """Quantize `base` with `mixmap` into `out_dir`, verify, and write the manifest."""
+    expansion = expand(mixmap, base.shape, base.tensors)
+    gguf_path, manifest_path, log_path = output_paths(out_dir, mixmap.id)
+    info = llama_info()
+    inputs = {
+        "map_sha256": mixmap.content_key(),
+        "base_sha256": base_sha256,
+        "llama_cpp": info,
+        "rules_version": RULES_VERSION,
+    }
+    if not force and _is_up_to_date(manifest_path, gguf_path, inputs):
+        manifest = json.loads(manifest_path.read_text())
+        return QuantResult(mixmap.id, gguf_path, manifest_path, manifest, skipped=True)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    requantize = any(t not in ("F32", "F16", "BF16") for t in base.tensor_types.values())
+    tmp_out = gguf_path.with_name(gguf_path.name + ".partial")
+    with tempfile.NamedTemporaryFile("w", suffix=".tensor-types.txt", delete=False) as f:
+        f.write(_tensor_type_file(expansion))
+        types_file = Path(f.name)
+    argv = [str(tool_path("llama-quantize")), "--pure"]
+    if requantize:
+        argv.append("--allow-requantize")
+    argv += ["--tensor-type-file", str(types_file), str(base.path), str(tmp_out), mixmap.base_type]
+    argv.append(str(threads or os.cpu_count() or 1))
+    start = time.perf_counter()
+    try:
+        with log_path.open("w") as log:
+            proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=tool_env())
+    finally:
+        types_file.unlink(missing_ok=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        tmp_out.unlink(missing_ok=True)
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+        raise UserError(
+            f"{mixmap.path}: llama-quantize failed (exit {proc.returncode}): {tail[0]} "
+            f"— full log in {log_path}"
+        )
+    os.replace(tmp_out, gguf_path)
+    manifest = build_manifest(expansion, base, base_sha256, gguf_path, inputs, seconds, requantize)
+    write_json_atomic(manifest_path, manifest)
+    return QuantResult(mixmap.id, gguf_path, manifest_path, manifest, skipped=False)
+
+
+def _bpw(nbytes: int, n_weights: int) -> float | None:
+    return round(nbytes * 8 / n_weights, 4) if n_weights else None
+
+
+def build_manifest(
+    expansion: Expansion,
+    base: ModelInfo,
+    base_sha256: str,
+    gguf_path: Path,
+    inputs: dict[str, Any],
+    seconds: float,
+    requantized: bool,
+) -> dict[str, Any]:
+    """Requested vs effective type of every tensor, read back from the written file."""
+    result = read_model(gguf_path)
+    plans = {p.name: p for p in expansion.tensors}
+    group_of_layer = expansion.group_of_layer()
+    tensors = []
+    groups: dict[str, dict[str, Any]] = {
+        name: {"name": name, "layers": layers, "n_weights": 0, "bytes": 0, "effective_types": {}}
+        for name, layers in expansion.layer_groups
+    }
+    groups["non_block"] = {
+        "name": "non_block",
+        "layers": [],
+        "n_weights": 0,
+        "bytes": 0,
+        "effective_types": {},
+    }
+    for t in result.tensors:
+        effective = result.tensor_types[t.name]
+        nbytes = result.tensor_bytes[t.name]
+        plan = plans.get(t.name)
+        layer = None
+        if t.name.startswith("blk."):
+            layer = int(t.name.split(".")[1])
+        group = (
+            plan.group
+            if plan
+            else (group_of_layer.get(layer) if layer is not None else "non_block")
+        )
+        g = groups[group]
+        g["n_weights"] += t.n_elements
+        g["bytes"] += nbytes
+        g["effective_types"][effective] = g["effective_types"].get(effective, 0) + 1
+        tensors.append(
+            {
+                "name": t.name,
+                "group": group,
+                "map_type": plan.map_type if plan else None,
+                "requested": plan.requested if plan else None,
+                "effective": effective,
+                "fallback": bool(plan and effective != plan.requested),
+                "predicted": plan.expected if plan else None,
+                "n_weights": t.n_elements,
+                "bits_per_weight": _bpw(nbytes, t.n_elements),
+            }
+        )
+    for g in groups.values():
+        g["bits_per_weight"] = _bpw(g.pop("bytes"), g["n_weights"])
+    fallbacks = [t for t in tensors if t["fallback"]]
+    unpredicted = [
+        t["name"] for t in tensors if t["predicted"] and t["predicted"] != t["effective"]
+    ]
+    total_bytes = sum(result.tensor_bytes.values())
+    m = expansion.mixmap
+    return {
+        "format": MANIFEST_FORMAT,
+        "format_version": MANIFEST_VERSION,
+        "map_id": m.id,
+        "map_file": str(m.path),
+        "map": m.raw,
+        "inputs": inputs,
+        "epi_version": epi_version,
+        "base": {
+            "path": str(base.path),
+            "sha256": base_sha256,
+            "n_layers": base.shape.n_layers,
+            "n_params": base.n_params,
+            "requantized": requantized,
+        },
+        "output": {
+            "path": str(gguf_path),
+            "sha256": sha256_file(gguf_path),
+            "size_bytes": gguf_path.stat().st_size,
+        },
+        "llama_cpp": inputs["llama_cpp"],
+        "file_type": m.base_type,
+        "quantize_seconds": round(seconds, 3),
+        "layer_groups": [
+            {
+                **groups[name],
+                "layers_text": layer_ranges(groups[name]["layers"]),
+                "map_type": next(g.type for g in m.groups if g.name == name),
+            }
+            for name, _ in expansion.layer_groups
+        ]
+        + [{**groups["non_block"], "layers_text": "", "map_type": m.non_block}],
+        "total": {
+            "n_weights": result.n_params,
+            "bits_per_weight": _bpw(total_bytes, result.n_params),
+            "tensor_bytes": total_bytes,
+        },
+        "differs_from_request": bool(fallbacks),
+        "fallbacks": [
+            {"name": t["name"], "requested": t["requested"], "effective": t["effective"]}
+            for t in fallbacks
+        ],
+        "unpredicted": unpredicted,
+        "warnings": expansion.warnings,
+        "tensors": tensors,
+    }
+
+
+def fallback_summary(manifest: dict[str, Any]) -> str:
+    """'12 tensors: Q4_K→Q5_0 ×10, Q6_K→Q8_0 ×2' or '' when the file is as requested."""
+    counts: dict[str, int] = {}
+    for f in manifest["fallbacks"]:
+        key = f"{f['requested']}→{f['effective']}"
+        counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return ""
+    parts = ", ".join(f"{k} ×{v}" for k, v in sorted(counts.items()))
+    return f"{len(manifest['fallbacks'])} tensors: {parts}"
+
+
+def file_type_names() -> list[str]:
+    """llama.cpp file types a map's base_type may name."""
+    return list(FILE_TYPES)

@@ -1,0 +1,250 @@
+"""The daemon's HTTP endpoints: clock sync, live stream, Prometheus `/metrics`, status.
+
+Standard library only (``http.server.ThreadingHTTPServer``), bound to 127.0.0.1 unless the
+user says otherwise. Endpoints (GET):
+
+* ``/clock``   — clock-sync exchange: the meter's CLOCK_MONOTONIC when the request arrived and
+  just before the reply left (``t_recv_mono_ns``, ``t_send_mono_ns``), for NTP-style offset
+  estimation by ``epi.core.clocksync.estimate_offset``.
+* ``/stream``  — live samples and events as newline-delimited JSON (default) or server-sent
+  events (``Accept: text/event-stream`` or ``?format=sse``); ``?channel=N`` (repeatable)
+  filters, ``?limit=N`` ends after N samples.
+* ``/metrics`` — Prometheus text exposition 0.0.4.
+* ``/status``  — JSON snapshot: run information, counters, latest readings.
+* ``/``        — JSON index of the endpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+from epi.core.errors import UserError
+from meter.daemon.live_stream import LiveHub
+from meter.daemon.metrics import MeterState, render_prometheus
+
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8757
+ENDPOINTS = {
+    "/clock": "clock-sync exchange (JSON): t_recv_mono_ns, t_send_mono_ns, t_real_ns",
+    "/stream": "live samples and events: NDJSON, or SSE with ?format=sse; ?channel=N, ?limit=N",
+    "/metrics": "Prometheus text exposition",
+    "/status": "JSON snapshot of the run",
+}
+
+
+class Clock(Protocol):
+    def monotonic_ns(self) -> int: ...
+    def realtime_ns(self) -> int: ...
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (IPv6 as ``[::1]:PORT``) → (host, port); UserError naming the option."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise UserError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:{DEFAULT_PORT}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise UserError(f"--listen {text!r}: port {port_text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise UserError(f"--listen {text!r}: port {port} is outside 0..65535")
+    return host, port
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], owner: MeterServer) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.owner = owner
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # else headers and body wait on delayed ACKs (~40 ms)
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: a scraper every few seconds must not flood the daemon's log."""
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _send(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _send_json(self, code: int, obj: object) -> None:
+        body = (json.dumps(obj, allow_nan=False) + "\n").encode()
+        self._send(code, body, "application/json")
+
+    # -- routes -------------------------------------------------------------------------------
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        owner = self.server.owner
+        t_recv = owner.clock.monotonic_ns()  # first thing: the clock-sync receive time
+        parts = urlsplit(self.path)
+        route = parts.path.rstrip("/") or "/"
+        if route == "/clock":
+            self._clock(t_recv)
+        elif route == "/metrics":
+            body = render_prometheus(
+                owner.state, owner.clock.monotonic_ns(), owner.clock.realtime_ns()
+            ).encode()
+            self._send(200, body, PROMETHEUS_CONTENT_TYPE)
+        elif route == "/stream":
+            self._stream(parse_qs(parts.query))
+        elif route == "/status":
+            self._send_json(200, owner.state.snapshot())
+        elif route == "/":
+            self._send_json(200, {"endpoints": ENDPOINTS, **owner.state.info})
+        else:
+            self._send_json(404, {"error": f"no endpoint {parts.path}", "endpoints": ENDPOINTS})
+
+    def do_POST(self) -> None:
+        self._send_json(405, {"error": "only GET is supported", "endpoints": ENDPOINTS})
+
+    def _clock(self, t_recv: int) -> None:
+        owner = self.server.owner
+        info = owner.state.info
+        reply: dict[str, Any] = {
+            "t_recv_mono_ns": t_recv,
+            "t_real_ns": owner.clock.realtime_ns(),
+            "boot_id": info.get("boot_id"),
+            "host": info.get("host"),
+            "clock": info.get("clock_kind"),
+        }
+        reply["t_send_mono_ns"] = owner.clock.monotonic_ns()  # as late as possible
+        self._send_json(200, reply)
+
+    def _stream(self, query: dict[str, list[str]]) -> None:
+        owner = self.server.owner
+        try:
+            channels = {int(c) for c in query.get("channel", [])}
+            limit = int(query["limit"][0]) if "limit" in query else None
+            heartbeat_s = float(query.get("heartbeat_s", ["1.0"])[0])
+        except ValueError:
+            self._send_json(400, {"error": "channel and limit must be integers"})
+            return
+        heartbeat_s = min(max(heartbeat_s, 0.05), 30.0)
+        fmt = (query.get("format") or [""])[0]
+        sse = fmt == "sse" or (not fmt and "text/event-stream" in self.headers.get("Accept", ""))
+        sub = owner.hub.subscribe()
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header(
+                "Content-Type", "text/event-stream" if sse else "application/x-ndjson"
+            )
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            hello = {"type": "hello", **owner.state.info, "t_mono_ns": owner.clock.monotonic_ns()}
+            self._emit(sse, "hello", json.dumps(hello, allow_nan=False))
+            delivered, dropped_told = 0, 0
+            while limit is None or delivered < limit:
+                messages = sub.get(heartbeat_s)
+                if sub.dropped > dropped_told:
+                    gone = sub.dropped - dropped_told
+                    dropped_told = sub.dropped
+                    self._emit(sse, "dropped", json.dumps({"type": "dropped", "count": gone}))
+                if not messages:
+                    if sub.closed:
+                        break
+                    beat = {"type": "heartbeat", "t_mono_ns": owner.clock.monotonic_ns()}
+                    self._emit(sse, "heartbeat", json.dumps(beat))
+                    continue
+                for msg in messages:
+                    if channels and msg.channel is not None and msg.channel not in channels:
+                        continue
+                    self._emit(sse, msg.type, msg.json)
+                    if msg.type == "sample":
+                        delivered += 1
+                        if limit is not None and delivered >= limit:
+                            break
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass  # the client went away: that ends its stream, nothing else
+        finally:
+            sub.close()
+
+    def _emit(self, sse: bool, kind: str, text: str) -> None:
+        if sse:
+            data = f"event: {kind}\ndata: {text}\n\n"
+        else:
+            data = text + "\n"
+        self.wfile.write(data.encode())
+        self.wfile.flush()
+
+
+class MeterServer:
+    """The HTTP server in a background thread. ``port=0`` picks a free port (see ``url``)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        state: MeterState,
+        hub: LiveHub,
+        clock: Clock,
+    ) -> None:
+        self.state = state
+        self.hub = hub
+        self.clock = clock
+        try:
+            self._httpd = _Server((host, port), self)
+        except OSError as exc:
+            raise UserError(f"--listen {host}:{port}: cannot listen there ({exc})") from None
+        self._thread: threading.Thread | None = None
+        if self.state.stream_clients is None:
+            self.state.stream_clients = lambda: self.hub.n_clients
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._httpd.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="meter-http",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End streams, stop serving and close the socket."""
+        self.hub.close()
+        if self._thread is not None:  # shutdown() waits for serve_forever: only if it runs
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+        self._httpd.server_close()
+
+    def __enter__(self) -> MeterServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

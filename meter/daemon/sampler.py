@@ -1,0 +1,488 @@
+"""The sampling loop: every channel on a steady schedule, faults turned into events.
+
+Schedule: sweep k is due at ``t0 + k·period`` (absolute deadlines), so the schedule never
+drifts however long a sweep takes. A sweep that begins more than ``late_tolerance`` after its
+deadline is *late*; when a sweep overruns a whole period the slots that can no longer be
+served are *skipped* (never bunched up). Both are counted, reported as ``late`` events (at
+most one a second) and summarised with the lateness statistics in the segment metadata.
+``seq`` is the schedule slot, so a skipped slot leaves a hole in ``seq``.
+
+Faults: a read that raises a bus error writes no row (never a 0 W row for lack of data). The
+first failure of a channel writes its event (``bus_error``, ``chip_reset``, ``absent``) with
+the reason; while the channel keeps failing, failures are counted; when data comes back (or
+the sampler stops) a ``gap`` event records the span and the counts. An absent chip, or one
+that failed three reads in a row, is retried only once per ``absent_retry_s`` so that it
+cannot eat the other channels' bus time. Events the driver reports itself (``reinit``,
+``checksum_error``, ...) are written as they come, at most a few per second per kind and
+channel (the rest are counted); its report of the failure a read raised is merged into that
+failure's event. After start-up and after every re-initialisation a chip reads 0 V, 0 Hz,
+0 W until its first measurement cycle: such readings (for up to ``settle_timeout_s``) are
+missing data, written as a gap, not as 0 W rows.
+
+Works with a ``SimulatedClock``: ``sleep_until`` then jumps, so an hour runs in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from meter.daemon.jitter import JitterStats
+from meter.daemon.live_stream import LiveHub
+from meter.daemon.metrics import MeterState
+from meter.daemon.trace import TraceWriter, gap_detail
+from meter.driver.atm90e26 import BusError, ChecksumError, ChipAbsentError, ChipResetError
+
+
+class SamplerClock(Protocol):
+    def monotonic_ns(self) -> int: ...
+    def realtime_ns(self) -> int: ...
+    def sleep_until(self, t_mono_ns: int) -> None: ...
+
+
+class SampleSource(Protocol):
+    """What the sampler needs of a driver (``meter.driver.atm90e26.ATM90E26Driver``)."""
+
+    def read_sample(self) -> Any: ...
+
+
+class ChannelLike(Protocol):
+    index: int
+    name: str
+    driver: SampleSource
+
+
+# Which failed read is which event kind (any other BusError is a bus_error).
+_FAULT_KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (ChipAbsentError, "absent"),
+    (ChipResetError, "chip_reset"),
+    (ChecksumError, "checksum_error"),
+)
+FAULT_EVENT_KINDS = frozenset({"bus_error", "chip_reset", "reinit", "absent", "checksum_error"})
+_EVENTS_PER_SECOND = 5  # per (channel, kind) from the driver; the rest are counted
+_BACKOFF_AFTER = 3  # consecutive failed reads before a channel is only retried now and then
+
+
+def fault_kind(exc: BaseException) -> str:
+    """The trace event kind of a failed read."""
+    for cls, kind in _FAULT_KINDS:
+        if isinstance(exc, cls):
+            return kind
+    return "bus_error"
+
+
+def _value(sample: Any, name: str) -> Any:
+    v = sample.get(name) if isinstance(sample, dict) else getattr(sample, name, None)
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+@dataclass
+class _ChannelRun:
+    """Per-channel bookkeeping of the current fault run."""
+
+    failing: bool = False
+    consecutive_failures: int = 0
+    fail_start_mono: int = 0
+    fail_start_real: int = 0
+    fail_counts: dict[str, int] = field(default_factory=dict)
+    last_kind: str = ""
+    retry_at_mono: int | None = None
+    last_good_mono: int | None = None
+    settling_since: int | None = None  # (re)initialised: measurements not valid yet
+    settle_pending: bool = True  # settling starts at the first read after start-up
+
+
+@dataclass
+class SamplerStats:
+    """Counters of one sampler run (also written into meta.json under ``stats``)."""
+
+    sweeps: int = 0
+    late_sweeps: int = 0
+    skipped_sweeps: int = 0
+    samples_written: int = 0
+    failed_reads: int = 0
+    deferred_reads: int = 0  # absent chips not retried yet in a sweep
+    not_ready_reads: int = 0  # readings before the chip's first measurement after (re)init
+    faults: dict[str, int] = field(default_factory=dict)
+    suppressed_events: int = 0
+    lateness: JitterStats = field(default_factory=JitterStats)
+    sweep_duration: JitterStats = field(default_factory=JitterStats)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sweeps": self.sweeps,
+            "late_sweeps": self.late_sweeps,
+            "skipped_sweeps": self.skipped_sweeps,
+            "samples_written": self.samples_written,
+            "failed_reads": self.failed_reads,
+            "deferred_reads": self.deferred_reads,
+            "not_ready_reads": self.not_ready_reads,
+            "faults": dict(self.faults),
+            "suppressed_events": self.suppressed_events,
+            "schedule_lateness_ns": self.lateness.as_dict(),
+            "sweep_duration_ns": self.sweep_duration.as_dict(),
+        }
+
+
+class Sampler:
+    """Samples ``channels`` every ``period_s`` into a TraceWriter (and the live state/stream)."""
+
+    def __init__(
+        self,
+        channels: Sequence[ChannelLike],
+        clock: SamplerClock,
+        writer: TraceWriter,
+        *,
+        period_s: float,
+        state: MeterState | None = None,
+        hub: LiveHub | None = None,
+        late_tolerance_s: float | None = None,
+        absent_retry_s: float = 1.0,
+        settle_timeout_s: float = 2.0,
+        stats_interval_s: float = 5.0,
+        before_sweep: Callable[[int], None] | None = None,
+    ) -> None:
+        if not period_s > 0:
+            raise ValueError("period_s must be positive")
+        self.channels = list(channels)
+        self.clock = clock
+        self.writer = writer
+        self.period_ns = max(1, round(period_s * 1e9))
+        self.state = state
+        self.hub = hub
+        tol = late_tolerance_s if late_tolerance_s is not None else period_s / 4
+        self.late_tolerance_ns = round(tol * 1e9)
+        self.absent_retry_ns = round(absent_retry_s * 1e9)
+        self.settle_timeout_ns = round(settle_timeout_s * 1e9)
+        self.stats_interval_ns = round(stats_interval_s * 1e9)
+        self.before_sweep = before_sweep
+        self.stats = SamplerStats()
+        self._runs = {ch.index: _ChannelRun() for ch in self.channels}
+        self._names = {ch.index: ch.name for ch in self.channels}
+        self._event_budget: dict[tuple[int | None, str], tuple[int, int, int]] = {}
+        self._late_pending = 0
+        self._skipped_pending = 0
+        self._late_max_ns = 0
+        self._late_last_event_mono: int | None = None
+        self._simulated = bool(getattr(clock, "simulated", False))
+        self._stop = threading.Event()
+        self._reading: int | None = None
+        self._held: list[tuple[str, str]] = []
+
+    # -- control ------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the loop to end after the current sweep (safe from a signal handler)."""
+        self._stop.set()
+
+    def _wait_until(self, deadline_ns: int) -> None:
+        if not self._simulated:
+            remaining_s = (deadline_ns - self.clock.monotonic_ns()) / 1e9
+            if remaining_s > 0.003 and self._stop.wait(remaining_s - 0.002):
+                return
+        self.clock.sleep_until(deadline_ns)
+
+    # -- events -------------------------------------------------------------------------------
+    def event(self, channel: int | None, kind: str, detail: str = "") -> None:
+        """Record an event now: counted, then written (at most a few a second per kind)."""
+        t_mono, t_real = self.clock.monotonic_ns(), self.clock.realtime_ns()
+        if kind in FAULT_EVENT_KINDS:
+            self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
+            if self.state is not None:
+                self.state.record_fault(channel, kind)
+        key = (channel, kind)
+        window_start, n, suppressed = self._event_budget.get(key, (t_mono, 0, 0))
+        if t_mono - window_start >= 1_000_000_000:
+            window_start, n = t_mono, 0
+        if n >= _EVENTS_PER_SECOND:
+            self._event_budget[key] = (window_start, n, suppressed + 1)
+            self.stats.suppressed_events += 1
+            return
+        if suppressed:
+            detail = f"{detail} (+{suppressed} similar events not written)"
+        self._event_budget[key] = (window_start, n + 1, 0)
+        self._write_event(t_mono, t_real, channel, kind, detail)
+
+    def _write_event(
+        self, t_mono: int, t_real: int, channel: int | None, kind: str, detail: str
+    ) -> None:
+        self.writer.write_event(t_mono, t_real, channel, kind, detail)
+        if self.hub is not None:
+            self.hub.publish(
+                {
+                    "type": "event",
+                    "t_mono_ns": t_mono,
+                    "t_real_ns": t_real,
+                    "channel": channel,
+                    "kind": kind,
+                    "detail": detail,
+                }
+            )
+
+    def driver_event(self, channel: int, kind: str, detail: str = "") -> None:
+        """The drivers' ``on_event`` target (``open_channels(on_event=...)`` signature).
+
+        Events a driver reports while the sampler reads it are held until the read ends, so
+        that a failed read and the driver's report of the same failure make one event.
+        """
+        if self._reading == channel:
+            self._held.append((kind, str(detail)))
+        else:
+            self.event(channel, kind, str(detail))
+
+    def driver_event_handler(self, channel: int) -> Callable[[str, str], None]:
+        """An ``on_event(kind, detail)`` callback bound to one channel."""
+
+        def handler(kind: str, detail: str = "") -> None:
+            self.driver_event(channel, kind, detail)
+
+        return handler
+
+    def _release_held(self, channel: int, failed_kind: str | None, repeated: bool) -> None:
+        """Write the events the driver reported during a read.
+
+        The driver's report of the very failure the read raised is dropped (the failure's own
+        event says it); while a channel keeps failing the same way, its repeated reports are
+        counted only. Other kinds (e.g. ``reinit`` after a recovered reset) are written.
+        """
+        held, self._held = self._held, []
+        for kind, _ in held:
+            if kind == "reinit":  # registers back from defaults: a fresh measurement is due
+                self._runs[channel].settling_since = self.clock.monotonic_ns()
+        for kind, detail in held:
+            if failed_kind is not None and kind == failed_kind:
+                continue
+            if repeated and kind in ("absent", "bus_error"):
+                self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
+                continue
+            self.event(channel, kind, detail)
+
+    # -- faults -------------------------------------------------------------------------------
+    def _fault(
+        self, ch: int, kind: str, reason: str, t_mono: int, t_real: int, t_began: int
+    ) -> bool:
+        """Book a failed read; returns True when it only repeats the current failure run."""
+        run = self._runs[ch]
+        self.stats.failed_reads += 1
+        run.consecutive_failures += 1
+        if not run.failing:
+            run.failing = True
+            run.fail_start_mono, run.fail_start_real = t_mono, t_real
+            run.fail_counts = {}
+            run.last_kind = ""
+        run.fail_counts[kind] = run.fail_counts.get(kind, 0) + 1
+        repeated = kind == run.last_kind
+        if not repeated:  # the first failure of a run, or a new kind of failure
+            run.last_kind = kind
+            self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
+            if self.state is not None:
+                self.state.record_fault(ch, kind)
+            self._write_event(t_mono, t_real, ch, kind, reason)
+        if kind == "absent" or run.consecutive_failures >= _BACKOFF_AFTER:
+            run.retry_at_mono = t_began + self.absent_retry_ns
+        else:
+            run.retry_at_mono = None
+        return repeated
+
+    @staticmethod
+    def _not_ready(sample: Any) -> bool:
+        """Measurement registers still at their reset zeros: no voltage and no frequency.
+
+        Right after a (re)start the chip has not finished its first measurement cycle and
+        reads 0 V, 0 Hz, 0 W; that is missing data, not a 0 W load (a live mains channel
+        reads 45..65 Hz).
+        """
+        return not _value(sample, "voltage_v") and not _value(sample, "frequency_hz")
+
+    def _book_not_ready(self, ch: int, t_mono: int, t_real: int) -> None:
+        run = self._runs[ch]
+        self.stats.not_ready_reads += 1
+        if not run.failing:
+            run.failing = True
+            run.fail_start_mono, run.fail_start_real = t_mono, t_real
+            run.fail_counts = {}
+            run.last_kind = ""
+        key = "measurements not ready after (re)initialisation"
+        run.fail_counts[key] = run.fail_counts.get(key, 0) + 1
+
+    def _close_gap(self, ch: int, end_mono: int, end_real: int, why: str) -> None:
+        run = self._runs[ch]
+        if not run.failing:
+            return
+        counts = ", ".join(f"{k} ×{n}" for k, n in run.fail_counts.items())
+        detail = gap_detail(end_mono, end_real, f"{why}; no valid data: {counts}")
+        self._write_event(run.fail_start_mono, run.fail_start_real, ch, "gap", detail)
+        run.failing = False
+        run.consecutive_failures = 0
+        run.retry_at_mono = None
+
+    # -- sweeping -----------------------------------------------------------------------------
+    def _sweep(self, seq: int) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = []
+        clock = self.clock
+        for ch in self.channels:
+            run = self._runs[ch.index]
+            if run.retry_at_mono is not None and clock.monotonic_ns() < run.retry_at_mono:
+                self.stats.deferred_reads += 1
+                continue
+            t0m, t0r = clock.monotonic_ns(), clock.realtime_ns()
+            self._reading, self._held = ch.index, []
+            try:
+                sample = ch.driver.read_sample()
+            except BusError as exc:
+                self._reading = None
+                t1m, t1r = clock.monotonic_ns(), clock.realtime_ns()
+                kind = fault_kind(exc)
+                repeated = self._fault(
+                    ch.index, kind, str(exc) or type(exc).__name__,
+                    (t0m + t1m) // 2, (t0r + t1r) // 2, t0m,
+                )
+                self._release_held(ch.index, kind, repeated)
+                continue
+            finally:
+                self._reading = None
+            t1m, t1r = clock.monotonic_ns(), clock.realtime_ns()
+            # the driver's own time stamp (middle of its register reads), else ours
+            t_mono = _value(sample, "t_mono_ns") or (t0m + t1m) // 2
+            t_real = _value(sample, "t_real_ns") or (t0r + t1r) // 2
+            run.consecutive_failures = 0
+            self._release_held(ch.index, None, False)
+            if run.settle_pending:
+                run.settle_pending = False
+                run.settling_since = t0m
+            if run.settling_since is not None:
+                young = t_mono - run.settling_since < self.settle_timeout_ns
+                if young and self._not_ready(sample):
+                    self._book_not_ready(ch.index, t_mono, t_real)
+                    continue
+                run.settling_since = None
+            if run.failing:
+                self._close_gap(ch.index, t_mono, t_real, "data resumed")
+            run.last_good_mono = t_mono
+            rows.append(
+                (
+                    seq,
+                    ch.index,
+                    t_mono,
+                    t_real,
+                    _value(sample, "power_w"),
+                    _value(sample, "voltage_v"),
+                    _value(sample, "current_a"),
+                    _value(sample, "power_factor"),
+                    _value(sample, "frequency_hz"),
+                    _value(sample, "energy_j"),
+                    _value(sample, "status"),
+                )
+            )
+        return rows
+
+    def _publish(self, rows: list[tuple[Any, ...]]) -> None:
+        if self.state is None and self.hub is None:
+            return
+        keys = ("seq", "channel", "t_mono_ns", "t_real_ns", "power_w", "voltage_v",
+                "current_a", "power_factor", "frequency_hz", "energy_j", "status")
+        for row in rows:
+            msg = {"type": "sample", **dict(zip(keys, row, strict=True))}
+            msg["name"] = self._names[row[1]]
+            if self.state is not None:
+                self.state.record_sample(msg)
+            if self.hub is not None:
+                self.hub.publish(msg)
+
+    def _note_lateness(self, seq: int, lateness_ns: int, skipped: int, now_mono: int) -> None:
+        late = lateness_ns > self.late_tolerance_ns
+        if late:
+            self.stats.late_sweeps += 1
+            self._late_pending += 1
+            self._late_max_ns = max(self._late_max_ns, lateness_ns)
+        if skipped:
+            self.stats.skipped_sweeps += skipped
+            self._skipped_pending += skipped
+        if (late or skipped) and (
+            self._late_last_event_mono is None
+            or now_mono - self._late_last_event_mono >= 1_000_000_000
+        ):
+            self._flush_late(now_mono)
+        if self.state is not None:
+            self.state.record_sweep(
+                late=late, skipped=skipped, jitter=self.stats.lateness.as_dict()
+            )
+
+    def _flush_late(self, now_mono: int) -> None:
+        if not (self._late_pending or self._skipped_pending):
+            return
+        detail = (
+            f"{self._late_pending} sweep(s) late by up to {self._late_max_ns / 1e6:.3f} ms "
+            f"(tolerance {self.late_tolerance_ns / 1e6:.3f} ms); "
+            f"{self._skipped_pending} scheduled sweep(s) skipped"
+        )
+        self._write_event(now_mono, self.clock.realtime_ns(), None, "late", detail)
+        self._late_last_event_mono = now_mono
+        self._late_pending = self._skipped_pending = 0
+        self._late_max_ns = 0
+
+    def run(
+        self,
+        duration_s: float | None = None,
+        *,
+        start_mono_ns: int | None = None,
+        stats_callback: Callable[[SamplerStats], None] | None = None,
+    ) -> SamplerStats:
+        """Sample until ``duration_s`` has passed (None: until ``stop()``); returns the stats.
+
+        The sweep at slot k is due at ``start + k·period``; with a duration D, the slots with
+        deadlines in [start, start + D) are sampled.
+        """
+        clock = self.clock
+        t0 = start_mono_ns if start_mono_ns is not None else clock.monotonic_ns()
+        end = t0 + round(duration_s * 1e9) if duration_s is not None else None
+        period = self.period_ns
+        k = 0
+        next_stats = t0 + self.stats_interval_ns
+        while not self._stop.is_set():
+            deadline = t0 + k * period
+            if end is not None and deadline >= end:
+                break
+            self._wait_until(deadline)
+            if self._stop.is_set():
+                break
+            began = clock.monotonic_ns()
+            lateness = began - deadline
+            if self.before_sweep is not None:
+                self.before_sweep(began)
+            self.stats.lateness.add(lateness)
+            rows = self._sweep(k)
+            self.stats.samples_written += self.writer.write_samples(rows)
+            self._publish(rows)
+            self.stats.sweeps += 1
+            now = clock.monotonic_ns()
+            self.stats.sweep_duration.add(now - began)
+            # The next slot; if it is already over (its successor is due), skip to the
+            # latest slot whose deadline has passed.
+            nxt = k + 1
+            due = (now - t0) // period
+            skipped = 0
+            if due > nxt:
+                skipped = due - nxt
+                nxt = due
+            if end is not None:
+                last_slot = (end - t0 - 1) // period
+                skipped = max(0, min(skipped, last_slot - k))
+            self._note_lateness(k, lateness, skipped, now)
+            k = nxt
+            if now >= next_stats and stats_callback is not None:
+                stats_callback(self.stats)
+                next_stats = now + self.stats_interval_ns
+        self.finish()
+        return self.stats
+
+    def finish(self) -> None:
+        """Close open gaps and pending late reports (called at the end of ``run``)."""
+        now_mono, now_real = self.clock.monotonic_ns(), self.clock.realtime_ns()
+        for ch in self.channels:
+            self._close_gap(ch.index, now_mono, now_real, "sampler stopped while failing")
+        self._flush_late(now_mono)

@@ -1,0 +1,728 @@
+"""ATM90E26 driver: verified register access, start-up/calibration, readings, fault recovery.
+
+What it guarantees, and how:
+
+- Every read is confirmed by LastData (application note §4.3.1): the target read and the
+  LastData read must agree; on a mismatch LastData is read again, and an ordinary register
+  is simply re-read. Read-clear registers (SysStatus, energy) are never re-read once the chip
+  may have cleared them: the value is recovered from LastData. To tell "the chip executed the
+  read" from "the frame never reached it" (a partial frame, a lost UART request), every
+  read-clear read immediately follows a verified read whose word is known (the *sentinel*):
+  LastData still holding the sentinel means the read did not happen and may be repeated.
+- Every write is confirmed by LastData (§4.3.2); when LastData already holds the value about
+  to be written, a different register is read first, so a dropped write cannot pass.
+- `start()` runs the sequence of reference §4.1: SoftReset, FuncEn (presence check), SagTh,
+  CalStart 5678 → PLconstH..MMode → CS1 (read back: the chip's own computation must equal
+  ours), AdjStart 5678 → Ugain..QoffsetN → CS2, CalStart/AdjStart 8765, SysStatus clean.
+- `read_sample()` reads FuncEn, SysStatus, the measurements (RMS and power with the LSB
+  extension), CalStart and ATenergy, and classifies the chip's state first: absent (all
+  0xFFFF/0x0000), stuck (one word for everything), reset (FuncEn/CalStart back at their
+  defaults), checksum error (CalErr/AdjErr). A reset or checksum error is recovered by
+  re-initialising with the calibration, reported through `on_event`, and raised once
+  (`ChipResetError` / `ChecksumError`) so the sweep writes no row for the disturbed interval.
+- Energy: ATenergy (absolute active, read-clear, 0.1 pulse per count) is accumulated into a
+  monotonic count since `start()`; a read that spans more than one register wrap (a stalled
+  sampler) is corrected from the mean power and reported. Energy during an interval the chip
+  could not meter (reset, checksum error) is reported by event with an estimate; the
+  cumulative total is kept across re-initialisation.
+
+Event kinds (docs/formats.md): `bus_error`, `chip_reset`, `reinit`, `absent`,
+`checksum_error`, `late` (energy wrap corrected after a long gap between reads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+
+from meter.bus.base import Bus, BusError, BusTimeout
+from meter.chip import calibration as calib
+from meter.chip import registers as regs
+from meter.chip.calibration import Calibration, CalibrationError
+from meter.clock import SystemClock
+
+__all__ = [
+    "ATM90E26Driver",
+    "BusError",
+    "BusTimeout",
+    "CalibrationError",
+    "ChecksumError",
+    "ChipAbsentError",
+    "ChipResetError",
+    "ChipStuckError",
+    "Sample",
+    "VerifyError",
+]
+
+
+class ChipResetError(BusError):
+    """The chip had reset (defaults back); the driver re-initialised it when `recovered`."""
+
+    def __init__(self, message: str = "chip reset", *, recovered: bool = False) -> None:
+        super().__init__(message)
+        self.recovered = recovered
+
+
+class ChipAbsentError(BusError):
+    """No chip answers: every word reads 0xFFFF or 0x0000 (unplugged, unpowered, wrong CS)."""
+
+
+class ChipStuckError(BusError):
+    """The chip answers the same word to every register and ignores writes."""
+
+
+class ChecksumError(BusError):
+    """CalErr/AdjErr: a calibration block does not match its checksum (metering or
+    measurement stopped); the driver re-initialised it when `recovered`."""
+
+    def __init__(self, message: str = "checksum error", *, recovered: bool = False) -> None:
+        super().__init__(message)
+        self.recovered = recovered
+
+
+class VerifyError(BusError):
+    """A register access could not be confirmed by LastData within the retry budget."""
+
+
+class Sample:
+    """One reading of one chip. Units in the names; `None` where a value was not read."""
+
+    FIELDS = (
+        "t_mono_ns",
+        "t_real_ns",
+        "power_w",
+        "voltage_v",
+        "current_a",
+        "power_factor",
+        "frequency_hz",
+        "energy_j",
+        "status",
+        "reactive_power_var",
+        "apparent_power_va",
+        "phase_angle_deg",
+        "energy_counts",
+        "energy_t_mono_ns",
+        "n_line",
+    )
+
+    def __init__(self, **values: object) -> None:
+        for name in self.FIELDS:
+            setattr(self, name, values.get(name))
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    def get(self, name: str, default: object = None) -> object:
+        return getattr(self, name, default)
+
+    def __repr__(self) -> str:
+        return (
+            f"Sample(power_w={self.power_w!r}, voltage_v={self.voltage_v!r}, "  # type: ignore[attr-defined]
+            f"current_a={self.current_a!r}, energy_j={self.energy_j!r})"  # type: ignore[attr-defined]
+        )
+
+
+_ABSENT_WORDS = (0x0000, 0xFFFF)
+_RESET_FUNC_EN = regs.BY_NAME["FuncEn"].reset
+_SENTINEL_CANDIDATES = (regs.CAL_START, regs.FUNC_EN, regs.ADJ_START, 0x2B)  # MMode last
+
+
+class ATM90E26Driver:
+    """Drive one ATM90E26 over a `meter.bus.base.Bus`.
+
+    Args:
+        bus: the transport (SPI, GPIO-CS SPI, UART or emulated).
+        calibration: the channel's `meter.chip.calibration.Calibration` (written by `start()`).
+        on_event: `on_event(kind, detail)` for every fault and recovery.
+        clock: `SystemClock` (default) or a `SimulatedClock` shared with an emulator.
+        n_line: read the N-line registers too (where the N line is wired through a CT).
+        retries: attempts per verified access.
+        reset_settle_s: wait after SoftReset (the datasheet gives none; 10 ms is generous).
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        calibration: Calibration,
+        *,
+        on_event: Callable[[str, str], None] | None = None,
+        clock: object | None = None,
+        n_line: bool = False,
+        retries: int = 5,
+        reset_settle_s: float = 0.01,
+    ) -> None:
+        self.bus = bus
+        self.calibration = calibration
+        self.on_event = on_event
+        self.clock = clock if clock is not None else SystemClock()
+        self.n_line = n_line
+        self.retries = max(1, retries)
+        self.reset_settle_ns = int(reset_settle_s * 1e9)
+        self._ld_expected: int | None = None  # what LastData holds after our last verified access
+        self._rc_t_ns = 0  # when the last read-clear read reached the chip
+        self._needs_init = True
+        self._energy_counts = 0
+        self.energy_epoch_mono_ns: int | None = None
+        self._t_energy_ns: int | None = None
+        self._last_power_w: float | None = None
+        self.unmetered: list[dict] = []  # intervals the chip could not meter, with estimates
+        self.stats = {
+            "reads": 0,
+            "writes": 0,
+            "read_retries": 0,
+            "write_retries": 0,
+            "lastdata_recoveries": 0,
+            "verify_failures": 0,
+            "reinits": 0,
+            "wrap_corrections": 0,
+        }
+
+    # ---- events ---------------------------------------------------------------------------
+    def _event(self, kind: str, detail: str) -> None:
+        if self.on_event is not None:
+            self.on_event(kind, detail)
+
+    # ---- raw and verified access ------------------------------------------------------------
+    def _raw_read(self, address: int) -> int | None:
+        """One bus read; None if the bus itself reported a failure (UART timeout/checksum)."""
+        try:
+            return self.bus.read_register(address)
+        except BusError:
+            return None
+
+    def read_register(self, address: int) -> int:
+        """A register word confirmed by LastData (for read-clear registers: `read_clear`)."""
+        r = regs.BY_ADDRESS.get(address)
+        if r is not None and r.read_clear:
+            return self.read_clear(address)
+        self.stats["reads"] += 1
+        seen = []
+        for attempt in range(self.retries):
+            if attempt:
+                self.stats["read_retries"] += 1
+            v = self._raw_read(address)
+            l1 = self._raw_read(regs.LAST_DATA)
+            if v is not None and v == l1:
+                self._ld_expected = v
+                return v
+            l2 = self._raw_read(regs.LAST_DATA)
+            if v is not None and l2 == v:
+                self._ld_expected = v
+                return v
+            seen.append((v, l1, l2))
+        self.stats["verify_failures"] += 1
+        self._ld_expected = None
+        if all(x is None for attempt in seen for x in attempt):
+            raise ChipAbsentError(f"{_name(address)}: no answer from the chip ({len(seen)} tries)")
+        raise VerifyError(f"{_name(address)}: read not confirmed by LastData ({_fmt_seen(seen)})")
+
+    def read_clear(self, address: int) -> int:
+        """A read-clear register, never re-read once the chip may have cleared it."""
+        self.stats["reads"] += 1
+        sentinel = self._ensure_sentinel()
+        for attempt in range(self.retries):
+            if attempt:
+                self.stats["read_retries"] += 1
+            v = self._raw_read(address)
+            self._rc_t_ns = self.clock.monotonic_ns()  # type: ignore[attr-defined]
+            lastdata: list[int] = []
+            executed = None  # unknown yet
+            for _ in range(self.retries + 1):
+                ld = self._raw_read(regs.LAST_DATA)
+                if ld is None:
+                    continue
+                if v is not None and ld == v:
+                    self._ld_expected = v
+                    if lastdata:
+                        self.stats["lastdata_recoveries"] += 1
+                    return v
+                if ld in lastdata:  # LastData is stable at ld
+                    if ld == sentinel:
+                        executed = False  # the read never reached the chip
+                        break
+                    self._ld_expected = ld
+                    self.stats["lastdata_recoveries"] += 1
+                    return ld
+                lastdata.append(ld)
+            if executed is False:
+                continue  # safe to repeat: nothing was cleared
+            break  # LastData never settled: the cleared value is unknowable
+        self.stats["verify_failures"] += 1
+        self._ld_expected = None
+        if v is None and not lastdata:
+            raise ChipAbsentError(f"{_name(address)}: no answer from the chip")
+        raise VerifyError(
+            f"{_name(address)}: read-clear value not recoverable from LastData "
+            f"(read {_hex(v)}, LastData {', '.join(_hex(x) for x in lastdata) or 'no answer'})"
+        )
+
+    def _ensure_sentinel(self) -> int:
+        """Make sure LastData holds a known word before a read-clear read; return it."""
+        if self._ld_expected is None:
+            self.read_register(regs.CAL_START)
+        assert self._ld_expected is not None
+        return self._ld_expected
+
+    def write_register(self, address: int, value: int) -> None:
+        """Write a word and confirm it through LastData (re-writing if it did not land)."""
+        value &= 0xFFFF
+        self.stats["writes"] += 1
+        if self._ld_expected is None or self._ld_expected == value:
+            self._make_lastdata_differ(value)
+        seen = []
+        answered = False
+        for attempt in range(self.retries):
+            if attempt:
+                self.stats["write_retries"] += 1
+            try:
+                self.bus.write_register(address, value)
+                answered = True
+            except BusError as exc:
+                seen.append(str(exc))
+            l1 = self._raw_read(regs.LAST_DATA)
+            if l1 == value:
+                self._ld_expected = value
+                return
+            l2 = self._raw_read(regs.LAST_DATA)
+            if l2 == value:
+                self._ld_expected = value
+                return
+            seen.append(f"LastData {_hex(l1)}/{_hex(l2)}")
+            answered = answered or l1 is not None or l2 is not None
+            if l1 is not None and l1 == l2 and l1 != value:
+                self._ld_expected = l1
+        self.stats["verify_failures"] += 1
+        self._ld_expected = None
+        if not answered:
+            raise ChipAbsentError(f"{_name(address)} <- 0x{value:04X}: no answer from the chip")
+        raise VerifyError(
+            f"{_name(address)} <- 0x{value:04X}: write not confirmed ({'; '.join(seen[-3:])})"
+        )
+
+    def _make_lastdata_differ(self, value: int) -> None:
+        for address in _SENTINEL_CANDIDATES:
+            try:
+                if self.read_register(address) != value:
+                    return
+            except VerifyError:
+                continue
+        # every candidate holds `value` (or cannot be read): the write check may pass falsely
+        self._ld_expected = None
+
+    # ---- start-up and calibration -----------------------------------------------------------
+    def start(self) -> None:
+        """Reset the chip, write the calibration (verified), clear energy; energy_j = 0."""
+        self._init_chip()
+        self._energy_counts = 0
+        self.energy_epoch_mono_ns = self._t_energy_ns
+        self._last_power_w = None
+
+    def _init_chip(self) -> None:
+        with contextlib.suppress(BusError):  # a lost reset shows in the presence check below
+            self.bus.write_register(regs.SOFT_RESET, regs.SOFT_RESET_CODE)
+        self._ld_expected = 0x0000  # LastData after a reset
+        self.clock.sleep_until(self.clock.monotonic_ns() + self.reset_settle_ns)  # type: ignore[attr-defined]
+        cal = self.calibration
+        try:
+            self.write_register(regs.FUNC_EN, cal.get("FuncEn"))
+        except VerifyError as exc:
+            words = [self._raw_read(regs.LAST_DATA), self._raw_read(regs.FUNC_EN)]
+            if all(w in _ABSENT_WORDS for w in words):
+                self._needs_init = True
+                raise ChipAbsentError(
+                    f"no ATM90E26 answers: FuncEn and LastData read {_hex(words[1])}/"
+                    f"{_hex(words[0])} after writing FuncEn (unplugged, unpowered, wrong "
+                    f"chip-select or SPI mode)"
+                ) from exc
+            if words[0] is not None and words[0] == words[1]:
+                self._needs_init = True
+                raise ChipStuckError(
+                    f"the chip answers {_hex(words[0])} to every register and ignores writes"
+                ) from exc
+            self._needs_init = True
+            raise
+        self.write_register(regs.SAG_TH, cal.get("SagTh"))
+        self._write_blocks(cal)
+        self._needs_init = False
+        self.stats["reinits"] += 1
+        self.read_clear(regs.AT_ENERGY)  # discard what was metered during the sequence
+        self._t_energy_ns = self._rc_t_ns
+
+    def _write_blocks(self, cal: Calibration) -> None:
+        """CalStart 5678 → metering → CS1; AdjStart 5678 → measurement → CS2; both 8765."""
+        blocks = (
+            (regs.CAL_START, calib.METERING_NAMES, regs.CS1, cal.cs1(), "CS1"),
+            (regs.ADJ_START, calib.MEASUREMENT_NAMES, regs.CS2, cal.cs2(), "CS2"),
+        )
+        for start_address, names, cs_address, cs_value, cs_name in blocks:
+            self.write_register(start_address, regs.START_CODE)
+            for name in names:
+                self.write_register(regs.address(name), cal.get(name))
+            self.write_register(cs_address, cs_value)
+            readback = self.read_register(cs_address)
+            if readback != cs_value:
+                raise ChecksumError(
+                    f"{cs_name}: the chip computes 0x{readback:04X} over the block just "
+                    f"written, we computed 0x{cs_value:04X} (a write did not land?)"
+                )
+        self.write_register(regs.CAL_START, regs.CHECK_CODE)
+        self.write_register(regs.ADJ_START, regs.CHECK_CODE)
+        status = self.read_clear(regs.SYS_STATUS)
+        if status & (regs.CAL_ERR_MASK | regs.ADJ_ERR_MASK):
+            raise ChecksumError(f"SysStatus 0x{status:04X} after the 8765H checks")
+
+    def apply_calibration(self, cal: Calibration) -> None:
+        """Write a new calibration to a running chip (blocks + checksums, verified).
+
+        Energy metered while the blocks are rewritten is discarded (reported as unmetered).
+        """
+        t0 = self.clock.monotonic_ns()  # type: ignore[attr-defined]
+        counts_before = self.read_clear(regs.AT_ENERGY)
+        self._energy_counts += counts_before
+        self._write_blocks(cal)
+        self.calibration = cal
+        self.read_clear(regs.AT_ENERGY)
+        self._t_energy_ns = self._rc_t_ns
+        self._note_unmetered(t0, self._t_energy_ns, "calibration rewritten")
+
+    # ---- readings ---------------------------------------------------------------------------
+    def read_value(self, name: str) -> float:
+        """One measurement register as a value in its unit (with the LSB extension)."""
+        r = regs.BY_NAME[name]
+        raw = self.read_register(r.address)
+        if r.extended:
+            return regs.extended_value(r, raw, self.read_register(regs.LSB))
+        return r.decode(raw)
+
+    @property
+    def energy_counts(self) -> int:
+        return self._energy_counts
+
+    @property
+    def energy_t_mono_ns(self) -> int | None:
+        """When the last energy read reached the chip (energy_j is metered up to then)."""
+        return self._t_energy_ns
+
+    @property
+    def energy_j(self) -> float:
+        """Cumulative absolute active energy since `start()`, J."""
+        return self._energy_counts * self.calibration.joules_per_count()
+
+    def read_sample(self) -> Sample:
+        """Read the chip once; raises a `BusError` subclass on a fault (after recovering).
+
+        Every fault is also reported through `on_event` exactly once; the exception then
+        carries `reported = True` so a caller that logs exceptions can skip a duplicate.
+        """
+        try:
+            return self._read_sample()
+        except BusError as exc:
+            if isinstance(exc, (ChipAbsentError, ChipStuckError)):
+                self._needs_init = True
+            if not getattr(exc, "reported", False):
+                kind = "absent" if isinstance(exc, ChipAbsentError) else "bus_error"
+                self._event(kind, str(exc))
+            exc.reported = True  # type: ignore[attr-defined]
+            raise
+
+    def _read_sample(self) -> Sample:
+        clock = self.clock
+        t0 = clock.monotonic_ns()  # type: ignore[attr-defined]
+        r0 = clock.realtime_ns()  # type: ignore[attr-defined]
+        if self._needs_init:
+            self._recover("chip not initialised (earlier fault)", None)
+        func_en = self.read_register(regs.FUNC_EN)
+        status = self.read_clear(regs.SYS_STATUS)
+        values = {
+            "Urms": self.read_value("Urms"),
+            "Irms": self.read_value("Irms"),
+            "Pmean": self.read_value("Pmean"),
+            "Qmean": self.read_value("Qmean"),
+            "Smean": self.read_value("Smean"),
+            "PowerF": self.read_value("PowerF"),
+            "Pangle": self.read_value("Pangle"),
+            "Freq": self.read_value("Freq"),
+        }
+        n_line = None
+        if self.n_line:
+            n_line = {
+                "current_a": self.read_value("Irms2"),
+                "power_w": self.read_value("Pmean2"),
+                "reactive_power_var": self.read_value("Qmean2"),
+                "apparent_power_va": self.read_value("Smean2"),
+                "power_factor": self.read_value("PowerF2"),
+                "phase_angle_deg": self.read_value("Pangle2"),
+            }
+        cal_start = self.read_register(regs.CAL_START)
+        counts = self.read_clear(regs.AT_ENERGY)
+        t_energy = self._rc_t_ns
+        self._classify(func_en, cal_start, status, counts, t_energy)
+        counts = self._unwrap(counts, t_energy, values["Pmean"])
+        self._energy_counts += counts
+        self._t_energy_ns = t_energy
+        self._last_power_w = values["Pmean"]
+        t1 = clock.monotonic_ns()  # type: ignore[attr-defined]
+        r1 = clock.realtime_ns()  # type: ignore[attr-defined]
+        return Sample(
+            t_mono_ns=(t0 + t1) // 2,
+            t_real_ns=(r0 + r1) // 2,
+            power_w=values["Pmean"],
+            voltage_v=values["Urms"],
+            current_a=values["Irms"],
+            power_factor=values["PowerF"],
+            frequency_hz=values["Freq"],
+            energy_j=self.energy_j,
+            status=status,
+            reactive_power_var=values["Qmean"],
+            apparent_power_va=values["Smean"],
+            phase_angle_deg=values["Pangle"],
+            energy_counts=self._energy_counts,
+            energy_t_mono_ns=t_energy,
+            n_line=n_line,
+        )
+
+    def _classify(self, func_en: int, cal_start: int, status: int, counts: int, t: int) -> None:
+        """Raise (after recovering) if the words read say the chip is not in its set state."""
+        if func_en in _ABSENT_WORDS and cal_start in _ABSENT_WORDS:
+            self._needs_init = True
+            detail = f"FuncEn and CalStart read 0x{func_en:04X}/0x{cal_start:04X}: no chip answers"
+            self._event("absent", detail)
+            raise _reported(ChipAbsentError(detail))
+        if func_en == cal_start:
+            self._needs_init = True
+            detail = f"every register reads 0x{func_en:04X}: chip stuck"
+            self._event("bus_error", detail)
+            raise _reported(ChipStuckError(detail))
+        configured = self.calibration.get("FuncEn")
+        reset = cal_start == regs.POWER_ON_CODE or (
+            func_en == _RESET_FUNC_EN and configured != _RESET_FUNC_EN
+        )
+        if reset:
+            detail = (
+                f"chip reset detected (FuncEn 0x{func_en:04X}, CalStart 0x{cal_start:04X}); "
+                f"energy metered since the last read is lost"
+            )
+            self._event("chip_reset", detail)
+            self._recover("chip reset", t)
+            raise _reported(ChipResetError(detail + "; re-initialised", recovered=True))
+        if status & (regs.CAL_ERR_MASK | regs.ADJ_ERR_MASK):
+            self._energy_counts += counts  # metered before the block stopped: real energy
+            which = []
+            if status & regs.CAL_ERR_MASK:
+                which.append("CS1 (metering stopped)")
+            if status & regs.ADJ_ERR_MASK:
+                which.append("CS2 (measurements frozen)")
+            detail = f"SysStatus 0x{status:04X}: checksum error in {' and '.join(which)}"
+            self._event("checksum_error", detail)
+            self._recover("checksum error", t)
+            raise _reported(ChecksumError(detail + "; calibration re-loaded", recovered=True))
+        if func_en != configured or cal_start != regs.CHECK_CODE:
+            detail = (
+                f"unexpected FuncEn 0x{func_en:04X} / CalStart 0x{cal_start:04X} "
+                f"(want 0x{configured:04X} / 0x8765)"
+            )
+            self._event("bus_error", detail)
+            self._recover("unexpected configuration", t)
+            raise _reported(BusError(detail + "; re-initialised"))
+
+    def _recover(self, reason: str, t_detected: int | None) -> None:
+        """Re-initialise the chip with the calibration; keep the cumulative energy."""
+        t_from = self._t_energy_ns
+        self._needs_init = True
+        try:
+            self._init_chip()
+        except ChipAbsentError as exc:
+            self._event("absent", str(exc))
+            raise _reported(exc) from None
+        except BusError as exc:
+            self._event("bus_error", f"re-initialisation after {reason} failed: {exc}")
+            raise _reported(exc) from None
+        t_to = self._t_energy_ns
+        note = self._note_unmetered(t_from, t_to, reason)
+        self._event("reinit", f"re-initialised after {reason}; {note}")
+
+    def _note_unmetered(self, t_from: int | None, t_to: int | None, reason: str) -> str:
+        if t_from is None or t_to is None or t_to <= t_from:
+            return "no metered interval lost"
+        dt_s = (t_to - t_from) / 1e9
+        p = self._last_power_w
+        est = None if p is None else abs(p) * dt_s
+        self.unmetered.append(
+            {"t0_mono_ns": t_from, "t1_mono_ns": t_to, "reason": reason, "estimate_j": est}
+        )
+        est_text = "unknown" if est is None else f"≈{est:.3f} J at the last power"
+        return f"energy over {dt_s:.3f} s not metered ({est_text}), excluded from energy_j"
+
+    def _unwrap(self, counts: int, t_ns: int, power_w: float) -> int:
+        """Add whole register wraps that a long gap between reads can hide."""
+        if self._t_energy_ns is None:
+            return counts
+        dt_s = (t_ns - self._t_energy_ns) / 1e9
+        powers = [abs(power_w)]
+        if self._last_power_w is not None:
+            powers.append(abs(self._last_power_w))
+        expected = sum(powers) / len(powers) * dt_s / self.calibration.joules_per_count()
+        if not math.isfinite(expected) or expected < regs.ENERGY_WRAP / 2:
+            return counts
+        wraps = round((expected - counts) / regs.ENERGY_WRAP)
+        if wraps <= 0:
+            return counts
+        self.stats["wrap_corrections"] += 1
+        fixed = counts + wraps * regs.ENERGY_WRAP
+        self._event(
+            "late",
+            f"{dt_s:.1f} s between energy reads: the register wrapped {wraps}× "
+            f"(read {counts}, ≈{expected:.0f} counts expected from the mean power); "
+            f"counted {fixed}",
+        )
+        return fixed
+
+    # ---- calibration procedures -------------------------------------------------------------
+    def average(self, names: tuple[str, ...], n: int, interval_s: float) -> dict:
+        """Mean of `n` readings of each register, `interval_s` apart (one refresh or more)."""
+        sums = dict.fromkeys(names, 0.0)
+        for k in range(n):
+            if k:
+                self.clock.sleep_until(  # type: ignore[attr-defined]
+                    self.clock.monotonic_ns() + int(interval_s * 1e9)  # type: ignore[attr-defined]
+                )
+            for name in names:
+                sums[name] += self.read_value(name)
+        return {name: total / n for name, total in sums.items()}
+
+    def measure_energy(self, seconds: float, poll_s: float = 1.0) -> tuple[int, float]:
+        """(counts, elapsed_s) of ATenergy over a window, read every `poll_s` so the register
+        cannot wrap; the counts also go to energy_j."""
+        self._energy_counts += self.read_clear(regs.AT_ENERGY)
+        t0 = self._rc_t_ns
+        end = t0 + int(seconds * 1e9)
+        step = max(int(poll_s * 1e9), 1)
+        counts = 0
+        t = t0
+        while t < end:
+            t = min(t + step, end)
+            self.clock.sleep_until(t)  # type: ignore[attr-defined]
+            counts += self.read_clear(regs.AT_ENERGY)
+        t1 = self._rc_t_ns
+        self._energy_counts += counts
+        self._t_energy_ns = t1
+        return counts, (t1 - t0) / 1e9
+
+    def calibrate_gains(
+        self,
+        volts: float,
+        amps: float,
+        watts: float | None = None,
+        *,
+        seconds: float = 30.0,
+        n_readings: int = 5,
+        interval_s: float = 1.0,
+        min_counts: int = 200,
+    ) -> dict:
+        """Calibrate Ugain, IgainL (and Lgain from energy, when `watts` is given).
+
+        The load must be steady at the reference values. Writes the new gains with
+        checksums, verifies them, and returns a report with the readings before and after.
+        Raises CalibrationError for values the chip cannot hold (e.g. Ugain bit 15).
+        """
+        names = ("Urms", "Irms", "Pmean")
+        before = self.average(names, n_readings, interval_s)
+        old = self.calibration
+        new = old.copy()
+        new.set("Ugain", calib.ugain_from_reading(volts, before["Urms"], old.get("Ugain")))
+        new.set("IgainL", calib.igain_from_reading(amps, before["Irms"], old.get("IgainL")))
+        report: dict = {"reference": {"volts": volts, "amps": amps, "watts": watts}}
+        if watts is not None:
+            if watts <= 0:
+                raise CalibrationError("--watts must be > 0 (a resistive reference load)")
+            counts, elapsed_s = self.measure_energy(seconds)
+            if counts < min_counts:
+                need = seconds * min_counts / max(counts, 1)
+                raise CalibrationError(
+                    f"only {counts} energy counts in {elapsed_s:.1f} s (need {min_counts} for "
+                    f"0.5 % resolution): measure for at least {need:.0f} s"
+                )
+            energy_j = counts * old.joules_per_count()
+            error = energy_j / (watts * elapsed_s) - 1.0
+            new.set("Lgain", calib.lgain_from_error(error, old.get("Lgain")))
+            report["energy_error_before"] = error
+            report["energy_window_s"] = elapsed_s
+            report["energy_counts"] = counts
+        new.note = "calibrated against " + ", ".join(
+            f"{v} {u}" for v, u in ((volts, "V"), (amps, "A"), (watts, "W")) if v is not None
+        )
+        self.apply_calibration(new)
+        refresh_s = max(interval_s, 0.0)
+        self.clock.sleep_until(self.clock.monotonic_ns() + int(refresh_s * 1e9))  # type: ignore[attr-defined]
+        after = self.average(names, n_readings, interval_s)
+        if watts is not None:
+            counts, elapsed_s = self.measure_energy(seconds)
+            report["energy_error_after"] = (
+                counts * new.joules_per_count() / (watts * elapsed_s) - 1.0
+            )
+        report["before"] = before
+        report["after"] = after
+        report["changed"] = {
+            name: (old.get(name), new.get(name))
+            for name in calib.REGISTER_NAMES
+            if old.get(name) != new.get(name)
+        }
+        report["calibration"] = new
+        return report
+
+    def calibrate_offsets(self, *, n_readings: int = 8, interval_s: float = 1.0) -> dict:
+        """Current and power offsets (AN §3.2.4.5/§3.2.4.6) — with NO load current flowing.
+
+        IoffsetL from Irms; PoffsetL/QoffsetL from the mean small-power-mode Pmean/Qmean.
+        """
+        old = self.calibration
+        new = old.copy()
+        base = self.average(("Irms",), n_readings, interval_s)
+        ioffset = calib.current_offset(base["Irms"], old.get("IgainL"), old.get("IoffsetL"))
+        new.set("IoffsetL", ioffset)
+        self.write_register(regs.SMALL_P_MOD, regs.SMALL_POWER_CODE)
+        try:
+            self.clock.sleep_until(self.clock.monotonic_ns() + int(interval_s * 1e9))  # type: ignore[attr-defined]
+            small = self.average(("Pmean", "Qmean"), n_readings, interval_s)
+        finally:
+            self.write_register(regs.SMALL_P_MOD, 0x0000)
+        new.set("PoffsetL", calib.power_offset(small["Pmean"], old.get("PoffsetL")))
+        new.set("QoffsetL", calib.power_offset(small["Qmean"], old.get("QoffsetL")))
+        new.note = (old.note + "; " if old.note else "") + "offsets calibrated at no load"
+        self.apply_calibration(new)
+        self.clock.sleep_until(self.clock.monotonic_ns() + int(interval_s * 1e9))  # type: ignore[attr-defined]
+        after = self.average(("Irms", "Pmean"), n_readings, interval_s)
+        return {
+            "before": {"Irms": base["Irms"], "small_power": small},
+            "after": after,
+            "changed": {
+                name: (old.get(name), new.get(name))
+                for name in ("IoffsetL", "PoffsetL", "QoffsetL")
+                if old.get(name) != new.get(name)
+            },
+            "calibration": new,
+        }
+
+    def close(self) -> None:
+        self.bus.close()
+
+
+def _reported(exc: BusError) -> BusError:
+    """Mark an exception whose fault already went out through `on_event`."""
+    exc.reported = True  # type: ignore[attr-defined]
+    return exc
+
+
+def _name(address: int) -> str:
+    r = regs.BY_ADDRESS.get(address)
+    return f"{r.name} ({address:02X}H)" if r else f"{address:02X}H"
+
+
+def _hex(word: int | None) -> str:
+    return "no answer" if word is None else f"0x{word:04X}"
+
+
+def _fmt_seen(seen: list) -> str:
+    last = seen[-1] if seen else (None, None, None)
+    return f"last try: read {_hex(last[0])}, LastData {_hex(last[1])} then {_hex(last[2])}"
