@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
+from epi.core.text import format_table
 from host.analysis import pipeline as analysis_mod
 from host.analysis.model import Analysis, Options
 
@@ -185,14 +186,6 @@ def _ci(med: float, lo: float, hi: float) -> str:
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return f"{med:.4g}"
     return f"{med:.4g} [{lo:.4g}, {hi:.4g}]"
-
-
-def format_table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
-    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join([line, "  ".join("-" * w for w in widths), *body])
 
 
 def summary_text(a: Analysis) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import click
 
 from epi.core.errors import UserError
+from epi.core.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_MAPS = ("demo_q8_0", "demo_q4_0", "demo_bookend_q8_q4_q8")
@@ -32,7 +32,7 @@ def _step(title: str) -> None:
 
 def quantize_demo_maps(out: Path, maps_dir: Path, threads: int) -> list[Path]:
     """Prepare the 135M base and quantize it with the demo maps; returns the model files."""
-    from epi.commands.quantize import format_table, manifest_row
+    from epi.commands.quantize import manifest_row, verification_table
     from host.quant.gguf_info import read_model
     from host.quant.mixmap import load_mixmap
     from host.quant.models import prepare_model
@@ -53,7 +53,7 @@ def quantize_demo_maps(out: Path, maps_dir: Path, threads: int) -> list[Path]:
         result = quantize_map(m, base, manifest["sha256"], out / "models", threads=threads)
         rows.append(manifest_row(result.manifest, result.skipped))
         outputs.append(result.output)
-    click.echo(format_table(rows))
+    click.echo(verification_table(rows))
     return outputs
 
 
@@ -68,12 +68,6 @@ def run_epi(*args: str) -> None:
     proc = subprocess.run(epi_argv(*args))
     if proc.returncode != 0:
         raise UserError(f"demo step `epi {args[0]}` failed with exit code {proc.returncode}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

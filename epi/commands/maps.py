@@ -31,7 +31,8 @@ def maps() -> None:
 @click.option("--layers", type=click.IntRange(1), help="Expand against this many layers.")
 def check(paths: tuple[Path, ...], model: Path | None, layers: int | None) -> None:
     """Validate maps (default: ./quantmaps) and show their layer groups on a model's depth."""
-    from host.quant.mixmap import assign_layers, expand, layer_ranges, load_mixmaps
+    from epi.core.text import ranges_text
+    from host.quant.mixmap import assign_layers, expand, load_mixmaps
 
     items = list(paths) or [Path("quantmaps")]
     mixmaps, notices = load_mixmaps(items)
@@ -43,7 +44,7 @@ def check(paths: tuple[Path, ...], model: Path | None, layers: int | None) -> No
             continue
         groups = assign_layers(m, n_layers)
         text = " · ".join(
-            f"{name} {layer_ranges(ls)}: {next(g.type for g in m.groups if g.name == name)}"
+            f"{name} {ranges_text(ls)}: {next(g.type for g in m.groups if g.name == name)}"
             for name, ls in groups
         )
         click.echo(f"{m.id:24} ok  {text}")

@@ -7,21 +7,14 @@ from pathlib import Path
 import click
 
 from epi.core.errors import UserError
+from epi.core.text import format_table
 
 
-def format_table(rows: list[dict]) -> str:
+def verification_table(rows: list[dict]) -> str:
     """A compact verification table: one line per map."""
     header = ("map", "groups (layers: type)", "bpw", "MiB", "s", "verified")
-    lines = [header]
-    for r in rows:
-        lines.append((r["map"], r["groups"], r["bpw"], r["mib"], r["seconds"], r["verified"]))
-    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
-    out = []
-    for n, line in enumerate(lines):
-        out.append("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=False)).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    keys = ("map", "groups", "bpw", "mib", "seconds", "verified")
+    return format_table(header, [[r[k] for k in keys] for r in rows])
 
 
 def manifest_row(manifest: dict, skipped: bool) -> dict:
@@ -101,7 +94,7 @@ def quantize(
         for m in bar:
             result = quantize_map(m, base, base_sha, out_dir, threads=threads, force=force)
             rows.append(manifest_row(result.manifest, result.skipped))
-    click.echo(format_table(rows))
+    click.echo(verification_table(rows))
     differing = [r["map"] for r in rows if r["verified"] != "as requested"]
     if differing:
         click.echo(

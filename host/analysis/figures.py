@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
+from epi.core.text import ranges_text
 from host.analysis import statistics as epimod
-from host.analysis.layer_groups import layers_text
 from host.analysis.model import UNIT_TEXT, Options, RunInfo
 from host.analysis.verdicts import valid_repeats
 
@@ -34,7 +34,7 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
         d_req = v["duration_per_request_s"].to_numpy(np.float64)
         row = {
             "config": cfg, "scope": scope,
-            "layers": layers_text(layers.get((cfg, scope))) if scope != "all" else "",
+            "layers": ranges_text(layers.get((cfg, scope)) or ()) if scope != "all" else "",
             "phase": phase, "unit": unit, "basis": basis,
             "figure": f"{basis} {UNIT_TEXT[unit]}" + (" (whole request)" if phase == "request"
                                                       else f" ({phase})"),

@@ -42,20 +42,6 @@ def _group_signature(g: dict) -> str:
     return f"{g.get('map_type')} [{', '.join(f'{k}×{v}' for k, v in sorted(eff.items()))}]"
 
 
-def layers_text(layers: tuple[int, ...] | None) -> str:
-    if not layers:
-        return ""
-    out, start, prev = [], layers[0], layers[0]
-    for x in [*layers[1:], None]:
-        if x is not None and x == prev + 1:
-            prev = x
-            continue
-        out.append(f"{start}-{prev}" if prev != start else f"{start}")
-        if x is not None:
-            start = prev = x
-    return ",".join(out)
-
-
 def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFrame,
                   results: pd.DataFrame, opts: Options) -> tuple[list[dict], list[dict],
                                                                  list[str]]:

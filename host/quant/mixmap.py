@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from epi.core.errors import UserError
+from epi.core.text import ranges_text
 from host.quant.quant_types import (
     FILE_TYPES,
     KIND_FAMILIES,
@@ -70,7 +71,7 @@ class MixMap:
         """'early 25%: Q6_K · middle 50%: Q4_K_M · ...' for tables."""
         parts = []
         for g in self.groups:
-            where = f"{g.fraction:.0%}" if g.fraction is not None else _layer_ranges(g.layers or ())
+            where = f"{g.fraction:.0%}" if g.fraction is not None else ranges_text(g.layers or ())
             parts.append(f"{g.name} {where}: {g.type}")
         return " · ".join(parts)
 
@@ -321,21 +322,6 @@ class Expansion:
         return {layer: name for name, layers in self.layer_groups for layer in layers}
 
 
-def _layer_ranges(layers: tuple[int, ...] | list[int]) -> str:
-    """(0,1,2,5) -> '0-2,5'."""
-    out: list[str] = []
-    layers = sorted(layers)
-    i = 0
-    while i < len(layers):
-        j = i
-        while j + 1 < len(layers) and layers[j + 1] == layers[j] + 1:
-            j += 1
-        out.append(str(layers[i]) if i == j else f"{layers[i]}-{layers[j]}")
-        i = j + 1
-    return ",".join(out)
-
-
-layer_ranges = _layer_ranges
 
 
 def assign_layers(mixmap: MixMap, n_layers: int) -> list[tuple[str, list[int]]]:
@@ -378,7 +364,7 @@ def assign_layers(mixmap: MixMap, n_layers: int) -> list[tuple[str, list[int]]]:
         raise _fail(
             path,
             "groups",
-            f"layers {_layer_ranges(missing)} of the {n_layers}-layer model are in no group",
+            f"layers {ranges_text(missing)} of the {n_layers}-layer model are in no group",
         )
     return result
 

@@ -21,8 +21,9 @@ from typing import Any
 from epi import __version__ as epi_version
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
+from epi.core.text import ranges_text
 from host.quant.gguf_info import ModelInfo, read_model, sha256_file
-from host.quant.mixmap import Expansion, MixMap, expand, layer_ranges
+from host.quant.mixmap import Expansion, MixMap, expand
 from host.quant.quant_types import FILE_TYPES
 from host.run.llama_env import llama_info, tool_env, tool_path
 
@@ -223,7 +224,7 @@ def build_manifest(
         "layer_groups": [
             {
                 **groups[name],
-                "layers_text": layer_ranges(groups[name]["layers"]),
+                "layers_text": ranges_text(groups[name]["layers"]),
                 "map_type": next(g.type for g in m.groups if g.name == name),
             }
             for name, _ in expansion.layer_groups

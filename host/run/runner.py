@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from epi.core.errors import UserError
+from epi.core.text import ranges_text
 from host.cluster.rpc import Endpoint, parse_workers, probe
 from host.quant.model_info import ModelFacts, model_facts
 from host.run.child import LLAMA_LOG, Job
@@ -221,20 +222,6 @@ def _default_clock_sync(url: str) -> dict[str, Any]:
     return estimate_offset(url).as_dict()
 
 
-def _ranges(units: list[int]) -> str:
-    if not units:
-        return "none"
-    out, start, prev = [], units[0], units[0]
-    for u in [*units[1:], None]:
-        if u is not None and u == prev + 1:
-            prev = u
-            continue
-        out.append(f"{start}" if start == prev else f"{start}-{prev}")
-        if u is not None:
-            start = prev = u
-    return ",".join(out)
-
-
 def describe_placement(placement: list[dict[str, Any]]) -> list[str]:
     """One line per node: which layers (and non-layer tensors) it holds."""
     lines = []
@@ -242,7 +229,7 @@ def describe_placement(placement: list[dict[str, Any]]) -> list[str]:
         where = f" ({e['endpoint']})" if e["endpoint"] else " (local)"
         extra = f" + {', '.join(e['extra_tensors'])}" if e["extra_tensors"] else ""
         lines.append(
-            f"{e['node']}{where}: layers {_ranges(e['layers'])}{extra}, "
+            f"{e['node']}{where}: layers {ranges_text(e['layers'], empty='none')}{extra}, "
             f"{e['weights_mib']:.1f} MiB of weights"
         )
     return lines

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from epi.core.errors import UserError
-from host.cluster.workers import free_port
+from epi.core.net import free_port
 from host.run.runner import RunSettings, plan_run, run
 from host.run.tokenlog import read_token_log
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 from gpiozero.pins.mock import MockFactory
-from meter.driver.atm90e26 import ATM90E26Driver
 
 from meter.bus.gpio_cs_bus import GpioCsSpiBus
 from meter.bus.spidev_bus import SpidevBus
 from meter.chip import registers as regs
 from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock
+from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import EmulatedSpidev
 from meter.emulation.power_models import ConstantPower

@@ -4,13 +4,13 @@ handler on a simulated clock, and over a real pseudo-terminal pair."""
 from __future__ import annotations
 
 import serial
-from meter.driver.atm90e26 import ATM90E26Driver
 
 from meter.bus.base import BusError, BusTimeout
 from meter.bus.uart_bus import UartBus
 from meter.chip import registers as regs
 from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock, SystemClock
+from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation import uart_emulator as emulator_uart
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.power_models import ConstantPower

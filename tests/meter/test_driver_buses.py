@@ -14,6 +14,12 @@ from collections.abc import Iterator
 
 import pytest
 from gpiozero.pins.mock import MockFactory
+
+from meter.bus.gpio_cs_bus import GpioCsSpiBus
+from meter.bus.spidev_bus import SpidevBus
+from meter.bus.uart_bus import UartBus
+from meter.chip.calibration import Calibration
+from meter.clock import SimulatedClock
 from meter.driver.atm90e26 import (
     ATM90E26Driver,
     BusError,
@@ -22,12 +28,6 @@ from meter.driver.atm90e26 import (
     ChipResetError,
     ChipStuckError,
 )
-
-from meter.bus.gpio_cs_bus import GpioCsSpiBus
-from meter.bus.spidev_bus import SpidevBus
-from meter.bus.uart_bus import UartBus
-from meter.chip.calibration import Calibration
-from meter.clock import SimulatedClock
 from meter.emulation import uart_emulator as emulator_uart
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import FRAME_TIME_160K_S, EmulatedSpiBus, EmulatedSpidev

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from meter.driver.atm90e26 import ATM90E26Driver
 
 from meter.chip import calibration as calib
 from meter.chip.calibration import Calibration, CalibrationError
 from meter.clock import SimulatedClock
+from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import EmulatedSpiBus
 from meter.emulation.power_models import ConstantPower

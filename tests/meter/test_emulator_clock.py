@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from meter.driver.atm90e26 import ATM90E26Driver
 
 from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock, SystemClock
+from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import EmulatedSpiBus
 from meter.emulation.power_models import ConstantPower

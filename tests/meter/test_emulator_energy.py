@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
-from meter.driver.atm90e26 import ATM90E26Driver
 
 from meter.chip import registers as regs
 from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock
+from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import FRAME_TIME_160K_S, EmulatedSpiBus
 from meter.emulation.power_models import ActivityModel, ConstantPower, ScriptedProfile

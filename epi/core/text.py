@@ -1,0 +1,34 @@
+"""Plain-text presentation both halves share: number ranges and aligned tables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+
+def ranges_text(numbers: Iterable[int], empty: str = "") -> str:
+    """Sorted integers as compact ranges: (0, 1, 2, 5) -> '0-2,5'; `empty` when there are none."""
+    values = sorted(set(numbers))
+    if not values:
+        return empty
+    out: list[str] = []
+    start = prev = values[0]
+    for x in [*values[1:], None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{start}-{prev}" if prev != start else f"{start}")
+        if x is not None:
+            start = prev = x
+    return ",".join(out)
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned columns under a header and a dashed rule; trailing spaces trimmed."""
+    cells = [[str(c) for c in headers], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(headers))]
+    out = []
+    for n, line in enumerate(cells):
+        out.append("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
