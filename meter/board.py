@@ -540,6 +540,8 @@ def open_channels(
                 on_event=handler,
                 clock=clock,
                 n_line=ch.n_line,
+                # the emulator's refresh period is known; a real chip's is not (2 s default)
+                **({"first_measurement_s": board.refresh_period_s} if emulate else {}),
             )
             channel = Channel(ch, driver, emulator=chip, calibration_source=source)
             opened.append(channel)

@@ -14,10 +14,37 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any, Protocol, runtime_checkable
 
 # A fixed, readable default start for simulated runs (2024-01-01T00:00:00Z) so results repeat.
 DEFAULT_SIM_REAL_NS = 1_704_067_200_000_000_000
 DEFAULT_SIM_MONO_NS = 1_000_000_000
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """What the meter side needs of a clock: both clocks in integer ns, and a way to wait.
+
+    `SystemClock` and `SimulatedClock` are the two implementations; every function that takes
+    a clock takes this type (a clock with ``simulated = True`` jumps instead of sleeping).
+    """
+
+    def monotonic_ns(self) -> int: ...
+
+    def realtime_ns(self) -> int: ...
+
+    def sleep_until(self, t_mono_ns: int) -> None: ...
+
+
+def is_simulated(clock: object) -> bool:
+    """True for a clock that jumps (`SimulatedClock`): nothing real may be waited for."""
+    return bool(getattr(clock, "simulated", False))
+
+
+def describe_clock(clock: object) -> dict[str, Any]:
+    """A clock's own description, or {"kind": "system"} for one that has none."""
+    describe = getattr(clock, "describe", None)
+    return describe() if callable(describe) else {"kind": "system"}
 
 
 class SystemClock:
@@ -42,7 +69,7 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         self.sleep_until(self.monotonic_ns() + int(seconds * 1e9))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"kind": "system"}
 
 
@@ -95,7 +122,7 @@ class SimulatedClock:
     def sleep(self, seconds: float) -> None:
         self.advance(int(seconds * 1e9))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "kind": "simulated",
             "start_mono_ns": self._start_mono_ns,

@@ -15,9 +15,12 @@ that failed three reads in a row, is retried only once per ``absent_retry_s`` so
 cannot eat the other channels' bus time. Events the driver reports itself (``reinit``,
 ``checksum_error``, ...) are written as they come, at most a few per second per kind and
 channel (the rest are counted); its report of the failure a read raised is merged into that
-failure's event. After start-up and after every re-initialisation a chip reads 0 V, 0 Hz,
-0 W until its first measurement cycle: such readings (for up to ``settle_timeout_s``) are
-missing data, written as a gap, not as 0 W rows.
+failure's event. After start-up and after every re-initialisation the chip's measurement
+registers hold their reset zeros until its first measurement cycle ends; the driver knows
+when it started that cycle and marks earlier readings ``ready = False`` (the chip's state,
+not the values, decides). Such readings are missing data, written as a gap, never as 0 W
+rows. Readings that fail the driver's plausibility checks twice (``ImplausibleReadingError``)
+are faults of kind ``implausible``: no row, an event with the reasons, a gap.
 
 Works with a ``SimulatedClock``: ``sleep_until`` then jumps, so an hour runs in seconds.
 """
@@ -30,17 +33,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from meter.clock import Clock, is_simulated
 from meter.daemon.jitter import JitterStats
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import MeterState
 from meter.daemon.trace import TraceWriter, gap_detail
-from meter.driver.atm90e26 import BusError, ChecksumError, ChipAbsentError, ChipResetError
+from meter.driver.atm90e26 import (
+    BusError,
+    ChecksumError,
+    ChipAbsentError,
+    ChipResetError,
+    ImplausibleReadingError,
+)
 
-
-class SamplerClock(Protocol):
-    def monotonic_ns(self) -> int: ...
-    def realtime_ns(self) -> int: ...
-    def sleep_until(self, t_mono_ns: int) -> None: ...
+SamplerClock = Clock  # the earlier name
 
 
 class SampleSource(Protocol):
@@ -60,8 +66,11 @@ _FAULT_KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (ChipAbsentError, "absent"),
     (ChipResetError, "chip_reset"),
     (ChecksumError, "checksum_error"),
+    (ImplausibleReadingError, "implausible"),
 )
-FAULT_EVENT_KINDS = frozenset({"bus_error", "chip_reset", "reinit", "absent", "checksum_error"})
+FAULT_EVENT_KINDS = frozenset(
+    {"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "implausible"}
+)
 _EVENTS_PER_SECOND = 5  # per (channel, kind) from the driver; the rest are counted
 _BACKOFF_AFTER = 3  # consecutive failed reads before a channel is only retried now and then
 
@@ -75,7 +84,7 @@ def fault_kind(exc: BaseException) -> str:
 
 
 def _value(sample: Any, name: str) -> Any:
-    v = sample.get(name) if isinstance(sample, dict) else getattr(sample, name, None)
+    v = getattr(sample, name, None)
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
@@ -93,8 +102,6 @@ class _ChannelRun:
     last_kind: str = ""
     retry_at_mono: int | None = None
     last_good_mono: int | None = None
-    settling_since: int | None = None  # (re)initialised: measurements not valid yet
-    settle_pending: bool = True  # settling starts at the first read after start-up
 
 
 @dataclass
@@ -135,7 +142,7 @@ class Sampler:
     def __init__(
         self,
         channels: Sequence[ChannelLike],
-        clock: SamplerClock,
+        clock: Clock,
         writer: TraceWriter,
         *,
         period_s: float,
@@ -143,7 +150,6 @@ class Sampler:
         hub: LiveHub | None = None,
         late_tolerance_s: float | None = None,
         absent_retry_s: float = 1.0,
-        settle_timeout_s: float = 2.0,
         stats_interval_s: float = 5.0,
         before_sweep: Callable[[int], None] | None = None,
     ) -> None:
@@ -158,7 +164,6 @@ class Sampler:
         tol = late_tolerance_s if late_tolerance_s is not None else period_s / 4
         self.late_tolerance_ns = round(tol * 1e9)
         self.absent_retry_ns = round(absent_retry_s * 1e9)
-        self.settle_timeout_ns = round(settle_timeout_s * 1e9)
         self.stats_interval_ns = round(stats_interval_s * 1e9)
         self.before_sweep = before_sweep
         self.stats = SamplerStats()
@@ -169,7 +174,7 @@ class Sampler:
         self._skipped_pending = 0
         self._late_max_ns = 0
         self._late_last_event_mono: int | None = None
-        self._simulated = bool(getattr(clock, "simulated", False))
+        self._simulated = is_simulated(clock)
         self._stop = threading.Event()
         self._reading: int | None = None
         self._held: list[tuple[str, str]] = []
@@ -250,9 +255,6 @@ class Sampler:
         counted only. Other kinds (e.g. ``reinit`` after a recovered reset) are written.
         """
         held, self._held = self._held, []
-        for kind, _ in held:
-            if kind == "reinit":  # registers back from defaults: a fresh measurement is due
-                self._runs[channel].settling_since = self.clock.monotonic_ns()
         for kind, detail in held:
             if failed_kind is not None and kind == failed_kind:
                 continue
@@ -287,16 +289,6 @@ class Sampler:
         else:
             run.retry_at_mono = None
         return repeated
-
-    @staticmethod
-    def _not_ready(sample: Any) -> bool:
-        """Measurement registers still at their reset zeros: no voltage and no frequency.
-
-        Right after a (re)start the chip has not finished its first measurement cycle and
-        reads 0 V, 0 Hz, 0 W; that is missing data, not a 0 W load (a live mains channel
-        reads 45..65 Hz).
-        """
-        return not _value(sample, "voltage_v") and not _value(sample, "frequency_hz")
 
     def _book_not_ready(self, ch: int, t_mono: int, t_real: int) -> None:
         run = self._runs[ch]
@@ -351,15 +343,9 @@ class Sampler:
             t_real = _value(sample, "t_real_ns") or (t0r + t1r) // 2
             run.consecutive_failures = 0
             self._release_held(ch.index, None, False)
-            if run.settle_pending:
-                run.settle_pending = False
-                run.settling_since = t0m
-            if run.settling_since is not None:
-                young = t_mono - run.settling_since < self.settle_timeout_ns
-                if young and self._not_ready(sample):
-                    self._book_not_ready(ch.index, t_mono, t_real)
-                    continue
-                run.settling_since = None
+            if not getattr(sample, "ready", True):
+                self._book_not_ready(ch.index, t_mono, t_real)
+                continue
             if run.failing:
                 self._close_gap(ch.index, t_mono, t_real, "data resumed")
             run.last_good_mono = t_mono

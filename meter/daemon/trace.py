@@ -67,6 +67,10 @@ EVENT_KINDS: frozenset[str] = frozenset(
         "checksum_error",
         "late",
         "gap",
+        "implausible",
+        "skipped",
+        "disk_full",
+        "signal",
     }
 )
 _INT_SAMPLE_COLUMNS = frozenset({"seq", "channel", "t_mono_ns", "t_real_ns", "status"})

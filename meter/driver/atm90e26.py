@@ -39,8 +39,11 @@ from collections.abc import Callable
 from meter.bus.base import Bus, BusError, BusTimeout
 from meter.chip import calibration as calib
 from meter.chip import registers as regs
-from meter.chip.calibration import Calibration, CalibrationError
-from meter.clock import SystemClock
+from meter.chip.calibration import EMULATED_FRONTEND, Calibration, CalibrationError
+from meter.clock import Clock, SystemClock
+from meter.driver import plausibility
+from meter.driver.plausibility import Limits
+from meter.driver.reading import Reading
 
 __all__ = [
     "ATM90E26Driver",
@@ -51,6 +54,8 @@ __all__ = [
     "ChipAbsentError",
     "ChipResetError",
     "ChipStuckError",
+    "ImplausibleReadingError",
+    "Reading",
     "Sample",
     "VerifyError",
 ]
@@ -85,43 +90,12 @@ class VerifyError(BusError):
     """A register access could not be confirmed by LastData within the retry budget."""
 
 
-class Sample:
-    """One reading of one chip. Units in the names; `None` where a value was not read."""
+class ImplausibleReadingError(BusError):
+    """The measurement registers failed the plausibility checks twice in a row (a bit error or
+    cut frame the LastData check cannot see, or a genuinely out-of-range mains): no reading."""
 
-    FIELDS = (
-        "t_mono_ns",
-        "t_real_ns",
-        "power_w",
-        "voltage_v",
-        "current_a",
-        "power_factor",
-        "frequency_hz",
-        "energy_j",
-        "status",
-        "reactive_power_var",
-        "apparent_power_va",
-        "phase_angle_deg",
-        "energy_counts",
-        "energy_t_mono_ns",
-        "n_line",
-    )
 
-    def __init__(self, **values: object) -> None:
-        for name in self.FIELDS:
-            setattr(self, name, values.get(name))
-
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.FIELDS}
-
-    def get(self, name: str, default: object = None) -> object:
-        return getattr(self, name, default)
-
-    def __repr__(self) -> str:
-        return (
-            f"Sample(power_w={self.power_w!r}, voltage_v={self.voltage_v!r}, "  # type: ignore[attr-defined]
-            f"current_a={self.current_a!r}, energy_j={self.energy_j!r})"  # type: ignore[attr-defined]
-        )
-
+Sample = Reading  # the earlier name of the reading record
 
 _ABSENT_WORDS = (0x0000, 0xFFFF)
 _RESET_FUNC_EN = regs.BY_NAME["FuncEn"].reset
@@ -139,6 +113,12 @@ class ATM90E26Driver:
         n_line: read the N-line registers too (where the N line is wired through a CT).
         retries: attempts per verified access.
         reset_settle_s: wait after SoftReset (the datasheet gives none; 10 ms is generous).
+        first_measurement_s: how long after the measurement block starts (start-up,
+            re-initialisation) its registers hold a first complete measurement. Readings
+            begun earlier are `ready = False`, their measurement fields None. The datasheet
+            gives no refresh period: 2 s for real chips (as the CircuitPython driver waits),
+            the emulator's refresh period for emulated ones.
+        limits: the channel's physical ranges (default: from the calibration's front end).
     """
 
     def __init__(
@@ -147,20 +127,26 @@ class ATM90E26Driver:
         calibration: Calibration,
         *,
         on_event: Callable[[str, str], None] | None = None,
-        clock: object | None = None,
+        clock: Clock | None = None,
         n_line: bool = False,
         retries: int = 5,
         reset_settle_s: float = 0.01,
+        first_measurement_s: float = 2.0,
+        limits: Limits | None = None,
     ) -> None:
         self.bus = bus
         self.calibration = calibration
         self.on_event = on_event
-        self.clock = clock if clock is not None else SystemClock()
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.first_measurement_ns = int(first_measurement_s * 1e9)
+        self.limits = limits or Limits.for_frontend(calibration.frontend or EMULATED_FRONTEND)
+        self._measuring_since_ns: int | None = None
         self.n_line = n_line
         self.retries = max(1, retries)
         self.reset_settle_ns = int(reset_settle_s * 1e9)
         self._ld_expected: int | None = None  # what LastData holds after our last verified access
         self._rc_t_ns = 0  # when the last read-clear read reached the chip
+        self._rc_other: int | None = None  # the word read when LastData said otherwise
         self._needs_init = True
         self._energy_counts = 0
         self.energy_epoch_mono_ns: int | None = None
@@ -176,6 +162,9 @@ class ATM90E26Driver:
             "verify_failures": 0,
             "reinits": 0,
             "wrap_corrections": 0,
+            "implausible_rereads": 0,
+            "implausible_rejected": 0,
+            "energy_misreads": 0,
         }
 
     # ---- events ---------------------------------------------------------------------------
@@ -220,12 +209,13 @@ class ATM90E26Driver:
     def read_clear(self, address: int) -> int:
         """A read-clear register, never re-read once the chip may have cleared it."""
         self.stats["reads"] += 1
+        self._rc_other = None
         sentinel = self._ensure_sentinel()
         for attempt in range(self.retries):
             if attempt:
                 self.stats["read_retries"] += 1
             v = self._raw_read(address)
-            self._rc_t_ns = self.clock.monotonic_ns()  # type: ignore[attr-defined]
+            self._rc_t_ns = self.clock.monotonic_ns()
             lastdata: list[int] = []
             executed = None  # unknown yet
             for _ in range(self.retries + 1):
@@ -243,6 +233,9 @@ class ATM90E26Driver:
                         break
                     self._ld_expected = ld
                     self.stats["lastdata_recoveries"] += 1
+                    # v was garbled on MISO, or a redirected LastData read overwrote LastData
+                    # with another register's word: keep v for the caller's plausibility check
+                    self._rc_other = v
                     return ld
                 lastdata.append(ld)
             if executed is False:
@@ -322,7 +315,7 @@ class ATM90E26Driver:
         with contextlib.suppress(BusError):  # a lost reset shows in the presence check below
             self.bus.write_register(regs.SOFT_RESET, regs.SOFT_RESET_CODE)
         self._ld_expected = 0x0000  # LastData after a reset
-        self.clock.sleep_until(self.clock.monotonic_ns() + self.reset_settle_ns)  # type: ignore[attr-defined]
+        self.clock.sleep_until(self.clock.monotonic_ns() + self.reset_settle_ns)
         cal = self.calibration
         try:
             self.write_register(regs.FUNC_EN, cal.get("FuncEn"))
@@ -344,6 +337,7 @@ class ATM90E26Driver:
             raise
         self.write_register(regs.SAG_TH, cal.get("SagTh"))
         self._write_blocks(cal)
+        self._measuring_since_ns = self.clock.monotonic_ns()
         self._needs_init = False
         self.stats["reinits"] += 1
         self.read_clear(regs.AT_ENERGY)  # discard what was metered during the sequence
@@ -368,6 +362,15 @@ class ATM90E26Driver:
                 )
         self.write_register(regs.CAL_START, regs.CHECK_CODE)
         self.write_register(regs.ADJ_START, regs.CHECK_CODE)
+        # LastData confirms a word, not its address: a write redirected by a bit error (8765H
+        # into a gain register) passes it. The start registers must read back 8765H.
+        for address in (regs.CAL_START, regs.ADJ_START):
+            word = self.read_register(address)
+            if word != regs.CHECK_CODE:
+                raise VerifyError(
+                    f"{_name(address)} reads 0x{word:04X} after writing 8765H (the write "
+                    f"went elsewhere?)"
+                )
         status = self.read_clear(regs.SYS_STATUS)
         if status & (regs.CAL_ERR_MASK | regs.ADJ_ERR_MASK):
             raise ChecksumError(f"SysStatus 0x{status:04X} after the 8765H checks")
@@ -377,10 +380,11 @@ class ATM90E26Driver:
 
         Energy metered while the blocks are rewritten is discarded (reported as unmetered).
         """
-        t0 = self.clock.monotonic_ns()  # type: ignore[attr-defined]
+        t0 = self.clock.monotonic_ns()
         counts_before = self.read_clear(regs.AT_ENERGY)
         self._energy_counts += counts_before
         self._write_blocks(cal)
+        self._measuring_since_ns = self.clock.monotonic_ns()
         self.calibration = cal
         self.read_clear(regs.AT_ENERGY)
         self._t_energy_ns = self._rc_t_ns
@@ -409,7 +413,7 @@ class ATM90E26Driver:
         """Cumulative absolute active energy since `start()`, J."""
         return self._energy_counts * self.calibration.joules_per_count()
 
-    def read_sample(self) -> Sample:
+    def read_sample(self) -> Reading:
         """Read the chip once; raises a `BusError` subclass on a fault (after recovering).
 
         Every fault is also reported through `on_event` exactly once; the exception then
@@ -423,18 +427,16 @@ class ATM90E26Driver:
             if not getattr(exc, "reported", False):
                 kind = "absent" if isinstance(exc, ChipAbsentError) else "bus_error"
                 self._event(kind, str(exc))
-            exc.reported = True  # type: ignore[attr-defined]
+            exc.reported = True
             raise
 
-    def _read_sample(self) -> Sample:
-        clock = self.clock
-        t0 = clock.monotonic_ns()  # type: ignore[attr-defined]
-        r0 = clock.realtime_ns()  # type: ignore[attr-defined]
-        if self._needs_init:
-            self._recover("chip not initialised (earlier fault)", None)
-        func_en = self.read_register(regs.FUNC_EN)
-        status = self.read_clear(regs.SYS_STATUS)
-        values = {
+    def measurement_ready(self, t_mono_ns: int) -> bool:
+        """Whether a read begun at `t_mono_ns` sees a complete measurement (not reset zeros)."""
+        since = self._measuring_since_ns
+        return since is not None and t_mono_ns >= since + self.first_measurement_ns
+
+    def _read_values(self) -> dict[str, float]:
+        return {
             "Urms": self.read_value("Urms"),
             "Irms": self.read_value("Irms"),
             "Pmean": self.read_value("Pmean"),
@@ -444,8 +446,48 @@ class ATM90E26Driver:
             "Pangle": self.read_value("Pangle"),
             "Freq": self.read_value("Freq"),
         }
+
+    def _plausible_values(self) -> tuple[dict[str, float], str | None]:
+        """The measurement registers, re-read once when they fail the plausibility checks.
+
+        Returns (values, problem): problem is None for values that passed (first or second
+        time; a first failure is reported as an ``implausible`` event), else the reasons of
+        the second failure (the caller writes no reading).
+        """
+        values = self._read_values()
+        reasons = plausibility.check_measurements(values, self.limits)
+        if not reasons:
+            return values, None
+        self.stats["implausible_rereads"] += 1
+        again = self._read_values()
+        reasons2 = plausibility.check_measurements(again, self.limits)
+        if not reasons2:
+            self._event(
+                "implausible",
+                f"measurement read rejected ({'; '.join(reasons)}); the re-read is consistent",
+            )
+            return again, None
+        self.stats["implausible_rejected"] += 1
+        return again, "; ".join(reasons2)
+
+    def _read_sample(self) -> Reading:
+        clock = self.clock
+        t0 = clock.monotonic_ns()
+        r0 = clock.realtime_ns()
+        if self._needs_init:
+            self._recover("chip not initialised (earlier fault)", None)
+            t0 = clock.monotonic_ns()
+            r0 = clock.realtime_ns()
+        ready = self.measurement_ready(t0)
+        func_en = self.read_register(regs.FUNC_EN)
+        status = self.read_clear(regs.SYS_STATUS)
+        problem = None
+        if ready:
+            values, problem = self._plausible_values()
+        else:
+            values = self._read_values()
         n_line = None
-        if self.n_line:
+        if self.n_line and ready:
             n_line = {
                 "current_a": self.read_value("Irms2"),
                 "power_w": self.read_value("Pmean2"),
@@ -458,13 +500,35 @@ class ATM90E26Driver:
         counts = self.read_clear(regs.AT_ENERGY)
         t_energy = self._rc_t_ns
         self._classify(func_en, cal_start, status, counts, t_energy)
-        counts = self._unwrap(counts, t_energy, values["Pmean"])
+        power = values["Pmean"] if ready and problem is None else None
+        counts = self._checked_energy(counts, t_energy, power, values["Smean"] if power else None)
+        counts = self._unwrap(counts, t_energy, power)
         self._energy_counts += counts
         self._t_energy_ns = t_energy
-        self._last_power_w = values["Pmean"]
-        t1 = clock.monotonic_ns()  # type: ignore[attr-defined]
-        r1 = clock.realtime_ns()  # type: ignore[attr-defined]
-        return Sample(
+        if power is not None:
+            self._last_power_w = power
+        if problem is not None:
+            detail = f"measurements implausible twice in a row: {problem}; no reading"
+            self._event("implausible", detail)
+            raise _reported(ImplausibleReadingError(detail))
+        t1 = clock.monotonic_ns()
+        r1 = clock.realtime_ns()
+        if not ready:
+            return Reading(
+                t_mono_ns=(t0 + t1) // 2,
+                t_real_ns=(r0 + r1) // 2,
+                power_w=None,
+                voltage_v=None,
+                current_a=None,
+                power_factor=None,
+                frequency_hz=None,
+                energy_j=self.energy_j,
+                status=status,
+                energy_counts=self._energy_counts,
+                energy_t_mono_ns=t_energy,
+                ready=False,
+            )
+        return Reading(
             t_mono_ns=(t0 + t1) // 2,
             t_real_ns=(r0 + r1) // 2,
             power_w=values["Pmean"],
@@ -482,8 +546,98 @@ class ATM90E26Driver:
             n_line=n_line,
         )
 
+    def _checked_energy(
+        self, counts: int, t_ns: int, power_w: float | None, apparent_va: float | None
+    ) -> int:
+        """ATenergy counts checked against the power over the interval since the last read.
+
+        Counts above what the power allows are re-read at once. A redirected read (a MOSI bit
+        error sent it to another register) did not clear ATenergy, so the re-read finds the
+        interval's counts still there: those are taken and the first word is discarded. A
+        genuine read cleared the register, so the re-read finds next to nothing: the first
+        first word is not believable either way (a real node's power cannot outrun the bound,
+        which allows ``LAG_FACTOR`` times the power read plus a floor, within one interval):
+        it is discarded, at the cost of at most that interval's energy. Every case is
+        reported as an ``implausible`` event.
+        """
+        if self._t_energy_ns is None:
+            return counts
+        jpc = self.calibration.joules_per_count()
+        dt_s = (t_ns - self._t_energy_ns) / 1e9
+        if power_w is None:  # no trusted power yet (settling, or rejected): physics only
+            bound = plausibility.physical_bound_counts(dt_s, jpc, self.limits)
+        else:
+            powers = [power_w, apparent_va or 0.0]
+            if self._last_power_w is not None:
+                powers.append(self._last_power_w)
+            bound = plausibility.energy_bound_counts(powers, dt_s, jpc, self.limits)
+        other = self._rc_other
+        if other is not None and other != counts and power_w is not None:
+            # the word read and LastData disagreed: take the one the power supports
+            last = self._last_power_w if self._last_power_w is not None else power_w
+            expected = (abs(power_w) + abs(last)) / 2 * dt_s / jpc
+            if abs(other - expected) < abs(counts - expected):
+                self._event(
+                    "implausible",
+                    f"ATenergy read {other} but LastData then held {counts}; {expected:.0f} "
+                    f"expected from the power: {other} counted",
+                )
+                counts, other = other, None
+        if counts <= bound:
+            return counts
+        again = self.read_clear(regs.AT_ENERGY)
+        t2 = self._rc_t_ns
+        # what the load can have metered between the two reads (microseconds): next to nothing
+        residue = plausibility.energy_bound_counts(
+            [power_w or 0.0, apparent_va or 0.0], (t2 - t_ns) / 1e9, jpc, self.limits
+        )
+        first = f"ATenergy read {counts} counts ({counts * jpc:.3f} J) in {dt_s:.3f} s " \
+                f"where the power allows {bound:.0f}"
+        if again > residue:
+            self.stats["energy_misreads"] += 1
+            self._event(
+                "implausible",
+                f"{first}; the register still held {again} counts, so the first read did not "
+                f"reach ATenergy: discarded, {again} counted",
+            )
+            return again
+        if other is not None and other <= bound:
+            self.stats["energy_misreads"] += 1
+            self._event(
+                "implausible",
+                f"{first}; the register read {other} but LastData then said {counts} (a "
+                f"redirected LastData read overwrites it): {other} counted",
+            )
+            return other + again
+        self.stats["energy_misreads"] += 1
+        self._event(
+            "implausible",
+            f"{first}; a re-read found {again} counts: the register was read, but the word is "
+            f"not believable (a load that rose that fast would show in the power registers): "
+            f"discarded, {again} counted (at most this interval's energy is lost)",
+        )
+        return again
+
     def _classify(self, func_en: int, cal_start: int, status: int, counts: int, t: int) -> None:
-        """Raise (after recovering) if the words read say the chip is not in its set state."""
+        """Raise (after recovering) if the words read say the chip is not in its set state.
+
+        A configuration word that looks wrong is read once more before anything is done: a
+        bit error on one read must not cost a re-initialisation (which loses the energy the
+        chip metered since the last read).
+        """
+        configured = self.calibration.get("FuncEn")
+        if func_en != configured or cal_start != regs.CHECK_CODE:
+            try:
+                again = (self.read_register(regs.FUNC_EN), self.read_register(regs.CAL_START))
+            except BusError:
+                again = None
+            if again == (configured, regs.CHECK_CODE):
+                self._event(
+                    "implausible",
+                    f"FuncEn/CalStart read 0x{func_en:04X}/0x{cal_start:04X}, then "
+                    f"0x{configured:04X}/0x8765 at once: a misread, the chip is as configured",
+                )
+                func_en, cal_start = again
         if func_en in _ABSENT_WORDS and cal_start in _ABSENT_WORDS:
             self._needs_init = True
             detail = f"FuncEn and CalStart read 0x{func_en:04X}/0x{cal_start:04X}: no chip answers"
@@ -494,7 +648,6 @@ class ATM90E26Driver:
             detail = f"every register reads 0x{func_en:04X}: chip stuck"
             self._event("bus_error", detail)
             raise _reported(ChipStuckError(detail))
-        configured = self.calibration.get("FuncEn")
         reset = cal_start == regs.POWER_ON_CODE or (
             func_en == _RESET_FUNC_EN and configured != _RESET_FUNC_EN
         )
@@ -506,7 +659,19 @@ class ATM90E26Driver:
             self._event("chip_reset", detail)
             self._recover("chip reset", t)
             raise _reported(ChipResetError(detail + "; re-initialised", recovered=True))
-        if status & (regs.CAL_ERR_MASK | regs.ADJ_ERR_MASK):
+        err_bits = regs.CAL_ERR_MASK | regs.ADJ_ERR_MASK
+        if status & err_bits:
+            # CalErr/AdjErr are levels that stay while the error lasts: a second read tells a
+            # real checksum error from a garbled or redirected SysStatus read
+            again = self.read_clear(regs.SYS_STATUS)
+            if not again & err_bits:
+                self._event(
+                    "implausible",
+                    f"SysStatus read 0x{status:04X} (checksum error bits) but 0x{again:04X} "
+                    f"at once after: a misread, not a checksum error",
+                )
+            status = again
+        if status & err_bits:
             self._energy_counts += counts  # metered before the block stopped: real energy
             which = []
             if status & regs.CAL_ERR_MASK:
@@ -522,6 +687,12 @@ class ATM90E26Driver:
                 f"unexpected FuncEn 0x{func_en:04X} / CalStart 0x{cal_start:04X} "
                 f"(want 0x{configured:04X} / 0x8765)"
             )
+            if counts <= plausibility.physical_bound_counts(
+                (t - (self._t_energy_ns or t)) / 1e9, self.calibration.joules_per_count(),
+                self.limits,
+            ):  # metering ran until now: keep what it counted
+                self._energy_counts += counts
+                self._t_energy_ns = t
             self._event("bus_error", detail)
             self._recover("unexpected configuration", t)
             raise _reported(BusError(detail + "; re-initialised"))
@@ -554,9 +725,9 @@ class ATM90E26Driver:
         est_text = "unknown" if est is None else f"≈{est:.3f} J at the last power"
         return f"energy over {dt_s:.3f} s not metered ({est_text}), excluded from energy_j"
 
-    def _unwrap(self, counts: int, t_ns: int, power_w: float) -> int:
+    def _unwrap(self, counts: int, t_ns: int, power_w: float | None) -> int:
         """Add whole register wraps that a long gap between reads can hide."""
-        if self._t_energy_ns is None:
+        if self._t_energy_ns is None or power_w is None:
             return counts
         dt_s = (t_ns - self._t_energy_ns) / 1e9
         powers = [abs(power_w)]
@@ -584,8 +755,8 @@ class ATM90E26Driver:
         sums = dict.fromkeys(names, 0.0)
         for k in range(n):
             if k:
-                self.clock.sleep_until(  # type: ignore[attr-defined]
-                    self.clock.monotonic_ns() + int(interval_s * 1e9)  # type: ignore[attr-defined]
+                self.clock.sleep_until(
+                    self.clock.monotonic_ns() + int(interval_s * 1e9)
                 )
             for name in names:
                 sums[name] += self.read_value(name)
@@ -602,7 +773,7 @@ class ATM90E26Driver:
         t = t0
         while t < end:
             t = min(t + step, end)
-            self.clock.sleep_until(t)  # type: ignore[attr-defined]
+            self.clock.sleep_until(t)
             counts += self.read_clear(regs.AT_ENERGY)
         t1 = self._rc_t_ns
         self._energy_counts += counts
@@ -654,7 +825,7 @@ class ATM90E26Driver:
         )
         self.apply_calibration(new)
         refresh_s = max(interval_s, 0.0)
-        self.clock.sleep_until(self.clock.monotonic_ns() + int(refresh_s * 1e9))  # type: ignore[attr-defined]
+        self.clock.sleep_until(self.clock.monotonic_ns() + int(refresh_s * 1e9))
         after = self.average(names, n_readings, interval_s)
         if watts is not None:
             counts, elapsed_s = self.measure_energy(seconds)
@@ -683,7 +854,7 @@ class ATM90E26Driver:
         new.set("IoffsetL", ioffset)
         self.write_register(regs.SMALL_P_MOD, regs.SMALL_POWER_CODE)
         try:
-            self.clock.sleep_until(self.clock.monotonic_ns() + int(interval_s * 1e9))  # type: ignore[attr-defined]
+            self.clock.sleep_until(self.clock.monotonic_ns() + int(interval_s * 1e9))
             small = self.average(("Pmean", "Qmean"), n_readings, interval_s)
         finally:
             self.write_register(regs.SMALL_P_MOD, 0x0000)
@@ -691,7 +862,7 @@ class ATM90E26Driver:
         new.set("QoffsetL", calib.power_offset(small["Qmean"], old.get("QoffsetL")))
         new.note = (old.note + "; " if old.note else "") + "offsets calibrated at no load"
         self.apply_calibration(new)
-        self.clock.sleep_until(self.clock.monotonic_ns() + int(interval_s * 1e9))  # type: ignore[attr-defined]
+        self.clock.sleep_until(self.clock.monotonic_ns() + int(interval_s * 1e9))
         after = self.average(("Irms", "Pmean"), n_readings, interval_s)
         return {
             "before": {"Irms": base["Irms"], "small_power": small},
@@ -710,7 +881,7 @@ class ATM90E26Driver:
 
 def _reported(exc: BusError) -> BusError:
     """Mark an exception whose fault already went out through `on_event`."""
-    exc.reported = True  # type: ignore[attr-defined]
+    exc.reported = True
     return exc
 
 

@@ -101,7 +101,8 @@ def test_driver_over_a_real_pty_serial_port() -> None:
     chip = EmulatedChip(ConstantPower(6.0), clock, refresh_period_s=0.05)
     with PtyChipServer(ChipUart(chip)) as server:
         bus = UartBus(server.port, baudrate=9600, clock=clock)
-        driver = ATM90E26Driver(bus, Calibration.default(1e6), clock=clock)
+        driver = ATM90E26Driver(bus, Calibration.default(1e6), clock=clock,
+                                    first_measurement_s=0.05)
         driver.start()
         clock.sleep(0.12)
         sample = driver.read_sample()

@@ -72,7 +72,7 @@ class Rig:
             self.bus = UartBus(url, baudrate=9600, clock=self.clock)
         self.events: list[tuple[str, str]] = []
         self.driver = ATM90E26Driver(
-            self.bus, Calibration.default(1e6), clock=self.clock,
+            self.bus, Calibration.default(1e6), clock=self.clock, first_measurement_s=0.2,
             on_event=lambda k, d: self.events.append((k, d)),
         )
 

@@ -21,7 +21,8 @@ S = 1_000_000_000
 def _rig(model: object, errors: dict) -> tuple[SimulatedClock, EmulatedChip, ATM90E26Driver]:
     clock = SimulatedClock()
     chip = EmulatedChip(model, clock, errors=errors, refresh_period_s=0.2)
-    driver = ATM90E26Driver(EmulatedSpiBus(chip), Calibration.default(1e6), clock=clock)
+    driver = ATM90E26Driver(EmulatedSpiBus(chip), Calibration.default(1e6), clock=clock,
+                            first_measurement_s=0.2)
     driver.start()
     clock.advance(S)
     return clock, chip, driver

@@ -41,7 +41,7 @@ def test_n_line_registers_are_read_where_wired() -> None:
     clock = SimulatedClock()
     chip = EmulatedChip(ConstantPower(11.5, power_factor=0.9), clock, n_line=True)
     driver = ATM90E26Driver(EmulatedSpiBus(chip), Calibration.default(1e6), clock=clock,
-                            n_line=True)
+                            n_line=True, first_measurement_s=0.2)
     driver.start()
     clock.advance(1_000_000_000)
     s = driver.read_sample()
