@@ -66,7 +66,10 @@ def run(
     daemon = MeterDaemon(options)
 
     def on_signal(signum: int, _frame: object) -> None:
-        daemon.stop()
+        if signum == signal.SIGHUP:  # docs/daemon.md: checkpoint, not stop
+            daemon.checkpoint()
+        else:
+            daemon.stop()
 
     signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     previous = {sig: signal.signal(sig, on_signal) for sig in signals}

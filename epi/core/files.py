@@ -6,6 +6,7 @@ import the same code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -25,10 +26,16 @@ def write_json_atomic(path: Path, obj: object) -> None:
     data = (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:  # a short write (full disk) is continued or raises; never renamed short
+            view = view[os.write(fd, view):]
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
 

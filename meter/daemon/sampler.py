@@ -112,6 +112,7 @@ class SamplerStats:
     late_sweeps: int = 0
     skipped_sweeps: int = 0
     samples_written: int = 0
+    samples_dropped: int = 0  # read but not written: the disk was full (see disk_full events)
     failed_reads: int = 0
     deferred_reads: int = 0  # absent chips not retried yet in a sweep
     not_ready_reads: int = 0  # readings before the chip's first measurement after (re)init
@@ -126,6 +127,7 @@ class SamplerStats:
             "late_sweeps": self.late_sweeps,
             "skipped_sweeps": self.skipped_sweeps,
             "samples_written": self.samples_written,
+            "samples_dropped": self.samples_dropped,
             "failed_reads": self.failed_reads,
             "deferred_reads": self.deferred_reads,
             "not_ready_reads": self.not_ready_reads,
@@ -177,12 +179,19 @@ class Sampler:
         self._simulated = is_simulated(clock)
         self._stop = threading.Event()
         self._reading: int | None = None
+        self._disk_full_seen = False
+        self.checkpoint_requested = threading.Event()
         self._held: list[tuple[str, str]] = []
 
     # -- control ------------------------------------------------------------------------------
     def stop(self) -> None:
         """Ask the loop to end after the current sweep (safe from a signal handler)."""
         self._stop.set()
+
+    def request_checkpoint(self) -> None:
+        """Ask for the statistics callback after the current sweep (safe from a signal
+        handler: nothing is written from the handler itself)."""
+        self.checkpoint_requested.set()
 
     def _wait_until(self, deadline_ns: int) -> None:
         if not self._simulated:
@@ -366,6 +375,18 @@ class Sampler:
             )
         return rows
 
+    def _note_storage(self, dropped: int) -> None:
+        """Count rows a full disk dropped, flag the episode once (metric), and stop with a
+        clear error when the trace directory was removed under us (TraceLostError)."""
+        self.stats.samples_dropped += dropped
+        full = self.writer.disk_full
+        if full and not self._disk_full_seen:
+            self.stats.faults["disk_full"] = self.stats.faults.get("disk_full", 0) + 1
+            if self.state is not None:
+                self.state.record_fault(None, "disk_full")
+        self._disk_full_seen = full
+        self.writer.check_present()
+
     def _publish(self, rows: list[tuple[Any, ...]]) -> None:
         if self.state is None and self.hub is None:
             return
@@ -442,7 +463,9 @@ class Sampler:
                 self.before_sweep(began)
             self.stats.lateness.add(lateness)
             rows = self._sweep(k)
-            self.stats.samples_written += self.writer.write_samples(rows)
+            written = self.writer.write_samples(rows)
+            self.stats.samples_written += written
+            self._note_storage(len(rows) - written)
             self._publish(rows)
             self.stats.sweeps += 1
             now = clock.monotonic_ns()
@@ -460,7 +483,8 @@ class Sampler:
                 skipped = max(0, min(skipped, last_slot - k))
             self._note_lateness(k, lateness, skipped, now)
             k = nxt
-            if now >= next_stats and stats_callback is not None:
+            checkpoint = self.checkpoint_requested.is_set()
+            if (now >= next_stats or checkpoint) and stats_callback is not None:
                 stats_callback(self.stats)
                 next_stats = now + self.stats_interval_ns
         self.finish()

@@ -20,6 +20,7 @@ Imports nothing from host/: the meter side runs on a Pi with the standard librar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -213,6 +214,11 @@ class MeterDaemon:
         if self.sampler is not None:
             self.sampler.stop()
 
+    def checkpoint(self) -> None:
+        """SIGHUP: write a ``signal`` event and the statistics now; keep sampling."""
+        if self.sampler is not None:
+            self.sampler.request_checkpoint()
+
     # -- set-up -------------------------------------------------------------------------------
     def _board(self) -> BoardConfig:
         o = self.options
@@ -296,7 +302,9 @@ class MeterDaemon:
                 "retry_interval_s": self.options.retry_interval_s,
             },
             "bus": budget.describe(),
-            "stats": {"clean_stop": False},
+            # the full stats block from the start: a segment killed before its first stats
+            # rewrite still says what it is (zero counts, not a clean stop)
+            "stats": self._stats_dict(SamplerStats(), clean=False),
             **self.options.extra_meta,
         }
 
@@ -395,6 +403,14 @@ class MeterDaemon:
 
             def save_stats(stats: SamplerStats) -> None:
                 assert writer is not None
+                if sampler.checkpoint_requested.is_set():
+                    sampler.checkpoint_requested.clear()
+                    t = (clock.monotonic_ns(), clock.realtime_ns())
+                    writer.write_event(t[0], t[1], None, "signal",
+                                       "SIGHUP: statistics checkpointed into meta.json; "
+                                       "sampling goes on")
+                    self.log(f"epi meter: SIGHUP: statistics checkpointed ({stats.sweeps} "
+                             f"sweeps, {stats.samples_written} samples)")
                 writer.update_meta(stats=self._stats_dict(stats, clean=False))
 
             stats = sampler.run(o.duration_s, start_mono_ns=sched0, stats_callback=save_stats)
@@ -415,11 +431,15 @@ class MeterDaemon:
             )
             return RunResult(Path(o.out_dir), writer.segment, stats, url, rate)
         except BaseException:
-            if writer is not None and self.sampler is not None:
-                # a crash: keep what the statistics say, flagged as not a clean stop
-                writer.close(stats=self._stats_dict(self.sampler.stats, clean=False))
-            elif writer is not None:
-                writer.close()
+            # a crash, or a trace directory removed under us: keep what the statistics say,
+            # flagged as not a clean stop, where the files can still be written
+            with contextlib.suppress(OSError):
+                if writer is not None and self.sampler is not None:
+                    writer.close(stats=self._stats_dict(self.sampler.stats, clean=False))
+                elif writer is not None:
+                    writer.close()
+            if writer is None:
+                lock.remove_if_unused()  # a failed start leaves no empty trace directory
             raise
         finally:
             if self.server is not None:

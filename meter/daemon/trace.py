@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import fcntl
 import io
 import itertools
@@ -78,6 +79,11 @@ _SEGMENT_RE = re.compile(r"^seg-(\d{6})\.(meta\.json|samples\.csv|events\.csv)$"
 # A gap event's detail starts with the end of the gap so that it can be parsed back.
 _GAP_DETAIL_RE = re.compile(r"^end_mono_ns=(-?\d*) end_real_ns=(-?\d*);\s*(.*)$", re.S)
 LOCK_NAME = ".lock"
+_STALE_TMP_RE = re.compile(r"^\.seg-\d{6}\.(meta\.json|samples\.csv|events\.csv)\.tmp-\d+$")
+
+
+class TraceLostError(UserError):
+    """The trace directory (or a segment file) was removed while the daemon wrote into it."""
 
 
 def _fmt(value: object) -> str:
@@ -190,6 +196,7 @@ class TraceLock:
 
     def __init__(self, trace_dir: str | os.PathLike[str]) -> None:
         self.trace_dir = Path(trace_dir)
+        self.created = not self.trace_dir.exists()
         try:
             self.trace_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -208,6 +215,17 @@ class TraceLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd: int | None = fd
+
+    def remove_if_unused(self) -> None:
+        """Undo a start that failed before writing anything: remove the lock file, and the
+        directory if this lock created it and nothing else is in it."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.trace_dir / LOCK_NAME)
+        if self.created:
+            with contextlib.suppress(OSError):
+                self.trace_dir.rmdir()  # fails (kept) when anything else is in it
 
     def release(self) -> None:
         if self._fd is not None:
@@ -245,12 +263,22 @@ class TraceWriter:
         self.rows_written = 0
         self.events_written = 0
         self.previous: LastSample | None = None
+        # full disk: rows and events that could not be written, and since when
+        self.disk_full_since: tuple[int, int] | None = None  # (t_mono_ns, t_real_ns) of the first
+        self.rows_dropped = 0
+        self.events_dropped = 0
+        self.disk_full_episodes = 0
+        self.meta_write_failures = 0
+        self._recovered: list[str] = []  # disk_full/gap event lines to write once space returns
+        self._lost: str | None = None  # set by the sync thread when the files were unlinked
+        self.stale_files_removed: list[str] = []
         self._open()
 
     # -- opening ----------------------------------------------------------------------------
     def _open(self) -> None:
         if self._dir_lock is None:
             self._dir_lock = TraceLock(self.trace_dir)
+        self._remove_stale_temporaries()
         segments = existing_segments(self.trace_dir)
         for seg in reversed(segments):
             self.previous = last_sample_of(self.trace_dir, seg)
@@ -279,6 +307,15 @@ class TraceWriter:
         )
         self._sync_thread.start()
 
+    def _remove_stale_temporaries(self) -> None:
+        """Temporary files a killed writer left behind (``.seg-N.meta.json.tmp-PID``): we hold
+        the directory's lock, so no live writer owns them."""
+        for entry in os.listdir(self.trace_dir):
+            if _STALE_TMP_RE.match(entry):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.trace_dir / entry)
+                    self.stale_files_removed.append(entry)
+
     # -- writing ------------------------------------------------------------------------------
     @property
     def meta(self) -> dict[str, Any]:
@@ -287,16 +324,90 @@ class TraceWriter:
 
     def write_samples(self, rows: Iterable[Sequence[object]]) -> int:
         """Append the rows of one sweep in one system call; returns the number written."""
+        rows = list(rows)
         lines = [format_sample_line(r) for r in rows]
         if not lines:
             return 0
         data = "".join(lines).encode()
         with self._lock:
             self._check_open()
-            _write_all(self._samples_fd, data)
+            if not self._append(self._samples_fd, data, rows[0]):
+                self.rows_dropped += len(lines)
+                return 0
             self._dirty = True
             self.rows_written += len(lines)
         return len(lines)
+
+    def _append(self, fd: int, data: bytes, first_row: Sequence[object] | None) -> bool:
+        """Append whole lines, or nothing: on a full disk the file is cut back to its last
+        whole line and the data is dropped (counted; a ``disk_full`` event and a gap are
+        written once space returns). Other OS errors propagate."""
+        if self._recovered and not self._flush_recovered():
+            return False
+        size = os.fstat(fd).st_size
+        try:
+            _write_all(fd, data)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            if self.disk_full_since is None:
+                self.disk_full_episodes += 1
+                t = _row_times(first_row)
+                self.disk_full_since = t
+            return False
+        if self.disk_full_since is not None:
+            self._note_recovered(_row_times(first_row))
+            self._flush_recovered()
+        return True
+
+    def _note_recovered(self, now: tuple[int | None, int | None]) -> None:
+        start = self.disk_full_since or (None, None)
+        self.disk_full_since = None
+        what = f"{self.rows_dropped} sample row(s) and {self.events_dropped} event(s) dropped"
+        self._recovered = [
+            format_event_line(start[0], start[1], None, "disk_full",
+                              f"no space left on the trace's file system: {what}; writing "
+                              f"again"),
+            format_event_line(start[0], start[1], None, "gap",
+                              gap_detail(now[0], now[1], f"disk full: {what}")),
+        ]
+
+    def _flush_recovered(self) -> bool:
+        data = "".join(self._recovered).encode()
+        size = os.fstat(self._events_fd).st_size
+        try:
+            _write_all(self._events_fd, data)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._events_fd, size)
+            return False
+        self.events_written += len(self._recovered)
+        self._recovered = []
+        return True
+
+    @property
+    def disk_full(self) -> bool:
+        """True while writes are being dropped for lack of space."""
+        return self.disk_full_since is not None
+
+    def check_present(self) -> None:
+        """Raise TraceLostError if the segment's files were unlinked (``--out`` removed)."""
+        if self._lost is None:
+            try:
+                if os.fstat(self._samples_fd).st_nlink == 0 or not self.samples_path.exists():
+                    self._lost = f"{self.samples_path} was removed while the daemon wrote to it"
+            except OSError as exc:
+                self._lost = f"{self.samples_path}: {exc}"
+        if self._lost is not None:
+            raise TraceLostError(
+                f"{self.trace_dir}: trace lost: {self._lost}; the {self.rows_written} row(s) "
+                f"of segment {self.segment} written since the removal went to deleted files "
+                f"(the daemon checks twice a second). Stopping; a restart begins a new trace"
+            )
 
     def write_event(
         self,
@@ -310,7 +421,9 @@ class TraceWriter:
         data = format_event_line(t_mono_ns, t_real_ns, channel, kind, detail).encode()
         with self._lock:
             self._check_open()
-            _write_all(self._events_fd, data)
+            if not self._append(self._events_fd, data, (None, None, t_mono_ns, t_real_ns)):
+                self.events_dropped += 1
+                return
             self._dirty = True
             self.events_written += 1
 
@@ -319,7 +432,12 @@ class TraceWriter:
         with self._lock:
             self._meta.update(updates)
             snapshot = dict(self._meta)
-        write_json_atomic(self.meta_path, snapshot)
+        try:
+            write_json_atomic(self.meta_path, snapshot)
+        except OSError as exc:  # the old meta.json stays whole; the next update tries again
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self.meta_write_failures += 1
 
     def sync(self) -> None:
         """fsync both CSV files now if anything was written since the last sync."""
@@ -335,6 +453,8 @@ class TraceWriter:
     def _sync_loop(self) -> None:
         while not self._stop_sync.wait(self.fsync_interval_s):
             self.sync()
+            with contextlib.suppress(TraceLostError):
+                self.check_present()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -377,6 +497,14 @@ def _create_with_header(path: Path, columns: Sequence[str]) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _row_times(row: Sequence[object] | None) -> tuple[int | None, int | None]:
+    """(t_mono_ns, t_real_ns) of a sample row (or an event's stand-in row)."""
+    if row is None or len(row) < 4:
+        return None, None
+    mono, real = row[2], row[3]
+    return (mono if isinstance(mono, int) else None, real if isinstance(real, int) else None)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -273,3 +273,11 @@ def test_cli_emulated_run_prints_its_plan(
     assert "sampling 4 emulated channel(s) at 20 Hz" in err and "stopped:" in err
     assert time.monotonic() - start < 20
     assert read_trace(tmp_path).segments[0].meta["stats"]["clean_stop"] is True
+
+
+def test_a_failed_start_leaves_no_empty_trace_directory(tmp_path: Path) -> None:
+    out = tmp_path / "new-trace"
+    with pytest.raises(UserError, match="more than the bus sustains"):
+        MeterDaemon(DaemonOptions(out_dir=out, emulate=True, rate_hz=1e6, listen=None,
+                                  clock=SimulatedClock())).run()
+    assert not out.exists()

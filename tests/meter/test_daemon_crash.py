@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -112,3 +114,38 @@ def test_sigterm_is_a_clean_stop(tmp_path: Path) -> None:
     seg = read_trace(tmp_path).segments[0]
     assert seg.meta["stats"]["clean_stop"] is True
     assert seg.events[-1]["kind"] == "stop" and seg.dropped_lines == 0
+
+
+def test_sighup_checkpoints_and_sampling_goes_on(tmp_path: Path) -> None:
+    """SIGHUP used to stop the daemon with exit 0, so Restart=on-failure left it down."""
+    proc = _start(tmp_path)
+    meta_p, samples_p, _ = segment_paths(tmp_path, 1)
+    _wait_rows(samples_p, 10, proc)
+    first_meta = json.loads(meta_p.read_text())
+    assert "samples_written" in first_meta["stats"]  # the full stats block from the start
+    proc.send_signal(signal.SIGHUP)
+    n = _rows(samples_p)
+    _wait_rows(samples_p, n + 20, proc)  # still sampling after the signal
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    seg = read_trace(tmp_path).segments[0]
+    kinds = [e["kind"] for e in seg.events]
+    assert "signal" in kinds and kinds[-1] == "stop" and kinds.index("signal") < len(kinds) - 1
+
+
+def test_removed_out_dir_is_an_error_exit_that_systemd_restarts(tmp_path: Path) -> None:
+    out = tmp_path / "trace"
+    proc = _start(out)
+    _, samples_p, _ = segment_paths(out, 1)
+    _wait_rows(samples_p, 10, proc)
+    shutil.rmtree(out)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "trace lost" in err and "Traceback" not in err
+
+
+def test_shipped_unit_restarts_every_unplanned_stop() -> None:
+    unit = Path(__file__).parents[2] / "hardware" / "systemd" / "epi-meter.service"
+    lines = unit.read_text().splitlines()
+    assert "Restart=always" in lines and "ExecReload=/bin/kill -HUP $MAINPID" in lines
