@@ -16,14 +16,19 @@ user says otherwise. Endpoints (GET):
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
+import sys
 import threading
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from epi.core.errors import UserError
+from meter.clock import Clock
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import MeterState, render_prometheus
 
@@ -38,9 +43,6 @@ ENDPOINTS = {
 }
 
 
-class Clock(Protocol):
-    def monotonic_ns(self) -> int: ...
-    def realtime_ns(self) -> int: ...
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -59,9 +61,27 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, port
 
 
+CONNECTION_TIMEOUT_S = 10.0  # a connection that sends nothing (half-open) is closed after this
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away is not an error worth a traceback in the daemon's log."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
     def __init__(self, address: tuple[str, int], owner: MeterServer) -> None:
         if ":" in address[0]:
@@ -72,6 +92,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = CONNECTION_TIMEOUT_S  # socket timeout: reads and writes of one connection
     disable_nagle_algorithm = True  # else headers and body wait on delayed ACKs (~40 ms)
     server: _Server
 
@@ -142,6 +163,12 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._send_json(400, {"error": "channel and limit must be integers"})
             return
+        known = owner.state.channel_indices()
+        unknown = sorted(channels - known)
+        if unknown:
+            self._send_json(400, {"error": f"no channel {unknown[0]} (channels: "
+                                           f"{', '.join(str(c) for c in sorted(known))})"})
+            return
         heartbeat_s = min(max(heartbeat_s, 0.05), 30.0)
         fmt = (query.get("format") or [""])[0]
         sse = fmt == "sse" or (not fmt and "text/event-stream" in self.headers.get("Accept", ""))
@@ -158,26 +185,30 @@ class _Handler(BaseHTTPRequestHandler):
             hello = {"type": "hello", **owner.state.info, "t_mono_ns": owner.clock.monotonic_ns()}
             self._emit(sse, "hello", json.dumps(hello, allow_nan=False))
             delivered, dropped_told = 0, 0
+            last_emit = time.monotonic()
             while limit is None or delivered < limit:
                 messages = sub.get(heartbeat_s)
                 if sub.dropped > dropped_told:
                     gone = sub.dropped - dropped_told
                     dropped_told = sub.dropped
                     self._emit(sse, "dropped", json.dumps({"type": "dropped", "count": gone}))
-                if not messages:
-                    if sub.closed:
-                        break
-                    beat = {"type": "heartbeat", "t_mono_ns": owner.clock.monotonic_ns()}
-                    self._emit(sse, "heartbeat", json.dumps(beat))
-                    continue
+                if not messages and sub.closed:
+                    break
                 for msg in messages:
                     if channels and msg.channel is not None and msg.channel not in channels:
                         continue
                     self._emit(sse, msg.type, msg.json)
+                    last_emit = time.monotonic()
                     if msg.type == "sample":
                         delivered += 1
                         if limit is not None and delivered >= limit:
                             break
+                # every client gets heartbeats, whatever its filter lets through: a write is
+                # also how a client that went away is noticed (and its thread ended)
+                if time.monotonic() - last_emit >= heartbeat_s:
+                    beat = {"type": "heartbeat", "t_mono_ns": owner.clock.monotonic_ns()}
+                    self._emit(sse, "heartbeat", json.dumps(beat))
+                    last_emit = time.monotonic()
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             pass  # the client went away: that ends its stream, nothing else
         finally:
@@ -192,6 +223,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 class MeterServer:
     """The HTTP server in a background thread. ``port=0`` picks a free port (see ``url``)."""
 
@@ -203,7 +238,14 @@ class MeterServer:
         state: MeterState,
         hub: LiveHub,
         clock: Clock,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
+        if not is_loopback(host):
+            (warn or _stderr)(
+                f"epi meter: warning: --listen {host}:{port} is reachable from other machines "
+                f"and the endpoints have no authentication; bind 127.0.0.1 unless the network "
+                f"is trusted"
+            )
         self.state = state
         self.hub = hub
         self.clock = clock

@@ -55,6 +55,10 @@ class MeterState:
             ch.up = True
             ch.samples_total += 1
 
+    def channel_indices(self) -> set[int]:
+        """The channels this daemon samples."""
+        return set(self._channels)
+
     def record_fault(self, channel: int | None, kind: str) -> None:
         with self._lock:
             targets = self._channels.values() if channel is None else [self._channels[channel]]

@@ -24,6 +24,9 @@ class OffsetClock:
     def realtime_ns(self) -> int:
         return time.time_ns()
 
+    def sleep_until(self, t_mono_ns: int) -> None:
+        time.sleep(max(0.0, (t_mono_ns - self.monotonic_ns()) / 1e9))
+
 
 def make_state(n_channels: int = 2) -> MeterState:
     chans = [ChannelInfo(i, f"node{i}", f"pi{i}" if i else None) for i in range(n_channels)]
