@@ -86,6 +86,7 @@ class BoardConfig:
     refresh_period_s: float = DEFAULT_REFRESH_PERIOD_S
     emulated: bool = False
     clock: object | None = None
+    period_explicit: bool = False  # the board file sets sampling.period_s (else the daemon picks)
 
     def channel(self, key: str | int) -> ChannelConfig:
         """A channel by index or name; UserError naming the known ones if there is none."""
@@ -369,6 +370,7 @@ def load_board(path: str | Path) -> BoardConfig:
         gpio_cs_device=gpio_dev,  # type: ignore[arg-type]
         sample_period_s=period,
         refresh_period_s=refresh,
+        period_explicit="period_s" in sampling,  # type: ignore[operator]
     )
 
 

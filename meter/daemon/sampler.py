@@ -419,15 +419,30 @@ class Sampler:
                 late=late, skipped=skipped, jitter=self.stats.lateness.as_dict()
             )
 
+    def sustainable_rate_hz(self) -> float | None:
+        """The sweep rate the bus kept up so far, as driven (1 / p90 sweep duration)."""
+        p90 = self.stats.sweep_duration.as_dict().get("p90_ns")
+        return 1e9 / p90 if p90 else None
+
     def _flush_late(self, now_mono: int) -> None:
         if not (self._late_pending or self._skipped_pending):
             return
-        detail = (
-            f"{self._late_pending} sweep(s) late by up to {self._late_max_ns / 1e6:.3f} ms "
-            f"(tolerance {self.late_tolerance_ns / 1e6:.3f} ms); "
-            f"{self._skipped_pending} scheduled sweep(s) skipped"
-        )
-        self._write_event(now_mono, self.clock.realtime_ns(), None, "late", detail)
+        now_real = self.clock.realtime_ns()
+        if self._late_pending:
+            detail = (
+                f"{self._late_pending} sweep(s) late by up to {self._late_max_ns / 1e6:.3f} ms "
+                f"(tolerance {self.late_tolerance_ns / 1e6:.3f} ms)"
+            )
+            self._write_event(now_mono, now_real, None, "late", detail)
+        if self._skipped_pending:
+            rate = self.sustainable_rate_hz()
+            detail = (
+                f"{self._skipped_pending} scheduled sweep(s) skipped (no rows: the previous "
+                f"sweep overran its slot); the bus as driven sustains "
+                + (f"{rate:.1f} sweeps/s" if rate else "an unknown rate")
+                + f" against {1e9 / self.period_ns:g} asked"
+            )
+            self._write_event(now_mono, now_real, None, "skipped", detail)
         self._late_last_event_mono = now_mono
         self._late_pending = self._skipped_pending = 0
         self._late_max_ns = 0

@@ -6,10 +6,12 @@
    directory is refused without disturbing the first one's board);
 2. loads the board file (or builds the emulated board) and opens every enabled channel —
    a real board whose chips do not answer refuses to start;
-3. chooses the sample rate: ``--rate``, else the board file's ``sampling.period_s``, else
-   a round rate below 45 % of what the bus sustains for all channels (20 Hz for four chips
-   at 160 kHz; at least 10 Hz where the bus allows);
-   a rate above the bus limit is refused;
+3. measures the bus as driven (five back-to-back sweeps: system calls, chip-selects and
+   wake-ups included) and chooses the sample rate: ``--rate``, else the board file's
+   ``sampling.period_s``, else a round rate below 45 % of the wire limit (20 Hz for four
+   chips at 160 kHz; at least 10 Hz where the bus allows), lowered to 90 % of the measured
+   rate where that is less. An asked rate above the wire limit is refused; one above the
+   measured rate is lowered to it, with one line in the log and ``rate_note`` in meta.json;
 4. starts the HTTP server (clock sync, live stream, /metrics) if asked;
 5. writes a new trace segment (meta.json first), a ``gap`` event when it continues after an
    earlier segment, a ``start`` event, then samples until the duration ends or ``stop()``;
@@ -21,6 +23,7 @@ Imports nothing from host/: the meter side runs on a Pi with the standard librar
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import sys
@@ -36,12 +39,14 @@ from epi import __version__
 from epi.core.errors import UserError
 from epi.core.files import read_boot_id
 from meter.board import BoardConfig, Channel, emulated_board, load_board, open_channels
-from meter.clock import SystemClock
+from meter.bus.base import BusError
+from meter.clock import Clock, SystemClock
 from meter.daemon.http_server import MeterServer, parse_listen
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import ChannelInfo, MeterState
 from meter.daemon.sampler import Sampler, SamplerStats
 from meter.daemon.trace import TraceLock, TraceWriter, gap_detail
+from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.faults import FaultInjector, parse_fault_specs
 
 MIN_DEFAULT_RATE_HZ = 10.0
@@ -50,7 +55,6 @@ NICE_RATES_HZ = (100.0, 50.0, 40.0, 25.0, 20.0, 10.0)
 SCHEDULE_LEAD_NS = 100_000_000  # first sweep 100 ms after the segment starts
 UART_BITS_PER_TRANSACTION = 60  # 6 bytes of 10 bits (start, 8 data, stop) per register access
 
-_frames_cache: dict[bool, int] = {}
 _simulated_ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
@@ -71,31 +75,24 @@ def clock_boot_id(clock: Any) -> str | None:
 
 
 def frames_per_read(n_line: bool = False) -> int:
-    """Bus transactions one ``read_sample()`` of the driver takes, counted on an emulated chip.
+    """Bus transactions one clean ``read_sample()`` of the driver takes (its own count; a test
+    checks it against an emulated chip's frame counter)."""
+    return ATM90E26Driver.frames_per_clean_read(n_line)
 
-    Counted rather than hard-coded so that the rate limit follows the driver as it changes.
-    """
-    if n_line not in _frames_cache:
-        from meter.chip.calibration import Calibration
-        from meter.clock import SimulatedClock
-        from meter.driver.atm90e26 import ATM90E26Driver
-        from meter.emulation.chip_emulator import EmulatedChip
-        from meter.emulation.emulated_bus import EmulatedSpiBus
-        from meter.emulation.power_models import ConstantPower
 
-        clock = SimulatedClock()
-        chip = EmulatedChip(ConstantPower(10.0), clock, n_line=n_line)
-        bus = EmulatedSpiBus(chip)
-        cal = Calibration.default(chip.meter_constant_imp_per_kwh)
-        driver = ATM90E26Driver(bus, cal, clock=clock, n_line=n_line)
-        driver.start()
-        clock.advance(1_000_000_000)
-        driver.read_sample()
-        before = bus.frames
-        clock.advance(1_000_000_000)
-        driver.read_sample()
-        _frames_cache[n_line] = bus.frames - before
-    return _frames_cache[n_line]
+def measure_sweep_s(channels: Sequence[Channel], clock: Clock, sweeps: int = 5) -> float:
+    """Median time of back-to-back sweeps over the channels, read through the bus as the
+    daemon drives it (system-call, chip-select and wake-up latency included). Failed reads
+    count with the time they took; the energy they meter is kept by the drivers."""
+    times = []
+    for _ in range(sweeps):
+        t0 = clock.monotonic_ns()
+        for ch in channels:
+            with contextlib.suppress(BusError):
+                ch.driver.read_sample()
+        times.append(clock.monotonic_ns() - t0)
+    times.sort()
+    return times[len(times) // 2] / 1e9
 
 
 @dataclass
@@ -103,16 +100,24 @@ class BusBudget:
     """How long one sweep over the channels keeps the bus busy, at best."""
 
     frames_per_read: dict[str, int]
-    sweep_time_s: float
+    sweep_time_s: float  # wire time alone
+    measured_sweep_s: float | None = None  # as driven, measured at start
+
+    @property
+    def wire_rate_hz(self) -> float:
+        return 1.0 / self.sweep_time_s
 
     @property
     def max_rate_hz(self) -> float:
-        return 1.0 / self.sweep_time_s
+        """What the bus sustains as driven: the slower of the wire and the measurement."""
+        return 1.0 / max(self.sweep_time_s, self.measured_sweep_s or 0.0)
 
     def describe(self) -> dict[str, Any]:
         return {
             "frames_per_read": dict(self.frames_per_read),
             "sweep_time_s": self.sweep_time_s,
+            "wire_rate_hz": self.wire_rate_hz,
+            "measured_sweep_s": self.measured_sweep_s,
             "max_rate_hz": self.max_rate_hz,
         }
 
@@ -131,22 +136,13 @@ def bus_budget(board: BoardConfig, channels: Sequence[Channel]) -> BusBudget:
     return BusBudget(frames, total)
 
 
-def _explicit_period(board: BoardConfig) -> float | None:
-    """The board file's ``sampling.period_s`` if the file sets it (else the rate is ours)."""
-    if board.path is None:
-        return None
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        return board.sample_period_s
-    try:
-        data = tomllib.loads(Path(board.path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    sampling = data.get("sampling")
-    if isinstance(sampling, dict) and "period_s" in sampling:
-        return board.sample_period_s
-    return None
+def _round_down(rate_hz: float) -> float:
+    """A rate at or below `rate_hz` with two significant digits (27.46 → 27)."""
+    if rate_hz <= 0:
+        return rate_hz
+    digits = 1 - math.floor(math.log10(rate_hz))
+    factor = 10.0**digits
+    return math.floor(rate_hz * factor) / factor
 
 
 def default_rate_hz(max_rate_hz: float) -> float:
@@ -208,6 +204,7 @@ class MeterDaemon:
         self.sampler: Sampler | None = None
         self.server: MeterServer | None = None
         self.ready = threading.Event()  # set once sampling has begun (for tests)
+        self.rate_note: str | None = None  # why the asked rate was lowered, if it was
 
     def stop(self) -> None:
         self._stop.set()
@@ -229,29 +226,46 @@ class MeterDaemon:
         return emulated_board(o.n_emulated_channels, clock=self.clock)
 
     def _rate(self, board: BoardConfig, budget: BusBudget) -> float:
+        """The sweep rate: asked (``--rate``, the board's ``sampling.period_s``) or chosen.
+
+        Above the wire limit is refused; above what the bus sustains as driven (measured at
+        start) is lowered to that, with one line in the log (and ``rate`` in meta.json).
+        """
         o = self.options
         where = (
             "--rate"
             if o.rate_hz is not None
             else f"{board.path}: sampling.period_s"
-            if _explicit_period(board) is not None
+            if board.period_explicit
             else None
         )
         if o.rate_hz is not None:
             rate = o.rate_hz
         elif where is not None:
             rate = 1.0 / board.sample_period_s
-        else:
-            return default_rate_hz(budget.max_rate_hz)
-        if not rate > 0:
-            raise UserError(f"{where}: the rate must be > 0")
-        if rate > budget.max_rate_hz:
-            n = len(budget.frames_per_read)
+        else:  # our choice: the wire's default, unless the bus as driven cannot keep it
+            rate = default_rate_hz(budget.wire_rate_hz)
+            kept = 0.9 * budget.max_rate_hz
+            return rate if rate <= kept else _round_down(kept)
+        if not rate > 0 or not math.isfinite(rate):
+            raise UserError(f"{where}: the rate must be a finite number > 0")
+        n = len(budget.frames_per_read)
+        if rate > budget.wire_rate_hz:
             raise UserError(
                 f"{where}: {rate:g} Hz is more than the bus sustains for {n} channel(s) "
-                f"({budget.max_rate_hz:.1f} Hz: {max(budget.frames_per_read.values())} "
+                f"({budget.wire_rate_hz:.1f} Hz: {max(budget.frames_per_read.values())} "
                 f"transactions per reading at {board.speed_hz} Hz SPI)"
             )
+        if rate > budget.max_rate_hz:
+            lowered = _round_down(budget.max_rate_hz)
+            self.rate_note = (
+                f"{where}: {rate:g} Hz lowered to {lowered:g} Hz: the bus as driven sustains "
+                f"{budget.max_rate_hz:.1f} sweeps/s for {n} channel(s) (measured "
+                f"{(budget.measured_sweep_s or 0) * 1e3:.2f} ms per sweep at start; the wire "
+                f"alone {budget.sweep_time_s * 1e3:.2f} ms)"
+            )
+            self.log(f"epi meter: {self.rate_note}")
+            return lowered
         return float(rate)
 
     def _meta(
@@ -302,6 +316,7 @@ class MeterDaemon:
                 "retry_interval_s": self.options.retry_interval_s,
             },
             "bus": budget.describe(),
+            "rate_note": self.rate_note,
             # the full stats block from the start: a segment killed before its first stats
             # rewrite still says what it is (zero counts, not a clean stop)
             "stats": self._stats_dict(SamplerStats(), clean=False),
@@ -339,6 +354,7 @@ class MeterDaemon:
                 model_bus_timing=o.model_bus_timing,
             )
             budget = bus_budget(board, channels)
+            budget.measured_sweep_s = measure_sweep_s(channels, clock)
             rate = self._rate(board, budget)
             period_s = 1.0 / rate
             emulated = any(ch.emulator is not None for ch in channels)

@@ -97,6 +97,8 @@ class ImplausibleReadingError(BusError):
 
 Sample = Reading  # the earlier name of the reading record
 
+_SAMPLE_VALUES = ("Urms", "Irms", "Pmean", "Qmean", "Smean", "PowerF", "Pangle", "Freq")
+_N_LINE_VALUES = ("Irms2", "Pmean2", "Qmean2", "Smean2", "PowerF2", "Pangle2")
 _ABSENT_WORDS = (0x0000, 0xFFFF)
 _RESET_FUNC_EN = regs.BY_NAME["FuncEn"].reset
 _SENTINEL_CANDIDATES = (regs.CAL_START, regs.FUNC_EN, regs.ADJ_START, 0x2B)  # MMode last
@@ -166,6 +168,14 @@ class ATM90E26Driver:
             "implausible_rejected": 0,
             "energy_misreads": 0,
         }
+
+    @staticmethod
+    def frames_per_clean_read(n_line: bool = False) -> int:
+        """Bus transactions of one `read_sample()` without faults: every register access is a
+        read and its LastData confirmation; extended values also read the LSB register."""
+        names = [*_SAMPLE_VALUES, *(_N_LINE_VALUES if n_line else ())]
+        words = 4 + sum(2 if regs.BY_NAME[n].extended else 1 for n in names)
+        return 2 * words  # FuncEn, SysStatus, CalStart, ATenergy + the values
 
     # ---- events ---------------------------------------------------------------------------
     def _event(self, kind: str, detail: str) -> None:
@@ -436,16 +446,7 @@ class ATM90E26Driver:
         return since is not None and t_mono_ns >= since + self.first_measurement_ns
 
     def _read_values(self) -> dict[str, float]:
-        return {
-            "Urms": self.read_value("Urms"),
-            "Irms": self.read_value("Irms"),
-            "Pmean": self.read_value("Pmean"),
-            "Qmean": self.read_value("Qmean"),
-            "Smean": self.read_value("Smean"),
-            "PowerF": self.read_value("PowerF"),
-            "Pangle": self.read_value("Pangle"),
-            "Freq": self.read_value("Freq"),
-        }
+        return {name: self.read_value(name) for name in _SAMPLE_VALUES}
 
     def _plausible_values(self) -> tuple[dict[str, float], str | None]:
         """The measurement registers, re-read once when they fail the plausibility checks.

@@ -281,3 +281,50 @@ def test_a_failed_start_leaves_no_empty_trace_directory(tmp_path: Path) -> None:
         MeterDaemon(DaemonOptions(out_dir=out, emulate=True, rate_hz=1e6, listen=None,
                                   clock=SimulatedClock())).run()
     assert not out.exists()
+
+
+def test_frames_per_read_matches_an_emulated_chips_frame_counter() -> None:
+    from meter.chip.calibration import Calibration
+    from meter.driver.atm90e26 import ATM90E26Driver
+    from meter.emulation.chip_emulator import EmulatedChip
+    from meter.emulation.emulated_bus import EmulatedSpiBus
+
+    for n_line in (False, True):
+        clock = SimulatedClock()
+        chip = EmulatedChip(ConstantPower(10.0), clock, n_line=n_line)
+        bus = EmulatedSpiBus(chip)
+        driver = ATM90E26Driver(bus, Calibration.default(1e8), clock=clock, n_line=n_line,
+                                first_measurement_s=0.2)
+        driver.start()
+        clock.advance(S)
+        driver.read_sample()
+        before = bus.frames
+        clock.advance(S)
+        driver.read_sample()
+        assert bus.frames - before == frames_per_read(n_line)
+
+
+def test_a_rate_the_bus_cannot_keep_as_driven_is_lowered_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--rate 40 passed the wire check (49 Hz for 4 chips) and then skipped most sweeps."""
+    from meter.emulation.emulated_bus import EmulatedSpiBus
+
+    real = EmulatedSpiBus.transfer
+
+    def slow(self: EmulatedSpiBus, frame: bytes) -> bytes:
+        self.chip.clock.advance(100_000)  # 100 µs of wake-up latency per frame
+        return real(self, frame)
+
+    monkeypatch.setattr(EmulatedSpiBus, "transfer", slow)
+    lines: list[str] = []
+    opts = DaemonOptions(out_dir=tmp_path, emulate=True, rate_hz=40.0, duration_s=3.0,
+                         listen=None, clock=SimulatedClock(),
+                         power_model=ConstantPower(4.0, power_factor=0.8))
+    result = MeterDaemon(opts, log=lines.append).run()
+    # 4 chips x 34 frames x (150 + 100) µs = 34 ms a sweep: 29.4 sweeps/s
+    assert result.rate_hz == 29.0
+    (note,) = [ln for ln in lines if "lowered" in ln]
+    assert "--rate: 40 Hz lowered to 29 Hz" in note and "sustains 29.4" in note
+    meta = read_trace(tmp_path).segments[0].meta
+    assert meta["rate_note"] and result.stats.skipped_sweeps == 0
