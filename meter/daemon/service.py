@@ -205,6 +205,7 @@ class MeterDaemon:
         self.server: MeterServer | None = None
         self.ready = threading.Event()  # set once sampling has begun (for tests)
         self.rate_note: str | None = None  # why the asked rate was lowered, if it was
+        self.channels: list[Channel] = []  # the opened channels (kept after the run: tests)
 
     def stop(self) -> None:
         self._stop.set()
@@ -353,6 +354,7 @@ class MeterDaemon:
                 on_event=on_event,
                 model_bus_timing=o.model_bus_timing,
             )
+            self.channels = channels
             budget = bus_budget(board, channels)
             budget.measured_sweep_s = measure_sweep_s(channels, clock)
             rate = self._rate(board, budget)
