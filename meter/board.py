@@ -15,6 +15,7 @@ whose chips do not answer.
 from __future__ import annotations
 
 import json
+import math
 import re
 import socket
 from collections.abc import Callable, Sequence
@@ -187,9 +188,45 @@ def _get(table: dict, key: str, kind: type | tuple, default: object, path: Path 
 
 
 def _positive(value: object, path: Path | None, key: str) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-        raise _err(path, key, f"must be a number > 0, got {value!r}")
+    """A finite number in the key's documented range (RANGES), else a UserError naming it."""
+    lo, hi = RANGES.get(key.rsplit(".", 1)[-1], (0.0, math.inf))
+    if (not isinstance(value, (int, float)) or isinstance(value, bool)
+            or not math.isfinite(value) or not lo < value <= hi):
+        raise _err(path, key, f"must be a finite number > {lo:g} and <= {hi:g}, got {value!r}")
     return float(value)
+
+
+# Documented ranges of the board file's numbers (docs/meter.md): (exclusive low, inclusive high)
+RANGES: dict[str, tuple[float, float]] = {
+    "period_s": (0.0005, 3600.0),
+    "refresh_period_s": (0.001, 60.0),
+    "un_v": (1.0, 1000.0),
+    "ib_a": (0.0, 100.0),
+    "v_l_mv": (0.0, 1000.0),
+    "v_u_mv": (0.0, 1000.0),
+    "ratio": (0.0, 1e6),
+    "burden_ohm": (0.0, 1e6),
+    "meter_constant_imp_per_kwh": (0.0, 1e12),
+}
+# Keys each table may hold: anything else is a typo that must not be dropped silently.
+_KNOWN_KEYS: dict[str, frozenset[str]] = {
+    "": frozenset({"format", "format_version", "name", "spi", "sampling", "emulator",
+                   "frontend", "channel"}),
+    "spi": frozenset({"bus", "speed_hz", "mode", "gpio_cs_device"}),
+    "sampling": frozenset({"period_s"}),
+    "emulator": frozenset({"refresh_period_s"}),
+    "frontend": frozenset({"un_v", "ib_a", "v_l_mv", "v_u_mv"}),
+    "ct": frozenset({"model", "ratio", "burden_ohm"}),
+    "uart": frozenset({"port", "baudrate"}),
+}
+
+
+def _refuse_unknown(table: object, kind: str, where: str, path: Path | None) -> None:
+    if isinstance(table, dict):
+        unknown = sorted(set(table) - _KNOWN_KEYS[kind])
+        if unknown:
+            known = ", ".join(sorted(_KNOWN_KEYS[kind]))
+            raise _err(path, where + unknown[0], f"unknown key (known here: {known})")
 
 
 def load_calibration_file(path: Path) -> Calibration:
@@ -235,6 +272,9 @@ def load_board(path: str | Path) -> BoardConfig:
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML: {exc}") from None
 
+    _refuse_unknown(data, "", "", path)
+    for table in ("spi", "sampling", "emulator", "frontend"):
+        _refuse_unknown(data.get(table), table, f"{table}.", path)
     fmt = data.get("format")
     if fmt != BOARD_FORMAT:
         raise _err(path, "format", f"expected {BOARD_FORMAT!r}, got {fmt!r}")
@@ -310,6 +350,8 @@ def load_board(path: str | Path) -> BoardConfig:
             if baud not in (2400, 9600):
                 raise _err(path, where + "uart.baudrate", f"{baud}: the chip talks 2400 or 9600")
         ct = _get(table, "ct", dict, {}, path, where)
+        _refuse_unknown(ct, "ct", where + "ct.", path)
+        _refuse_unknown(uart, "uart", where + "uart.", path)
         ch_frontend = dict(frontend)
         if ct:
             ratio = ct.get("ratio")
@@ -320,6 +362,14 @@ def load_board(path: str | Path) -> BoardConfig:
                 ch_frontend["v_l_mv"] = frontend["ib_a"] / r * b * 1000.0
         mc = _positive(table.get("meter_constant_imp_per_kwh", DEFAULT_METER_CONSTANT), path,
                        where + "meter_constant_imp_per_kwh")
+        try:  # the chip must be able to hold the PL constant these values give
+            Calibration.default(mc, ch_frontend)
+        except (CalibrationError, ValueError, OverflowError) as exc:
+            fe = ", ".join(f"{k} {v:g}" for k, v in sorted(ch_frontend.items()))
+            raise _err(path, where + "meter_constant_imp_per_kwh",
+                       f"{mc:g} imp/kWh with the front end ({fe}; from frontend.un_v, ib_a, "
+                       f"v_u_mv and ct.ratio/ct.burden_ohm) cannot be held by the chip: "
+                       f"{exc}") from None
         cal_path = None
         cal = None
         cal_value = _get(table, "calibration", str, None, path, where)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from epi.commands.meter_options import Finite
 from epi.core.errors import UserError
 from meter.board import emulated_board, load_board, open_channels, save_calibration_file
 from meter.bus.base import BusError
@@ -35,17 +36,18 @@ def _pct(measured: float, reference: float | None) -> str:
               help="Board file; the calibration is saved to the channel's calibration file.")
 @click.option("--emulate", is_flag=True,
               help="Calibrate an emulated chip that carries exactly the reference load.")
-@click.option("--emulate-gain-error", type=float, default=0.0, show_default=True,
+@click.option("--emulate-gain-error", type=Finite(-0.5, 0.5), default=0.0, show_default=True,
               help="With --emulate: the emulated front end reads (1 + this) × true "
                    "voltage, current and energy, so there is something to correct.")
-@click.option("--emulate-offset-ma", type=float, default=0.0, show_default=True,
+@click.option("--emulate-offset-ma", type=Finite(-1000, 1000), default=0.0, show_default=True,
               help="With --emulate: a current offset of the emulated front end, mA.")
-@click.option("--emulate-offset-w", type=float, default=0.0, show_default=True,
+@click.option("--emulate-offset-w", type=Finite(-1000, 1000), default=0.0, show_default=True,
               help="With --emulate: an active-power offset of the emulated front end, W.")
-@click.option("--volts", type=float, help="Reference RMS voltage, V.")
-@click.option("--amps", type=float, help="Reference RMS current, A.")
-@click.option("--watts", type=float, help="Reference active power, W (enables Lgain).")
-@click.option("--seconds", type=float, default=60.0, show_default=True,
+@click.option("--volts", type=Finite(0, 1000, lo_open=True), help="Reference RMS voltage, V.")
+@click.option("--amps", type=Finite(0, 100, lo_open=True), help="Reference RMS current, A.")
+@click.option("--watts", type=Finite(0, 100_000, lo_open=True),
+              help="Reference active power, W (enables Lgain).")
+@click.option("--seconds", type=Finite(0, 86_400, lo_open=True), default=60.0, show_default=True,
               help="Energy window for --watts.")
 @click.option("--readings", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Readings averaged for voltage and current.")

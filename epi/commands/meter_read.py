@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from epi.commands.meter_options import Finite
 from epi.core.errors import UserError
 from meter.board import emulated_board, load_board, open_channels
 from meter.bus.base import BusError
@@ -30,7 +31,7 @@ def _fmt(value: object, spec: str) -> str:
               help="Emulated chips (with --board: that board's channels, emulated).")
 @click.option("--channels", "n_channels", type=click.IntRange(1, 16), default=4,
               show_default=True, help="Channels of the emulated board (without --board).")
-@click.option("--settle", "settle_s", type=float, default=None,
+@click.option("--settle", "settle_s", type=Finite(0, 3600), default=None,
               help="Seconds between start-up and the reading [default: one measurement "
                    "refresh when emulated, 2 s for real chips].")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table.")
@@ -56,6 +57,11 @@ def read(board_path: Path | None, emulate: bool, n_channels: int, settle_s: floa
     finally:
         for ch in channels:
             ch.close()
+    not_ready = (
+        f"not ready: the chip's first measurement after start-up was not complete yet "
+        f"(--settle {settle_s:g} s); measurement values withheld"
+    )
+    results = [(ch, s, error if s is None or s.ready else not_ready) for ch, s, error in results]
     if as_json:
         for ch, sample, error in results:
             row = {"channel": ch.index, "name": ch.name, "node": ch.node, "error": error}
@@ -67,7 +73,7 @@ def read(board_path: Path | None, emulate: bool, n_channels: int, settle_s: floa
               "q_var", "s_va", "energy_j", "status")
     lines = [header]
     for ch, s, error in results:
-        if s is None:
+        if s is None or not s.ready:
             lines.append((str(ch.index), ch.name, ch.node or "-", f"error: {error}"))
             continue
         lines.append((

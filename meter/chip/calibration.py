@@ -42,6 +42,9 @@ DEFAULT_FUNC_EN = 0x0030  # sag detection on WarnOut; direction-change IRQs off
 DEFAULT_START_FRACTION = 0.002  # metering starts at 0.2 % of Ib (0.46 W at 230 V, 1 A)
 
 
+_INF = float("inf")
+
+
 class CalibrationError(ValueError):
     """A calibration value the chip cannot hold, or a malformed calibration record."""
 
@@ -355,7 +358,7 @@ class Calibration:
                 f"(<= {CALIBRATION_FORMAT_VERSION})"
             )
         mc = data.get("meter_constant_imp_per_kwh")
-        if isinstance(mc, bool) or not isinstance(mc, (int, float)) or mc <= 0:
+        if isinstance(mc, bool) or not isinstance(mc, (int, float)) or not 0 < mc < _INF:
             raise CalibrationError(f"meter_constant_imp_per_kwh: must be a number > 0, got {mc!r}")
         frontend = data.get("frontend")
         if frontend is not None:
@@ -363,7 +366,7 @@ class Calibration:
                 raise CalibrationError("frontend: expected an object or null")
             for key in FRONTEND_KEYS:
                 v = frontend.get(key)
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < _INF:
                     raise CalibrationError(f"frontend.{key}: must be a number > 0, got {v!r}")
         registers = data.get("registers", {})
         if not isinstance(registers, dict):
@@ -375,7 +378,12 @@ class Calibration:
                 )
         cal = cls(mc, registers, frontend, data.get("note", ""))
         checks = data.get("checksums")
+        if checks is not None and not isinstance(checks, dict):
+            raise CalibrationError("checksums: expected an object {CS1, CS2} or null")
         if isinstance(checks, dict):
+            for key in checks:
+                if key not in ("CS1", "CS2"):
+                    raise CalibrationError(f"checksums.{key}: unknown key (CS1, CS2)")
             for key, computed in (("CS1", cal.cs1()), ("CS2", cal.cs2())):
                 if key in checks and _parse_word(checks[key], "checksums." + key) != computed:
                     raise CalibrationError(

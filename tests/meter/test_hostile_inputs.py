@@ -1,0 +1,196 @@
+"""Hostile input to the meter side's readers and options (hypothesis): a board TOML, a
+calibration record, the float options. Every outcome is a value in the documented range or
+a one-line UserError / click usage error (exit 2) — never a traceback, never a silent drop."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from epi.commands.meter_options import Finite
+from epi.core.errors import UserError
+from meter.board import RANGES, load_board
+from meter.chip.calibration import Calibration, CalibrationError
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    return json.dumps(str(v))
+
+
+def _toml(doc: dict[str, Any]) -> str:
+    lines = [f"{k} = {_toml_value(v)}" for k, v in doc.items()
+             if not isinstance(v, (dict, list))]
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            lines.append(f"[{k}]")
+            lines += [f"{kk} = {_toml_value(vv)}" for kk, vv in v.items()]
+    for ch in doc.get("channel", []):
+        lines.append("[[channel]]")
+        lines += [f"{kk} = {_toml_value(vv)}" for kk, vv in ch.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _base() -> dict[str, Any]:
+    return {
+        "format": "epi-board", "format_version": 1, "name": "b",
+        "spi": {"bus": 0, "speed_hz": 160000, "mode": 3},
+        "sampling": {"period_s": 0.05},
+        "frontend": {"un_v": 230.0, "ib_a": 1.0, "v_u_mv": 250.0},
+        "emulator": {"refresh_period_s": 0.2},
+        "channel": [{"name": "a", "chip_select": "CE0",
+                     "ct": {"ratio": 2000, "burden_ohm": 100.0},
+                     "meter_constant_imp_per_kwh": 1e8}],
+    }
+
+
+NUMERIC = [("sampling", "period_s"), ("emulator", "refresh_period_s"), ("frontend", "un_v"),
+           ("frontend", "ib_a"), ("frontend", "v_u_mv"), ("ct", "ratio"), ("ct", "burden_ohm"),
+           ("channel", "meter_constant_imp_per_kwh")]
+hostile_numbers = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**20, 10**20),
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=5),
+    st.booleans(),
+)
+
+
+def _write(tmp_path: Path, doc: dict[str, Any]) -> Path:
+    p = tmp_path / "board.toml"
+    p.write_text(_toml(doc))
+    return p
+
+
+@SETTINGS
+@given(where=st.sampled_from(NUMERIC), value=hostile_numbers)
+def test_board_numbers_are_in_range_or_refused_by_name(
+    tmp_path: Path, where: tuple[str, str], value: Any
+) -> None:
+    doc = _base()
+    table, key = where
+    if table == "channel":
+        doc["channel"][0][key] = value
+    elif table == "ct":
+        doc["channel"][0]["ct"][key] = value
+    else:
+        doc[table][key] = value
+    try:
+        board = load_board(_write(tmp_path, doc))
+    except UserError as exc:
+        assert key in str(exc) and "\n" not in str(exc)
+        return
+    lo, hi = RANGES[key]
+    got = {
+        "period_s": board.sample_period_s, "refresh_period_s": board.refresh_period_s,
+        "meter_constant_imp_per_kwh": board.channels[0].meter_constant_imp_per_kwh,
+    }.get(key, float(value))
+    assert math.isfinite(got) and lo < got <= hi
+
+
+@SETTINGS
+@given(table=st.sampled_from(["", "spi", "sampling", "frontend", "emulator", "ct", "channel"]),
+       key=st.from_regex(r"[a-z][a-z_]{0,10}", fullmatch=True))
+def test_unknown_keys_anywhere_are_refused_by_name(
+    tmp_path: Path, table: str, key: str
+) -> None:
+    doc = _base()
+    target = {"": doc, "ct": doc["channel"][0]["ct"], "channel": doc["channel"][0]}.get(
+        table, doc.get(table))
+    if key in target:
+        return
+    target[key] = 1
+    with pytest.raises(UserError) as info:
+        load_board(_write(tmp_path, doc))
+    assert key in str(info.value)
+
+
+def test_a_typo_in_spi_is_refused(tmp_path: Path) -> None:
+    doc = _base()
+    doc["spi"]["speed"] = 1
+    with pytest.raises(UserError, match=r"spi\.speed: unknown key"):
+        load_board(_write(tmp_path, doc))
+
+
+def test_an_extreme_meter_constant_is_a_user_error(tmp_path: Path) -> None:
+    doc = _base()
+    doc["channel"][0]["meter_constant_imp_per_kwh"] = 1e11
+    with pytest.raises(UserError, match="meter_constant_imp_per_kwh"):
+        load_board(_write(tmp_path, doc))
+
+
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40),
+                      st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8))
+json_value = st.recursive(json_leaf, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=8)
+
+
+@SETTINGS
+@given(checksums=json_value, mc=json_leaf)
+def test_calibration_records_are_valid_or_refused(checksums: Any, mc: Any) -> None:
+    good = Calibration.default(1e8).to_dict()
+    for record in ({**good, "checksums": checksums}, {**good, "meter_constant_imp_per_kwh": mc}):
+        try:
+            cal = Calibration.from_dict(record)
+        except CalibrationError:
+            continue
+        assert math.isfinite(cal.meter_constant_imp_per_kwh)
+        assert cal.meter_constant_imp_per_kwh > 0
+        if isinstance(record.get("checksums"), dict):
+            assert set(record["checksums"]) <= {"CS1", "CS2"}
+
+
+def test_garbage_checksums_are_refused() -> None:
+    good = Calibration.default(1e8).to_dict()
+    for garbage in ("zz", [1, 2], {"CS3": 1}, {"CS1": "0xZZ"}, {"CS1": 70000}):
+        with pytest.raises(CalibrationError, match="checksums"):
+            Calibration.from_dict({**good, "checksums": garbage})
+
+
+@SETTINGS
+@given(text=st.one_of(st.text(max_size=12), st.sampled_from(
+    ["nan", "inf", "-inf", "NaN", "1e400", "-0", "0", "1e-320"])))
+def test_finite_option_type_gives_a_range_value_or_a_usage_error(text: str) -> None:
+    t = Finite(0, 100, lo_open=True)
+    try:
+        v = t.convert(text, None, None)
+    except click.BadParameter:
+        return
+    assert math.isfinite(v) and 0 < v <= 100
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "--emulate", "--out", "{out}", "--duration", "nan"],
+    ["run", "--emulate", "--out", "{out}", "--rate", "inf"],
+    ["read", "--emulate", "--settle", "nan"],
+    ["calibrate", "0", "--emulate", "--volts", "nan", "--amps", "1"],
+    ["calibrate", "0", "--emulate", "--volts", "230", "--amps", "1", "--seconds", "inf"],
+])
+def test_nan_and_inf_options_are_usage_errors(tmp_path: Path, args: list[str]) -> None:
+    from epi.commands.meter_group import meter
+
+    args = [a.replace("{out}", str(tmp_path / "t")) for a in args]
+    res = CliRunner().invoke(meter, args)
+    assert res.exit_code == 2, res.output
+    assert "finite" in res.output and "Traceback" not in res.output
