@@ -1,6 +1,6 @@
 """ATM90E26 calibration math and the per-channel calibration record.
 
-Formulas from the application note §3.2 as collected in /work/shared/reference/atm90e26.md §4:
+Formulas from the application note §3.2 as collected in docs/atm90e26.md §6:
 PL constant from the meter constant and the analog front end, Lgain/Lphi from a measured
 energy error, Ugain/IgainL/IgainN from reference readings, current and power offsets,
 start/no-load thresholds, and energy counts -> joules for the configured meter constant.

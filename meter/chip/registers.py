@@ -2,7 +2,7 @@
 
 Used by the driver, the emulator, the CLI and the docs (`register_table_markdown()`), so the
 addresses, access rules, reset values, codecs and units are written down exactly once.
-Source: /work/shared/reference/atm90e26.md §2 (datasheet Table-10 and register pages).
+Source: docs/atm90e26.md §2–3 (datasheet Table-10 and register pages).
 
 Pure functions, no I/O, and only the Python subset MicroPython also runs (no dataclasses, no
 typing imports, no f-string `=`), because the board's firmware reuses this module.

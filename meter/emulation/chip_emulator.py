@@ -1,6 +1,6 @@
 """A register-level ATM90E26, fed by a power model: the embedded default, not a test mock.
 
-`EmulatedChip` behaves the way /work/shared/reference/atm90e26.md describes the chip:
+`EmulatedChip` behaves the way docs/atm90e26.md describes the chip:
 
 - registers: power-on reset values, soft reset (789AH), read-clear energy and SysStatus,
   LastData (updated by complete reads and accepted writes; not by partial frames, failed or
