@@ -21,6 +21,7 @@ from meter.board import emulated_board, load_board, open_channels, save_calibrat
 from meter.bus.base import BusError
 from meter.chip.calibration import CalibrationError
 from meter.clock import SimulatedClock, SystemClock
+from meter.driver import calibration_procedures as procedures
 from meter.emulation.power_models import ConstantPower
 
 
@@ -101,10 +102,13 @@ def calibrate(channel: str, board_path: Path | None, emulate: bool, emulate_gain
     try:
         clock.sleep(interval * 1.5)
         if zero:
-            report = ch.driver.calibrate_offsets(n_readings=readings, interval_s=interval)
+            report = procedures.calibrate_offsets(
+                ch.driver, n_readings=readings, interval_s=interval
+            )
         else:
-            report = ch.driver.calibrate_gains(
-                volts, amps, watts, seconds=seconds, n_readings=readings,  # type: ignore[arg-type]
+            assert volts is not None and amps is not None  # checked above
+            report = procedures.calibrate_gains(
+                ch.driver, volts, amps, watts, seconds=seconds, n_readings=readings,
                 interval_s=interval,
             )
     except CalibrationError as exc:

@@ -750,131 +750,17 @@ class ATM90E26Driver:
         )
         return fixed
 
-    # ---- calibration procedures -------------------------------------------------------------
-    def average(self, names: tuple[str, ...], n: int, interval_s: float) -> dict:
-        """Mean of `n` readings of each register, `interval_s` apart (one refresh or more)."""
-        sums = dict.fromkeys(names, 0.0)
-        for k in range(n):
-            if k:
-                self.clock.sleep_until(
-                    self.clock.monotonic_ns() + int(interval_s * 1e9)
-                )
-            for name in names:
-                sums[name] += self.read_value(name)
-        return {name: total / n for name, total in sums.items()}
+    # ---- energy bookkeeping for procedures (meter/driver/calibration_procedures.py) ----------
+    @property
+    def last_read_clear_t_ns(self) -> int:
+        """When the last read-clear read reached the chip."""
+        return self._rc_t_ns
 
-    def measure_energy(self, seconds: float, poll_s: float = 1.0) -> tuple[int, float]:
-        """(counts, elapsed_s) of ATenergy over a window, read every `poll_s` so the register
-        cannot wrap; the counts also go to energy_j."""
-        self._energy_counts += self.read_clear(regs.AT_ENERGY)
-        t0 = self._rc_t_ns
-        end = t0 + int(seconds * 1e9)
-        step = max(int(poll_s * 1e9), 1)
-        counts = 0
-        t = t0
-        while t < end:
-            t = min(t + step, end)
-            self.clock.sleep_until(t)
-            counts += self.read_clear(regs.AT_ENERGY)
-        t1 = self._rc_t_ns
+    def add_energy_counts(self, counts: int, t_mono_ns: int | None = None) -> None:
+        """Count energy a procedure read from ATenergy itself (metered up to `t_mono_ns`)."""
         self._energy_counts += counts
-        self._t_energy_ns = t1
-        return counts, (t1 - t0) / 1e9
-
-    def calibrate_gains(
-        self,
-        volts: float,
-        amps: float,
-        watts: float | None = None,
-        *,
-        seconds: float = 30.0,
-        n_readings: int = 5,
-        interval_s: float = 1.0,
-        min_counts: int = 200,
-    ) -> dict:
-        """Calibrate Ugain, IgainL (and Lgain from energy, when `watts` is given).
-
-        The load must be steady at the reference values. Writes the new gains with
-        checksums, verifies them, and returns a report with the readings before and after.
-        Raises CalibrationError for values the chip cannot hold (e.g. Ugain bit 15).
-        """
-        names = ("Urms", "Irms", "Pmean")
-        before = self.average(names, n_readings, interval_s)
-        old = self.calibration
-        new = old.copy()
-        new.set("Ugain", calib.ugain_from_reading(volts, before["Urms"], old.get("Ugain")))
-        new.set("IgainL", calib.igain_from_reading(amps, before["Irms"], old.get("IgainL")))
-        report: dict = {"reference": {"volts": volts, "amps": amps, "watts": watts}}
-        if watts is not None:
-            if watts <= 0:
-                raise CalibrationError("--watts must be > 0 (a resistive reference load)")
-            counts, elapsed_s = self.measure_energy(seconds)
-            if counts < min_counts:
-                need = seconds * min_counts / max(counts, 1)
-                raise CalibrationError(
-                    f"only {counts} energy counts in {elapsed_s:.1f} s (need {min_counts} for "
-                    f"0.5 % resolution): measure for at least {need:.0f} s"
-                )
-            energy_j = counts * old.joules_per_count()
-            error = energy_j / (watts * elapsed_s) - 1.0
-            new.set("Lgain", calib.lgain_from_error(error, old.get("Lgain")))
-            report["energy_error_before"] = error
-            report["energy_window_s"] = elapsed_s
-            report["energy_counts"] = counts
-        new.note = "calibrated against " + ", ".join(
-            f"{v} {u}" for v, u in ((volts, "V"), (amps, "A"), (watts, "W")) if v is not None
-        )
-        self.apply_calibration(new)
-        refresh_s = max(interval_s, 0.0)
-        self.clock.sleep_until(self.clock.monotonic_ns() + int(refresh_s * 1e9))
-        after = self.average(names, n_readings, interval_s)
-        if watts is not None:
-            counts, elapsed_s = self.measure_energy(seconds)
-            report["energy_error_after"] = (
-                counts * new.joules_per_count() / (watts * elapsed_s) - 1.0
-            )
-        report["before"] = before
-        report["after"] = after
-        report["changed"] = {
-            name: (old.get(name), new.get(name))
-            for name in calib.REGISTER_NAMES
-            if old.get(name) != new.get(name)
-        }
-        report["calibration"] = new
-        return report
-
-    def calibrate_offsets(self, *, n_readings: int = 8, interval_s: float = 1.0) -> dict:
-        """Current and power offsets (AN §3.2.4.5/§3.2.4.6) — with NO load current flowing.
-
-        IoffsetL from Irms; PoffsetL/QoffsetL from the mean small-power-mode Pmean/Qmean.
-        """
-        old = self.calibration
-        new = old.copy()
-        base = self.average(("Irms",), n_readings, interval_s)
-        ioffset = calib.current_offset(base["Irms"], old.get("IgainL"), old.get("IoffsetL"))
-        new.set("IoffsetL", ioffset)
-        self.write_register(regs.SMALL_P_MOD, regs.SMALL_POWER_CODE)
-        try:
-            self.clock.sleep_until(self.clock.monotonic_ns() + int(interval_s * 1e9))
-            small = self.average(("Pmean", "Qmean"), n_readings, interval_s)
-        finally:
-            self.write_register(regs.SMALL_P_MOD, 0x0000)
-        new.set("PoffsetL", calib.power_offset(small["Pmean"], old.get("PoffsetL")))
-        new.set("QoffsetL", calib.power_offset(small["Qmean"], old.get("QoffsetL")))
-        new.note = (old.note + "; " if old.note else "") + "offsets calibrated at no load"
-        self.apply_calibration(new)
-        self.clock.sleep_until(self.clock.monotonic_ns() + int(interval_s * 1e9))
-        after = self.average(("Irms", "Pmean"), n_readings, interval_s)
-        return {
-            "before": {"Irms": base["Irms"], "small_power": small},
-            "after": after,
-            "changed": {
-                name: (old.get(name), new.get(name))
-                for name in ("IoffsetL", "PoffsetL", "QoffsetL")
-                if old.get(name) != new.get(name)
-            },
-            "calibration": new,
-        }
+        if t_mono_ns is not None:
+            self._t_energy_ns = t_mono_ns
 
     def close(self) -> None:
         self.bus.close()

@@ -10,6 +10,7 @@ import pytest
 from meter.chip import calibration as calib
 from meter.chip.calibration import Calibration, CalibrationError
 from meter.clock import SimulatedClock
+from meter.driver import calibration_procedures as procedures
 from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import EmulatedSpiBus
@@ -49,7 +50,7 @@ def test_wrong_gains_are_calibrated_to_within_half_a_percent(
     clock, chip, driver = _rig(ConstantPower(power_w, voltage_v=v_ref, power_factor=pf), errors)
     before = driver.read_sample()
     assert abs(_rel(before.voltage_v, v_ref)) > 0.04  # really off before calibration
-    report = driver.calibrate_gains(v_ref, i_ref, power_w, seconds=600, interval_s=0.2)
+    report = procedures.calibrate_gains(driver, v_ref, i_ref, power_w, seconds=600, interval_s=0.2)
     assert set(report["changed"]) == {"Ugain", "IgainL", "Lgain"}
     assert abs(report["energy_error_before"] - errors["energy_l"]) < 0.002
     clock.advance(S)
@@ -72,13 +73,13 @@ def test_phase_error_is_calibrated_with_lphi_at_pf_half() -> None:
     _clock, _chip, driver = _rig(
         ConstantPower(57.5, power_factor=0.5), {"phase_l_rad": math.radians(0.15)}
     )
-    counts, elapsed = driver.measure_energy(600)
+    counts, elapsed = procedures.measure_energy(driver, 600)
     err = counts * driver.calibration.joules_per_count() / (57.5 * elapsed) - 1
     assert err < -0.004  # 0.15 degrees costs ~0.45 % at PF 0.5
     cal = driver.calibration.copy()
     cal.set("Lphi", calib.lphi_from_error(err))
     driver.apply_calibration(cal)
-    counts, elapsed = driver.measure_energy(600)
+    counts, elapsed = procedures.measure_energy(driver, 600)
     err_after = counts * cal.joules_per_count() / (57.5 * elapsed) - 1
     assert abs(err_after) < 0.0005
 
@@ -89,7 +90,7 @@ def test_current_and_power_offsets_are_calibrated_at_no_load() -> None:
     )
     assert driver.read_value("Irms") == pytest.approx(0.004, abs=2e-5)
     assert driver.read_value("Pmean") == pytest.approx(0.06, abs=1 / 256)
-    report = driver.calibrate_offsets(n_readings=4, interval_s=0.2)
+    report = procedures.calibrate_offsets(driver, n_readings=4, interval_s=0.2)
     assert set(report["changed"]) >= {"IoffsetL", "PoffsetL"}
     assert abs(report["after"]["Irms"]) < 0.0001
     assert abs(report["after"]["Pmean"]) <= 1 / 256  # one LSB-extended Pmean step
@@ -100,7 +101,7 @@ def test_a_gain_the_chip_cannot_hold_is_refused_and_nothing_is_written() -> None
     _clock, chip, driver = _rig(ConstantPower(50.0), {"voltage": -0.3})
     before = dict(driver.calibration.registers)
     with pytest.raises(CalibrationError, match="bit 15 must be 0"):
-        driver.calibrate_gains(230.0, 50.0 / 230.0, interval_s=0.2)
+        procedures.calibrate_gains(driver, 230.0, 50.0 / 230.0, interval_s=0.2)
     assert driver.calibration.registers == before
     assert chip.peek(0x31) == before["Ugain"]
 
@@ -108,4 +109,4 @@ def test_a_gain_the_chip_cannot_hold_is_refused_and_nothing_is_written() -> None
 def test_too_short_an_energy_window_is_refused_with_the_window_needed() -> None:
     _clock, _chip, driver = _rig(ConstantPower(3.0), {})
     with pytest.raises(CalibrationError, match="measure for at least"):
-        driver.calibrate_gains(230.0, 3.0 / 230.0, 3.0, seconds=5, interval_s=0.2)
+        procedures.calibrate_gains(driver, 230.0, 3.0 / 230.0, 3.0, seconds=5, interval_s=0.2)
