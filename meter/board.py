@@ -7,9 +7,10 @@ channel (name, node, chip-select `CE0`/`CE1`/`GPIO<n>` or a UART port, CT model/
 meter constant, calibration file, enabled, N line wired). Every problem is a `UserError`
 naming the file, the key and the problem.
 
-`emulated_board(...)` builds a board of emulated channels; `open_channels(board, emulate=...)`
-turns either into started `Channel`s (driver ready to `read_sample()`), refusing a real board
-whose chips do not answer.
+`emulated_board(...)` builds a board of emulated channels; `open_channels(board, chips=...)`
+turns either into started `Channel`s (driver ready to `read_sample()`) through a chip factory
+(meter/chip_factory.py: real or emulated, by argument or EPI_METER_CHIPS), refusing a real
+board whose chips do not answer.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from epi.core.errors import UserError
-from meter.bus.base import ABS_MAX_SPEED_HZ, MAX_SPEED_HZ, BusError
+from meter.bus.base import ABS_MAX_SPEED_HZ, MAX_SPEED_HZ, Bus, BusError
 from meter.chip.calibration import EMULATED_FRONTEND, Calibration, CalibrationError
-from meter.clock import SystemClock
+from meter.chip_factory import ChipFactory, chip_factory, real_bus
+from meter.clock import Clock, SystemClock
 from meter.driver.atm90e26 import ATM90E26Driver
 
 BOARD_FORMAT = "epi-board"
@@ -480,31 +482,17 @@ def emulated_board(
 
 
 # ---- opening ------------------------------------------------------------------------------
-def _real_bus(board: BoardConfig, ch: ChannelConfig, clock: object) -> object:
-    if ch.uart_port is not None:
-        from meter.bus.uart_bus import UartBus
-
-        return UartBus(ch.uart_port, baudrate=ch.uart_baudrate, clock=clock)
-    if ch.kernel_cs is not None:
-        from meter.bus.spidev_bus import SpidevBus
-
-        return SpidevBus(board.spi_bus, ch.kernel_cs, speed_hz=board.speed_hz, mode=board.mode)
-    from meter.bus.gpio_cs_bus import GpioCsSpiBus
-
-    return GpioCsSpiBus(
-        ch.gpio_cs,  # type: ignore[arg-type]
-        bus=board.spi_bus,
-        device=board.gpio_cs_device or 0,
-        speed_hz=board.speed_hz,
-        mode=board.mode,
-    )
+def _real_bus(board: BoardConfig, ch: ChannelConfig, clock: Clock) -> Bus:
+    """The bus to a real channel's chip (see meter.chip_factory.real_bus)."""
+    return real_bus(board, ch, clock)
 
 
 def open_channels(
     board: BoardConfig,
+    chips: ChipFactory | str | None = None,
     *,
-    emulate: bool,
-    clock: object | None = None,
+    emulate: bool | None = None,
+    clock: Clock | None = None,
     power_model: object | Sequence[object] | None = None,
     on_event: Callable[[int, str, str], None] | None = None,
     allow_uncalibrated: bool = False,
@@ -514,88 +502,45 @@ def open_channels(
     """Open and start every enabled channel of `board`.
 
     Args:
-        emulate: use emulated chips (always true for an `emulated_board`); each gets the
-            channel's power model, else `power_model` (one for all, or one per channel),
-            else the defaults of `emulated_board`, and the design calibration.
+        chips: which chips (meter/chip_factory.py): a `ChipFactory`, ``"real"`` or
+            ``"emulated"``; default: emulated for an `emulated_board`, else the
+            ``EPI_METER_CHIPS`` environment variable, else real.
+        emulate: the earlier spelling of ``chips="emulated"`` (True) / ``"real"`` (False).
         clock: shared by drivers and emulators (default: the board's, else SystemClock).
+        power_model, model_bus_timing, seed: options of an emulated factory built here.
         on_event: `on_event(channel_index, kind, detail)` for driver events. (A per-channel
             `(kind, detail)` handler can also be set later as `channel.driver.on_event`.)
         allow_uncalibrated: a real channel without a calibration file uses design values
             (for `epi meter calibrate`); otherwise that is a UserError.
-        model_bus_timing: emulated frames take 24 bits at the board's SPI speed.
 
-    A real chip that does not answer is a UserError naming the board file and channel.
+    A real chip that does not answer is a UserError naming the board file and channel, and
+    what to check.
     """
-    from meter.emulation.chip_emulator import EmulatedChip
-    from meter.emulation.emulated_bus import EmulatedSpiBus
-
-    emulate = emulate or board.emulated
+    if chips is None:
+        if board.emulated or emulate:
+            chips = "emulated"
+        elif emulate is False:
+            chips = "real"
+    factory = chip_factory(chips, power_model=power_model, model_bus_timing=model_bus_timing,
+                           seed=seed, allow_uncalibrated=allow_uncalibrated)
     clock = clock if clock is not None else (board.clock or SystemClock())
     enabled = [c for c in board.channels if c.enabled]
     if not enabled:
         raise UserError(f"{board.path or 'board'}: channel: every channel is disabled")
-    models: list[object | None]
-    if power_model is None:
-        models = [c.power_model for c in enabled]
-        if any(m is None for m in models):
-            defaults = _default_models(len(enabled), clock)
-            models = [m if m is not None else d for m, d in zip(models, defaults, strict=True)]
-    elif isinstance(power_model, (list, tuple)):
-        if len(power_model) != len(enabled):
-            raise UserError(f"{len(power_model)} power models for {len(enabled)} channels")
-        models = list(power_model)
-    else:
-        models = [power_model] * len(enabled)
-
+    factory.prepare(board, enabled, clock)
     opened: list[Channel] = []
     try:
-        for ch, model in zip(enabled, models, strict=True):
+        for position, ch in enumerate(enabled):
             handler = None
             if on_event is not None:
                 handler = _channel_handler(on_event, ch.index)
-            if emulate:
-                chip = EmulatedChip(
-                    model,
-                    clock,
-                    meter_constant_imp_per_kwh=ch.meter_constant_imp_per_kwh,
-                    refresh_period_s=board.refresh_period_s,
-                    frontend=ch.frontend,
-                    n_line=ch.n_line,
-                    seed=seed + ch.index,
-                )
-                frame_s = 24.0 / board.speed_hz if model_bus_timing else None
-                bus: object = EmulatedSpiBus(chip, frame_time_s=frame_s)
-                cal = ch.design_calibration()
-                source = "design values for the emulated front end"
-            else:
-                chip = None
-                if ch.calibration is not None:
-                    cal = ch.calibration
-                    source = str(ch.calibration_path)
-                elif allow_uncalibrated:
-                    cal = ch.design_calibration()
-                    source = "design values (uncalibrated)"
-                else:
-                    missing = ch.calibration_path or "(no calibration key)"
-                    raise UserError(
-                        f"{board.path}: channel[{ch.index}].calibration: {missing} not found; "
-                        f"run `epi meter calibrate {ch.name} ...` or copy "
-                        f"hardware/calibration.example.json"
-                    )
-                try:
-                    bus = _real_bus(board, ch, clock)
-                except (BusError, ValueError) as exc:
-                    raise UserError(f"{board.path}: channel {ch.name}: {exc}") from None
-            driver = ATM90E26Driver(
-                bus,  # type: ignore[arg-type]
-                cal,
-                on_event=handler,
-                clock=clock,
-                n_line=ch.n_line,
-                # the emulator's refresh period is known; a real chip's is not (2 s default)
-                **({"first_measurement_s": board.refresh_period_s} if emulate else {}),
-            )
-            channel = Channel(ch, driver, emulator=chip, calibration_source=source)
+            chip = factory.open(board, ch, position, clock)
+            extra = {} if chip.first_measurement_s is None else {
+                "first_measurement_s": chip.first_measurement_s}
+            driver = ATM90E26Driver(chip.bus, chip.calibration, on_event=handler, clock=clock,
+                                    n_line=ch.n_line, **extra)
+            channel = Channel(ch, driver, emulator=chip.emulator,
+                              calibration_source=chip.calibration_source)
             opened.append(channel)
             try:
                 driver.start()
@@ -603,7 +548,8 @@ def open_channels(
                 where = ch.chip_select or ch.uart_port or "emulated"
                 raise UserError(
                     f"{board.path or 'board'}: channel {ch.name} ({where}): chip not reachable: "
-                    f"{exc}"
+                    f"{exc}. Check: the board is powered, the chip's CS line is {where}, SPI "
+                    f"mode 3 at <= 160 kHz (spi.speed_hz), USEL low for SPI / high for UART"
                 ) from None
     except BaseException:
         for c in opened:

@@ -40,6 +40,7 @@ from epi.core.errors import UserError
 from epi.core.files import read_boot_id
 from meter.board import BoardConfig, Channel, emulated_board, load_board, open_channels
 from meter.bus.base import BusError
+from meter.chip_factory import chip_factory
 from meter.clock import Clock, SystemClock
 from meter.daemon.http_server import MeterServer, parse_listen
 from meter.daemon.live_stream import LiveHub
@@ -346,14 +347,12 @@ class MeterDaemon:
                 if sampler_ref:
                     sampler_ref[0].driver_event(index, kind, detail)
 
-            channels = open_channels(
-                board,
-                emulate=o.emulate or board.emulated,
-                clock=clock,
+            chips = chip_factory(
+                "emulated" if o.emulate or board.emulated else None,
                 power_model=o.power_model,
-                on_event=on_event,
                 model_bus_timing=o.model_bus_timing,
             )
+            channels = open_channels(board, chips, clock=clock, on_event=on_event)
             self.channels = channels
             budget = bus_budget(board, channels)
             budget.measured_sweep_s = measure_sweep_s(channels, clock)
