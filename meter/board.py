@@ -22,6 +22,7 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from epi.core.errors import UserError
 from meter.bus.base import ABS_MAX_SPEED_HZ, MAX_SPEED_HZ, Bus, BusError
@@ -29,6 +30,9 @@ from meter.chip.calibration import EMULATED_FRONTEND, Calibration, CalibrationEr
 from meter.chip_factory import ChipFactory, chip_factory, real_bus
 from meter.clock import Clock, SystemClock
 from meter.driver.atm90e26 import ATM90E26Driver
+
+if TYPE_CHECKING:
+    from meter.emulation.chip_emulator import EmulatedChip
 
 BOARD_FORMAT = "epi-board"
 BOARD_FORMAT_VERSION = 1
@@ -88,7 +92,7 @@ class BoardConfig:
     sample_period_s: float = DEFAULT_SAMPLE_PERIOD_S
     refresh_period_s: float = DEFAULT_REFRESH_PERIOD_S
     emulated: bool = False
-    clock: object | None = None
+    clock: Clock | None = None
     period_explicit: bool = False  # the board file sets sampling.period_s (else the daemon picks)
 
     def channel(self, key: str | int) -> ChannelConfig:
@@ -134,7 +138,7 @@ class Channel:
         config: ChannelConfig,
         driver: ATM90E26Driver,
         *,
-        emulator: object | None = None,
+        emulator: EmulatedChip | None = None,
         calibration_source: str = "",
     ) -> None:
         self.config = config
@@ -164,7 +168,7 @@ class Channel:
             },
             "bus": self.driver.bus.describe(),
             "emulated": self.emulator is not None,
-            "power_model": model.describe() if model is not None else None,  # type: ignore[attr-defined]
+            "power_model": model.describe() if model is not None else None,
         }
 
     def close(self) -> None:
@@ -426,7 +430,7 @@ def load_board(path: str | Path) -> BoardConfig:
     )
 
 
-def _default_models(n: int, clock: object) -> list[object]:
+def _default_models(n: int, clock: Clock) -> list[object]:
     """Channel 0 follows this machine's CPU activity; the others idle at Pi-5-like powers."""
     from meter.emulation.power_models import ActivityModel, ConstantPower
 
@@ -445,7 +449,7 @@ def _default_models(n: int, clock: object) -> list[object]:
 def emulated_board(
     n_channels: int = 4,
     power_models: Sequence[object] | None = None,
-    clock: object | None = None,
+    clock: Clock | None = None,
     *,
     meter_constant_imp_per_kwh: float = DEFAULT_METER_CONSTANT,
     sample_period_s: float = DEFAULT_SAMPLE_PERIOD_S,

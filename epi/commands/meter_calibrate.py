@@ -87,14 +87,16 @@ def calibrate(channel: str, board_path: Path | None, emulate: bool, emulate_gain
         if zero:
             model = ConstantPower(0.0, voltage_v=230.0)
         else:
-            pf = min(watts / (volts * amps), 1.0) if watts is not None else 1.0  # type: ignore[operator]
-            model = ConstantPower(volts * amps * pf, voltage_v=volts, power_factor=pf)  # type: ignore[operator]
-    chans = open_channels(one, emulate=emulated, clock=clock, power_model=model,
-                          allow_uncalibrated=True)
+            assert volts is not None and amps is not None  # required without --zero (above)
+            pf = min(watts / (volts * amps), 1.0) if watts is not None else 1.0
+            model = ConstantPower(volts * amps * pf, voltage_v=volts, power_factor=pf)
+    chans = open_channels(one, "emulated" if emulated else None, clock=clock,
+                          power_model=model, allow_uncalibrated=True)
     ch = chans[0]
     if emulated:
         e = emulate_gain_error
-        ch.emulator.errors.update(  # type: ignore[union-attr]
+        assert ch.emulator is not None  # opened with the emulated factory
+        ch.emulator.errors.update(
             {"voltage": e, "current_l": e, "energy_l": e,
              "current_offset_a": emulate_offset_ma / 1000.0, "power_offset_w": emulate_offset_w}
         )

@@ -42,7 +42,7 @@ def read(board_path: Path | None, emulate: bool, n_channels: int, settle_s: floa
         raise UserError("epi meter read: give --board FILE (real chips) or --emulate")
     clock = SystemClock()
     board = load_board(board_path) if board_path else emulated_board(n_channels, clock=clock)
-    channels = open_channels(board, emulate=emulate, clock=clock)
+    channels = open_channels(board, "emulated" if emulate else None, clock=clock)
     try:
         if settle_s is None:
             emulated = emulate or board.emulated
@@ -91,7 +91,7 @@ def read(board_path: Path | None, emulate: bool, n_channels: int, settle_s: floa
     click.echo(f"\n{source}; energy_j counts from start-up ({settle_s:.2f} s before the read)")
     for ch in channels:
         if ch.emulator is not None:
-            model = ch.emulator.model.describe()  # type: ignore[attr-defined]
+            model = ch.emulator.model.describe()
             params = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in model.items()
                                if k not in ("kind", "modelled", "steps"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from meter.bus.base import Bus, BusError, BusTimeout
 from meter.chip.frames import uart_parse_read_reply, uart_read_request, uart_write_request
-from meter.clock import SystemClock
+from meter.clock import Clock, SystemClock
 
 QUIET_AFTER_FAILURE_NS = 20_000_000
 REPLY_WINDOW_S = 0.005
@@ -41,7 +41,7 @@ class UartBus(Bus):
         *,
         baudrate: int = 9600,
         timeout_s: float | None = None,
-        clock: object | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if baudrate not in (2400, 9600):
             raise ValueError(f"UART baud {baudrate}: the ATM90E26 talks 2400 or 9600")
@@ -51,7 +51,7 @@ class UartBus(Bus):
         # reply within 5 ms, then 3 bytes of 10 bits, plus scheduling slack
         default_timeout_s = REPLY_WINDOW_S + 30 / baudrate + 0.02
         self.timeout_s = timeout_s if timeout_s is not None else default_timeout_s
-        self.clock = clock if clock is not None else SystemClock()
+        self.clock: Clock = clock if clock is not None else SystemClock()
         try:
             self._port = serial.serial_for_url(  # type: ignore[attr-defined]
                 port, baudrate=baudrate, bytesize=8, parity="N", stopbits=1,
@@ -63,9 +63,9 @@ class UartBus(Bus):
         self.stats = {"transactions": 0, "timeouts": 0, "checksum_errors": 0}
 
     def _transaction(self, request: bytes, reply_len: int) -> bytes:
-        now = self.clock.monotonic_ns()  # type: ignore[attr-defined]
+        now = self.clock.monotonic_ns()
         if now < self._quiet_until_ns:
-            self.clock.sleep_until(self._quiet_until_ns)  # type: ignore[attr-defined]
+            self.clock.sleep_until(self._quiet_until_ns)
         self.stats["transactions"] += 1
         try:
             self._port.reset_input_buffer()
@@ -84,7 +84,7 @@ class UartBus(Bus):
         return reply
 
     def _failed(self) -> None:
-        self._quiet_until_ns = self.clock.monotonic_ns() + QUIET_AFTER_FAILURE_NS  # type: ignore[attr-defined]
+        self._quiet_until_ns = self.clock.monotonic_ns() + QUIET_AFTER_FAILURE_NS
 
     def read_register(self, address: int) -> int:
         reply = self._transaction(uart_read_request(address), 3)

@@ -59,7 +59,7 @@ UART_BITS_PER_TRANSACTION = 60  # 6 bytes of 10 bits (start, 8 data, stop) per r
 _simulated_ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
-def clock_boot_id(clock: Any) -> str | None:
+def clock_boot_id(clock: Clock) -> str | None:
     """The ``boot_id`` of a trace written with this clock.
 
     The machine's boot id says "this CLOCK_MONOTONIC"; a simulated clock is not that clock,
@@ -170,7 +170,7 @@ class DaemonOptions:
     listen: str | None = "127.0.0.1:8757"  # None: no HTTP server
     faults: Sequence[str] = ()
     n_emulated_channels: int = 4
-    clock: Any = None  # SystemClock unless a test or benchmark gives a SimulatedClock
+    clock: Clock | None = None  # SystemClock unless a test or benchmark gives a SimulatedClock
     power_model: Any = None  # override the emulated channels' models (one, or one each)
     late_tolerance_s: float | None = None
     retry_interval_s: float = 1.0
@@ -200,7 +200,7 @@ class MeterDaemon:
     def __init__(self, options: DaemonOptions, log: Callable[[str], None] = _stderr) -> None:
         self.options = options
         self.log = log
-        self.clock = options.clock if options.clock is not None else SystemClock()
+        self.clock: Clock = options.clock if options.clock is not None else SystemClock()
         self._stop = threading.Event()
         self.sampler: Sampler | None = None
         self.server: MeterServer | None = None

@@ -39,6 +39,8 @@ from meter.chip import calibration as calib
 from meter.chip import registers as regs
 from meter.chip.checksum import checksum
 from meter.chip.frames import spi_parse_mosi
+from meter.clock import Clock
+from meter.emulation.power_models import PowerModel
 
 NS_PER_S = 1_000_000_000
 
@@ -77,8 +79,8 @@ class EmulatedChip:
 
     def __init__(
         self,
-        power_model: object,
-        clock: object,
+        power_model: PowerModel,
+        clock: Clock,
         *,
         meter_constant_imp_per_kwh: float = 1_000_000.0,
         refresh_period_s: float = 0.2,
@@ -134,7 +136,7 @@ class EmulatedChip:
     # ---- state ----------------------------------------------------------------------------
     def power_on(self) -> None:
         """Power-on / reset: every register at its reset value, metering and measurement off."""
-        now = self.clock.monotonic_ns()  # type: ignore[attr-defined]
+        now = self.clock.monotonic_ns()
         self._regs = {r.address: r.reset for r in regs.REGISTERS}
         self._cs_written = {regs.CS1: 0x0000, regs.CS2: 0x0000}
         self.cal_state = "off"  # off | run | checked | error
@@ -213,7 +215,7 @@ class EmulatedChip:
 
     # ---- time and physics -----------------------------------------------------------------
     def now_ns(self) -> int:
-        return self.clock.monotonic_ns()  # type: ignore[attr-defined]
+        return self.clock.monotonic_ns()
 
     def _advance(self) -> None:
         """Bring energy up to now, applying any scheduled reset on the way."""
@@ -255,11 +257,11 @@ class EmulatedChip:
         self._t_energy = t_ns
         if self.cal_state not in ("run", "checked"):
             return
-        fwd_j, rev_j = self.model.energy_parts_j(t0, t_ns)  # type: ignore[attr-defined]
+        fwd_j, rev_j = self.model.energy_parts_j(t0, t_ns)
         dt_s = (t_ns - t0) / NS_PER_S
         mean_abs_w = (fwd_j + rev_j) / dt_s
         t_mid = (t0 + t_ns) // 2
-        pf = min(max(self.model.power_factor(t_mid), 1e-6), 1.0)  # type: ignore[attr-defined]
+        pf = min(max(self.model.power_factor(t_mid), 1e-6), 1.0)
         theta = math.acos(pf)
         phase = self.errors["phase_l_rad"] + calib.lphi_correction_rad(self._regs[0x24])
         factor = self._metering_gain()
@@ -305,10 +307,10 @@ class EmulatedChip:
         m = self.model
         t1 = self._t_power_on + k * self.refresh_ns
         t0 = t1 - self.refresh_ns
-        p_true = m.energy_j(t0, t1) / (self.refresh_ns / NS_PER_S)  # type: ignore[attr-defined]
-        v_true = m.voltage_v(t1)  # type: ignore[attr-defined]
-        pf_true = min(max(m.power_factor(t1), 1e-6), 1.0)  # type: ignore[attr-defined]
-        freq = m.frequency_hz(t1)  # type: ignore[attr-defined]
+        p_true = m.energy_j(t0, t1) / (self.refresh_ns / NS_PER_S)
+        v_true = m.voltage_v(t1)
+        pf_true = min(max(m.power_factor(t1), 1e-6), 1.0)
+        freq = m.frequency_hz(t1)
         i_true = abs(p_true) / (v_true * pf_true)
         q_true = abs(p_true) * math.tan(math.acos(pf_true))
         r = self._regs
@@ -558,7 +560,7 @@ class EmulatedChip:
     # ---- introspection for tests and benchmarks -------------------------------------------
     def true_energy_j(self, t0_mono_ns: int, t1_mono_ns: int) -> float:
         """The model's exact active energy between two times (ground truth)."""
-        return self.model.energy_j(t0_mono_ns, t1_mono_ns)  # type: ignore[attr-defined]
+        return self.model.energy_j(t0_mono_ns, t1_mono_ns)
 
     def pending_counts(self, address: int = regs.AT_ENERGY) -> float:
         """Energy counts accumulated but not yet read (including the sub-LSB remainder)."""
@@ -572,5 +574,5 @@ class EmulatedChip:
             "refresh_period_s": self.refresh_ns / NS_PER_S,
             "frontend": dict(self.frontend),
             "errors": {k: v for k, v in self.errors.items() if v},
-            "power_model": self.model.describe(),  # type: ignore[attr-defined]
+            "power_model": self.model.describe(),
         }

@@ -14,6 +14,7 @@ runs the real `SpidevBus` / `GpioCsSpiBus` code paths without hardware.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from meter.bus.base import MAX_SPEED_HZ, SpiFrameBus
 from meter.clock import is_simulated
@@ -66,8 +67,8 @@ class EmulatedSpidev:
 
     def __init__(
         self,
-        kernel_cs: dict[tuple[int, int], object] | None = None,
-        gpio_cs: Sequence[tuple[Callable[[], bool], object]] = (),
+        kernel_cs: dict[tuple[int, int], EmulatedChip] | None = None,
+        gpio_cs: Sequence[tuple[Callable[[], bool], EmulatedChip]] = (),
         idle_level: int = 0xFF,
     ) -> None:
         self.kernel_cs = dict(kernel_cs or {})
@@ -100,31 +101,31 @@ class EmulatedSpidev:
 
         self.SpiDev = SpiDev
 
-    def _xfer(self, dev: object, values: list[int], speed_hz: int, delay_us: int) -> list[int]:
-        if dev.closed or dev.bus is None:  # type: ignore[attr-defined]
+    def _xfer(self, dev: Any, values: list[int], speed_hz: int, delay_us: int) -> list[int]:
+        if dev.closed or dev.bus is None:
             raise OSError(9, "Bad file descriptor")
         selected = []
-        if not dev.no_cs:  # type: ignore[attr-defined]
-            chip = self.kernel_cs.get((dev.bus, dev.device))  # type: ignore[attr-defined]
+        if not dev.no_cs:
+            chip = self.kernel_cs.get((dev.bus, dev.device))
             if chip is not None:
                 selected.append(chip)
         selected += [chip for is_low, chip in self.gpio_cs if is_low()]
         entry = {
-            "bus": dev.bus,  # type: ignore[attr-defined]
-            "device": dev.device,  # type: ignore[attr-defined]
-            "mode": dev.mode,  # type: ignore[attr-defined]
+            "bus": dev.bus,
+            "device": dev.device,
+            "mode": dev.mode,
             "speed_hz": speed_hz,
-            "no_cs": dev.no_cs,  # type: ignore[attr-defined]
+            "no_cs": dev.no_cs,
             "delay_us": delay_us,
             "frame": bytes(values),
             "selected": len(selected),
         }
         self.log.append(entry)
-        if dev.mode != 3 or speed_hz > MAX_SPEED_HZ:  # type: ignore[attr-defined]
+        if dev.mode != 3 or speed_hz > MAX_SPEED_HZ:
             # wrong clock phase or too fast: the chip samples garbage; model it as all ones
             return [0xFF] * len(values)
         out = [self.idle_level] * len(values)
         for chip in selected:  # several chips driving MISO at once: wired-AND of the outputs
-            reply = chip.spi_transfer(bytes(values))  # type: ignore[attr-defined]
+            reply = chip.spi_transfer(bytes(values))
             out = [a & b for a, b in zip(out, reply, strict=True)]
         return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from serial.serialutil import PortNotOpenError, SerialBase, SerialException
 
+from meter.clock import Clock
 from meter.emulation import uart_emulator as emulator_uart
 
 
@@ -38,12 +39,12 @@ class Serial(SerialBase):
         self.is_open = False
 
     @property
-    def _clock(self) -> object:
+    def _clock(self) -> Clock:
         return self._chip_uart.clock
 
     @property
     def in_waiting(self) -> int:
-        now = self._clock.monotonic_ns()  # type: ignore[attr-defined]
+        now = self._clock.monotonic_ns()
         return sum(1 for t, _ in self._rx if t <= now)
 
     def write(self, data: bytes) -> int:
@@ -51,29 +52,29 @@ class Serial(SerialBase):
             raise PortNotOpenError()
         data = bytes(data)
         clock = self._clock
-        t0 = clock.monotonic_ns()  # type: ignore[attr-defined]
+        t0 = clock.monotonic_ns()
         self._rx += self._chip_uart.receive(data, t0, int(self.baudrate))
         self._rx.sort()
-        clock.sleep_until(t0 + len(data) * emulator_uart.byte_time_ns(int(self.baudrate)))  # type: ignore[attr-defined]
+        clock.sleep_until(t0 + len(data) * emulator_uart.byte_time_ns(int(self.baudrate)))
         return len(data)
 
     def read(self, size: int = 1) -> bytes:
         if not self.is_open:
             raise PortNotOpenError()
         clock = self._clock
-        now = clock.monotonic_ns()  # type: ignore[attr-defined]
+        now = clock.monotonic_ns()
         timeout_ns = None if self.timeout is None else int(self.timeout * 1e9)
         deadline = None if timeout_ns is None else now + timeout_ns
         got = [(t, b) for t, b in self._rx if deadline is None or t <= deadline][:size]
         self._rx = self._rx[len(got) :]
         if len(got) == size and got:
-            clock.sleep_until(got[-1][0])  # type: ignore[attr-defined]
+            clock.sleep_until(got[-1][0])
         elif deadline is not None:
-            clock.sleep_until(deadline)  # type: ignore[attr-defined]
+            clock.sleep_until(deadline)
         return bytes(b for _, b in got)
 
     def reset_input_buffer(self) -> None:
-        now = self._clock.monotonic_ns()  # type: ignore[attr-defined]
+        now = self._clock.monotonic_ns()
         self._rx = [(t, b) for t, b in self._rx if t > now]
 
     def reset_output_buffer(self) -> None:

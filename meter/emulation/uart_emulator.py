@@ -26,6 +26,8 @@ import threading
 import tty
 
 from meter.chip.frames import UART_START, uart_read_reply
+from meter.clock import Clock
+from meter.emulation.chip_emulator import EmulatedChip
 
 ABORT_GAP_NS = 20_000_000
 REPLY_DELAY_NS = 1_000_000
@@ -51,7 +53,7 @@ def byte_time_ns(baud: int) -> int:
 class ChipUart:
     """The UART transaction engine of one `EmulatedChip`."""
 
-    def __init__(self, chip: object, *, seed: int = 0) -> None:
+    def __init__(self, chip: EmulatedChip, *, seed: int = 0) -> None:
         self.chip = chip
         self.noise_rate = 0.0
         self._rng = random.Random(seed)
@@ -61,8 +63,8 @@ class ChipUart:
         self.stats = {"transactions": 0, "failures": 0, "noise_bits": 0}
 
     @property
-    def clock(self) -> object:
-        return self.chip.clock  # type: ignore[attr-defined]
+    def clock(self) -> Clock:
+        return self.chip.clock
 
     def set_noise(self, rate: float, seed: int | None = None) -> None:
         """Fault: flip each bit on the line (both directions) with probability `rate`."""
@@ -97,7 +99,7 @@ class ChipUart:
 
     def _byte(self, b: int, t_ns: int, baud: int) -> list[tuple[int, int]]:
         chip = self.chip
-        if chip.absent:  # type: ignore[attr-defined]
+        if chip.absent:
             return []
         gap = None if self._last_ns is None else t_ns - self._last_ns
         self._last_ns = t_ns
@@ -120,7 +122,7 @@ class ChipUart:
         address = rw & 0x7F
         t_reply = t_ns + REPLY_DELAY_NS
         bt = byte_time_ns(baud)
-        stuck = chip.stuck_word  # type: ignore[attr-defined]
+        stuck = chip.stuck_word
         if rw & 0x80 and len(self._buf) == 3:
             if self._buf[2] != rw:
                 return self._fail()
@@ -129,7 +131,7 @@ class ChipUart:
             if stuck is not None:
                 value = stuck
             else:
-                value = chip.read_register(address)  # type: ignore[attr-defined]
+                value = chip.read_register(address)
             return [(t_reply + (j + 1) * bt, x) for j, x in enumerate(uart_read_reply(value))]
         if not rw & 0x80 and len(self._buf) == 5:
             msb, lsb, chk = self._buf[2], self._buf[3], self._buf[4]
@@ -139,7 +141,7 @@ class ChipUart:
             self.stats["transactions"] += 1
             if stuck is not None:
                 return []
-            chip.write_register(address, (msb << 8) | lsb)  # type: ignore[attr-defined]
+            chip.write_register(address, (msb << 8) | lsb)
             return [(t_reply + bt, chk)]
         return []
 
@@ -182,13 +184,13 @@ class PtyChipServer:
                 data = os.read(self._master, 256)
             except OSError:
                 return
-            now = clock.monotonic_ns()  # type: ignore[attr-defined]
+            now = clock.monotonic_ns()
             baud = self._baud()
             t_first = now - len(data) * byte_time_ns(baud or 9600)
             reply = self.chip_uart.receive(data, t_first, baud)
             if reply:  # the first reply byte starts one byte time before it ends
                 start = reply[0][0] - byte_time_ns(baud or 9600)
-                clock.sleep_until(start)  # type: ignore[attr-defined]
+                clock.sleep_until(start)
                 os.write(self._master, bytes(b for _, b in reply))
 
     def stop(self) -> None:
