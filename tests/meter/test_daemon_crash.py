@@ -57,6 +57,8 @@ def test_kill_9_at_any_moment_leaves_a_valid_trace_that_restarts_continue(
     for segment_hint in range(3):
         proc = _start(out)
         line = proc.stderr.readline() if proc.stderr else ""
+        if "lowered to" in line:  # a loaded machine: the bus as driven is slower; one line
+            line = proc.stderr.readline() if proc.stderr else ""
         assert "epi meter: sampling" in line, line
         seg = int(line.rsplit("segment ", 1)[1].split(";")[0])
         _, samples_p, _ = segment_paths(out, seg)
