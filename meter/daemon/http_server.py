@@ -92,7 +92,11 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    timeout = CONNECTION_TIMEOUT_S  # socket timeout: reads and writes of one connection
+    def setup(self) -> None:
+        # a socket timeout on every read and write of this connection (a half-open client
+        # must not keep a thread): the server's connection_timeout_s
+        self.timeout = self.server.owner.connection_timeout_s
+        super().setup()
     disable_nagle_algorithm = True  # else headers and body wait on delayed ACKs (~40 ms)
     server: _Server
 
@@ -239,7 +243,9 @@ class MeterServer:
         hub: LiveHub,
         clock: Clock,
         warn: Callable[[str], None] | None = None,
+        connection_timeout_s: float = CONNECTION_TIMEOUT_S,
     ) -> None:
+        self.connection_timeout_s = connection_timeout_s
         if not is_loopback(host):
             (warn or _stderr)(
                 f"epi meter: warning: --listen {host}:{port} is reachable from other machines "
