@@ -91,3 +91,39 @@ def test_binding_a_non_loopback_address_warns() -> None:
     assert len(lines) == 1 and "no authentication" in lines[0]
     _server(warn=lines.append).stop()
     assert len(lines) == 1  # loopback: no warning
+
+
+def test_a_stream_client_that_left_is_dropped_even_with_a_silent_filter() -> None:
+    """Its channel never talks while another does: the heartbeat write notices the departure
+    and ends the thread and the subscription (they used to stay until the daemon exited)."""
+    with _server() as srv:
+        stop = threading.Event()
+
+        def chatter() -> None:
+            while not stop.is_set():
+                srv.hub.publish({"type": "sample", "channel": 0, "power_w": 1.0})
+                time.sleep(0.01)
+
+        t = threading.Thread(target=chatter, daemon=True)
+        t.start()
+        try:
+            s = socket.create_connection(srv.address)
+            s.sendall(b"GET /stream?channel=1&heartbeat_s=0.1 HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.settimeout(10)
+            got = b""
+            while b"hello" not in got:
+                chunk = s.recv(4096)
+                assert chunk, "stream closed before its hello"
+                got += chunk
+            deadline = time.monotonic() + 10
+            while srv.hub.n_clients != 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert srv.hub.n_clients == 1
+            s.close()
+            deadline = time.monotonic() + 10
+            while srv.hub.n_clients and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert srv.hub.n_clients == 0
+        finally:
+            stop.set()
+            t.join()
