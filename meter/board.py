@@ -22,7 +22,7 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from epi.core.errors import UserError
 from meter.bus.base import ABS_MAX_SPEED_HZ, MAX_SPEED_HZ, Bus, BusError
@@ -180,12 +180,21 @@ def _err(path: Path | None, key: str, problem: str) -> UserError:
     return UserError(f"{path or 'board'}: {key}: {problem}")
 
 
-def _get(table: dict, key: str, kind: type | tuple, default: object, path: Path | None,
-         where: str) -> object:
+_T = TypeVar("_T")
+_D = TypeVar("_D")
+
+
+def _get(table: dict[str, Any], key: str, kind: type[_T], default: _D, path: Path | None,
+         where: str) -> _T | _D:
+    """``table[key]`` checked to be a `kind` (a bool is not an int here), else `default`."""
+    return cast("_T | _D", _get_any(table, key, (kind,), default, path, where))
+
+
+def _get_any(table: dict[str, Any], key: str, kinds: tuple[type, ...], default: object,
+             path: Path | None, where: str) -> Any:
     if key not in table:
         return default
     value = table[key]
-    kinds = kind if isinstance(kind, tuple) else (kind,)
     if isinstance(value, bool) and bool not in kinds:
         raise _err(path, where + key, f"expected {kinds[0].__name__}, got {value!r}")
     if not isinstance(value, kinds):
@@ -292,7 +301,7 @@ def load_board(path: str | Path) -> BoardConfig:
     spi = _get(data, "spi", dict, {}, path, "")
     spi_bus = _get(spi, "bus", int, 0, path, "spi.")
     speed = _get(spi, "speed_hz", int, MAX_SPEED_HZ, path, "spi.")
-    if not 200 <= speed <= ABS_MAX_SPEED_HZ:  # type: ignore[operator]
+    if not 200 <= speed <= ABS_MAX_SPEED_HZ:
         raise _err(path, "spi.speed_hz", f"{speed} Hz: the ATM90E26 takes 200..{MAX_SPEED_HZ} Hz "
                    f"(datasheet; {ABS_MAX_SPEED_HZ} Hz at most as many drivers run it)")
     mode = _get(spi, "mode", int, 3, path, "spi.")
@@ -331,9 +340,9 @@ def load_board(path: str | Path) -> BoardConfig:
         ch_name = _get(table, "name", str, f"ch{i}", path, where)
         if ch_name in seen_names:
             raise _err(path, where + "name", f"{ch_name!r} used twice")
-        seen_names.add(ch_name)  # type: ignore[arg-type]
+        seen_names.add(ch_name)
         node = _get(table, "node", str, None, path, where)
-        cs = _get(table, "chip_select", (str, int), None, path, where)
+        cs = _get_any(table, "chip_select", (str, int), None, path, where)
         uart = _get(table, "uart", dict, None, path, where)
         if (cs is None) == (uart is None):
             raise _err(path, where + "chip_select",
@@ -349,10 +358,11 @@ def load_board(path: str | Path) -> BoardConfig:
                 raise _err(path, where + "chip_select", f"{cs} used by two channels")
             seen_cs.add(cs)
         else:
-            uart_port = _get(uart, "port", str, None, path, where + "uart.")  # type: ignore[arg-type]
+            assert uart is not None  # exactly one of chip_select and uart (checked above)
+            uart_port = _get(uart, "port", str, None, path, where + "uart.")
             if not uart_port:
                 raise _err(path, where + "uart.port", "missing (e.g. /dev/ttyAMA0)")
-            baud = _get(uart, "baudrate", int, 9600, path, where + "uart.")  # type: ignore[arg-type]
+            baud = _get(uart, "baudrate", int, 9600, path, where + "uart.")
             if baud not in (2400, 9600):
                 raise _err(path, where + "uart.baudrate", f"{baud}: the chip talks 2400 or 9600")
         ct = _get(table, "ct", dict, {}, path, where)
@@ -390,12 +400,12 @@ def load_board(path: str | Path) -> BoardConfig:
         channels.append(
             ChannelConfig(
                 index=i,
-                name=ch_name,  # type: ignore[arg-type]
-                node=node,  # type: ignore[arg-type]
-                chip_select=cs,  # type: ignore[arg-type]
+                name=ch_name,
+                node=node,
+                chip_select=cs,
                 uart_port=uart_port,
-                uart_baudrate=baud,  # type: ignore[arg-type]
-                ct=dict(ct),  # type: ignore[arg-type]
+                uart_baudrate=baud,
+                ct=dict(ct),
                 meter_constant_imp_per_kwh=mc,
                 calibration_path=cal_path,
                 calibration=cal,
@@ -417,16 +427,16 @@ def load_board(path: str | Path) -> BoardConfig:
                        f"{gpio_dev}: CE{gpio_dev} carries a chip, so its spidev device cannot "
                        "also serve GPIO chip-selects")
     return BoardConfig(
-        name=name,  # type: ignore[arg-type]
+        name=name,
         channels=channels,
         path=path,
-        spi_bus=spi_bus,  # type: ignore[arg-type]
-        speed_hz=speed,  # type: ignore[arg-type]
-        mode=mode,  # type: ignore[arg-type]
-        gpio_cs_device=gpio_dev,  # type: ignore[arg-type]
+        spi_bus=spi_bus,
+        speed_hz=speed,
+        mode=mode,
+        gpio_cs_device=gpio_dev,
         sample_period_s=period,
         refresh_period_s=refresh,
-        period_explicit="period_s" in sampling,  # type: ignore[operator]
+        period_explicit="period_s" in sampling,
     )
 
 
