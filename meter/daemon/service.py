@@ -41,7 +41,7 @@ from epi.core.files import read_boot_id
 from meter.board import BoardConfig, Channel, emulated_board, load_board, open_channels
 from meter.bus.base import BusError
 from meter.chip_factory import chip_factory
-from meter.clock import Clock, SystemClock
+from meter.clock import Clock, SystemClock, describe_clock
 from meter.daemon.http_server import MeterServer, parse_listen
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import ChannelInfo, MeterState
@@ -282,19 +282,20 @@ class MeterDaemon:
         started: tuple[int, int],
     ) -> dict[str, Any]:
         emulated = any(ch.emulator is not None for ch in channels)
-        models = [getattr(ch.emulator, "model", None) for ch in channels]
-        if not emulated:
+        models = [ch.emulator.model for ch in channels if ch.emulator is not None]
+        power_model: dict[str, Any] | None
+        if not models:
             power_model = None
         elif all(m is models[0] for m in models):
-            power_model = models[0].describe()  # type: ignore[union-attr]
+            power_model = models[0].describe()
         else:
             power_model = {
                 "kind": "per_channel",
                 "modelled": True,
-                "channels": {str(ch.index): m.describe() for ch, m in zip(channels, models,
-                                                                          strict=True)},
+                "channels": {str(ch.index): ch.emulator.model.describe() for ch in channels
+                             if ch.emulator is not None},
             }
-        clock_info = self.clock.describe() if hasattr(self.clock, "describe") else {}
+        clock_info = describe_clock(self.clock)
         return {
             "daemon_version": __version__,
             "host": socket.gethostname(),
