@@ -36,13 +36,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from epi.formats.trace import read_trace
 from meter.board import emulated_board, open_channels
 from meter.clock import SimulatedClock, SystemClock
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import ChannelInfo, MeterState
 from meter.daemon.sampler import Sampler
 from meter.daemon.service import bus_budget
-from meter.daemon.trace import TraceWriter, read_trace
+from meter.daemon.trace import TraceWriter
 from meter.emulation.emulated_bus import FRAME_TIME_160K_S, EmulatedSpiBus
 from meter.emulation.power_models import ConstantPower
 
