@@ -19,6 +19,10 @@ from pathlib import Path
 
 import click
 
+from epi.commands.params import (
+    THREADS,
+    BoundedInt,
+)
 from epi.core.errors import UserError
 from epi.core.net import free_port
 
@@ -137,12 +141,12 @@ def analyze(run_dirs: list[Path], trace_dir: Path, accuracy_file: Path, out_dir:
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("out/demo"),
               show_default=True, help="Where the demo writes models, traces, logs and results.")
-@click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
+@click.option("--threads", type=THREADS, default=1, show_default=True,
               help="llama.cpp threads (1 leaves a core for the meter daemon).")
-@click.option("--tokens", type=click.IntRange(2), default=32, show_default=True,
+@click.option("--tokens", type=BoundedInt(2, 100_000), default=32, show_default=True,
               help="Generated tokens per request.")
-@click.option("--repeats", type=click.IntRange(1), default=3, show_default=True)
-@click.option("--items", type=click.IntRange(10), default=50, show_default=True,
+@click.option("--repeats", type=BoundedInt(1, 10_000), default=3, show_default=True)
+@click.option("--items", type=BoundedInt(10, 1_000_000), default=50, show_default=True,
               help="Items per accuracy benchmark (seeded subset).")
 @click.option("--maps-dir", type=click.Path(path_type=Path), default=REPO / "quantmaps" / "demo",
               show_default=True, help="Directory holding the demo maps.")
