@@ -133,7 +133,7 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
 @click.option("--bench", default=",".join(DEFAULT_BENCHES), show_default=True,
               help="Comma-separated benchmarks (hellaswag, arc_challenge, arc_easy, mmlu, "
                    "winogrande) or 'all'.")
-@click.option("--n", "n", default=200, show_default=True, type=BoundedInt(0, 10_000_000),
+@click.option("--n", "n", default=200, show_default=True, type=BoundedInt(None, 10_000_000),
               help="Items per benchmark: a seeded subset (0 = every item).")
 @click.option("--seed", default=0, show_default=True, type=SEED, help="Seed of the subsets.")
 @click.option("--ppl", default=None, metavar="FILE",
@@ -142,7 +142,7 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
               help="Context length of the perplexity windows (and minimum for benchmarks).")
 @click.option("--stride", default=None, type=BoundedInt(1, 1_048_576),
               help="Perplexity window stride [default: ctx, llama-perplexity's chunks].")
-@click.option("--ppl-windows", default=40, show_default=True, type=BoundedInt(0, 10_000_000),
+@click.option("--ppl-windows", default=40, show_default=True, type=BoundedInt(None, 10_000_000),
               help="At most this many perplexity windows from the start of the text (0 = all).")
 @click.option("--weights", default="mmlu=1,arc_challenge=1,hellaswag=1", show_default=True,
               help="Composite weights, NAME=WEIGHT,... (normalised to sum 1).")
