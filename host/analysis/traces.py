@@ -101,6 +101,15 @@ class Trace:
         all_scope = inv[inv["scope"] == "all"]
         ctr_scope = inv[inv["scope"] == "counter"]
         info = self.channels.get(channel)
+        dead = None
+        if not good.any():
+            dom = self.domain_samples(boot_id)
+            if len(s_all := dom[dom["channel"] == channel]):
+                dead = (f"channel {channel}: dead channel ({len(s_all)} reading(s) in this "
+                        "clock domain, none with a valid power_w)")
+            elif len(dom):
+                dead = (f"channel {channel}: dead channel (no readings, while other channels "
+                        f"have {len(dom)})")
         return ChannelSeries(
             channel=channel,
             t_mono_ns=s["t_mono_ns"].to_numpy(dtype=np.int64),
@@ -114,6 +123,7 @@ class Trace:
                                             ctr_scope["end_ns"].to_numpy(np.int64),
                                             ctr_scope["reason"].to_numpy(object)),
             counter_resolution_j=info.counter_resolution_j if info else float("nan"),
+            dead_reason=dead,
         )
 
     def saturated(self, channel: int, boot_id: str | None, t0_ns: int, t1_ns: int) -> int:
