@@ -236,3 +236,26 @@ def test_data_show_reports_a_deleted_data_file(monkeypatch, capsys, tmp_path):
     out, err = capsys.readouterr()
     assert info.value.code == 2 and "1 items" not in out and "MISSING" in out
     assert "missing or changed" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("what", ["no requests", "no tokens"])
+def test_token_log_with_nothing_to_measure_is_one_line(synth_run, what):
+    """Zero requests, or requests that generated no token: a one-line error, not a KeyError."""
+    from host.analysis.model import Options
+    from host.analysis.pipeline import analyze
+
+    tdir, rdir, _, _ = synth_run()
+    ev = (rdir / "events.csv").read_text().splitlines()
+    rq = (rdir / "requests.csv").read_text().splitlines()
+    if what == "no requests":
+        ev = [ln for ln in ev if ",idle_" in ln or ln.startswith("request_id")]
+        rq = rq[:1]
+    else:
+        ev = [ln for ln in ev if ",token," not in ln]
+        rq = [rq[0]] + [",".join([*f[:5], "0", f[6], "", "", f[9]])
+                        for f in (ln.split(",") for ln in rq[1:])]
+    (rdir / "events.csv").write_text("\n".join(ev) + "\n")
+    (rdir / "requests.csv").write_text("\n".join(rq) + "\n")
+    with pytest.raises(UserError, match="nothing to measure") as info:
+        analyze([rdir], tdir, Options())
+    assert "\n" not in str(info.value)
