@@ -150,8 +150,10 @@ def _sample_frame(seg: Segment) -> pd.DataFrame:
     for col in ("seq", "channel", "t_mono_ns", "t_real_ns"):
         out[col] = np.array(c[col], dtype=np.int64)
     for col in ("power_w", "voltage_v", "current_a", "power_factor", "frequency_hz", "energy_j"):
-        out[col] = np.array([np.nan if v is None else v for v in c[col]], dtype=np.float64)
-    out["status"] = np.array([0 if v is None else v for v in c["status"]], dtype=np.int64)
+        out[col] = np.array(c[col], dtype=np.float64)  # None (an empty field) becomes NaN
+    st = c["status"]
+    out["status"] = np.array([0 if v is None else v for v in st] if None in st else st,
+                             dtype=np.int64)
     return out
 
 
