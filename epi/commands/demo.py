@@ -22,6 +22,7 @@ import click
 from epi.commands.params import (
     THREADS,
     BoundedInt,
+    check_output_dir,
 )
 from epi.core.errors import UserError
 from epi.core.net import free_port
@@ -152,6 +153,7 @@ def analyze(run_dirs: list[Path], trace_dir: Path, accuracy_file: Path, out_dir:
               show_default=True, help="Directory holding the demo maps.")
 def demo(out: Path, threads: int, tokens: int, repeats: int, items: int, maps_dir: Path) -> None:
     """Run the main job end to end on the embedded default (ATM90E26 emulator, real model)."""
+    check_output_dir(out, "--out")
     out.mkdir(parents=True, exist_ok=True)
     models = quantize_demo_maps(out, maps_dir, threads)
     trace_dir = out / "trace"

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import click
 
-from epi.commands.params import (
-    THREADS,
-)
+from epi.commands.params import THREADS, check_output_dir
 from epi.core.errors import UserError
 from epi.core.text import format_table
 
@@ -69,6 +67,7 @@ def quantize(
 
     Outputs up to date with their map, base model and llama.cpp build are skipped.
     """
+    check_output_dir(out_dir, "--out")
     from host.quant.gguf_info import read_model, sha256_file
     from host.quant.mixmap import load_mixmaps
     from host.quant.quantize import quantize_map
