@@ -219,3 +219,18 @@ def test_valid_fixtures_are_accepted() -> None:
     assert _load_prompts(json.dumps(_prompts()).encode()) is not None
     assert _load_accuracy(json.dumps(_accuracy()).encode()) is not None
     assert _load_manifest(json.dumps(_manifest()).encode()) is not None
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+@FUZZ
+@given(raw=st.one_of(BYTES, st.sampled_from([b'{"a": ' + b"[" * 200_000, b"[1, 2]",
+                                             b'{"a": 1}\n\xff\n'])))
+def test_benchmark_json_data_files(suffix: str, raw: bytes) -> None:
+    """Benchmark data in JSON (Lines): records are objects, or a one-line refusal."""
+    from host.accuracy.readers import read_table
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / f"data{suffix}"
+        p.write_bytes(raw)
+        records = _refused(read_table, p)
+    assert records is None or all(isinstance(r, dict) for r in records)
