@@ -101,7 +101,8 @@ def existing_segments(trace_dir: Path) -> list[int]:
 
 
 def parse_gap_detail(detail: str) -> tuple[int | None, int | None, str]:
-    """(end_mono_ns, end_real_ns, reason) of a `gap` event's detail (ends None if absent)."""
+    """(end_mono_ns, end_real_ns, reason) of a `gap` event's detail (ends None if absent;
+    ValueError for an end outside [0, 2^63))."""
     m = GAP_DETAIL_RE.match(detail or "")
     if not m:
         return None, None, detail
@@ -110,7 +111,9 @@ def parse_gap_detail(detail: str) -> tuple[int | None, int | None, str]:
         if text in ("", "-"):
             return None
         value = int(text)
-        return value if 0 <= value <= INT64_MAX else None
+        if not 0 <= value <= INT64_MAX:
+            raise ValueError(f"gap end {value} is outside [0, 2^63)")
+        return value
 
     return num(m.group(1)), num(m.group(2)), m.group(3)
 
@@ -467,10 +470,7 @@ def _event_row(rec: list[str], channels: set[int] | None) -> dict[str, Any]:
     row["kind"] = kind
     row["detail"] = detail
     if kind == "gap":
-        try:
-            parse_gap_detail(detail)
-        except ValueError:
-            raise ValueError(f"gap detail {detail[:40]!r} has a malformed end time") from None
+        parse_gap_detail(detail)  # ValueError names a malformed end
     return row
 
 
@@ -638,7 +638,3 @@ def _segment_gaps(segments: list[Segment]) -> list[Gap]:
             ))
     return gaps
 
-
-def is_finite(x: float | None) -> bool:
-    """True for a finite number (False for None)."""
-    return x is not None and math.isfinite(x)
