@@ -43,9 +43,12 @@ def parse_channels(spec: str | None) -> dict[str, list[int]] | None:
         if not sep or not node.strip() or not chans.strip():
             raise UserError(f"--channels: {item!r} is not NODE=CHANNEL[+CHANNEL]")
         try:
-            out.setdefault(node.strip(), []).extend(int(c) for c in chans.split("+"))
+            numbers = [int(c) for c in chans.split("+")]
         except ValueError:
             raise UserError(f"--channels: {item!r}: channels must be integers") from None
+        if any(not 0 <= c <= 255 for c in numbers):
+            raise UserError(f"--channels: {item!r}: channels must be in [0, 255]")
+        out.setdefault(node.strip(), []).extend(numbers)
     return out
 
 

@@ -149,3 +149,37 @@ def test_a_bug_exits_1_with_one_line_and_the_traceback_in_a_file(monkeypatch, ca
     (log,) = (tmp_path / "logs").glob("crash-*.log")
     assert "Traceback" in log.read_text() and "ZeroDivisionError" in log.read_text()
     assert str(log) in err
+
+
+TEXT_OPTION = st.one_of(
+    st.sampled_from(["", ",", "=", "a=", "=1", "a=nan", "a=inf", "a=-1", "a=1e308", "a=0",
+                     "a=1,b=2", "n0=0+1", "n0=-1", "n0=1+x", "a=0.5", "a=1=2", "n0=300"]),
+    st.text(alphabet="ab=,+-.019naif ", max_size=16),
+)
+
+
+@FUZZ
+@given(text=TEXT_OPTION)
+def test_composite_options_refuse_or_parse_in_range(text: str) -> None:
+    """--weights, --accuracy-value, --channels and --split: one-line refusal or sane values."""
+    from epi.commands.accuracy import parse_weights
+    from epi.commands.analyze import parse_accuracy_values, parse_channels
+    from epi.core.errors import UserError
+    from host.cluster.placement import parse_split
+
+    def refused(fn, *args):
+        try:
+            return fn(*args)
+        except UserError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith("--")
+            return None
+
+    w = refused(parse_weights, text)
+    assert w is None or (all(math.isfinite(v) and v >= 0 for v in w.values())
+                         and sum(w.values()) > 0)
+    a = refused(parse_accuracy_values, (text,))
+    assert a is None or all(0 < v <= 1 for v in a.values())
+    c = refused(parse_channels, text)
+    assert c is None or all(0 <= ch <= 255 for chs in c.values() for ch in chs)
+    s = refused(parse_split, text, 2)
+    assert s is None or all(math.isfinite(v) and v > 0 for v in s)
