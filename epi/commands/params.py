@@ -16,17 +16,7 @@ from typing import Any
 import click
 
 from epi.core.errors import UserError
-from epi.formats.fields import check_id
-
-
-def _range(lo: float | None, hi: float | None, lo_open: bool) -> str:
-    if lo is not None and hi is not None:
-        return f"in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
-    if lo is not None:
-        return f"{'>' if lo_open else '≥'} {lo:g}"
-    if hi is not None:
-        return f"≤ {hi:g}"
-    return "finite"
+from epi.formats.fields import check_id, range_text
 
 
 class FiniteFloat(click.ParamType):
@@ -47,8 +37,8 @@ class FiniteFloat(click.ParamType):
         below = self.lo is not None and (x <= self.lo if self.lo_open else x < self.lo)
         above = self.hi is not None and x > self.hi
         if not math.isfinite(x) or below or above:
-            self.fail(f"{value!r} is not a finite number {_range(self.lo, self.hi, self.lo_open)}",
-                      param, ctx)
+            self.fail(f"{value!r} is not a finite number"
+                      f"{range_text(self.lo, self.hi, self.lo_open)}", param, ctx)
         return x
 
     def __repr__(self) -> str:

@@ -57,15 +57,20 @@ def parse_json_bytes(raw: bytes, where: str) -> Any:
     return data
 
 
+def read_bytes(path: Path, missing: str) -> bytes:
+    """A file's bytes; a missing or unreadable file is a one-line `UserError` (`missing` says
+    what a missing file means)."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: {missing}") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+
+
 def read_json_object(path: Path, what: str = "file") -> dict[str, Any]:
     """Read a file holding one JSON object (one-line `UserError` for anything else)."""
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: {what} not found") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read {what} ({exc.strerror})") from None
-    data = parse_json_bytes(raw, str(path))
+    data = parse_json_bytes(read_bytes(path, f"{what} not found"), str(path))
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
@@ -84,7 +89,8 @@ def check_format(data: dict[str, Any], where: object, fmt: str, version: int) ->
     return ver
 
 
-def _range_text(lo: float | None, hi: float | None, lo_open: bool) -> str:
+def range_text(lo: float | None, hi: float | None, lo_open: bool) -> str:
+    """' in [lo, hi]', ' > lo', ' ≤ hi' or '' (with a leading space) for messages."""
     if lo is not None and hi is not None:
         return f" in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
     if lo is not None:
@@ -102,7 +108,7 @@ def check_int(value: Any, where: str, *, lo: int | None = None, hi: int | None =
     ok = isinstance(value, int) and not isinstance(value, bool)
     if ok and (lo is None or value >= lo) and (hi is None or value <= hi):
         return value
-    want = "an integer" + _range_text(lo, hi, False) + (" or null" if null_ok else "")
+    want = "an integer" + range_text(lo, hi, False) + (" or null" if null_ok else "")
     raise UserError(f"{where}: expected {want}, got {value!r}")
 
 
@@ -117,7 +123,7 @@ def check_float(value: Any, where: str, *, lo: float | None = None, hi: float | 
         below = lo is not None and (v <= lo if lo_open else v < lo)
         if not below and (hi is None or v <= hi):
             return v
-    want = "a finite number" + _range_text(lo, hi, lo_open) + (" or null" if null_ok else "")
+    want = "a finite number" + range_text(lo, hi, lo_open) + (" or null" if null_ok else "")
     raise UserError(f"{where}: expected {want}, got {value!r}")
 
 

@@ -36,6 +36,7 @@ from epi.formats.fields import (
     check_id,
     check_int,
     check_str,
+    read_bytes,
     read_json_object,
 )
 
@@ -170,12 +171,7 @@ def _check_clock_sync(h: dict[str, Any], path: Path) -> None:
 # ------------------------------------------------------------------------------- CSV files
 def _read_records(path: Path, columns: tuple[str, ...]) -> tuple[list[list[str]], int]:
     """CSV records after the header; a final line without newline is dropped (counted)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: file missing") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    data = read_bytes(path, "file missing")
     cut = 0
     if data and not data.endswith(b"\n"):
         data = data[: data.rfind(b"\n") + 1]
@@ -247,6 +243,7 @@ def parse_events(path: Path) -> tuple[dict[str, list[Any]], int]:
         "t_real_ns": _ints(path, rows, 8, "t_real_ns", 0, INT64_MAX, False),
     }
     prev = None
+    tokens: dict[int, list[tuple[int, int, int]]] = {}  # request → (index, time, row)
     for i, (kind, rid, tok, t) in enumerate(zip(ev["event"], ev["request_id"],
                                                  ev["token_index"], ev["t_mono_ns"],
                                                  strict=True)):
@@ -264,13 +261,9 @@ def parse_events(path: Path) -> tuple[dict[str, list[Any]], int]:
             raise UserError(f"{path}: line {line}: t_mono_ns goes backwards ({t} after "
                             f"{prev}): events are not in time order")
         prev = t
-    # Token times strictly increase within a request, in token_index order.
-    tokens: dict[int, list[tuple[int, int, int]]] = {}
-    for i, (kind, rid, tok, t) in enumerate(zip(ev["event"], ev["request_id"],
-                                                 ev["token_index"], ev["t_mono_ns"],
-                                                 strict=True)):
         if kind == "token":
             tokens.setdefault(rid, []).append((tok, t, i))
+    # Token times strictly increase within a request, in token_index order.
     for rid, toks in tokens.items():
         toks.sort()
         for (ia, ta, _), (ib, tb, line) in itertools.pairwise(toks):

@@ -41,6 +41,7 @@ from epi.formats.fields import (
     check_format,
     check_int,
     check_str,
+    read_bytes,
     read_json_object,
 )
 
@@ -304,13 +305,8 @@ def check_meta(path: Path, meta: dict[str, Any], number: int) -> dict[int, Chann
 # ------------------------------------------------------------------------------- CSV files
 def _read_complete_lines(path: Path) -> tuple[list[str], int]:
     """Lines that end with a newline; a cut final record (or NUL-filled tail) is dropped."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: missing (a segment with a meta.json has both CSV files; "
-                        "its data or faults would be lost)") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    data = read_bytes(path, "missing (a segment with a meta.json has both CSV files; its "
+                            "data or faults would be lost)")
     dropped = 0
     if data and not data.endswith(b"\n"):
         data = data[: data.rfind(b"\n") + 1]

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from epi.core.errors import UserError
-from epi.formats.fields import parse_json_bytes
+from epi.formats.fields import parse_json_bytes, read_bytes
 
 FORMAT = "epi-prompts"
 FORMAT_VERSION = 1
@@ -65,12 +65,7 @@ def default_prompts_path() -> Path:
 def load_prompt_set(path: Path | None = None) -> PromptSet:
     """Read and validate a prompt set; every problem is one UserError naming file and field."""
     path = Path(path) if path is not None else default_prompts_path()
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: prompt file not found") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read prompt file ({exc.strerror})") from None
+    raw = read_bytes(path, "prompt file not found")
     data = parse_json_bytes(raw, str(path))
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object with a 'prompts' list")
