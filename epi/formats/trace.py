@@ -195,6 +195,7 @@ class Segment:
     events: list[dict[str, Any]]
     truncated_samples: int = 0  # crash-cut final records dropped
     truncated_events: int = 0
+    out_of_range: list[tuple[int, str, float]] = field(default_factory=list)  # (line, col, value)
 
     @property
     def boot_id(self) -> str | None:
@@ -358,7 +359,11 @@ def _int_col(values: tuple[str, ...], name: str, lo: int, hi: int, nullable: boo
     return out
 
 
-def _float_col(values: tuple[str, ...], name: str, lo: float, hi: float) -> list[float | None]:
+def _float_col(values: tuple[str, ...], name: str, lo: float, hi: float,
+               out_of_range: list[tuple[int, str, float]]) -> list[float | None]:
+    """A float column; a finite reading outside [lo, hi] (a chip glitch) becomes missing and
+    is listed in `out_of_range` as (row, column, value); text that is not a finite number is
+    file damage (refused)."""
     try:  # fast path (C loops): no empty field, every value finite and in range
         fast = list(map(float, values))
         if not fast or (all(map(math.isfinite, fast)) and lo <= min(fast) and max(fast) <= hi):
@@ -374,14 +379,18 @@ def _float_col(values: tuple[str, ...], name: str, lo: float, hi: float) -> list
             x = float(v)
         except ValueError:
             raise _RowError(i, f"column {name} is {v[:30]!r}, expected a number") from None
-        if not lo <= x <= hi:  # NaN and ±inf fail too
-            raise _RowError(i, f"column {name} is {v[:30]!r}, expected a finite number in "
-                               f"[{lo:g}, {hi:g}]")
+        if not math.isfinite(x):
+            raise _RowError(i, f"column {name} is {v[:30]!r}, expected a finite number")
+        if not lo <= x <= hi:
+            out_of_range.append((i, name, x))
+            out.append(None)
+            continue
         out.append(x)
     return out
 
 
-def _sample_columns(lines: list[str], channels: set[int] | None) -> dict[str, list[Any]]:
+def _sample_columns(lines: list[str], channels: set[int] | None,
+                    out_of_range: list[tuple[int, str, float]]) -> dict[str, list[Any]]:
     n_cols = len(SAMPLE_COLUMNS)
     counts = list(map(str.count, lines, itertools.repeat(",", len(lines))))
     if lines and set(counts) != {n_cols - 1}:
@@ -397,7 +406,7 @@ def _sample_columns(lines: list[str], channels: set[int] | None) -> dict[str, li
         "t_real_ns": _int_col(by["t_real_ns"], "t_real_ns", 0, INT64_MAX, False),
     }
     for name, lo, hi in FLOAT_RANGES:
-        cols[name] = _float_col(by[name], name, lo, hi)
+        cols[name] = _float_col(by[name], name, lo, hi, out_of_range)
     cols["status"] = _int_col(by["status"], "status", 0, MAX_STATUS, True)
     present = set(cols["channel"])
     if channels and not present <= channels:
@@ -422,8 +431,9 @@ def _sample_columns(lines: list[str], channels: set[int] | None) -> dict[str, li
 
 
 def parse_samples(path: Path, channels: set[int] | None = None
-                  ) -> tuple[dict[str, list[Any]], int]:
-    """A segment's samples.csv by column, checked; (columns, crash-cut records dropped)."""
+                  ) -> tuple[dict[str, list[Any]], int, list[tuple[int, str, float]]]:
+    """A segment's samples.csv by column, checked: (columns, crash-cut records dropped,
+    readings outside their valid range as (file line, column, value), set to missing)."""
     lines, dropped = _read_complete_lines(path)
     if not lines:
         raise UserError(f"{path}: empty file (no header line)")
@@ -431,8 +441,10 @@ def parse_samples(path: Path, channels: set[int] | None = None
         raise UserError(f"{path}: header {lines[0][:80]!r} is not the epi-trace v1 header")
     rows = lines[1:]
     while True:
+        out_of_range: list[tuple[int, str, float]] = []
         try:
-            return _sample_columns(rows, channels), dropped
+            cols = _sample_columns(rows, channels, out_of_range)
+            return cols, dropped, [(i + 2, name, x) for i, name, x in out_of_range]
         except _RowError as exc:
             if exc.index == len(rows) - 1:  # a damaged final record: the crash cut it
                 rows.pop()
@@ -543,7 +555,12 @@ def read_trace(trace_dir: str | os.PathLike[str]) -> Trace:
         meta = read_json_object(meta_path, "segment meta")
         channels = check_meta(meta_path, meta, n)
         known = set(channels) or None
-        columns, cut_s = parse_samples(samples_path, known)
+        columns, cut_s, odd = parse_samples(samples_path, known)
+        if odd:
+            line, name, x = odd[0]
+            notes.append(f"{samples_path.name}: {len(odd)} reading(s) outside their valid range "
+                         f"set to missing (first: line {line}, {name} {x:g}); the time around "
+                         "a missing power_w is invalid")
         events, cut_e = parse_events(events_path, known)
         period = meta.get("sample_period_s")
         inferred = period is None
@@ -556,7 +573,7 @@ def read_trace(trace_dir: str | os.PathLike[str]) -> Trace:
             if cut:
                 notes.append(f"{p.name}: dropped {cut} truncated final line(s)")
         segments.append(Segment(n, meta_path, meta, channels, period, inferred, columns, events,
-                                cut_s, cut_e))
+                                cut_s, cut_e, odd))
     if not segments:
         raise UserError(f"{path}: no trace segment got as far as its meta.json")
     _check_across_segments(path, segments)

@@ -228,7 +228,7 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
             seg = good["segment"].to_numpy()
             if nopow.any():
                 lo, hi = _around(t, t_all[nopow])
-                add(ch, boot, lo, hi, "all", "power_w missing")
+                add(ch, boot, lo, hi, "all", "power_w missing (or outside its valid range)")
             # Negative power (a reversed CT): flag the time around it, with the fix.
             neg = (good["power_w"] < -NEGATIVE_POWER_TOLERANCE_W).to_numpy()
             if neg.any():

@@ -140,9 +140,31 @@ def test_segment_without_events_csv_is_refused(flat):
         read_trace(root)
 
 
-def test_absurd_power_is_refused(flat):
+def test_absurd_reading_is_flagged_missing_not_taken(flat):
+    """A finite reading outside its valid range (a chip glitch, e.g. 1e308 W) is set to
+    missing with a note naming the line: the time around it is invalid, never 1e308 W."""
     root = flat()
-    _edit_samples(root, lambda i, f: [*f[:4], "1e308", *f[5:]] if i == 21 else None)
+    hit = {}
+
+    def glitch(i, f):
+        if i == 21:
+            hit["t"] = int(f[2])
+            return [*f[:4], "1e308", *f[5:]]
+        return None
+
+    _edit_samples(root, glitch)
+    tr = read_trace(root)
+    assert any("1 reading(s) outside their valid range set to missing (first: line 22, "
+               "power_w 1e+308)" in n for n in tr.notes)
+    t = hit["t"]
+    r = window_energy(tr.series(0, BOOT), np.array([t - NS // 2]), np.array([t + NS // 2]))
+    assert np.isnan(r.energy_j[0]) and "outside its valid range" in r.reason[0]
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "1e400", "abc"])
+def test_non_numbers_in_a_trace_are_refused(flat, text):
+    root = flat()
+    _edit_samples(root, lambda i, f: [*f[:4], text, *f[5:]] if i == 21 else None)
     with pytest.raises(UserError, match=r"line 22: .*power_w"):
         read_trace(root)
 

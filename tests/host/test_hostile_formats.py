@@ -191,6 +191,9 @@ def test_trace_sample_cells(col: int, row: int, cell: str) -> None:
         tr = _read_trace_or_refuse(_write_trace(Path(d), _meta(), samples=rows))
         if tr is not None:
             assert tr.dropped_lines == 0  # only the final record may be dropped
+            # a reading set to missing because it was out of range is said, never silent
+            if tr.segments[0].out_of_range:
+                assert any("outside their valid range" in n for n in tr.notes)
 
 
 @pytest.mark.parametrize("col", range(5))
