@@ -37,13 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from goals import GOALS
 
+from epi.formats.trace import read_trace
 from meter.board import emulated_board, open_channels
 from meter.clock import SimulatedClock, SystemClock
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import ChannelInfo, MeterState
 from meter.daemon.sampler import Sampler
 from meter.daemon.service import bus_budget, default_rate_hz
-from meter.daemon.trace import TraceWriter, read_trace
+from meter.daemon.trace import TraceWriter
 from meter.emulation.emulated_bus import FRAME_TIME_160K_S, EmulatedSpiBus
 from meter.emulation.power_models import ConstantPower
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import time
+import traceback
+from pathlib import Path
 
 import click
 
@@ -90,8 +94,39 @@ def cli() -> None:
     """epi — which per-layer GGUF quantization mix gives the cheapest useful token?"""
 
 
+def crash_log_path() -> Path:
+    """Where an internal error's traceback goes: $EPI_HOME/logs (default ~/.cache/epi/logs)."""
+    home = Path(os.environ.get("EPI_HOME") or Path.home() / ".cache" / "epi")
+    return home / "logs" / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+
+
+def _report_bug(exc: BaseException) -> None:
+    """An internal error (a bug): one short line on screen, the traceback in a log file."""
+    text = "".join(traceback.format_exception(exc))
+    where = crash_log_path()
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.write_text(f"argv: {sys.argv!r}\n{text}")
+        saved = f"traceback in {where}"
+    except OSError:
+        saved = "the traceback could not be saved"
+    click.echo(f"epi: internal error ({type(exc).__name__}: {str(exc)[:200]}); this is a bug, "
+               f"{saved}", err=True)
+
+
+def usage_line(exc: click.UsageError) -> str:
+    """`--option: problem` for a bad option value; click's own text for other usage errors."""
+    param = getattr(exc, "param", None)
+    if isinstance(exc, click.BadParameter) and param is not None:
+        names = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+        hint = names[0] if names else (param.name or "?").upper()
+        return f"{hint}: {exc.message}"
+    return exc.format_message()
+
+
 def main() -> None:
-    """Console entry point: user errors become one line and exit code 2."""
+    """Console entry point: user errors become one line and exit code 2; a bug exits 1 with
+    one line, its traceback written to a log file (`crash_log_path`)."""
     try:
         cli.main(standalone_mode=False)
     except UserError as exc:
@@ -100,6 +135,9 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("epi: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:  # a bad option value: one line naming the option
+        click.echo(f"epi: error: {usage_line(exc)}", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -108,6 +146,9 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("epi: interrupted", err=True)
         sys.exit(130)
+    except Exception as exc:  # the last line of defence: never a traceback on screen
+        _report_bug(exc)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,12 @@ from typing import Any
 
 import click
 
+from epi.commands.params import (
+    SEED,
+    THREADS,
+    BoundedInt,
+    check_output_file,
+)
 from epi.core.errors import UserError
 from host.accuracy.evaluate import COMPOSITE_METRICS, DEFAULT_BENCHES, Settings, evaluate
 from host.accuracy.items import BENCHMARKS
@@ -37,13 +44,19 @@ def parse_weights(value: str) -> dict[str, float]:
         if not sep:
             raise UserError(f"--weights: expected NAME=WEIGHT, got {part!r}")
         try:
-            weights[name.strip()] = float(w)
+            weight = float(w)
         except ValueError:
             raise UserError(
                 f"--weights: weight of {name.strip()!r} is not a number: {w!r}"
             ) from None
+        if not math.isfinite(weight) or weight < 0 or weight > 1e6:
+            raise UserError(f"--weights: weight of {name.strip()!r} is {w!r}, expected a finite "
+                            "number in [0, 1e6]")
+        weights[name.strip()] = weight
     if not weights:
         raise UserError("--weights: no weights given")
+    if sum(weights.values()) <= 0:
+        raise UserError("--weights: the weights sum to 0 (at least one must be positive)")
     return weights
 
 
@@ -120,22 +133,22 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
 @click.option("--bench", default=",".join(DEFAULT_BENCHES), show_default=True,
               help="Comma-separated benchmarks (hellaswag, arc_challenge, arc_easy, mmlu, "
                    "winogrande) or 'all'.")
-@click.option("--n", "n", default=200, show_default=True, type=int,
+@click.option("--n", "n", default=200, show_default=True, type=BoundedInt(None, 10_000_000),
               help="Items per benchmark: a seeded subset (0 = every item).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the subsets.")
+@click.option("--seed", default=0, show_default=True, type=SEED, help="Seed of the subsets.")
 @click.option("--ppl", default=None, metavar="FILE",
               help="Text for perplexity: a file, or a prepared text name ('lambada').")
-@click.option("--ctx", default=512, show_default=True, type=int,
+@click.option("--ctx", default=512, show_default=True, type=BoundedInt(8, 1_048_576),
               help="Context length of the perplexity windows (and minimum for benchmarks).")
-@click.option("--stride", default=None, type=int,
+@click.option("--stride", default=None, type=BoundedInt(1, 1_048_576),
               help="Perplexity window stride [default: ctx, llama-perplexity's chunks].")
-@click.option("--ppl-windows", default=40, show_default=True, type=int,
+@click.option("--ppl-windows", default=40, show_default=True, type=BoundedInt(None, 10_000_000),
               help="At most this many perplexity windows from the start of the text (0 = all).")
 @click.option("--weights", default="mmlu=1,arc_challenge=1,hellaswag=1", show_default=True,
               help="Composite weights, NAME=WEIGHT,... (normalised to sum 1).")
 @click.option("--metric", default="accuracy_norm", show_default=True,
               type=click.Choice(COMPOSITE_METRICS), help="Accuracy the composite averages.")
-@click.option("--threads", default=None, type=int, help="CPU threads [default: all cores].")
+@click.option("--threads", default=None, type=THREADS, help="CPU threads [default: all cores].")
 @click.option("--data", "data_dir", default=None, type=click.Path(path_type=Path),
               help="Prepared data directory [default: $EPI_HOME/data].")
 @click.option("--crosscheck", is_flag=True,
@@ -153,6 +166,7 @@ def accuracy(models: tuple[Path, ...], bench: str, n: int, seed: int, ppl: str |
         raise UserError(f"--n: subset size must be 0 (all) or positive, got {n}")
     if ppl_windows < 0:
         raise UserError(f"--ppl-windows: must be 0 (all) or positive, got {ppl_windows}")
+    check_output_file(out, "--out")  # before the scoring, not after it
     ppl_file, ppl_name = resolve_ppl(ppl, data_dir)
     settings = Settings(
         benches=parse_benches(bench), n=n, seed=seed, ctx=ctx, stride=stride,

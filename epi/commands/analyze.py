@@ -18,6 +18,12 @@ import click
 import numpy as np
 import pandas as pd
 
+from epi.commands.params import (
+    SEED,
+    BoundedInt,
+    FiniteFloat,
+    check_output_dir,
+)
 from epi.core.errors import UserError
 from epi.core.text import format_table
 from host.analysis import pipeline as analysis_mod
@@ -37,9 +43,12 @@ def parse_channels(spec: str | None) -> dict[str, list[int]] | None:
         if not sep or not node.strip() or not chans.strip():
             raise UserError(f"--channels: {item!r} is not NODE=CHANNEL[+CHANNEL]")
         try:
-            out.setdefault(node.strip(), []).extend(int(c) for c in chans.split("+"))
+            numbers = [int(c) for c in chans.split("+")]
         except ValueError:
             raise UserError(f"--channels: {item!r}: channels must be integers") from None
+        if any(not 0 <= c <= 255 for c in numbers):
+            raise UserError(f"--channels: {item!r}: channels must be in [0, 255]")
+        out.setdefault(node.strip(), []).extend(numbers)
     return out
 
 
@@ -53,6 +62,8 @@ def parse_accuracy_values(items: tuple[str, ...]) -> dict[str, float]:
             cfg = ""
         if not sep or not cfg:
             raise UserError(f"--accuracy-value: {item!r} is not CONFIG=ACCURACY (0..1)")
+        if not 0.0 < out[cfg] <= 1.0:  # NaN fails too
+            raise UserError(f"--accuracy-value: {item!r}: accuracy must be in (0, 1]")
     return out
 
 
@@ -268,6 +279,9 @@ def summary_text(a: Analysis) -> str:
     return "\n".join(out)
 
 
+FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
+
+
 @click.command("analyze")
 @click.argument("run_dirs", nargs=-1, required=True,
                 type=click.Path(path_type=Path, file_okay=False))
@@ -291,19 +305,19 @@ def summary_text(a: Analysis) -> str:
 @click.option("--energy-method", type=click.Choice(["counter", "trapezoid"]), default="counter",
               show_default=True, help="Primary energy: the chip's energy counter (trapezoid "
               "where the counter does not cover a window) or the integral of power readings.")
-@click.option("--max-resolution-frac", type=float, default=0.005, show_default=True,
+@click.option("--max-resolution-frac", type=FRACTION, default=0.005, show_default=True,
               help="Largest energy-counter resolution as a fraction of a repeat's phase energy.")
-@click.option("--cv-threshold", type=float, default=0.03, show_default=True,
+@click.option("--cv-threshold", type=FRACTION, default=0.03, show_default=True,
               help="Largest repeat CV of a valid run.")
-@click.option("--max-offset-frac", type=float, default=0.01, show_default=True,
+@click.option("--max-offset-frac", type=FRACTION, default=0.01, show_default=True,
               help="Largest clock-offset uncertainty as a fraction of the median phase.")
-@click.option("--min-samples", type=click.IntRange(2), default=2, show_default=True,
+@click.option("--min-samples", type=BoundedInt(2, 1_000_000), default=2, show_default=True,
               help="Fewest meter samples inside a measured window.")
-@click.option("--ppl-tolerance", type=float, default=0.01, show_default=True,
+@click.option("--ppl-tolerance", type=FiniteFloat(0.0, 1.0), default=0.01, show_default=True,
               help="Relative perplexity tolerance of matched pairs.")
-@click.option("--bootstrap", "n_boot", type=click.IntRange(100), default=2000,
+@click.option("--bootstrap", "n_boot", type=BoundedInt(100, 1_000_000), default=2000,
               show_default=True, help="Bootstrap resamples.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--time-share", is_flag=True,
               help="Also split node energy over its layer groups by weight bytes (estimate).")
 @click.option("--manifest-dir", type=click.Path(path_type=Path),
@@ -315,6 +329,7 @@ def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | N
             cv_threshold: float, max_offset_frac: float, min_samples: int, ppl_tolerance: float,
             n_boot: int, seed: int, time_share: bool, manifest_dir: Path | None) -> None:
     """Joules per token by phase and node, EPI with CIs, and validity verdicts."""
+    check_output_dir(out_dir, "--out")
     opts = Options(edge=edge, energy_method=energy_method,
                    max_resolution_frac=max_resolution_frac,
                    min_samples=min_samples, cv_threshold=cv_threshold,

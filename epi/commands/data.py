@@ -71,8 +71,22 @@ def show(root: Path | None) -> None:
     manifest = evaldata.read_manifest(root)
     if not manifest["benchmarks"] and not manifest["texts"]:
         raise UserError(f"{root / 'manifest.json'}: nothing prepared (run `epi data prepare`)")
+    problems: list[str] = []
     for name, e in sorted(manifest["benchmarks"].items()):
         src = e["source"].get("package") or e["source"].get("path")
+        gone = evaldata.missing_files(root, e)
+        if gone:
+            click.echo(f"{name:<14} FILES MISSING OR CHANGED: {'; '.join(gone)}")
+            problems += gone
+            continue
         click.echo(f"{name:<14} {e['n_items']:>6} items  {e['split']:<26} {e['license']:<40} {src}")
     for name, e in sorted(manifest["texts"].items()):
+        gone = evaldata.missing_files(root, e)
+        if gone:
+            click.echo(f"{name:<14} FILES MISSING OR CHANGED: {'; '.join(gone)}")
+            problems += gone
+            continue
         click.echo(f"{name:<14} {e['n_passages']:>6} passages {e['n_words']} words  {e['license']}")
+    if problems:
+        raise UserError(f"{root / 'manifest.json'}: {len(problems)} data file(s) missing or "
+                        f"changed (first: {problems[0]}); run `epi data prepare` again")

@@ -19,6 +19,11 @@ from pathlib import Path
 
 import click
 
+from epi.commands.params import (
+    THREADS,
+    BoundedInt,
+    check_output_dir,
+)
 from epi.core.errors import UserError
 from epi.core.net import free_port
 
@@ -137,17 +142,18 @@ def analyze(run_dirs: list[Path], trace_dir: Path, accuracy_file: Path, out_dir:
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("out/demo"),
               show_default=True, help="Where the demo writes models, traces, logs and results.")
-@click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
+@click.option("--threads", type=THREADS, default=1, show_default=True,
               help="llama.cpp threads (1 leaves a core for the meter daemon).")
-@click.option("--tokens", type=click.IntRange(2), default=32, show_default=True,
+@click.option("--tokens", type=BoundedInt(2, 100_000), default=32, show_default=True,
               help="Generated tokens per request.")
-@click.option("--repeats", type=click.IntRange(1), default=3, show_default=True)
-@click.option("--items", type=click.IntRange(10), default=50, show_default=True,
+@click.option("--repeats", type=BoundedInt(1, 10_000), default=3, show_default=True)
+@click.option("--items", type=BoundedInt(10, 1_000_000), default=50, show_default=True,
               help="Items per accuracy benchmark (seeded subset).")
 @click.option("--maps-dir", type=click.Path(path_type=Path), default=REPO / "quantmaps" / "demo",
               show_default=True, help="Directory holding the demo maps.")
 def demo(out: Path, threads: int, tokens: int, repeats: int, items: int, maps_dir: Path) -> None:
     """Run the main job end to end on the embedded default (ATM90E26 emulator, real model)."""
+    check_output_dir(out, "--out")
     out.mkdir(parents=True, exist_ok=True)
     models = quantize_demo_maps(out, maps_dir, threads)
     trace_dir = out / "trace"

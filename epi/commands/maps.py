@@ -6,6 +6,9 @@ from pathlib import Path
 
 import click
 
+from epi.commands.params import (
+    BoundedInt,
+)
 from epi.core.errors import UserError
 
 
@@ -28,7 +31,7 @@ def maps() -> None:
 @maps.command("check")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--model", type=click.Path(path_type=Path), help="Expand against this GGUF.")
-@click.option("--layers", type=click.IntRange(1), help="Expand against this many layers.")
+@click.option("--layers", type=BoundedInt(1, 100_000), help="Expand against this many layers.")
 def check(paths: tuple[Path, ...], model: Path | None, layers: int | None) -> None:
     """Validate maps (default: ./quantmaps) and show their layer groups on a model's depth."""
     from epi.core.text import ranges_text

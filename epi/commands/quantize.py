@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from epi.commands.params import THREADS, check_output_dir
 from epi.core.errors import UserError
 from epi.core.text import format_table
 
@@ -57,7 +58,7 @@ def manifest_row(manifest: dict, skipped: bool) -> dict:
     type=click.Path(path_type=Path),
     help="Directory for MAP_ID.gguf, MAP_ID.manifest.json and MAP_ID.quantize.log.",
 )
-@click.option("--threads", type=click.IntRange(1), default=None, help="Quantization threads.")
+@click.option("--threads", type=THREADS, default=None, help="Quantization threads.")
 @click.option("--force", is_flag=True, help="Redo outputs that are already up to date.")
 def quantize(
     maps: tuple[Path, ...], model_path: Path, out_dir: Path, threads: int | None, force: bool
@@ -66,6 +67,7 @@ def quantize(
 
     Outputs up to date with their map, base model and llama.cpp build are skipped.
     """
+    check_output_dir(out_dir, "--out")
     from host.quant.gguf_info import read_model, sha256_file
     from host.quant.mixmap import load_mixmaps
     from host.quant.quantize import quantize_map

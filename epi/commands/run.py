@@ -6,6 +6,13 @@ from pathlib import Path
 
 import click
 
+from epi.commands.params import (
+    SEED,
+    THREADS,
+    BoundedInt,
+    FiniteFloat,
+    SafeId,
+)
 from host.run.runner import (
     DEFAULT_COOLDOWN_S,
     DEFAULT_IDLE_S,
@@ -37,28 +44,28 @@ from host.run.runner import (
 )
 @click.option(
     "--tokens",
-    type=int,
+    type=BoundedInt(1, 1_000_000),
     default=DEFAULT_TOKENS,
     show_default=True,
     help="Tokens generated per request (end-of-sequence suppressed).",
 )
 @click.option(
     "--repeats",
-    type=int,
+    type=BoundedInt(1, 10_000),
     default=DEFAULT_REPEATS,
     show_default=True,
     help="Measured passes over the prompt set.",
 )
 @click.option(
     "--warmups",
-    type=int,
+    type=BoundedInt(0, 1000),
     default=DEFAULT_WARMUPS,
     show_default=True,
     help="Warm-up passes before them (logged, marked warmup=1).",
 )
 @click.option(
     "--threads",
-    type=int,
+    type=THREADS,
     default=None,
     help="llama.cpp threads for prompt and generation [default: usable cores].",
 )
@@ -82,27 +89,28 @@ from host.run.runner import (
 )
 @click.option(
     "--idle-s",
-    type=float,
+    type=FiniteFloat(0.0, 86_400.0),
     default=DEFAULT_IDLE_S,
     show_default=True,
     help="Idle-baseline window before each repeat, seconds.",
 )
 @click.option(
     "--cooldown-s",
-    type=float,
+    type=FiniteFloat(0.0, 86_400.0),
     default=DEFAULT_COOLDOWN_S,
     show_default=True,
     help="Cool-down before each idle window, seconds.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="llama.cpp seed (recorded).")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="llama.cpp seed (recorded).")
 @click.option(
     "--map-id",
+    type=SafeId(),
     default=None,
     help="Mix-map id to record [default: from MODEL's .manifest.json, else none].",
 )
 @click.option(
     "--stall-timeout-s",
-    type=float,
+    type=FiniteFloat(0.0, 86_400.0, lo_open=True),
     default=DEFAULT_STALL_TIMEOUT_S,
     show_default=True,
     help="Fail the run when no request finishes for this long.",

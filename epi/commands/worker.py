@@ -14,6 +14,10 @@ import socket
 
 import click
 
+from epi.commands.params import (
+    THREADS,
+    BoundedInt,
+)
 from epi.core.errors import UserError
 from host.cluster.rpc import DEFAULT_PORT
 from host.cluster.workers import worker_argv, worker_env
@@ -50,8 +54,9 @@ def _default_threads() -> int:
 
 @click.command("worker")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="TCP port.")
-@click.option("--threads", type=int, default=None, help="CPU threads [default: usable cores].")
+@click.option("--port", type=BoundedInt(1, 65535), default=DEFAULT_PORT, show_default=True,
+              help="TCP port.")
+@click.option("--threads", type=THREADS, default=None, help="CPU threads [default: usable cores].")
 @click.option(
     "--cache/--no-cache",
     default=False,

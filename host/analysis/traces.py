@@ -1,22 +1,18 @@
-"""Read a meter trace directory (docs/formats.md §1) into validated arrays for the aligner.
+"""The analysis's pandas view of a meter trace directory (docs/formats.md §1).
 
-What the reader guarantees, so the aligner need not check again:
-* every segment's meta has `format == "epi-trace"` and a `format_version` this reader knows;
-* segments of one boot id (one monotonic clock) are joined in order; each channel's timestamps
-  strictly increase within and across segments (unsorted or duplicated → one-line `UserError`);
-* a final line without its newline (a record cut by `kill -9`) is dropped, as the format says;
-* time with no valid data becomes per-channel invalid intervals with a reason: the span between
-  segments, the span around every fault event (`gap`, `bus_error`, `chip_reset`, `reinit`,
-  `absent`, `checksum_error`, or an unknown kind), around readings whose SysStatus shows frozen
-  metering or measurement (CalErr / AdjErr) or whose `power_w` is empty, and sample gaps longer
-  than `max_gap_periods` scheduled periods.
+Parsing and every field check live in the one reader, `epi.formats.trace` (standard library
+only, shared with the daemon and the tests). This view turns its columns into frames and adds
+what the aligner needs: per-channel invalid intervals with a reason — the span between
+segments, the span around every fault event (`gap`, `bus_error`, `chip_reset`, `reinit`,
+`absent`, `checksum_error`, or an unknown kind), around readings whose SysStatus shows frozen
+metering or measurement (CalErr / AdjErr), whose `power_w` is empty, or whose `power_w` is
+negative (a reversed CT), sample gaps longer than `max_gap_periods` scheduled periods (the
+period inferred from the samples when the meta lacks it, with a note), and, for the counter,
+every span from a decrease of `energy_j` to the end of its segment.
 """
 
 from __future__ import annotations
 
-import io
-import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,142 +21,20 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
+from epi.formats import trace as fmt
+from epi.formats.trace import FAULT_EVENTS, INFO_EVENTS, Segment
+from epi.formats.trace import ChannelMeta as ChannelInfo
 from host.analysis.align import INT64_MAX, INT64_MIN, ChannelSeries, Intervals
 
-TRACE_FORMAT = "epi-trace"
-TRACE_VERSION = 1
-SEG_RE = re.compile(r"^seg-(\d{6})\.meta\.json$")
-GAP_DETAIL_RE = re.compile(r"^end_mono_ns=(-?\d*) end_real_ns=(-?\d*);")
-
-SAMPLE_COLUMNS = [
-    "seq", "channel", "t_mono_ns", "t_real_ns", "power_w", "voltage_v", "current_a",
-    "power_factor", "frequency_hz", "energy_j", "status",
-]
-EVENT_COLUMNS = ["t_mono_ns", "t_real_ns", "channel", "kind", "detail"]
-INFO_EVENTS = frozenset({"start", "stop", "late"})
-FAULT_EVENTS = frozenset({"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "gap"})
 CALERR_MASK = 0xC000  # SysStatus CalErr: energy metering frozen → counter invalid
 ADJERR_MASK = 0x3000  # SysStatus AdjErr: measurement registers frozen → power invalid
 # Register full scale of the ATM90E26 (Irms 65.535 A, Pmean ±32.767 kW): readings at it saturate.
 FULL_SCALE_CURRENT_A = 65.535
 FULL_SCALE_POWER_W = 32767.0
-
-
-def read_csv_records(path: Path, columns: list[str]) -> tuple[pd.DataFrame, bool]:
-    """Read an append-only CSV; drop a final line without newline. Returns (frame, truncated)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from exc
-    truncated = bool(data) and not data.endswith(b"\n")
-    if truncated:
-        data = data[: data.rfind(b"\n") + 1]
-    # A power cut can leave NUL-filled blocks at the end: drop such final lines too.
-    while b"\x00" in data[data.rfind(b"\n", 0, len(data) - 1) + 1 :]:
-        data = data[: data.rfind(b"\n", 0, len(data) - 1) + 1]
-        truncated = True
-    if not data.strip():
-        raise UserError(f"{path}: empty file (no header line)")
-    try:
-        frame = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, na_filter=False)
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not a valid CSV file ({str(exc).splitlines()[0]})") from exc
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise UserError(f"{path}: missing column(s) {', '.join(missing)}")
-    return frame, truncated
-
-
-def int_column(frame: pd.DataFrame, col: str, path: Path, *, nullable: bool = False) -> np.ndarray:
-    """Parse a column of integers exactly; empty only when nullable (→ INT64_MIN sentinel)."""
-    text = frame[col].astype(str)
-    empty = (text == "").to_numpy()
-    if empty.any() and not nullable:
-        row = int(np.flatnonzero(empty)[0]) + 2
-        raise UserError(f"{path}: line {row}: column {col} is empty (an integer is required)")
-    filled = text.where(~empty, "0")
-    bad = ~filled.str.fullmatch(r"[+-]?\d{1,19}").to_numpy(dtype=bool)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise UserError(
-            f"{path}: line {row + 2}: column {col} is not an integer ({text.iloc[row]!r})")
-    out = pd.to_numeric(filled).to_numpy()
-    if out.dtype != np.int64:
-        raise UserError(f"{path}: column {col} has integers outside the 64-bit range")
-    if nullable:
-        out = np.where(empty, INT64_MIN, out)
-    return out
-
-
-def float_column(frame: pd.DataFrame, col: str, path: Path) -> np.ndarray:
-    """Parse a column of floats; empty fields are NaN (missing, never 0)."""
-    text = frame[col].astype(str)
-    empty = (text == "").to_numpy()
-    vals = pd.to_numeric(text.where(~empty, "nan"), errors="coerce").to_numpy(dtype=np.float64)
-    bad = np.isnan(vals) & ~empty & (text.str.lower() != "nan").to_numpy(dtype=bool)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise UserError(
-            f"{path}: line {row + 2}: column {col} is not a number ({text.iloc[row]!r})")
-    return vals
-
-
-def read_json(path: Path) -> dict:
-    """Load a JSON object file, one-line errors."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a JSON object")
-    return data
-
-
-def check_format(data: dict, path: Path, fmt: str, version: int) -> int:
-    """Refuse an unknown format or a format_version newer than `version`."""
-    if data.get("format") != fmt:
-        raise UserError(f"{path}: field format is {data.get('format')!r}, expected {fmt!r}")
-    ver = data.get("format_version")
-    if not isinstance(ver, int) or isinstance(ver, bool) or ver < 1:
-        raise UserError(f"{path}: field format_version is {ver!r}, expected an integer ≥ 1")
-    if ver > version:
-        raise UserError(
-            f"{path}: format_version {ver} is newer than this reader knows ({version}); "
-            "upgrade epi"
-        )
-    return ver
-
-
-@dataclass(frozen=True)
-class ChannelInfo:
-    """One channel of the board as the trace's meta describes it."""
-
-    channel: int
-    name: str
-    node: str | None
-    meter_constant_imp_per_kwh: float | None
-    ct: object = None
-
-    @property
-    def counter_resolution_j(self) -> float:
-        """Energy of 0.1 pulse, the energy registers' resolution (J); NaN if unknown."""
-        mc = self.meter_constant_imp_per_kwh
-        return 0.1 * 3.6e6 / mc if mc else float("nan")
-
-
-@dataclass(frozen=True)
-class Segment:
-    number: int
-    meta_path: Path
-    meta: dict
-    boot_id: str | None
-    truncated_samples: bool
-    truncated_events: bool
-
+# A reading below this is not noise around 0 W but a reversed CT (or a wrong calibration sign).
+NEGATIVE_POWER_TOLERANCE_W = 0.5
+REVERSED_CT_HINT = ("negative power_w (CT reversed? turn the CT so its arrow points to the load, "
+                    "or check the calibration sign)")
 
 @dataclass
 class Trace:
@@ -227,6 +101,15 @@ class Trace:
         all_scope = inv[inv["scope"] == "all"]
         ctr_scope = inv[inv["scope"] == "counter"]
         info = self.channels.get(channel)
+        dead = None
+        if not good.any():
+            dom = self.domain_samples(boot_id)
+            if len(s_all := dom[dom["channel"] == channel]):
+                dead = (f"channel {channel}: dead channel ({len(s_all)} reading(s) in this "
+                        "clock domain, none with a valid power_w)")
+            elif len(dom):
+                dead = (f"channel {channel}: dead channel (no readings, while other channels "
+                        f"have {len(dom)})")
         return ChannelSeries(
             channel=channel,
             t_mono_ns=s["t_mono_ns"].to_numpy(dtype=np.int64),
@@ -240,6 +123,7 @@ class Trace:
                                             ctr_scope["end_ns"].to_numpy(np.int64),
                                             ctr_scope["reason"].to_numpy(object)),
             counter_resolution_j=info.counter_resolution_j if info else float("nan"),
+            dead_reason=dead,
         )
 
     def saturated(self, channel: int, boot_id: str | None, t0_ns: int, t1_ns: int) -> int:
@@ -259,64 +143,34 @@ class Trace:
         return int(np.nansum(sat))
 
 
-def _channel_infos(meta: dict, path: Path) -> dict[int, ChannelInfo]:
-    chans = meta.get("channels")
-    if not isinstance(chans, list) or not chans:
-        raise UserError(f"{path}: field channels must be a non-empty list")
-    out: dict[int, ChannelInfo] = {}
-    for i, c in enumerate(chans):
-        if not isinstance(c, dict) or not isinstance(c.get("channel"), int):
-            raise UserError(f"{path}: channels[{i}].channel must be an integer")
-        node = c.get("node")
-        if node is not None and not isinstance(node, str):
-            raise UserError(f"{path}: channels[{i}].node must be a string or null")
-        mc = c.get("meter_constant_imp_per_kwh")
-        out[c["channel"]] = ChannelInfo(
-            channel=c["channel"], name=str(c.get("name", f"ch{c['channel']}")), node=node,
-            meter_constant_imp_per_kwh=float(mc) if isinstance(mc, (int, float)) else None,
-            ct=c.get("ct"),
-        )
+def _sample_frame(seg: Segment) -> pd.DataFrame:
+    """One segment's samples as a frame (ints exact, empty floats NaN, empty status 0)."""
+    c = seg.columns
+    out = pd.DataFrame({"segment": np.full(seg.n_samples, seg.number, dtype=np.int64)})
+    for col in ("seq", "channel", "t_mono_ns", "t_real_ns"):
+        out[col] = np.array(c[col], dtype=np.int64)
+    for col in ("power_w", "voltage_v", "current_a", "power_factor", "frequency_hz", "energy_j"):
+        out[col] = np.array(c[col], dtype=np.float64)  # None (an empty field) becomes NaN
+    st = c["status"]
+    out["status"] = np.array([0 if v is None else v for v in st] if None in st else st,
+                             dtype=np.int64)
     return out
 
 
-def _read_samples(path: Path, number: int) -> tuple[pd.DataFrame, bool]:
-    frame, truncated = read_csv_records(path, SAMPLE_COLUMNS)
-    out = pd.DataFrame({
-        "segment": np.full(len(frame), number, dtype=np.int64),
-        "seq": int_column(frame, "seq", path),
-        "channel": int_column(frame, "channel", path),
-        "t_mono_ns": int_column(frame, "t_mono_ns", path),
-        "t_real_ns": int_column(frame, "t_real_ns", path),
-    })
-    for col in ("power_w", "voltage_v", "current_a", "power_factor", "frequency_hz", "energy_j"):
-        out[col] = float_column(frame, col, path)
-    status = int_column(frame, "status", path, nullable=True)
-    out["status"] = np.where(status == INT64_MIN, 0, status)
-    # Timestamps strictly increase per channel within a segment.
-    for ch, grp in out.groupby("channel", sort=False):  # per channel (a handful), not per sample
-        t = grp["t_mono_ns"].to_numpy()
-        bad = np.flatnonzero(np.diff(t) <= 0)
-        if len(bad):
-            line = int(grp.index[bad[0] + 1]) + 2
-            what = "duplicated" if t[bad[0] + 1] == t[bad[0]] else "unsorted"
-            raise UserError(f"{path}: line {line}: channel {ch} t_mono_ns is {what} "
-                            f"({t[bad[0] + 1]} after {t[bad[0]]})")
-    return out, truncated
+def _event_frame(seg: Segment) -> pd.DataFrame:
+    ev = seg.events
 
+    def ints(key: str) -> np.ndarray:
+        return np.array([INT64_MIN if e[key] is None else e[key] for e in ev], dtype=np.int64)
 
-def _read_events(path: Path, number: int) -> tuple[pd.DataFrame, bool]:
-    if not path.exists():
-        return pd.DataFrame({c: [] for c in ["segment", *EVENT_COLUMNS]}), False
-    frame, truncated = read_csv_records(path, EVENT_COLUMNS)
-    ch = int_column(frame, "channel", path, nullable=True)
     return pd.DataFrame({
-        "segment": np.full(len(frame), number, dtype=np.int64),
-        "t_mono_ns": int_column(frame, "t_mono_ns", path, nullable=True),
-        "t_real_ns": int_column(frame, "t_real_ns", path, nullable=True),
-        "channel": pd.array([None if c == INT64_MIN else int(c) for c in ch], dtype="Int64"),
-        "kind": frame["kind"].to_numpy(dtype=object),
-        "detail": frame["detail"].to_numpy(dtype=object),
-    }), truncated
+        "segment": np.full(len(ev), seg.number, dtype=np.int64),
+        "t_mono_ns": ints("t_mono_ns"),
+        "t_real_ns": ints("t_real_ns"),
+        "channel": pd.array([e["channel"] for e in ev], dtype="Int64"),
+        "kind": np.array([e["kind"] for e in ev], dtype=object),
+        "detail": np.array([e["detail"] for e in ev], dtype=object),
+    })
 
 
 def _around(t: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -338,8 +192,10 @@ def _boot_key(boot_id: str | None) -> str:
 
 def _gap_end(kind: str, detail: str) -> int:
     """End of a `gap` event given as `end_mono_ns=N end_real_ns=M; reason` (else INT64_MIN)."""
-    m = GAP_DETAIL_RE.match(detail or "") if kind == "gap" else None
-    return int(m.group(1)) if m and m.group(1) else INT64_MIN
+    if kind != "gap":
+        return INT64_MIN
+    end, _, _ = fmt.parse_gap_detail(detail)
+    return INT64_MIN if end is None else end
 
 
 def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: list[Segment],
@@ -348,9 +204,8 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
     seg_boot = {s.number: s.boot_id for s in segments}
     period_lut = np.full(max(s.number for s in segments) + 1, np.nan)
     for s in segments:
-        p = s.meta.get("sample_period_s")
-        if isinstance(p, (int, float)) and p > 0:
-            period_lut[s.number] = float(p)
+        if s.sample_period_s is not None:  # given, or inferred by the reader (noted)
+            period_lut[s.number] = s.sample_period_s
 
     def add(ch: int, boot: str | None, lo: np.ndarray, hi: np.ndarray, scope: str,
             reasons: np.ndarray | str) -> None:
@@ -373,7 +228,12 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
             seg = good["segment"].to_numpy()
             if nopow.any():
                 lo, hi = _around(t, t_all[nopow])
-                add(ch, boot, lo, hi, "all", "power_w missing")
+                add(ch, boot, lo, hi, "all", "power_w missing (or outside its valid range)")
+            # Negative power (a reversed CT): flag the time around it, with the fix.
+            neg = (good["power_w"] < -NEGATIVE_POWER_TOLERANCE_W).to_numpy()
+            if neg.any():
+                lo, hi = _around(t, t[neg])
+                add(ch, boot, lo, hi, "all", REVERSED_CT_HINT)
             # Between segments.
             cut = np.flatnonzero(seg[1:] != seg[:-1])
             add(ch, boot, t[cut], t[cut + 1], "all",
@@ -415,10 +275,18 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
             if cal.any():
                 lo, hi = _around(t, t[cal])
                 add(ch, boot, lo, hi, "counter", "SysStatus CalErr (energy metering frozen)")
-            # The counter restarts each segment; a decrease within one means a lost count.
+            # The counter restarts each segment; a decrease (or reset) within one means the
+            # count was lost: every later value of that segment is on another base, so the
+            # counter is invalid from the last sample before the decrease to the segment's end.
             e = good["energy_j"].to_numpy()
             dec = np.flatnonzero((np.diff(e) < 0) & (seg[1:] == seg[:-1]))
-            add(ch, boot, t[dec], t[dec + 1], "counter", "energy_j decreased")
+            if len(dec):
+                seg_end = {int(n): int(t[seg == n][-1]) for n in np.unique(seg[dec])}
+                ends = np.array([max(seg_end[int(seg[i])], int(t[i + 1])) for i in dec],
+                                dtype=np.int64)
+                add(ch, boot, t[dec], ends, "counter",
+                    "energy_j decreased or reset inside a segment (counter invalid to the "
+                    "segment's end)")
     if not rows:
         return pd.DataFrame({"channel": pd.Series([], dtype=np.int64),
                              "boot_key": pd.Series([], dtype=object),
@@ -432,70 +300,19 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
 
 
 def read_trace(path: str | Path, *, max_gap_periods: float = 3.0) -> Trace:
-    """Read and validate TRACE_DIR; raise `UserError` (one line) on anything malformed."""
-    root = Path(path)
-    if not root.is_dir():
-        raise UserError(f"{root}: trace directory not found")
-    metas = sorted(p for p in root.iterdir() if SEG_RE.match(p.name))
-    if not metas:
-        raise UserError(f"{root}: no seg-NNNNNN.meta.json files (not an epi trace directory)")
-    segments: list[Segment] = []
-    samples: list[pd.DataFrame] = []
-    events: list[pd.DataFrame] = []
-    channels: dict[int, ChannelInfo] | None = None
-    first_meta: Path | None = None
-    notes: list[str] = []
-    for mp in metas:
-        number = int(SEG_RE.match(mp.name).group(1))  # type: ignore[union-attr]
-        meta = read_json(mp)
-        check_format(meta, mp, TRACE_FORMAT, TRACE_VERSION)
-        if meta.get("segment") != number:
-            raise UserError(f"{mp}: field segment is {meta.get('segment')!r}, the file name "
-                            f"says {number}")
-        chans = _channel_infos(meta, mp)
-        if channels is None:
-            channels, first_meta = chans, mp
-        else:
-            a = {c: (i.node, i.name) for c, i in channels.items()}
-            b = {c: (i.node, i.name) for c, i in chans.items()}
-            if a != b:
-                diff = sorted(set(a.items()) ^ set(b.items()))
-                raise UserError(f"{mp}: channels differ from {first_meta.name} "  # type: ignore
-                                f"(channel map mismatch at {diff[0]})")
-        sp = root / f"seg-{number:06d}.samples.csv"
-        if sp.exists():
-            seg_samples, trunc_s = _read_samples(sp, number)
-        else:
-            seg_samples, trunc_s = pd.DataFrame(columns=["segment", *SAMPLE_COLUMNS]), False
-        unknown = set(seg_samples["channel"].unique()) - set(chans)
-        if unknown:
-            raise UserError(f"{sp}: channel {sorted(unknown)[0]} is not in {mp.name} channels")
-        ep = root / f"seg-{number:06d}.events.csv"
-        seg_events, trunc_e = _read_events(ep, number)
-        for flag, p in ((trunc_s, sp), (trunc_e, ep)):
-            if flag:
-                notes.append(f"{p.name}: dropped a truncated final line")
-        segments.append(Segment(number, mp, meta, meta.get("boot_id"), trunc_s, trunc_e))
-        samples.append(seg_samples)
-        events.append(seg_events)
-    assert channels is not None
-    all_samples = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame()
-    all_events = pd.concat(events, ignore_index=True)
-    for c in ("segment", "seq", "channel", "t_mono_ns", "t_real_ns", "status"):
-        all_samples[c] = all_samples[c].astype(np.int64)
-    # Segments of one clock domain must follow each other in time, per channel.
-    for boot in dict.fromkeys(s.boot_id for s in segments):
-        nums = [s.number for s in segments if s.boot_id == boot]
-        dom = all_samples[all_samples["segment"].isin(nums)]
-        for ch, grp in dom.groupby("channel", sort=False):
-            t = grp["t_mono_ns"].to_numpy()
-            bad = np.flatnonzero(np.diff(t) <= 0)
-            if len(bad):
-                seg = grp["segment"].to_numpy()
-                raise UserError(
-                    f"{root}: segment {seg[bad[0] + 1]} channel {ch} t_mono_ns "
-                    f"{t[bad[0] + 1]} is not after segment {seg[bad[0]]}'s {t[bad[0]]} "
-                    "(unsorted or overlapping segments of one boot)")
-    invalid = _invalid_intervals(all_samples, all_events, segments, sorted(channels),
+    """Read and validate TRACE_DIR (through `epi.formats.trace`); one-line `UserError`."""
+    raw = fmt.read_trace(path)
+    for seg in raw.segments:
+        if not seg.channels:
+            raise UserError(f"{seg.meta_path}: field channels must be a non-empty list")
+        for ch, info in seg.channels.items():
+            if info.meter_constant_imp_per_kwh is None:
+                raise UserError(f"{seg.meta_path}: field channels[{ch}]."
+                                "meter_constant_imp_per_kwh is missing (expected a number > 0)")
+    channels = raw.channels
+    all_samples = pd.concat([_sample_frame(s) for s in raw.segments], ignore_index=True)
+    all_events = pd.concat([_event_frame(s) for s in raw.segments], ignore_index=True)
+    invalid = _invalid_intervals(all_samples, all_events, raw.segments, sorted(channels),
                                  max_gap_periods)
-    return Trace(root, segments, channels, all_samples, all_events, invalid, notes)
+    return Trace(raw.path, raw.segments, channels, all_samples, all_events, invalid,
+                 list(raw.notes))

@@ -14,7 +14,6 @@ The shipped default, `host/data/prompts-v1.json` ("epi-default-v1"), has 32, 64,
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,11 +21,16 @@ from importlib import resources
 from pathlib import Path
 
 from epi.core.errors import UserError
+from epi.formats.fields import parse_json_bytes, read_bytes
 
 FORMAT = "epi-prompts"
 FORMAT_VERSION = 1
 DEFAULT_FILE = "prompts-v1.json"
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+# Valid ranges (docs/formats.md §3): a prompt is at most a context's worth of tokens.
+MAX_PROMPTS = 10_000
+MAX_PROMPT_TOKENS = 1_048_576
+MAX_TEXT_CHARS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -61,16 +65,8 @@ def default_prompts_path() -> Path:
 def load_prompt_set(path: Path | None = None) -> PromptSet:
     """Read and validate a prompt set; every problem is one UserError naming file and field."""
     path = Path(path) if path is not None else default_prompts_path()
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: prompt file not found") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read prompt file ({exc.strerror})") from None
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc})") from None
+    raw = read_bytes(path, "prompt file not found")
+    data = parse_json_bytes(raw, str(path))
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object with a 'prompts' list")
     if data.get("format") != FORMAT:
@@ -87,8 +83,8 @@ def load_prompt_set(path: Path | None = None) -> PromptSet:
         if not isinstance(value, str) or not value.strip():
             raise UserError(f"{path}: field {key!r} must be a non-empty string")
     items = data.get("prompts")
-    if not isinstance(items, list) or not items:
-        raise UserError(f"{path}: field 'prompts' must be a non-empty list")
+    if not isinstance(items, list) or not items or len(items) > MAX_PROMPTS:
+        raise UserError(f"{path}: field 'prompts' must be a list of 1 to {MAX_PROMPTS} prompts")
     prompts: list[Prompt] = []
     seen: set[str] = set()
     for i, item in enumerate(items):
@@ -101,10 +97,12 @@ def load_prompt_set(path: Path | None = None) -> PromptSet:
         if pid in seen:
             raise UserError(f"{where}.id: {pid!r} appears twice")
         seen.add(pid)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise UserError(f"{where}.n_tokens: {n!r} is not a positive integer")
-        if not isinstance(text, str) or not text.strip():
-            raise UserError(f"{where}.text: must be a non-empty string")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PROMPT_TOKENS:
+            raise UserError(f"{where}.n_tokens: {n!r} is not an integer in "
+                            f"[1, {MAX_PROMPT_TOKENS}]")
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_TEXT_CHARS:
+            raise UserError(f"{where}.text: must be a non-empty string of at most "
+                            f"{MAX_TEXT_CHARS} characters")
         prompts.append(Prompt(pid, n, text))
     return PromptSet(
         path=path,

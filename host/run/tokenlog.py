@@ -1,4 +1,6 @@
-"""Token log (`format: "epi-tokenlog"`, version 1): writer and reader, exactly docs/formats.md §2.
+"""Token log (`format: "epi-tokenlog"`, version 1): the writer, exactly docs/formats.md §2.
+
+The one reader is `epi.formats.tokenlog` (its pandas view: host.analysis.tokenlog_reader).
 
 A token log is a directory: `run.json` (header, rewritten atomically when the status, placement
 or clock sync changes), `events.csv` and `requests.csv` (append-only; rows are written whole and
@@ -11,47 +13,24 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import socket
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from epi.core.errors import UserError
 from epi.core.files import read_boot_id, write_json_atomic
-
-FORMAT = "epi-tokenlog"
-FORMAT_VERSION = 1
-RUN_JSON = "run.json"
-EVENTS_CSV = "events.csv"
-REQUESTS_CSV = "requests.csv"
-
-EVENT_COLUMNS = (
-    "request_id",
-    "repeat",
-    "warmup",
-    "prompt_id",
-    "event",
-    "token_index",
-    "token_id",
-    "t_mono_ns",
-    "t_real_ns",
+from epi.formats.tokenlog import (
+    EVENT_COLUMNS,
+    EVENTS_CSV,
+    FORMAT,
+    FORMAT_VERSION,
+    REQUEST_COLUMNS,
+    REQUESTS_CSV,
+    RUN_JSON,
 )
-REQUEST_COLUMNS = (
-    "request_id",
-    "repeat",
-    "warmup",
-    "prompt_id",
-    "n_prompt_tokens",
-    "n_generated_tokens",
-    "t_start_mono_ns",
-    "t_first_token_mono_ns",
-    "t_end_mono_ns",
-    "node",
-)
-STATUSES = ("running", "completed", "failed")
 
 
 def boot_id() -> str | None:
@@ -249,61 +228,3 @@ class CsvAppender:
         for fh in (self._events, self._requests):
             if not fh.closed:
                 fh.close()
-
-
-# ---- reading --------------------------------------------------------------------------------
-
-
-@dataclass
-class TokenLog:
-    """A token log read back: header dict and pandas frames of events and requests."""
-
-    run_dir: Path
-    header: dict[str, Any]
-    events: Any  # pandas.DataFrame
-    requests: Any  # pandas.DataFrame
-
-
-def read_header(run_dir: Path) -> dict[str, Any]:
-    """run.json, checked for format and version (one-line UserError otherwise)."""
-    path = Path(run_dir) / RUN_JSON
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: not found; not a token-log directory") from None
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not readable JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise UserError(f"{path}: field 'format' is not {FORMAT!r}")
-    version = data.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise UserError(
-            f"{path}: field 'format_version' {version!r} is newer than this epi reads "
-            f"({FORMAT_VERSION})"
-        )
-    return data
-
-
-def _read_csv(path: Path, columns: Iterable[str]) -> Any:
-    import pandas as pd
-
-    text = path.read_text(encoding="utf-8")
-    if text and not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]  # a final line without newline is truncated
-    head = text.split("\n", 1)[0].split(",")
-    if head != list(columns):
-        raise UserError(f"{path}: header {head} is not {list(columns)}")
-    frame = pd.read_csv(io.StringIO(text), dtype={"prompt_id": "string", "node": "string"})
-    for col in ("t_mono_ns", "t_real_ns", "t_start_mono_ns", "t_first_token_mono_ns"):
-        if col in frame and frame[col].notna().all():
-            frame[col] = frame[col].astype("int64")
-    return frame
-
-
-def read_token_log(run_dir: Path) -> TokenLog:
-    """Read a token log; a truncated final CSV line (a run that died mid-write) is dropped."""
-    run_dir = Path(run_dir)
-    header = read_header(run_dir)
-    events = _read_csv(run_dir / EVENTS_CSV, EVENT_COLUMNS)
-    requests = _read_csv(run_dir / REQUESTS_CSV, REQUEST_COLUMNS)
-    return TokenLog(run_dir, header, events, requests)

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from epi.formats.trace import read_trace
 from meter.clock import Clock, SystemClock
 from meter.daemon.service import DaemonOptions, MeterDaemon
-from meter.daemon.trace import read_trace
 from meter.emulation.power_models import ConstantPower
 
 LOADS_W = (3.0, 4.0, 5.0, 6.0)

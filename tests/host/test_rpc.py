@@ -14,11 +14,11 @@ import pytest
 
 from epi.core.errors import UserError
 from epi.core.net import free_port
+from host.analysis.tokenlog_reader import read_run as read_token_log
 from host.cluster.placement import parse_load_log, placement_from_log, predict_units
 from host.cluster.rpc import Endpoint, parse_workers, probe
 from host.cluster.workers import LocalWorker, worker_activity
 from host.run.runner import RunFailed, RunSettings, run
-from host.run.tokenlog import read_token_log
 
 TOKENS = 10
 PROMPTS = {

@@ -11,8 +11,8 @@ import pytest
 
 from epi.core.errors import UserError
 from epi.core.net import free_port
+from host.analysis.tokenlog_reader import read_run as read_token_log
 from host.run.runner import RunSettings, plan_run, run
-from host.run.tokenlog import read_token_log
 
 TOKENS = 12
 

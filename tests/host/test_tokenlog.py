@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from epi.core.errors import UserError
+from host.analysis.tokenlog_reader import read_run as read_token_log
 from host.run.tokenlog import (
     EVENT_COLUMNS,
     REQUEST_COLUMNS,
@@ -20,7 +21,6 @@ from host.run.tokenlog import (
     RequestRecord,
     RunHeader,
     clock_drift_ppm,
-    read_token_log,
 )
 
 
@@ -44,7 +44,8 @@ def _record(request_id: int, repeat: int = 0, warmup: bool = False, n: int = 3) 
 
 
 def _header(tmp_path: Path) -> RunHeader:
-    return RunHeader.create(tmp_path / "run", {"model": {"path": "m.gguf"}, "placement": []})
+    return RunHeader.create(tmp_path / "run", {"model": {"path": "m.gguf"}, "placement": [
+        {"node": "hostA", "endpoint": None, "layers": [0, 1]}]})
 
 
 def test_new_log_is_valid_and_running(tmp_path: Path) -> None:
@@ -62,7 +63,7 @@ def test_requests_and_idle_windows_round_trip(tmp_path: Path) -> None:
     header = _header(tmp_path)
     app = CsvAppender(header.run_dir)
     app.write_request(_record(0, repeat=-1, warmup=True))
-    app.write_idle(0, (5, 6), (8, 9))
+    app.write_idle(0, (1_500_000_005, 6), (1_500_000_008, 9))
     app.write_request(_record(1, repeat=0, n=4))
     app.close()
     header.finish("completed")
@@ -76,7 +77,8 @@ def test_requests_and_idle_windows_round_trip(tmp_path: Path) -> None:
         + ["request_end"]
     )
     idle = ev[ev["event"].str.startswith("idle")]
-    assert idle["request_id"].isna().all() and list(idle["t_mono_ns"]) == [5, 8]
+    assert idle["request_id"].isna().all()
+    assert list(idle["t_mono_ns"]) == [1_500_000_005, 1_500_000_008]
     assert list(idle["t_real_ns"]) == [6, 9]
     tokens = ev[(ev["event"] == "token") & (ev["request_id"] == 1)]
     assert list(tokens["token_index"]) == [0, 1, 2, 3]
@@ -118,7 +120,7 @@ def test_truncated_final_line_is_dropped(tmp_path: Path) -> None:
 
 def test_log_stays_valid_when_the_writer_is_killed(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    RunHeader.create(run_dir, {"placement": []})
+    RunHeader.create(run_dir, {"model": {"path": "m.gguf"}, "placement": []})
     code = textwrap.dedent(
         f"""
         import os, signal, sys

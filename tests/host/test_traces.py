@@ -64,7 +64,7 @@ def test_unsorted_or_duplicated_timestamps_fail(flat, what):
     f7[2] = f5[2] if what == "duplicated" else str(int(f5[2]) - 1)
     lines[7] = ",".join(f7)
     p.write_text("\n".join(lines) + "\n")
-    with pytest.raises(UserError, match=f"line 8: channel 0 t_mono_ns is {what}"):
+    with pytest.raises(UserError, match=f"line 8: .*channel 0 t_mono_ns is {what}"):
         read_trace(root)
 
 
@@ -79,7 +79,7 @@ def test_unknown_version_and_format_fail(flat):
     meta = root / "seg-000001.meta.json"
     m = json.loads(meta.read_text())
     meta.write_text(json.dumps({**m, "format_version": 2}))
-    with pytest.raises(UserError, match=r"seg-000001.meta.json: format_version 2 is newer"):
+    with pytest.raises(UserError, match=r"seg-000001.meta.json: field format_version 2 is newer"):
         read_trace(root)
     meta.write_text(json.dumps({**m, "format": "something-else"}))
     with pytest.raises(UserError, match="field format is 'something-else'"):
@@ -104,7 +104,7 @@ def test_bad_values_fail_with_line_and_column(flat):
     f[4] = "lots"
     lines[3] = ",".join(f)
     p.write_text("\n".join(lines) + "\n")
-    with pytest.raises(UserError, match="line 4: column power_w is not a number"):
+    with pytest.raises(UserError, match=r"line 4: .*column power_w is .lots., expected a number"):
         read_trace(root)
 
 
@@ -159,10 +159,10 @@ def test_long_sample_gap_is_invalid(flat):
 
 
 def test_not_a_trace_directory(tmp_path):
-    with pytest.raises(UserError, match="trace directory not found"):
+    with pytest.raises(UserError, match="not a trace directory"):
         read_trace(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match=r"no seg-NNNNNN\.meta\.json"):
+    with pytest.raises(UserError, match=r"no trace segments \(seg-NNNNNN\.meta\.json\)"):
         read_trace(tmp_path / "empty")
 
 
@@ -176,7 +176,7 @@ def test_truncated_metadata_or_missing_header_fail(flat):
     meta.write_text(whole)
     p = root / "seg-000001.samples.csv"
     p.write_text("\n".join(p.read_text().splitlines()[1:]) + "\n")  # header line lost
-    with pytest.raises(UserError, match="missing column"):
+    with pytest.raises(UserError, match="is not the epi-trace v1 header"):
         read_trace(root)
     p.write_text("")
     with pytest.raises(UserError, match="empty file"):

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from epi.core.clocksync import estimate_offset
 from epi.core.errors import UserError
+from epi.formats.trace import read_trace
 from meter.clock import SimulatedClock
 from meter.daemon.service import (
     DaemonOptions,
@@ -25,7 +26,7 @@ from meter.daemon.service import (
     default_rate_hz,
     frames_per_read,
 )
-from meter.daemon.trace import TraceLock, read_trace
+from meter.daemon.trace import TraceLock
 from meter.emulation.power_models import ConstantPower, ScriptedProfile
 
 S = 1_000_000_000

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from meter.daemon.trace import read_trace, segment_paths
+from epi.formats.trace import read_trace, segment_paths
 
 pytestmark = pytest.mark.slow
 

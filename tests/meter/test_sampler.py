@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from epi.formats.trace import read_trace
 from meter.clock import SimulatedClock, SystemClock
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import ChannelInfo, MeterState
 from meter.daemon.sampler import Sampler
-from meter.daemon.trace import TraceWriter, read_trace
+from meter.daemon.trace import TraceWriter
 from meter.driver.atm90e26 import BusError, ChipAbsentError, ChipResetError
 
 MS = 1_000_000

@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 
 from epi.core.errors import UserError
-from meter.daemon.trace import (
-    EVENT_COLUMNS,
-    SAMPLE_COLUMNS,
-    TraceWriter,
-    gap_detail,
-    read_trace,
-    segment_paths,
-)
+from epi.formats.trace import EVENT_COLUMNS, SAMPLE_COLUMNS, read_trace, segment_paths
+from meter.daemon.trace import TraceWriter, gap_detail
 
 
 def _row(seq: int, ch: int, t: int, power: float | None = 10.5) -> tuple:
@@ -168,7 +162,7 @@ def test_meta_update_is_atomic_and_keeps_keys(tmp_path: Path) -> None:
     [
         ({"format": "other", "format_version": 1}, "format is 'other'"),
         ({"format": "epi-trace", "format_version": 99}, "newer than this reader knows"),
-        ({"format": "epi-trace"}, "format_version None"),
+        ({"format": "epi-trace"}, "format_version is None"),
     ],
 )
 def test_reader_refuses_unknown_formats(tmp_path: Path, meta: dict, message: str) -> None:

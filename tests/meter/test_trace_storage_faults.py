@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from epi.core import files
+from epi.formats.trace import read_trace
 from meter.daemon import trace as trace_mod
-from meter.daemon.trace import TraceLostError, TraceWriter, read_trace
+from meter.daemon.trace import TraceLostError, TraceWriter
 
 
 class FullDisk:

@@ -85,7 +85,7 @@ def test_unprepared_and_unknown(tmp_path: Path) -> None:
 
 def test_malformed_manifest(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text("{nope")
-    with pytest.raises(UserError, match="malformed JSON"):
+    with pytest.raises(UserError, match="not valid JSON"):
         evaldata.read_manifest(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"format": "epi-evaldata",
                                                         "format_version": 9}))

@@ -1,0 +1,119 @@
+"""Click parameter types that refuse what the library must never see.
+
+`FiniteFloat` and `BoundedInt` replace bare `type=float` / `type=int`: `nan`, `inf` and values
+outside the option's range are refused with one line naming the option (so `--cv-threshold nan`
+cannot switch a check off). `SafeId` checks an id that becomes part of a file name the way
+mix-map ids are checked (never starting with '-' or '.').
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from epi.core.errors import UserError
+from epi.formats.fields import check_id, range_text
+
+
+class FiniteFloat(click.ParamType):
+    """A finite float within [lo, hi] (or (lo, hi] with lo_open)."""
+
+    name = "number"
+
+    def __init__(self, lo: float | None = None, hi: float | None = None, *,
+                 lo_open: bool = False) -> None:
+        self.lo, self.hi, self.lo_open = lo, hi, lo_open
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> float:
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        below = self.lo is not None and (x <= self.lo if self.lo_open else x < self.lo)
+        above = self.hi is not None and x > self.hi
+        if not math.isfinite(x) or below or above:
+            self.fail(f"{value!r} is not a finite number"
+                      f"{range_text(self.lo, self.hi, self.lo_open)}", param, ctx)
+        return x
+
+    def __repr__(self) -> str:
+        return f"FiniteFloat({self.lo}, {self.hi})"
+
+
+class BoundedInt(click.ParamType):
+    """A whole number within [lo, hi] ('1e3' and '2.5' are refused, not rounded)."""
+
+    name = "integer"
+
+    def __init__(self, lo: int | None = None, hi: int | None = None) -> None:
+        self.lo, self.hi = lo, hi
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        else:
+            text = str(value).strip()
+            if not text.lstrip("+-").isdigit() or not text.isascii() or len(text) > 20:
+                self.fail(f"{value!r} is not a whole number", param, ctx)
+            n = int(text)
+        if self.lo is not None and n < self.lo:
+            self.fail(f"{n} is below the minimum {self.lo}", param, ctx)
+        if self.hi is not None and n > self.hi:
+            self.fail(f"{n} is above the maximum {self.hi}", param, ctx)
+        return n
+
+    def __repr__(self) -> str:
+        return f"BoundedInt({self.lo}, {self.hi})"
+
+
+class SafeId(click.ParamType):
+    """An id that becomes a file name: letters, digits, '.', '_', '-', not starting with
+    '-' or '.'."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> str:
+        try:
+            return check_id(value, "value")  # type: ignore[return-value]
+        except UserError as exc:
+            self.fail(str(exc).removeprefix("value: "), param, ctx)
+
+
+# Shared limits: more threads than this is a typo, not a machine (llama.cpp segfaults on 10^5).
+MAX_THREADS = 1024
+THREADS = BoundedInt(1, MAX_THREADS)
+SEED = BoundedInt(0, 2**32 - 1)
+
+
+def check_output_file(path: Path, option: str) -> Path:
+    """Refuse, before any work, an output file that cannot be written: an existing directory,
+    a missing or read-only parent directory."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{option} {path}: is a directory, expected a file path")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UserError(f"{option} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"{option} {path}: not writable")
+    return path
+
+
+def check_output_dir(path: Path, option: str) -> Path:
+    """Refuse, before any work, an output directory that cannot be made or written."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{option} {path}: exists and is not a directory")
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK):
+        raise UserError(f"{option} {path}: {probe} is not a writable directory")
+    return path

@@ -1,0 +1,154 @@
+"""Field checks shared by every reader: JSON loading, format/version, typed and ranged values.
+
+Each check raises `UserError` with one line: ``<where>: field <key>: expected ..., got ...``.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from epi.core.errors import UserError
+
+# Deeper JSON than this is not a file any epi writer produces (and would exhaust the stack).
+MAX_JSON_DEPTH = 64
+# A safe file-name id: starts with a letter or digit (never '-' or '.'), then . _ - allowed.
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+INT64_MAX = 2**63 - 1
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a decoded JSON value (iterative: never recurses)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d)
+            if d > MAX_JSON_DEPTH:
+                return d
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def parse_json_bytes(raw: bytes, where: str) -> Any:
+    """Decode strict UTF-8 JSON; NaN/Infinity and nesting deeper than 64 are refused."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{where}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except ValueError as exc:
+        raise UserError(f"{where}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise UserError(f"{where}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise UserError(f"{where}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return data
+
+
+def read_bytes(path: Path, missing: str) -> bytes:
+    """A file's bytes; a missing or unreadable file is a one-line `UserError` (`missing` says
+    what a missing file means)."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: {missing}") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def read_json_object(path: Path, what: str = "file") -> dict[str, Any]:
+    """Read a file holding one JSON object (one-line `UserError` for anything else)."""
+    data = parse_json_bytes(read_bytes(path, f"{what} not found"), str(path))
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def check_format(data: dict[str, Any], where: object, fmt: str, version: int) -> int:
+    """Refuse another format, or a `format_version` that is not 1..`version`."""
+    if data.get("format") != fmt:
+        raise UserError(f"{where}: field format is {data.get('format')!r}, expected {fmt!r}")
+    ver = data.get("format_version")
+    if not isinstance(ver, int) or isinstance(ver, bool) or ver < 1:
+        raise UserError(f"{where}: field format_version is {ver!r}, expected an integer ≥ 1")
+    if ver > version:
+        raise UserError(f"{where}: field format_version {ver} is newer than this reader knows "
+                        f"({version}); upgrade epi")
+    return ver
+
+
+def range_text(lo: float | None, hi: float | None, lo_open: bool) -> str:
+    """' in [lo, hi]', ' > lo', ' ≤ hi' or '' (with a leading space) for messages."""
+    if lo is not None and hi is not None:
+        return f" in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+    if lo is not None:
+        return f" {'>' if lo_open else '≥'} {lo:g}"
+    if hi is not None:
+        return f" ≤ {hi:g}"
+    return ""
+
+
+def check_int(value: Any, where: str, *, lo: int | None = None, hi: int | None = INT64_MAX,
+              null_ok: bool = False) -> int | None:
+    """An integer (not a bool, not a float) within [lo, hi]; None only when null_ok."""
+    if value is None and null_ok:
+        return None
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if ok and (lo is None or value >= lo) and (hi is None or value <= hi):
+        return value
+    want = "an integer" + range_text(lo, hi, False) + (" or null" if null_ok else "")
+    raise UserError(f"{where}: expected {want}, got {value!r}")
+
+
+def check_float(value: Any, where: str, *, lo: float | None = None, hi: float | None = None,
+                lo_open: bool = False, null_ok: bool = False) -> float | None:
+    """A finite number (int or float, not a bool) within the range; None only when null_ok."""
+    if value is None and null_ok:
+        return None
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if ok and math.isfinite(value):
+        v = float(value)
+        below = lo is not None and (v <= lo if lo_open else v < lo)
+        if not below and (hi is None or v <= hi):
+            return v
+    want = "a finite number" + range_text(lo, hi, lo_open) + (" or null" if null_ok else "")
+    raise UserError(f"{where}: expected {want}, got {value!r}")
+
+
+def check_str(value: Any, where: str, *, null_ok: bool = False, max_len: int = 4096
+              ) -> str | None:
+    """A non-empty string (None only when null_ok)."""
+    if value is None and null_ok:
+        return None
+    if isinstance(value, str) and value.strip() and len(value) <= max_len:
+        return value
+    want = "a non-empty string" + (" or null" if null_ok else "")
+    raise UserError(f"{where}: expected {want}, got {_short(value)}")
+
+
+def check_id(value: Any, where: str, *, null_ok: bool = False) -> str | None:
+    """An id that becomes part of a file name: letters, digits, '.', '_', '-', at most 128
+    characters, starting with a letter or digit (so never '-x', '.', '..' or a path)."""
+    if value is None and null_ok:
+        return None
+    if isinstance(value, str) and ID_RE.match(value):
+        return value
+    raise UserError(f"{where}: expected an id of letters, digits, '.', '_', '-' that starts "
+                    f"with a letter or digit, got {_short(value)}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,655 @@
+"""The meter trace reader (docs/formats.md §1): one parser, used by the daemon's own tools,
+the analysis (through the pandas view in `host.analysis.traces`) and the tests.
+
+A trace is a directory of segments ``seg-NNNNNN.{meta.json,samples.csv,events.csv}``; every
+daemon start appends one. This reader:
+
+* checks every segment's meta (format and version, segment number, boot id, channels with
+  their meter constants, `sample_period_s`, start times, stats), refusing a wrong type, a
+  non-finite number or a value outside its documented range with one line naming the file and
+  field; a segment *without* `sample_period_s` gets the period inferred from its samples, and a
+  note says so;
+* parses samples and events column by column (fast enough for hours of 20 Hz data in pure
+  Python) and checks every field's type, range and finiteness; per channel, `t_mono_ns`
+  strictly increases within a segment and across the segments of one boot;
+* drops a final record cut by a crash (no newline, or damaged, or NUL-filled by a power cut)
+  and counts it; a damaged record anywhere else is an error;
+* refuses a segment that has a meta.json but lacks samples.csv or events.csv (its faults
+  would be lost), and skips one killed before its meta.json (header-only CSV files);
+* lists gaps: `gap` events and the spans between segments.
+
+Standard library only: the meter side runs without numpy or pandas.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+import operator
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from epi.core.errors import UserError
+from epi.formats.fields import (
+    INT64_MAX,
+    check_float,
+    check_format,
+    check_int,
+    check_str,
+    read_bytes,
+    read_json_object,
+)
+
+TRACE_FORMAT = "epi-trace"
+TRACE_FORMAT_VERSION = 1
+
+SAMPLE_COLUMNS: tuple[str, ...] = (
+    "seq", "channel", "t_mono_ns", "t_real_ns", "power_w", "voltage_v", "current_a",
+    "power_factor", "frequency_hz", "energy_j", "status",
+)
+EVENT_COLUMNS: tuple[str, ...] = ("t_mono_ns", "t_real_ns", "channel", "kind", "detail")
+# Info events say how the daemon ran; fault events invalidate the time around them.
+INFO_EVENTS: frozenset[str] = frozenset({"start", "stop", "late", "skipped", "signal"})
+FAULT_EVENTS: frozenset[str] = frozenset(
+    {"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "gap", "implausible",
+     "disk_full"})
+EVENT_KINDS: frozenset[str] = INFO_EVENTS | FAULT_EVENTS
+
+# Valid ranges of every sample field (docs/formats.md §1 states the same).
+MAX_CHANNEL = 255
+MAX_STATUS = 0xFFFF
+MAX_ABS_POWER_W = 1e6
+MAX_VOLTAGE_V = 1e4
+MAX_CURRENT_A = 1e4
+MAX_FREQUENCY_HZ = 1e3
+MAX_ABS_ENERGY_J = 1e15
+MAX_SAMPLE_PERIOD_S = 3600.0
+MAX_METER_CONSTANT = 1e9
+# (column, lo, hi) for the float columns; power factor is a signed ratio.
+FLOAT_RANGES: tuple[tuple[str, float, float], ...] = (
+    ("power_w", -MAX_ABS_POWER_W, MAX_ABS_POWER_W),
+    ("voltage_v", 0.0, MAX_VOLTAGE_V),
+    ("current_a", 0.0, MAX_CURRENT_A),
+    ("power_factor", -1.0, 1.0),
+    ("frequency_hz", 0.0, MAX_FREQUENCY_HZ),
+    ("energy_j", -MAX_ABS_ENERGY_J, MAX_ABS_ENERGY_J),
+)
+
+SEGMENT_RE = re.compile(r"^seg-(\d{6})\.(meta\.json|samples\.csv|events\.csv)$")
+# A gap event's detail starts with the end of the gap so that it can be parsed back.
+GAP_DETAIL_RE = re.compile(r"^end_mono_ns=(-?\d*) end_real_ns=(-?\d*);\s*(.*)$", re.S)
+
+
+def segment_paths(trace_dir: Path, segment: int) -> tuple[Path, Path, Path]:
+    """(meta.json, samples.csv, events.csv) of one segment."""
+    stem = f"seg-{segment:06d}"
+    d = Path(trace_dir)
+    return d / f"{stem}.meta.json", d / f"{stem}.samples.csv", d / f"{stem}.events.csv"
+
+
+def existing_segments(trace_dir: Path) -> list[int]:
+    """Segment numbers present in a trace directory (any of the three files), sorted."""
+    found: set[int] = set()
+    if Path(trace_dir).is_dir():
+        for entry in os.listdir(trace_dir):
+            m = SEGMENT_RE.match(entry)
+            if m:
+                found.add(int(m.group(1)))
+    return sorted(found)
+
+
+def parse_gap_detail(detail: str) -> tuple[int | None, int | None, str]:
+    """(end_mono_ns, end_real_ns, reason) of a `gap` event's detail (ends None if absent;
+    ValueError for an end outside [0, 2^63))."""
+    m = GAP_DETAIL_RE.match(detail or "")
+    if not m:
+        return None, None, detail
+
+    def num(text: str) -> int | None:
+        if text in ("", "-"):
+            return None
+        value = int(text)
+        if not 0 <= value <= INT64_MAX:
+            raise ValueError(f"gap end {value} is outside [0, 2^63)")
+        return value
+
+    return num(m.group(1)), num(m.group(2)), m.group(3)
+
+
+def last_complete_sample(samples_path: Path) -> tuple[int, int] | None:
+    """(t_mono_ns, t_real_ns) of the last complete, well-formed row of a samples.csv.
+
+    Reads only the file's tail: a restarted daemon uses it to write the restart gap.
+    """
+    try:
+        with open(samples_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 65536))
+            tail = f.read()
+    except OSError:
+        return None
+    for raw in reversed(tail.split(b"\n")[:-1]):  # the piece after the last newline is cut
+        fields = raw.decode("utf-8", "replace").split(",")
+        if len(fields) != len(SAMPLE_COLUMNS) or not fields[0].isdigit():
+            continue
+        try:
+            t_mono, t_real = int(fields[2]), int(fields[3])
+        except ValueError:
+            continue
+        if 0 <= t_mono <= INT64_MAX and 0 <= t_real <= INT64_MAX:
+            return t_mono, t_real
+    return None
+
+
+# ------------------------------------------------------------------------------- data types
+@dataclass(frozen=True)
+class ChannelMeta:
+    """One channel as a segment's meta describes it."""
+
+    channel: int
+    name: str
+    node: str | None
+    meter_constant_imp_per_kwh: float | None  # None: the meta does not give it
+    ct: Any = None
+
+    @property
+    def counter_resolution_j(self) -> float:
+        """Energy of 0.1 pulse, the energy registers' resolution (J); NaN if unknown."""
+        mc = self.meter_constant_imp_per_kwh
+        return 0.1 * 3.6e6 / mc if mc else float("nan")
+
+
+@dataclass
+class Gap:
+    """A span with no valid data for one channel (``channel`` None: the whole board).
+
+    ``same_clock`` is False when the two ends were written in different boots, so that only
+    the realtime ends are comparable.
+    """
+
+    channel: int | None
+    start_mono_ns: int | None
+    end_mono_ns: int | None
+    start_real_ns: int | None
+    end_real_ns: int | None
+    reason: str
+    source: str  # "event" (a gap row in events.csv) or "segments" (between two segments)
+    same_clock: bool = True
+
+
+@dataclass
+class Segment:
+    """One segment as read back: its checked meta, samples by column, events as rows."""
+
+    number: int
+    meta_path: Path
+    meta: dict[str, Any]
+    channels: dict[int, ChannelMeta]
+    sample_period_s: float | None  # None: not given and not inferable (< 2 samples)
+    period_inferred: bool
+    columns: dict[str, list[Any]]  # SAMPLE_COLUMNS → values (None for an empty field)
+    events: list[dict[str, Any]]
+    truncated_samples: int = 0  # crash-cut final records dropped
+    truncated_events: int = 0
+    out_of_range: list[tuple[int, str, float]] = field(default_factory=list)  # (line, col, value)
+
+    @property
+    def boot_id(self) -> str | None:
+        return self.meta.get("boot_id")
+
+    @property
+    def clean_stop(self) -> bool:
+        return bool((self.meta.get("stats") or {}).get("clean_stop", False))
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.columns["seq"])
+
+    @property
+    def samples(self) -> list[dict[str, Any]]:
+        """The sample rows as dicts (built on demand; `columns` is the stored form)."""
+        cols = [self.columns[c] for c in SAMPLE_COLUMNS]
+        return [dict(zip(SAMPLE_COLUMNS, row, strict=True)) for row in zip(*cols, strict=True)]
+
+    @property
+    def dropped_lines(self) -> int:
+        return self.truncated_samples + self.truncated_events
+
+
+@dataclass
+class Trace:
+    """A whole trace directory: segments in order, and the gaps between and within them."""
+
+    path: Path
+    segments: list[Segment]
+    gaps: list[Gap] = field(default_factory=list)
+    skipped_segments: list[int] = field(default_factory=list)  # killed before their meta.json
+    notes: list[str] = field(default_factory=list)
+
+    def samples(self) -> Iterator[dict[str, Any]]:
+        """Every sample row of every segment, with a ``segment`` key added."""
+        for seg in self.segments:
+            for row in seg.samples:
+                yield {"segment": seg.number, **row}
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """Every event row of every segment, with a ``segment`` key added."""
+        for seg in self.segments:
+            for row in seg.events:
+                yield {"segment": seg.number, **row}
+
+    @property
+    def dropped_lines(self) -> int:
+        return sum(s.dropped_lines for s in self.segments)
+
+    @property
+    def channels(self) -> dict[int, ChannelMeta]:
+        """The channel map (the first segment's; read_trace checks that all agree)."""
+        return dict(self.segments[0].channels)
+
+
+# ------------------------------------------------------------------------------- meta
+def check_meta(path: Path, meta: dict[str, Any], number: int) -> dict[int, ChannelMeta]:
+    """Check a segment's meta.json in place; return its channel map (empty if not given)."""
+    check_format(meta, path, TRACE_FORMAT, TRACE_FORMAT_VERSION)
+    seg = meta.get("segment", number)
+    if seg != number or isinstance(seg, bool):
+        raise UserError(f"{path}: field segment is {seg!r}, the file name says {number}")
+    where = f"{path}: field"
+    if "boot_id" in meta:
+        check_str(meta["boot_id"], f"{where} boot_id", null_ok=True, max_len=256)
+    for key in ("started_mono_ns", "started_real_ns"):
+        if key in meta:
+            check_int(meta[key], f"{where} {key}", lo=0, null_ok=True)
+    if "sample_period_s" in meta:
+        check_float(meta["sample_period_s"], f"{where} sample_period_s", lo=0.0,
+                    hi=MAX_SAMPLE_PERIOD_S, lo_open=True)
+    for key in ("emulated",):
+        if key in meta and not isinstance(meta[key], bool):
+            raise UserError(f"{where} {key}: expected true or false, got {meta[key]!r}")
+    for key in ("stats", "clock", "power_model", "board"):
+        if meta.get(key) is not None and not isinstance(meta[key], dict):
+            raise UserError(f"{where} {key}: expected an object or null, got {meta[key]!r}")
+    stats = meta.get("stats") or {}
+    if "clean_stop" in stats and not isinstance(stats["clean_stop"], bool):
+        raise UserError(f"{where} stats.clean_stop: expected true or false")
+    chans = meta.get("channels", [])
+    if not isinstance(chans, list):
+        raise UserError(f"{where} channels: expected a list, got {chans!r}")
+    out: dict[int, ChannelMeta] = {}
+    for i, c in enumerate(chans):
+        w = f"{where} channels[{i}]"
+        if not isinstance(c, dict):
+            raise UserError(f"{w}: expected an object")
+        ch = check_int(c.get("channel"), f"{w}.channel", lo=0, hi=MAX_CHANNEL)
+        assert ch is not None
+        if ch in out:
+            raise UserError(f"{w}.channel: channel {ch} appears twice")
+        name = c.get("name", f"ch{ch}")
+        check_str(name, f"{w}.name", max_len=256)
+        node = check_str(c.get("node"), f"{w}.node", null_ok=True, max_len=256)
+        mc = None
+        if "meter_constant_imp_per_kwh" in c:
+            mc = check_float(c["meter_constant_imp_per_kwh"], f"{w}.meter_constant_imp_per_kwh",
+                             lo=0.0, hi=MAX_METER_CONSTANT, lo_open=True)
+        ct = c.get("ct")
+        if ct is not None and not isinstance(ct, dict):
+            raise UserError(f"{w}.ct: expected an object or null, got {ct!r}")
+        out[ch] = ChannelMeta(ch, name, node, mc, ct)
+    return out
+
+
+# ------------------------------------------------------------------------------- CSV files
+def _read_complete_lines(path: Path) -> tuple[list[str], int]:
+    """Lines that end with a newline; a cut final record (or NUL-filled tail) is dropped."""
+    data = read_bytes(path, "missing (a segment with a meta.json has both CSV files; its "
+                            "data or faults would be lost)")
+    dropped = 0
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        dropped = 1
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # Only a power-cut tail may be garbage; elsewhere, non-UTF-8 is damage.
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        if data.find(b"\n", exc.start) != len(data) - 1:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise UserError(f"{path}: line {line}: not UTF-8 text") from None
+        text = data[:line_start].decode("utf-8")
+        dropped += 1
+    lines = text.split("\n")[:-1]
+    while len(lines) > 1 and "\x00" in lines[-1]:
+        lines.pop()
+        dropped += 1
+    return lines, dropped
+
+
+class _RowError(Exception):
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+def _int_col(values: tuple[str, ...], name: str, lo: int, hi: int, nullable: bool
+             ) -> list[int | None]:
+    try:  # fast path (C loops); the slow path below finds and names the bad row
+        out: list[int | None] = list(map(int, values))
+        if not out or (lo <= min(out) and max(out) <= hi):  # type: ignore[type-var]
+            return out
+    except ValueError:
+        pass
+    out = []
+    for i, v in enumerate(values):
+        if not v and nullable:
+            out.append(None)
+            continue
+        try:
+            x = int(v)
+        except ValueError:
+            what = "empty" if not v else f"{v[:30]!r}"
+            raise _RowError(i, f"column {name} is {what}, expected an integer") from None
+        if not lo <= x <= hi:
+            raise _RowError(i, f"column {name} is {x}, expected an integer in [{lo}, {hi}]")
+        out.append(x)
+    return out
+
+
+def _float_col(values: tuple[str, ...], name: str, lo: float, hi: float,
+               out_of_range: list[tuple[int, str, float]]) -> list[float | None]:
+    """A float column; a finite reading outside [lo, hi] (a chip glitch) becomes missing and
+    is listed in `out_of_range` as (row, column, value); text that is not a finite number is
+    file damage (refused)."""
+    try:  # fast path (C loops): no empty field, every value finite and in range
+        fast = list(map(float, values))
+        if not fast or (all(map(math.isfinite, fast)) and lo <= min(fast) and max(fast) <= hi):
+            return fast  # type: ignore[return-value]
+    except ValueError:
+        pass
+    out: list[float | None] = []
+    for i, v in enumerate(values):
+        if not v:
+            out.append(None)
+            continue
+        try:
+            x = float(v)
+        except ValueError:
+            raise _RowError(i, f"column {name} is {v[:30]!r}, expected a number") from None
+        if not math.isfinite(x):
+            raise _RowError(i, f"column {name} is {v[:30]!r}, expected a finite number")
+        if not lo <= x <= hi:
+            out_of_range.append((i, name, x))
+            out.append(None)
+            continue
+        out.append(x)
+    return out
+
+
+def _sample_columns(lines: list[str], channels: set[int] | None,
+                    out_of_range: list[tuple[int, str, float]]) -> dict[str, list[Any]]:
+    n_cols = len(SAMPLE_COLUMNS)
+    counts = list(map(str.count, lines, itertools.repeat(",", len(lines))))
+    if lines and set(counts) != {n_cols - 1}:
+        i = next(k for k, c in enumerate(counts) if c != n_cols - 1)
+        raise _RowError(i, f"{counts[i] + 1} fields, expected {n_cols}")
+    # One split of the whole body, then every column is a stride of it (C loops only).
+    flat = ",".join(lines).split(",") if lines else []
+    by = {name: tuple(flat[k::n_cols]) for k, name in enumerate(SAMPLE_COLUMNS)}
+    cols: dict[str, list[Any]] = {
+        "seq": _int_col(by["seq"], "seq", 0, INT64_MAX, False),
+        "channel": _int_col(by["channel"], "channel", 0, MAX_CHANNEL, False),
+        "t_mono_ns": _int_col(by["t_mono_ns"], "t_mono_ns", 0, INT64_MAX, False),
+        "t_real_ns": _int_col(by["t_real_ns"], "t_real_ns", 0, INT64_MAX, False),
+    }
+    for name, lo, hi in FLOAT_RANGES:
+        cols[name] = _float_col(by[name], name, lo, hi, out_of_range)
+    cols["status"] = _int_col(by["status"], "status", 0, MAX_STATUS, True)
+    present = set(cols["channel"])
+    if channels and not present <= channels:
+        for i, ch in enumerate(cols["channel"]):
+            if ch not in channels:
+                raise _RowError(i, f"channel {ch} is not in the meta's channels "
+                                   f"{sorted(channels)}")
+    chans, times = cols["channel"], cols["t_mono_ns"]
+    for ch in present:  # a handful of channels: C-speed checks per channel
+        ts = times if len(present) == 1 else list(itertools.compress(
+            times, map(ch.__eq__, chans)))
+        if all(map(operator.lt, ts, itertools.islice(ts, 1, None))):
+            continue
+        last: dict[int, int] = {}
+        for i, (c, t) in enumerate(zip(chans, times, strict=True)):
+            prev = last.get(c)
+            if prev is not None and t <= prev:
+                what = "duplicated" if t == prev else "unsorted"
+                raise _RowError(i, f"channel {c} t_mono_ns is {what} ({t} after {prev})")
+            last[c] = t
+    return {c: cols[c] for c in SAMPLE_COLUMNS}
+
+
+def parse_samples(path: Path, channels: set[int] | None = None
+                  ) -> tuple[dict[str, list[Any]], int, list[tuple[int, str, float]]]:
+    """A segment's samples.csv by column, checked: (columns, crash-cut records dropped,
+    readings outside their valid range as (file line, column, value), set to missing)."""
+    lines, dropped = _read_complete_lines(path)
+    if not lines:
+        raise UserError(f"{path}: empty file (no header line)")
+    if tuple(lines[0].split(",")) != SAMPLE_COLUMNS:
+        raise UserError(f"{path}: header {lines[0][:80]!r} is not the epi-trace v1 header")
+    rows = lines[1:]
+    while True:
+        out_of_range: list[tuple[int, str, float]] = []
+        try:
+            cols = _sample_columns(rows, channels, out_of_range)
+            return cols, dropped, [(i + 2, name, x) for i, name, x in out_of_range]
+        except _RowError as exc:
+            if exc.index == len(rows) - 1:  # a damaged final record: the crash cut it
+                rows.pop()
+                dropped += 1
+                continue
+            raise UserError(f"{path}: line {exc.index + 2}: malformed sample row ({exc})"
+                            ) from None
+
+
+def _event_row(rec: list[str], channels: set[int] | None) -> dict[str, Any]:
+    if len(rec) != len(EVENT_COLUMNS):
+        raise ValueError(f"{len(rec)} fields, expected {len(EVENT_COLUMNS)}")
+    t_mono, t_real, channel, kind, detail = rec
+    row: dict[str, Any] = {}
+    for name, text, hi in (("t_mono_ns", t_mono, INT64_MAX), ("t_real_ns", t_real, INT64_MAX),
+                           ("channel", channel, MAX_CHANNEL)):
+        if text == "":
+            row[name] = None
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"column {name} is {text[:30]!r}, expected an integer") from None
+        if not 0 <= value <= hi:
+            raise ValueError(f"column {name} is {value}, expected an integer in [0, {hi}]")
+        row[name] = value
+    if channels and row["channel"] is not None and row["channel"] not in channels:
+        raise ValueError(f"channel {row['channel']} is not in the meta's channels")
+    if not kind or not re.fullmatch(r"[a-z_]{1,40}", kind):
+        raise ValueError(f"column kind is {kind[:30]!r}, expected a lower-case word")
+    row["kind"] = kind
+    row["detail"] = detail
+    if kind == "gap":
+        parse_gap_detail(detail)  # ValueError names a malformed end
+    return row
+
+
+def parse_events(path: Path, channels: set[int] | None = None
+                 ) -> tuple[list[dict[str, Any]], int]:
+    """A segment's events.csv as rows, checked; (rows, crash-cut records dropped)."""
+    lines, dropped = _read_complete_lines(path)
+    if not lines:
+        raise UserError(f"{path}: empty file (no header line)")
+    try:
+        records = list(csv.reader(lines))
+    except csv.Error as exc:
+        raise UserError(f"{path}: not a valid CSV file ({exc})") from None
+    if tuple(records[0]) != EVENT_COLUMNS:
+        raise UserError(f"{path}: header {lines[0][:80]!r} is not the epi-trace v1 header")
+    body = records[1:]
+    events: list[dict[str, Any]] = []
+    for i, rec in enumerate(body):
+        try:
+            events.append(_event_row(rec, channels))
+        except ValueError as exc:
+            if i == len(body) - 1:
+                dropped += 1
+                break
+            raise UserError(f"{path}: record {i + 2}: malformed event ({exc})") from None
+    return events, dropped
+
+
+def _has_rows(path: Path) -> bool:
+    """True if a CSV file has anything after its header line."""
+    try:
+        with open(path, "rb") as f:
+            f.readline()
+            return bool(f.read(1))
+    except FileNotFoundError:
+        return False
+
+
+def infer_period_s(columns: dict[str, list[Any]]) -> float | None:
+    """The sample period from the samples themselves: the median spacing of each channel's
+    timestamps, the smallest over channels (None with fewer than 2 samples per channel)."""
+    per_channel: dict[int, list[int]] = {}
+    for ch, t in zip(columns["channel"], columns["t_mono_ns"], strict=True):
+        per_channel.setdefault(ch, []).append(t)
+    medians = []
+    for ts in per_channel.values():
+        if len(ts) >= 2:
+            d = sorted(b - a for a, b in itertools.pairwise(ts))
+            medians.append(d[len(d) // 2])
+    return min(medians) / 1e9 if medians else None
+
+
+# ------------------------------------------------------------------------------- directory
+def read_trace(trace_dir: str | os.PathLike[str]) -> Trace:
+    """Read and check a whole trace directory; one-line `UserError` on anything malformed."""
+    path = Path(trace_dir)
+    if not path.is_dir():
+        raise UserError(f"{path}: not a trace directory")
+    numbers = existing_segments(path)
+    if not numbers:
+        raise UserError(f"{path}: no trace segments (seg-NNNNNN.meta.json) in this directory")
+    segments: list[Segment] = []
+    skipped: list[int] = []
+    notes: list[str] = []
+    for n in numbers:
+        meta_path, samples_path, events_path = segment_paths(path, n)
+        if not meta_path.exists():
+            # The CSV files are created (header only) just before meta.json: a daemon killed
+            # between the two leaves them without data. Anything more is not a writer's crash.
+            if _has_rows(samples_path) or _has_rows(events_path):
+                raise UserError(f"{meta_path}: missing, but segment {n} has data rows")
+            skipped.append(n)
+            continue
+        meta = read_json_object(meta_path, "segment meta")
+        channels = check_meta(meta_path, meta, n)
+        known = set(channels) or None
+        columns, cut_s, odd = parse_samples(samples_path, known)
+        if odd:
+            line, name, x = odd[0]
+            notes.append(f"{samples_path.name}: {len(odd)} reading(s) outside their valid range "
+                         f"set to missing (first: line {line}, {name} {x:g}); the time around "
+                         "a missing power_w is invalid")
+        events, cut_e = parse_events(events_path, known)
+        period = meta.get("sample_period_s")
+        inferred = period is None
+        if inferred:
+            period = infer_period_s(columns)
+            notes.append(f"{meta_path.name}: no sample_period_s; "
+                         + (f"inferred {period:g} s from the samples" if period else
+                            "too few samples to infer it (no gap rule for this segment)"))
+        for cut, p in ((cut_s, samples_path), (cut_e, events_path)):
+            if cut:
+                notes.append(f"{p.name}: dropped {cut} truncated final line(s)")
+        segments.append(Segment(n, meta_path, meta, channels, period, inferred, columns, events,
+                                cut_s, cut_e, odd))
+    if not segments:
+        raise UserError(f"{path}: no trace segment got as far as its meta.json")
+    _check_across_segments(path, segments)
+    trace = Trace(path=path, segments=segments, skipped_segments=skipped, notes=notes)
+    trace.gaps = _event_gaps(segments) + _segment_gaps(segments)
+    return trace
+
+
+def _check_across_segments(path: Path, segments: list[Segment]) -> None:
+    """One channel map for the whole trace; time runs forward across segments of one boot."""
+    first = segments[0]
+    ref = {c: (m.node, m.name) for c, m in first.channels.items()}
+    for seg in segments[1:]:
+        mine = {c: (m.node, m.name) for c, m in seg.channels.items()}
+        if ref and mine and mine != ref:
+            diff = sorted(set(ref.items()) ^ set(mine.items()))
+            raise UserError(f"{seg.meta_path}: channels differ from {first.meta_path.name} "
+                            f"(channel map mismatch at {diff[0]})")
+    last: dict[tuple[str | None, int], tuple[int, int]] = {}
+    for seg in segments:
+        firsts: dict[int, int] = {}
+        lasts: dict[int, int] = {}
+        for ch, t in zip(seg.columns["channel"], seg.columns["t_mono_ns"], strict=True):
+            firsts.setdefault(ch, t)
+            lasts[ch] = t
+        for ch, t in firsts.items():
+            prev = last.get((seg.boot_id, ch))
+            if prev is not None and t <= prev[1]:
+                raise UserError(
+                    f"{path}: segment {seg.number} channel {ch} t_mono_ns {t} is not after "
+                    f"segment {prev[0]}'s {prev[1]} (unsorted or overlapping segments of one "
+                    "boot)")
+        for ch, t in lasts.items():
+            last[(seg.boot_id, ch)] = (seg.number, t)
+
+
+def _event_gaps(segments: list[Segment]) -> list[Gap]:
+    gaps: list[Gap] = []
+    for seg in segments:
+        for ev in seg.events:
+            if ev["kind"] != "gap":
+                continue
+            end_mono, end_real, reason = parse_gap_detail(ev["detail"])
+            gaps.append(Gap(ev["channel"], ev["t_mono_ns"], end_mono, ev["t_real_ns"], end_real,
+                            reason, "event", same_clock=ev["t_mono_ns"] is not None))
+    return gaps
+
+
+def _segment_gaps(segments: list[Segment]) -> list[Gap]:
+    """Per channel: the span from its last sample in one segment to its first in the next."""
+    gaps: list[Gap] = []
+    for before, after in itertools.pairwise(segments):
+        last: dict[int, tuple[int, int]] = {}
+        c = before.columns
+        for ch, tm, tr in zip(c["channel"], c["t_mono_ns"], c["t_real_ns"], strict=True):
+            last[ch] = (tm, tr)
+        first: dict[int, tuple[int, int]] = {}
+        c = after.columns
+        for ch, tm, tr in zip(c["channel"], c["t_mono_ns"], c["t_real_ns"], strict=True):
+            first.setdefault(ch, (tm, tr))
+        same = before.boot_id is not None and before.boot_id == after.boot_id
+        why = ("daemon stopped" if before.clean_stop
+               else "daemon ended without a clean stop (crash or kill)")
+        for ch in sorted(set(last) | set(first)):
+            a, b = last.get(ch), first.get(ch)
+            gaps.append(Gap(
+                channel=ch,
+                start_mono_ns=a[0] if a else before.meta.get("started_mono_ns"),
+                end_mono_ns=b[0] if b else None,
+                start_real_ns=a[1] if a else before.meta.get("started_real_ns"),
+                end_real_ns=b[1] if b else None,
+                reason=f"between segments {before.number} and {after.number}: {why}",
+                source="segments",
+                same_clock=same,
+            ))
+    return gaps
+
