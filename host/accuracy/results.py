@@ -67,3 +67,31 @@ def read_results(path: Path) -> dict[str, Any]:
 def accuracy_by_sha256(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """{model sha256: model entry} — the join the EPI analysis makes with token logs."""
     return {m["sha256"]: m for m in doc["models"]}
+
+
+def item_outcomes(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-item correctness under each ranking, for paired comparisons between models.
+
+    `{"ids": [item id, ...], "accuracy": [0/1, ...], "accuracy_norm": [...],
+    "accuracy_token_norm": [...]}` in the scored order: two models scored on the same items
+    can then be compared item by item (McNemar; docs/analysis.md) instead of as two
+    independent intervals.
+    """
+    from host.accuracy.multiple_choice import METRICS, predictions
+
+    out: dict[str, Any] = {"ids": [str(r["id"]) for r in records]}
+    chosen = [predictions(r["scores"]) for r in records]
+    for metric, key in METRICS.items():
+        out[key] = [int(c[metric] == r["gold"]) for c, r in zip(chosen, records, strict=True)]
+    return out
+
+
+def outcomes_by_item(block: dict[str, Any], metric: str) -> dict[str, int] | None:
+    """{item id: 1 if right} of one benchmark entry under `metric`; None when not stored."""
+    items = block.get("items")
+    if not isinstance(items, dict) or not isinstance(items.get(metric), list):
+        return None
+    ids = items.get("ids")
+    if not isinstance(ids, list) or len(ids) != len(items[metric]):
+        return None
+    return {str(i): int(v) for i, v in zip(ids, items[metric], strict=True)}

@@ -50,9 +50,7 @@ class Options:
     cv_threshold: float = 0.03
     max_offset_frac: float = 0.01
     single_sync_drift_ppm: float = 100.0
-    n_boot: int = 2000
     ci_level: float = 0.95
-    seed: int = 0
     channels: dict[str, list[int]] | None = None
     energy_basis: str = "gross"
     energy_method: str = "counter"
@@ -96,7 +94,11 @@ class Analysis:
     breakdown: pd.DataFrame
     pareto: list[str]
     pairs: list[dict]
+    comparisons: pd.DataFrame
     differential: list[dict]
     time_share: list[dict]
     options: Options
     notes: list[str]
+    power_sources: dict[int, str] = field(default_factory=dict)
+    prefill_regression: pd.DataFrame = field(default_factory=pd.DataFrame)
+    lag: pd.DataFrame = field(default_factory=pd.DataFrame)

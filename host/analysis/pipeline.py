@@ -29,14 +29,17 @@ from host.analysis.align import (
     ClockMap,
 )
 from host.analysis.figures import (
+    comparisons,
     config_results,
     matched_pairs,
     pareto_configs,
     phase_breakdown,
     savings_table,
 )
+from host.analysis.item_outcomes import load_item_outcomes
 from host.analysis.layer_groups import layer_group_figures
 from host.analysis.model import NS, Analysis, Options, RunInfo
+from host.analysis.power_source import channel_sources
 from host.analysis.tokenlog_reader import read_run
 from host.analysis.traces import read_trace
 from host.analysis.verdicts import check_overlaps, run_verdicts
@@ -133,13 +136,17 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
     accs, ppl, acc_notes = load_accuracy(Path(accuracy_file) if accuracy_file else None,
                                          infos, opts)
     notes += acc_notes
-    results = config_results(infos, rep, verdicts, accs, opts)
+    sources = channel_sources(trace)
+    results = config_results(infos, rep, verdicts, accs, opts, sources)
     pareto = pareto_configs(results, opts)
-    pairs = matched_pairs(results, ppl, opts)
+    pairs = matched_pairs(results, rep, verdicts, ppl, opts)
     results["perplexity"] = results["config"].map(ppl).astype(float)
-    savings = savings_table(results, rep, verdicts, opts)
+    items, weights = load_item_outcomes(Path(accuracy_file) if accuracy_file else None,
+                                        infos, opts)
+    savings = savings_table(results, rep, verdicts, opts, items, weights)
+    comps = comparisons(results, rep, verdicts, opts, pareto, pairs, items, weights)
     breakdown = phase_breakdown(infos, rep, verdicts, opts)
     diff, tshare, g_notes = layer_group_figures(infos, rep, verdicts, results, opts)
     notes += g_notes
     return Analysis(trace, infos, win, rep, verdicts, results, savings, breakdown, pareto, pairs,
-                    diff, tshare, opts, notes)
+                    comps, diff, tshare, opts, notes, power_sources=sources)

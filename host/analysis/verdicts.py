@@ -88,7 +88,9 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
                     reasons.append(f"repeat CV {cv_val:.1%} above {opts.cv_threshold:.1%}")
                 elif not np.isfinite(cv_val) and not reasons:
                     reasons.append("repeat CV unknown (null repeats)")
+            src = w["power_source"].iloc[0] if len(w) and "power_source" in w else ""
             rows.append({"run_id": rid, "config": info.config, "phase": phase,
+                         "power_source": src,
                          "valid": not reasons, "cv": cv_val, "n_windows": len(pw),
                          "median_duration_s": med_dur, "reasons": "; ".join(reasons)})
     return pd.DataFrame(rows)
