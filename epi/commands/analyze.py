@@ -98,7 +98,9 @@ RESULT_COLUMNS = [
     "duration_per_request_s_median", "accuracy", "accuracy_ci_lo", "accuracy_ci_hi",
     "accuracy_basis", "epi", "epi_ci_lo", "epi_ci_hi", "epi_ci_coverage", "epi_energy_basis",
     "epi_reason",
-    "perplexity", "pareto", "energy_method", "edge_model", "reason",
+    "perplexity", "pareto", "prefill_regression_j_per_token", "prefill_regression_ci_lo",
+    "prefill_regression_ci_hi", "prefill_regression_method", "energy_method", "edge_model",
+    "reason",
 ]
 
 
@@ -133,6 +135,7 @@ def build_outputs(a: Analysis, argv: dict[str, Any]) -> dict[str, bytes]:
         "power_sources": {str(k): v for k, v in a.power_sources.items()},
         "savings": _records(a.savings),
         "comparisons": _records(a.comparisons),
+        "prefill_regression": _records(a.prefill_regression),
         "phase_breakdown": _records(a.breakdown),
         "pareto": a.pareto,
         "perplexity_matched_pairs": a.pairs,
@@ -148,6 +151,7 @@ def build_outputs(a: Analysis, argv: dict[str, Any]) -> dict[str, bytes]:
         "results.json": (json.dumps(_clean(doc), indent=1) + "\n").encode(),
         "results.csv": a.results.reindex(columns=RESULT_COLUMNS).to_csv(index=False).encode(),
         "comparisons.csv": a.comparisons.to_csv(index=False).encode(),
+        "prefill_regression.csv": a.prefill_regression.to_csv(index=False).encode(),
         "savings.csv": a.savings.to_csv(index=False).encode(),
         "runs.csv": a.verdicts.to_csv(index=False).encode(),
         "windows.csv": a.windows.reindex(columns=WINDOW_COLUMNS).to_csv(index=False).encode(),
@@ -235,6 +239,7 @@ def summary_text(a: Analysis) -> str:
 
     reg = a.prefill_regression
     rows = []
+    used_regression = False
     for cfg in dict.fromkeys(i.config for i in a.runs):
         g = fig(cfg, "request", "generated", "gross")
         n = fig(cfg, "request", "generated", "net")
@@ -247,6 +252,7 @@ def summary_text(a: Analysis) -> str:
             r = reg[reg["config"] == cfg]
             if len(r) and np.isfinite(r["j_per_prompt_token"].iloc[0]):
                 pre = "~" + _num(r["j_per_prompt_token"].iloc[0]) + " (regr.)"
+                used_regression = True
         rows.append([
             cfg, g["power_source"] or "?", f"{g['n_runs_valid']}/{g['n_runs']}",
             _num(g["energy_per_request_j_median"]),
@@ -278,7 +284,7 @@ def summary_text(a: Analysis) -> str:
     if "epi_ci_coverage" in res and np.isfinite(res["epi_ci_coverage"].astype(float)).any():
         out.append("EPI interval: J/token interval ÷ accuracy interval; coverage at least the "
                    "sum of both coverages − 1 (Bonferroni)")
-    if len(reg) and "config" in reg:
+    if used_regression:
         out.append("prefill J/prompt tok marked (regr.): estimate by regression of request "
                    "energy on prompt and generated tokens across requests (section below)")
     accs = {r["accuracy_basis"] for _, r in res.iterrows() if r["accuracy_basis"]}
@@ -311,6 +317,21 @@ def summary_text(a: Analysis) -> str:
                 "repeats are interleaved, else Welch; 'cannot be told apart' = interval holds 0)",
                 format_table(["comparison", "A", "B", "Δ J/gen tok", "pairing", "verdict"],
                              crows)]
+    if len(reg):
+        rrows = [[r["config"], r["power_source"], int(r["n_requests"]),
+                  f"{_num(r['prompt_tokens_min'], '.0f')}–{_num(r['prompt_tokens_max'], '.0f')}",
+                  _ci(r["j_per_prompt_token"], r["ci_lo"], r["ci_hi"], 0.95)
+                  if np.isfinite(r["j_per_prompt_token"]) else f"null ({r['reason']})",
+                  _num(r["direct_j_per_prompt_token"]),
+                  {True: "yes", False: "NO"}.get(r["agrees_with_direct"], "-")]
+                 for _, r in reg.iterrows()]
+        out += ["", "Prefill J per prompt token, estimated by regression across requests "
+                "(request energy on prompt and generated tokens; an estimate, not a direct "
+                "measurement; direct = the prefill windows' own figure where they hold ≥ 2 "
+                "samples)",
+                format_table(["config", "power", "requests", "prompt tokens",
+                              "J/prompt tok (regression)", "direct", "direct inside interval"],
+                             rrows)]
     brows = [[r["config"], _num(r["prefill_mj"], ".1f"), _num(r["decode_mj"], ".1f"),
               _num(r["idle_mj"], ".1f"), _num(r["request_mj"], ".1f"),
               _num(r["net_request_mj"], ".1f")] for _, r in a.breakdown.iterrows()]
@@ -401,7 +422,7 @@ def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | N
     write_atomically(out_dir, build_outputs(a, argv))
     click.echo(summary_text(a))
     click.echo(f"\nwrote {out_dir}/results.csv, results.json, runs.csv, repeats.csv, windows.csv, "
-               "savings.csv, comparisons.csv")
+               "savings.csv, comparisons.csv, prefill_regression.csv")
 
 
 def analyze_runs(run_dirs: list[Path], trace_dir: Path, opts: Options,

@@ -40,6 +40,7 @@ from host.analysis.item_outcomes import load_item_outcomes
 from host.analysis.layer_groups import layer_group_figures
 from host.analysis.model import NS, Analysis, Options, RunInfo
 from host.analysis.power_source import channel_sources
+from host.analysis.prefill_regression import prefill_regression
 from host.analysis.tokenlog_reader import read_run
 from host.analysis.traces import read_trace
 from host.analysis.verdicts import check_overlaps, run_verdicts
@@ -138,6 +139,8 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
     notes += acc_notes
     sources = channel_sources(trace)
     results = config_results(infos, rep, verdicts, accs, opts, sources)
+    reg = prefill_regression(win, verdicts, results, level=opts.ci_level)
+    _attach_regression(results, reg)
     pareto = pareto_configs(results, opts)
     pairs = matched_pairs(results, rep, verdicts, ppl, opts)
     results["perplexity"] = results["config"].map(ppl).astype(float)
@@ -149,4 +152,24 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
     diff, tshare, g_notes = layer_group_figures(infos, rep, verdicts, results, opts)
     notes += g_notes
     return Analysis(trace, infos, win, rep, verdicts, results, savings, breakdown, pareto, pairs,
-                    comps, diff, tshare, opts, notes, power_sources=sources)
+                    comps, diff, tshare, opts, notes, power_sources=sources,
+                    prefill_regression=reg)
+
+
+def _attach_regression(results: pd.DataFrame, reg: pd.DataFrame) -> None:
+    """Put the regression estimate on the prefill J/prompt-token rows (scope all, gross)."""
+    for col in ("prefill_regression_j_per_token", "prefill_regression_ci_lo",
+                "prefill_regression_ci_hi"):
+        results[col] = np.nan
+    results["prefill_regression_method"] = ""
+    sel = ((results["scope"] == "all") & (results["phase"] == "prefill")
+           & (results["unit"] == "prompt") & (results["basis"] == "gross"))
+    by = reg.set_index("config")
+    for i in results.index[sel]:
+        cfg = results.at[i, "config"]
+        if cfg not in by.index or not np.isfinite(by.at[cfg, "j_per_prompt_token"]):
+            continue
+        results.at[i, "prefill_regression_j_per_token"] = by.at[cfg, "j_per_prompt_token"]
+        results.at[i, "prefill_regression_ci_lo"] = by.at[cfg, "ci_lo"]
+        results.at[i, "prefill_regression_ci_hi"] = by.at[cfg, "ci_hi"]
+        results.at[i, "prefill_regression_method"] = by.at[cfg, "method"]

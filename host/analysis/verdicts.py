@@ -18,6 +18,19 @@ from host.analysis.model import NS, PHASES, Options, RunInfo
 
 
 # --------------------------------------------------------------------------- verdicts
+def which_windows(w: pd.DataFrame, limit: int = 4) -> str:
+    """'request 3 (repeat 1), request 4 (repeat 1)' / 'idle window of repeat 0' for a reason."""
+    out = []
+    for _, r in w.head(limit).iterrows():
+        rep = "?" if pd.isna(r["repeat"]) else int(r["repeat"])
+        if r["kind"] == "idle":
+            out.append(f"idle window of repeat {rep}")
+        else:
+            out.append(f"request {int(r['request_id'])} (repeat {rep})")
+    more = len(w) - limit
+    return ", ".join(out) + (f", +{more} more" if more > 0 else "")
+
+
 def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
               opts: Options) -> pd.DataFrame:
     rows = []
@@ -30,18 +43,20 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
             common.append(run.status_problem)
         if not info.clock.usable:
             common.append(f"no usable clock offset ({info.clock.note})")
-        faults = w[w["reason_code"] == REASON_CODES[INVALID_DATA]]
-        if len(faults):
-            common.append(f"{len(faults)} measured window(s) cross faults/gaps "
-                          f"(first: {faults['reason'].iloc[0]})")
-        outside = w[w["reason_code"] == REASON_CODES[OUTSIDE]]
-        if len(outside):
-            common.append(f"{len(outside)} window(s) reach outside the trace")
         if info.saturated:
             common.append(f"meter saturated: {info.saturated} reading(s) at full scale")
         for phase in ("idle", *PHASES):
             reasons = list(common)
             pw = w[w["kind"] == phase]
+            # faults and trace edges invalidate only the phases whose windows they touch
+            faults = pw[pw["reason_code"] == REASON_CODES[INVALID_DATA]]
+            if len(faults):
+                reasons.append(f"{len(faults)} of {len(pw)} {phase} window(s) cross faults/gaps "
+                               f"({which_windows(faults)}; first: {faults['reason'].iloc[0]})")
+            outside = pw[pw["reason_code"] == REASON_CODES[OUTSIDE]]
+            if len(outside):
+                reasons.append(f"{len(outside)} of {len(pw)} {phase} window(s) reach outside "
+                               f"the trace ({which_windows(outside)})")
             few = pw[pw["reason_code"] == REASON_CODES[FEW_SAMPLES]]
             if phase == "idle" and pw.empty:
                 reasons.append("no idle window in the run")

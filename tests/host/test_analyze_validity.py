@@ -1,0 +1,190 @@
+"""What `epi analyze` claims: power source labels, idle repeats, interval labels, scoped
+verdicts, the prefill regression estimate, paired savings — on files written per
+docs/formats.md by the test fixtures (tests/host/conftest.py), not by the project's writers.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from epi import cli as epi_cli
+from host.analysis.pipeline import Options, analyze
+
+NS = 1_000_000_000
+
+
+def run_cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["epi", "analyze", *map(str, args)])
+    code = 0
+    try:
+        epi_cli.main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _set_meta(tdir, **fields) -> None:
+    for meta in tdir.glob("seg-*.meta.json"):
+        m = json.loads(meta.read_text())
+        meta.write_text(json.dumps({**m, **fields}))
+
+
+# --------------------------------------------------------------------------- power source
+def test_modelled_power_is_labelled_in_summary_and_every_table(synth_run, tmp_path,
+                                                               monkeypatch, capsys):
+    tdir, rdir, _, _ = synth_run()
+    _set_meta(tdir, emulated=True, power_model={"kind": "activity", "modelled": True})
+    out = tmp_path / "out"
+    code, stdout, err = run_cli(monkeypatch, capsys, rdir, "--trace", tdir, "--out", out,
+                                "--baseline", "q4_k_m")
+    assert code == 0, err
+    assert stdout.splitlines()[0].startswith("POWER IS MODELLED, NOT MEASURED on channel 0")
+    table = stdout.split("Per configuration")[1]
+    assert "modelled (ActivityModel)" in table
+    for name in ("results.csv", "windows.csv", "repeats.csv", "runs.csv", "savings.csv",
+                 "prefill_regression.csv"):
+        df = pd.read_csv(out / name)
+        assert "power_source" in df.columns, name
+        assert (df["power_source"] == "modelled (ActivityModel)").all(), name
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["power_sources"] == {"0": "modelled (ActivityModel)"}
+
+
+def test_measured_power_says_measured_and_no_banner(synth_run, tmp_path, monkeypatch, capsys):
+    tdir, rdir, _, _ = synth_run()
+    _set_meta(tdir, emulated=False, power_model=None)
+    code, stdout, err = run_cli(monkeypatch, capsys, rdir, "--trace", tdir, "--out",
+                                tmp_path / "o")
+    assert code == 0, err
+    assert "MODELLED" not in stdout and "modelled" not in stdout
+    res = pd.read_csv(tmp_path / "o" / "results.csv")
+    assert (res["power_source"] == "measured").all()
+
+
+def test_per_channel_models_label_each_node(synth_run):
+    tdir, rdir, _, _ = synth_run(channels=2)
+    _set_meta(tdir, emulated=True, power_model={
+        "kind": "per_channel", "modelled": True,
+        "channels": {"0": {"kind": "scripted", "modelled": True},
+                     "1": {"kind": "activity", "modelled": True}}})
+    a = analyze([rdir], tdir)
+    res = a.results.drop_duplicates("scope").set_index("scope")["power_source"]
+    assert res["n0"] == "modelled (scripted profile)"
+    assert res["n1"] == "modelled (ActivityModel)"
+    assert res["all"] == "modelled (scripted profile) + modelled (ActivityModel)"
+
+
+# --------------------------------------------------------------------------- idle repeat
+def test_idle_windows_carry_their_repeat(synth_run, tmp_path, monkeypatch, capsys):
+    tdir, rdir, _, _ = synth_run()
+    # a second idle window before repeat 2 (events.csv says which repeat it precedes)
+    ev = (rdir / "events.csv").read_text().splitlines()
+    a = analyze([rdir], tdir)
+    idle = a.windows[(a.windows["kind"] == "idle") & (a.windows["scope"] == "all")]
+    assert idle["repeat"].tolist() == [0]
+    i = next(k for k, line in enumerate(ev) if line.split(",")[1] == "2"
+             and ",request_start," in line)
+    t_req = int(ev[i].split(",")[7])
+    prev_end = int(ev[i - 2].split(",")[7])  # request_end of the previous request
+    s, e = prev_end + 10_000_000, t_req - 10_000_000
+    ev[i:i] = [f",2,0,,idle_start,,,{s},{s + 1_700_000_000 * NS}",
+               f",2,0,,idle_end,,,{e},{e + 1_700_000_000 * NS}"]
+    (rdir / "events.csv").write_text("\n".join(ev) + "\n")
+    out = tmp_path / "o"
+    code, _, err = run_cli(monkeypatch, capsys, rdir, "--trace", tdir, "--out", out)
+    assert code == 0, err
+    w = pd.read_csv(out / "windows.csv")
+    idle = w[(w["kind"] == "idle") & (w["scope"] == "all")]
+    assert idle["repeat"].tolist() == [0, 2]
+
+
+# --------------------------------------------------------------------------- intervals
+def test_no_interval_is_labelled_95_percent_unless_it_is_one(synth_run, tmp_path, monkeypatch,
+                                                             capsys):
+    tdir, rdir, _, _ = synth_run()  # 3 repeats
+    out = tmp_path / "o"
+    code, stdout, err = run_cli(monkeypatch, capsys, rdir, "--trace", tdir, "--out", out)
+    assert code == 0, err
+    assert "95% bootstrap" not in stdout and "95 % bootstrap" not in stdout
+    assert "no 95 % interval of the median exists from n=3 repeats" in stdout
+    row = [ln for ln in stdout.splitlines() if ln.startswith("q4_k_m")][0]
+    assert "] 75 %" in row  # the J/token interval shows its real coverage
+    res = pd.read_csv(out / "results.csv")
+    h = res[(res["scope"] == "all") & (res["phase"] == "request") & (res["unit"] == "generated")]
+    assert (h["ci_coverage"] == 0.75).all() and (~h["ci_level_met"]).all()
+    assert (h["n_repeats"] == 3).all() and h["ci_method"].str.contains("order-statistic").all()
+    # the t interval of the mean is a real 95 % interval at n = 3, and labelled so
+    assert (h["j_per_token_mean_ci_lo"] < h["j_per_token_mean"]).all()
+
+
+# --------------------------------------------------------------------------- prefill regression
+def _varied_schedule(synth_tools, t0_ns: int, *, s_per_prompt_token: float,
+                     s_per_gen_token: float, n_repeats: int = 3, seed: int = 4):
+    """Prompts of 32–256 tokens; prefill and decode durations proportional to token counts."""
+    rng = np.random.default_rng(seed)
+    lengths = [32, 64, 96, 128, 160, 192, 224, 256]
+    idle = (t0_ns, t0_ns + 3 * NS)
+    t = idle[1] + NS // 2
+    reqs, rid = [], 0
+    for rep in [-1, *range(n_repeats)]:
+        for p, n_prompt in enumerate(lengths):
+            n_gen = int(rng.integers(12, 24))
+            pf = int(n_prompt * s_per_prompt_token * NS)
+            dc = int((n_gen - 1) * s_per_gen_token * NS)
+            reqs.append({"request_id": rid, "repeat": rep, "warmup": int(rep < 0),
+                         "prompt_id": f"p{p}", "start": t, "first": t + pf, "end": t + pf + dc,
+                         "n_prompt": n_prompt, "n_gen": n_gen})
+            rid += 1
+            t += pf + dc + int(0.3 * NS)
+    return synth_tools.Schedule(idle, reqs)
+
+
+def _regression_run(tmp_path, synth_tools, period_s: float):
+    sched = _varied_schedule(synth_tools, 500 * NS, s_per_prompt_token=0.0015,
+                             s_per_gen_token=0.05)
+    prof = sched.profile(idle_w=3.0, prefill_w=8.0, decode_w=6.0)
+    tdir = synth_tools.write_trace(tmp_path / f"trace{period_s}", {0: prof}, 498 * NS,
+                                   sched.requests[-1]["end"] + 3 * NS, period_s=period_s,
+                                   jitter_ns=0)
+    rdir = synth_tools.write_run(tmp_path / f"run{period_s}", sched)
+    return tdir, rdir
+
+
+def test_prefill_j_per_prompt_token_has_a_value_at_20_hz(tmp_path, synth_tools):
+    """Prefills of 0.05–0.38 s: the direct figure is null at 20 Hz, the regression is not."""
+    tdir, rdir = _regression_run(tmp_path, synth_tools, 0.05)
+    a = analyze([rdir], tdir)
+    res = a.results.set_index(["scope", "phase", "unit", "basis"])
+    assert np.isnan(res.loc[("all", "prefill", "prompt", "gross"), "j_per_token_median"])
+    reg = a.prefill_regression.set_index("config").loc["q4_k_m"]
+    truth = 8.0 * 0.0015  # prefill power × seconds per prompt token
+    assert reg["j_per_prompt_token"] == pytest.approx(truth, rel=0.02)
+    assert reg["ci_lo"] <= truth <= reg["ci_hi"]
+    assert reg["method"].startswith("estimate: OLS") and reg["n_requests"] == 24
+    assert reg["j_per_generated_token"] == pytest.approx(6.0 * 0.05, rel=0.02)
+    row = res.loc[("all", "prefill", "prompt", "gross")]
+    assert row["prefill_regression_j_per_token"] == reg["j_per_prompt_token"]
+
+
+def test_prefill_regression_agrees_with_the_direct_figure_where_both_exist(tmp_path,
+                                                                           synth_tools):
+    tdir, rdir = _regression_run(tmp_path, synth_tools, 0.005)  # 200 Hz: direct exists
+    a = analyze([rdir], tdir)
+    reg = a.prefill_regression.set_index("config").loc["q4_k_m"]
+    assert np.isfinite(reg["direct_j_per_prompt_token"])
+    assert reg["direct_j_per_prompt_token"] == pytest.approx(8.0 * 0.0015, rel=0.01)
+    assert abs(reg["direct_minus_regression_rel"]) < 0.01
+    assert reg["agrees_with_direct"] in (True, False)  # reported, with the interval
+
+
+def test_prefill_regression_refuses_a_fixed_prompt_length(synth_run):
+    tdir, rdir, _, _ = synth_run()  # every prompt has 20 tokens
+    a = analyze([rdir], tdir)
+    reg = a.prefill_regression.iloc[0]
+    assert np.isnan(reg["j_per_prompt_token"]) and "same prompt length" in reg["reason"]
