@@ -86,7 +86,8 @@ WINDOW_COLUMNS = [
     "t1_local_ns", "t0_meter_ns", "t1_meter_ns", "duration_s", "n_prompt_tokens",
     "n_generated_tokens", "n_samples", "energy_j", "energy_method", "energy_net_j",
     "energy_trapezoid_j", "energy_counter_j", "counter_minus_trapezoid_j",
-    "counter_resolution_j", "power_w", "request_method", "reason_code", "reason",
+    "counter_resolution_j", "power_w", "lag_correction_ms", "request_method", "reason_code",
+    "reason",
     "counter_reason", "net_reason",
 ]
 RESULT_COLUMNS = [
@@ -99,8 +100,8 @@ RESULT_COLUMNS = [
     "accuracy_basis", "epi", "epi_ci_lo", "epi_ci_hi", "epi_ci_coverage", "epi_energy_basis",
     "epi_reason",
     "perplexity", "pareto", "prefill_regression_j_per_token", "prefill_regression_ci_lo",
-    "prefill_regression_ci_hi", "prefill_regression_method", "energy_method", "edge_model",
-    "reason",
+    "prefill_regression_ci_hi", "prefill_regression_method", "lag_correction",
+    "energy_method", "edge_model", "reason",
 ]
 
 
@@ -136,6 +137,7 @@ def build_outputs(a: Analysis, argv: dict[str, Any]) -> dict[str, bytes]:
         "savings": _records(a.savings),
         "comparisons": _records(a.comparisons),
         "prefill_regression": _records(a.prefill_regression),
+        "load_lag": _records(a.lag),
         "phase_breakdown": _records(a.breakdown),
         "pareto": a.pareto,
         "perplexity_matched_pairs": a.pairs,
@@ -152,6 +154,7 @@ def build_outputs(a: Analysis, argv: dict[str, Any]) -> dict[str, bytes]:
         "results.csv": a.results.reindex(columns=RESULT_COLUMNS).to_csv(index=False).encode(),
         "comparisons.csv": a.comparisons.to_csv(index=False).encode(),
         "prefill_regression.csv": a.prefill_regression.to_csv(index=False).encode(),
+        "lag.csv": a.lag.to_csv(index=False).encode(),
         "savings.csv": a.savings.to_csv(index=False).encode(),
         "runs.csv": a.verdicts.to_csv(index=False).encode(),
         "windows.csv": a.windows.reindex(columns=WINDOW_COLUMNS).to_csv(index=False).encode(),
@@ -332,6 +335,18 @@ def summary_text(a: Analysis) -> str:
                 format_table(["config", "power", "requests", "prompt tokens",
                               "J/prompt tok (regression)", "direct", "direct inside interval"],
                              rrows)]
+    if len(a.lag):
+        lrows = [[r["config"], r["run_id"][:12], f"ch{r['channel']}",
+                  f"{r['lag_ms']:+.2f} [{r['lag_ci_lo_ms']:+.2f}, {r['lag_ci_hi_ms']:+.2f}]"
+                  if np.isfinite(r["lag_ms"]) else "null",
+                  "yes" if r["resolved"] else "no",
+                  f"{r['correction_applied_ms']:+.2f}" if r["correction_applied_ms"] else "-",
+                  r["reason"] or "-"] for _, r in a.lag.iterrows()]
+        out += ["", "Load lag: power edges after the token stamps, ms, from the trace "
+                "(approx. 95 % profile interval; resolved = interval excludes 0; corrected "
+                "only with --lag auto)",
+                format_table(["config", "run", "channel", "lag ms", "resolved",
+                              "corrected ms", "note"], lrows)]
     brows = [[r["config"], _num(r["prefill_mj"], ".1f"), _num(r["decode_mj"], ".1f"),
               _num(r["idle_mj"], ".1f"), _num(r["request_mj"], ".1f"),
               _num(r["net_request_mj"], ".1f")] for _, r in a.breakdown.iterrows()]
@@ -398,6 +413,12 @@ def summary_text(a: Analysis) -> str:
               help="Relative perplexity tolerance of matched pairs.")
 @click.option("--time-share", is_flag=True,
               help="Also split node energy over its layer groups by weight bytes (estimate).")
+@click.option("--lag", type=click.Choice(["none", "auto"]), default="none", show_default=True,
+              help="auto: shift each channel's windows by the load lag estimated from the "
+              "trace (labelled in the output); none: report the lag and flag it only.")
+@click.option("--max-lag-error-frac", type=float, default=0.01, show_default=True,
+              help="Largest energy a resolved load lag may move across a phase's edges, as a "
+              "fraction of its median window energy.")
 @click.option("--manifest-dir", type=click.Path(path_type=Path),
               help="Where the quantization manifests are (default: next to the model).")
 def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | None,
@@ -405,7 +426,8 @@ def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | N
             channels: str | None, out_dir: Path, energy_basis: str, edge: str,
             energy_method: str, max_resolution_frac: float,
             cv_threshold: float, max_offset_frac: float, min_samples: int, ppl_tolerance: float,
-            time_share: bool, manifest_dir: Path | None) -> None:
+            time_share: bool, lag: str, max_lag_error_frac: float,
+            manifest_dir: Path | None) -> None:
     """Joules per token by phase and node, EPI with CIs, and validity verdicts."""
     opts = Options(edge=edge, energy_method=energy_method,
                    max_resolution_frac=max_resolution_frac,
@@ -415,6 +437,7 @@ def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | N
                    accuracy_metric=accuracy_metric,
                    accuracy_values=parse_accuracy_values(accuracy_value),
                    ppl_tolerance=ppl_tolerance, baseline=baseline, time_share=time_share,
+                   lag=lag, max_lag_error_frac=max_lag_error_frac,
                    manifest_dir=manifest_dir)
     a = analyze_runs(list(run_dirs), trace_dir, opts, accuracy_file)
     argv = {"run_dirs": [str(d) for d in run_dirs], "trace": str(trace_dir),
@@ -422,7 +445,7 @@ def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | N
     write_atomically(out_dir, build_outputs(a, argv))
     click.echo(summary_text(a))
     click.echo(f"\nwrote {out_dir}/results.csv, results.json, runs.csv, repeats.csv, windows.csv, "
-               "savings.csv, comparisons.csv, prefill_regression.csv")
+               "savings.csv, comparisons.csv, prefill_regression.csv, lag.csv")
 
 
 def analyze_runs(run_dirs: list[Path], trace_dir: Path, opts: Options,

@@ -36,6 +36,13 @@ def scope_channels(infos: list[RunInfo], cfg: str, scope: str) -> list[int]:
     return sorted(set(chans))
 
 
+def lag_correction_text(infos: list[RunInfo], cfg: str) -> str:
+    """'none', or 'auto: ch0 +12.3 ms, ...' (the shifts --lag auto applied to this config)."""
+    shifts = [f"ch{ch} {ms:+.2f} ms" for i in infos if i.config == cfg
+              for ch, ms in sorted(i.lag_applied_ms.items())]
+    return "auto: " + ", ".join(shifts) if shifts else "none"
+
+
 def repeat_values(valid: pd.DataFrame, cfg: str, basis: str, *, scope: str = "all",
                   phase: str = "request", unit: str = "generated"
                   ) -> tuple[np.ndarray, np.ndarray]:
@@ -105,6 +112,8 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
         rows.append(row)
     res = pd.DataFrame(rows)
     res["ci_level_wanted"] = opts.ci_level
+    res["lag_correction"] = res["config"].map(
+        {c: lag_correction_text(infos, c) for c in res["config"].unique()})
     res["edge_model"] = opts.edge
     res["energy_method"] = opts.energy_method
     return res

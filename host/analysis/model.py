@@ -62,6 +62,8 @@ class Options:
     baseline: str | None = None
     time_share: bool = False
     manifest_dir: Path | None = None
+    lag: str = "none"  # "auto": shift each channel's windows by its estimated load lag
+    max_lag_error_frac: float = 0.01
 
 
 @dataclass
@@ -78,6 +80,8 @@ class RunInfo:
     idle_reason: dict[str, str]
     saturated: int
     offset_uncertainty_ns: float
+    lag: dict = field(default_factory=dict)  # channel → lag.LagEstimate
+    lag_applied_ms: dict = field(default_factory=dict)  # channel → shift applied (--lag auto)
 
 
 @dataclass

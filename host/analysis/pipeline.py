@@ -37,6 +37,7 @@ from host.analysis.figures import (
     savings_table,
 )
 from host.analysis.item_outcomes import load_item_outcomes
+from host.analysis.lag import estimate_lag, lag_row, request_edges
 from host.analysis.layer_groups import layer_group_figures
 from host.analysis.model import NS, Analysis, Options, RunInfo
 from host.analysis.power_source import channel_sources
@@ -61,6 +62,8 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
     opts = opts or Options()
     if opts.energy_basis not in ("gross", "net"):
         raise UserError(f"--energy-basis: {opts.energy_basis!r} is not gross or net")
+    if opts.lag not in ("none", "auto"):
+        raise UserError(f"--lag: {opts.lag!r} is not none or auto")
     if opts.energy_method not in ("counter", "trapezoid"):
         raise UserError(f"--energy-method: {opts.energy_method!r} is not counter or trapezoid")
     trace = read_trace(trace_dir, max_gap_periods=opts.max_gap_periods)
@@ -112,6 +115,12 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
         chans = sorted({c for cs in node_ch.values() for c in cs})
         sat = sum(trace.saturated(c, boot, *span) for c in chans) if span else 0
         info = RunInfo(run, cfg, boot, clock, node_ch, span, {}, {}, sat, unc)
+        if clock.usable:
+            pre, dec = request_edges(run.requests, clock.to_meter)
+            info.lag = {ch: estimate_lag(trace.series(ch, boot), pre, dec) for ch in chans}
+            if opts.lag == "auto":
+                info.lag_applied_ms = {ch: est.lag_ms for ch, est in info.lag.items()
+                                       if np.isfinite(est.lag_ms) and not est.reason}
         frames.append(measure_run(info, trace, opts))
         infos.append(info)
     check_overlaps(infos)
@@ -153,7 +162,13 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
     notes += g_notes
     return Analysis(trace, infos, win, rep, verdicts, results, savings, breakdown, pareto, pairs,
                     comps, diff, tshare, opts, notes, power_sources=sources,
-                    prefill_regression=reg)
+                    prefill_regression=reg, lag=lag_table(infos))
+
+
+def lag_table(infos: list[RunInfo]) -> pd.DataFrame:
+    rows = [lag_row(i.run.run_id, i.config, est, i.lag_applied_ms.get(ch, 0.0))
+            for i in infos for ch, est in sorted(i.lag.items())]
+    return pd.DataFrame(rows)
 
 
 def _attach_regression(results: pd.DataFrame, reg: pd.DataFrame) -> None:

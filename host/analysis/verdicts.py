@@ -31,6 +31,29 @@ def which_windows(w: pd.DataFrame, limit: int = 4) -> str:
     return ", ".join(out) + (f", +{more} more" if more > 0 else "")
 
 
+def lag_problem(info: RunInfo, phase: str, pw: pd.DataFrame, opts: Options) -> str:
+    """A reason when the load lag moves more energy across this phase's edges than allowed.
+
+    Only a resolved lag (its interval excludes 0) that `--lag auto` has not corrected counts:
+    |L| × the steps at the phase's two edges, summed over the run's channels, against
+    `max_lag_error_frac` of the phase's median window energy.
+    """
+    ests = [e for ch, e in sorted(info.lag.items())
+            if e.resolved and not e.reason and ch not in info.lag_applied_ms]
+    if not ests:
+        return ""
+    err = sum(e.phase_error_j(phase) for e in ests)
+    med = float(np.nanmedian(pw["energy_j"].to_numpy(np.float64))) if len(pw) and \
+        pw["energy_j"].notna().any() else float("nan")
+    if not np.isfinite(med) or med <= 0 or err <= opts.max_lag_error_frac * med:
+        return ""
+    lags = ", ".join(f"ch{e.channel} {e.lag_ms:+.1f} ms [{e.ci_lo_ms:+.1f}, {e.ci_hi_ms:+.1f}]"
+                     for e in ests)
+    return (f"load lag ({lags}) × the power steps moves ~{err:.3g} J across each {phase} "
+            f"window's edges, {err / med:.1%} of its median energy (budget "
+            f"{opts.max_lag_error_frac:.1%}): rerun with --lag auto or check the meter timing")
+
+
 def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
               opts: Options) -> pd.DataFrame:
     rows = []
@@ -81,6 +104,10 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
                         f"energy counter resolution {res:.3g} J is {res / e_rep:.1%} of the "
                         f"median {what} ({e_rep:.3g} J; limit {opts.max_resolution_frac:.1%}): "
                         "raise the board's meter constant")
+            if phase != "idle":
+                lag_reason = lag_problem(info, phase, pw, opts)
+                if lag_reason:
+                    reasons.append(lag_reason)
             med_dur = float(pw["duration_s"].median()) if len(pw) else float("nan")
             unc = info.offset_uncertainty_ns
             if info.clock.usable and np.isfinite(med_dur) and med_dur > 0:

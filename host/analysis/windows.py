@@ -208,7 +208,9 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
     w["t1_meter_ns"] = t1
     w["duration_s"] = (t1 - t0) / NS  # one clock per figure: the meter's
     chans = sorted({c for cs in info.node_channels.values() for c in cs})
-    per_channel = {ch: window_energy(trace.series(ch, info.boot_id), t0, t1, edge=opts.edge,
+    shift = {ch: round(info.lag_applied_ms.get(ch, 0.0) * 1e6) for ch in chans}
+    per_channel = {ch: window_energy(trace.series(ch, info.boot_id), t0 + shift[ch],
+                                     t1 + shift[ch], edge=opts.edge,
                                      min_samples=opts.min_samples) for ch in chans}
     resolution = {ch: trace.channels[ch].counter_resolution_j for ch in chans}
     frames = []
@@ -217,6 +219,8 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
         f = w.copy()
         f["scope"] = scope
         f["power_source"] = scope_source[scope]
+        f["lag_correction_ms"] = float(np.mean([info.lag_applied_ms.get(c, 0.0)
+                                                for c in scope_chans]))
         for col in ("energy_j", "energy_method", "energy_trapezoid_j", "energy_counter_j",
                     "counter_resolution_j"):
             f[col] = comb[col]

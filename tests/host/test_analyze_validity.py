@@ -113,7 +113,7 @@ def test_no_interval_is_labelled_95_percent_unless_it_is_one(synth_run, tmp_path
     assert code == 0, err
     assert "95% bootstrap" not in stdout and "95 % bootstrap" not in stdout
     assert "no 95 % interval of the median exists from n=3 repeats" in stdout
-    row = [ln for ln in stdout.splitlines() if ln.startswith("q4_k_m")][0]
+    row = next(ln for ln in stdout.splitlines() if ln.startswith("q4_k_m"))
     assert "] 75 %" in row  # the J/token interval shows its real coverage
     res = pd.read_csv(out / "results.csv")
     h = res[(res["scope"] == "all") & (res["phase"] == "request") & (res["unit"] == "generated")]
@@ -188,3 +188,56 @@ def test_prefill_regression_refuses_a_fixed_prompt_length(synth_run):
     a = analyze([rdir], tdir)
     reg = a.prefill_regression.iloc[0]
     assert np.isnan(reg["j_per_prompt_token"]) and "same prompt length" in reg["reason"]
+
+
+# --------------------------------------------------------------------------- load lag
+def _lagged_run(tmp_path, synth_tools, lag_ms: float):
+    """Power edges `lag_ms` after the token stamps (a meter or supply that trails the load)."""
+    sched = synth_tools.make_schedule(500 * NS, n_repeats=3, prompts=3)
+    sh = round(lag_ms * 1e6)
+    late = synth_tools.Schedule(sched.idle, [
+        {**r, "start": r["start"] + sh, "first": r["first"] + sh, "end": r["end"] + sh}
+        for r in sched.requests])
+    prof = late.profile(idle_w=3.0, prefill_w=8.0, decode_w=6.0)
+    tdir = synth_tools.write_trace(tmp_path / f"trace{lag_ms}", {0: prof}, 498 * NS,
+                                   sched.requests[-1]["end"] + 3 * NS, period_s=0.05)
+    rdir = synth_tools.write_run(tmp_path / f"run{lag_ms}", sched)
+    return tdir, rdir, sched, prof
+
+
+def test_load_lag_is_estimated_from_the_trace_and_flagged(tmp_path, synth_tools):
+    tdir, rdir, _, _ = _lagged_run(tmp_path, synth_tools, 40.0)
+    a = analyze([rdir], tdir)
+    lag = a.lag.iloc[0]
+    assert lag["lag_ms"] == pytest.approx(40.0, abs=1.0)
+    assert lag["lag_ci_lo_ms"] <= 40.0 <= lag["lag_ci_hi_ms"] and lag["resolved"]
+    assert lag["step_prefill_w"] == pytest.approx(5.0, rel=0.02)
+    assert lag["correction_applied_ms"] == 0.0
+    v = a.verdicts.set_index("phase")
+    # 40 ms × (5 W + 2 W) = 0.28 J of a 4.8 J prefill: over the 1 % budget
+    assert not v.loc["prefill", "valid"] and "load lag (ch0 +40" in v.loc["prefill", "reasons"]
+    assert "--lag auto" in v.loc["prefill", "reasons"]
+    assert v.loc["idle", "valid"]
+
+
+def test_lag_auto_corrects_and_labels(tmp_path, synth_tools):
+    tdir, rdir, sched, prof = _lagged_run(tmp_path, synth_tools, 40.0)
+    a = analyze([rdir], tdir, Options(lag="auto"))
+    assert a.verdicts["valid"].all(), a.verdicts["reasons"].tolist()
+    w = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] == "prefill")]
+    truth = [prof.energy(r["start"] + 40_000_000, r["first"] + 40_000_000)
+             for r in sched.requests if not r["warmup"]]
+    np.testing.assert_allclose(w["energy_j"], truth, rtol=2e-3)
+    np.testing.assert_allclose(w["lag_correction_ms"], 40.0, atol=1.0)
+    assert a.results["lag_correction"].str.startswith("auto: ch0 +").all()
+    plain = analyze([rdir], tdir)
+    wp = plain.windows[(plain.windows["scope"] == "all") & (plain.windows["kind"] == "prefill")]
+    assert np.max(np.abs(wp["energy_j"].to_numpy() / truth - 1)) > 0.02  # uncorrected: off
+
+
+def test_no_lag_is_not_flagged(tmp_path, synth_tools):
+    tdir, rdir, _, _ = _lagged_run(tmp_path, synth_tools, 0.0)
+    a = analyze([rdir], tdir)
+    lag = a.lag.iloc[0]
+    assert lag["lag_ci_lo_ms"] <= 0.0 <= lag["lag_ci_hi_ms"] and not lag["resolved"]
+    assert a.verdicts["valid"].all(), a.verdicts["reasons"].tolist()
