@@ -4,8 +4,9 @@ Two independent intervals hide differences that a paired comparison resolves: ev
 configuration is scored on the same benchmark items, and (in a campaign) measured in the same
 rounds, so what they share cancels in the per-item or per-round difference.
 
-Energy (`energy_difference`): the repeats of A and B are paired by round when they are
-interleaved in time (the r-th repeat of each starts before the (r+1)-th of either); the
+Energy (`energy_difference`): the repeats of A and B are paired by round when the rounds are
+interleaved in time (a round = one run of each configuration, or one repeat; the r-th round of
+each starts before the (r+1)-th of either; `round_pairs`); the
 per-round differences d_r = B_r − A_r (and the relative saving (A_r − B_r)/A_r) get a
 Student-t interval of their mean (exact for normal differences at any n ≥ 2). When the repeats
 are not interleaved (one configuration measured after the other) they cannot be paired: the
@@ -35,6 +36,38 @@ PAIRED_ROUNDS = "paired by round (repeats interleaved); Student-t on per-round d
 UNPAIRED = "unpaired: repeats not interleaved in time; Welch t on the difference of means"
 
 
+def round_pairs(va: np.ndarray, ta: np.ndarray, vb: np.ndarray, tb: np.ndarray,
+                block_a: np.ndarray | None = None, block_b: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(A values, B values) paired by round, or None when the rounds do not interleave.
+
+    A round is a block of repeats measured together (one run of each configuration, as a
+    campaign measures them; without blocks every repeat is its own round). Blocks pair in time
+    order when A's and B's alternate (`interleaved` on the blocks' start times, ≥ 2 rounds)
+    and the paired blocks hold equally many repeats; inside a block, repeats pair in time
+    order.
+    """
+    ba = np.arange(len(va)) if block_a is None else np.asarray(block_a)
+    bb = np.arange(len(vb)) if block_b is None else np.asarray(block_b)
+
+    def blocks(v: np.ndarray, t: np.ndarray, b: np.ndarray) -> list[tuple[float, np.ndarray]]:
+        out = []
+        for key in dict.fromkeys(b.tolist()):
+            sel = b == key
+            order = np.argsort(t[sel], kind="stable")
+            out.append((float(np.min(t[sel])), v[sel][order]))
+        return sorted(out, key=lambda x: x[0])
+
+    xa, xb = blocks(va, ta, ba), blocks(vb, tb, bb)
+    if len(xa) != len(xb) or len(xa) < 2:
+        return None
+    if not interleaved(np.array([x[0] for x in xa]), np.array([x[0] for x in xb])):
+        return None
+    if any(len(x[1]) != len(y[1]) for x, y in zip(xa, xb, strict=True)):
+        return None
+    return (np.concatenate([x[1] for x in xa]), np.concatenate([y[1] for y in xb]))
+
+
 def interleaved(t_a: np.ndarray, t_b: np.ndarray) -> bool:
     """Whether A's and B's repeats (start times) alternate round by round."""
     a, b = np.sort(np.asarray(t_a)), np.sort(np.asarray(t_b))
@@ -59,7 +92,8 @@ def _welch(va: np.ndarray, vb: np.ndarray, level: float) -> tuple[float, float, 
 
 
 def energy_difference(a: np.ndarray, t_a: np.ndarray, b: np.ndarray, t_b: np.ndarray, *,
-                      level: float = 0.95) -> dict:
+                      level: float = 0.95, block_a: np.ndarray | None = None,
+                      block_b: np.ndarray | None = None) -> dict:
     """B − A over repeats (J/token), paired by round where possible; relative saving of B.
 
     Returns delta, its interval, `saving_pct` ((A − B)/A · 100) with its interval, n, method,
@@ -77,8 +111,9 @@ def energy_difference(a: np.ndarray, t_a: np.ndarray, b: np.ndarray, t_b: np.nda
         return row
     row["delta"] = float(np.mean(vb) - np.mean(va))
     row["saving_pct"] = float((np.mean(va) - np.mean(vb)) / np.mean(va) * 100.0)
-    if interleaved(ta, tb):
-        oa, ob = va[np.argsort(ta)], vb[np.argsort(tb)]
+    pairs = round_pairs(va, ta, vb, tb, block_a, block_b)
+    if pairs is not None:
+        oa, ob = pairs
         d = t_interval(ob - oa, level)
         s = t_interval((oa - ob) / oa * 100.0, level)
         row.update(delta=float(np.mean(ob - oa)), delta_ci_lo=d.lo, delta_ci_hi=d.hi,

@@ -145,7 +145,8 @@ def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray,
                      level: float = 0.95) -> list[dict]:
     """Pairs with |Δppl| ≤ rel_tol·min(ppl), each with its paired J/token difference.
 
-    `repeats[config]` = (J/token per repeat, repeat start times). The cheaper configuration is
+    `repeats[config]` = (J/token per repeat, repeat start times[, run of each repeat]). The
+    cheaper configuration is
     the one with the lower mean; `distinguishable` is False when the paired interval of the
     difference holds 0 (the two cannot be told apart on energy).
     """
@@ -156,13 +157,16 @@ def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray,
     empty = (np.zeros(0), np.zeros(0))
     out = []
     for a, b in zip(ii[keep], jj[keep], strict=True):  # matched pairs only (a handful)
-        va, ta = repeats.get(configs[a], empty)
-        vb, tb = repeats.get(configs[b], empty)
+        va, ta, *ra = repeats.get(configs[a], empty)
+        vb, tb, *rb = repeats.get(configs[b], empty)
         mean_a = float(np.mean(va)) if len(va) else float("nan")
         mean_b = float(np.mean(vb)) if len(vb) else float("nan")
         if mean_b > mean_a:  # order as (dearer, cheaper): the difference is the saving
-            a, b, va, ta, vb, tb, mean_a, mean_b = b, a, vb, tb, va, ta, mean_b, mean_a
-        d = paired.energy_difference(va, ta, vb, tb, level=level)
+            a, b, va, ta, ra, vb, tb, rb, mean_a, mean_b = (b, a, vb, tb, rb, va, ta, ra,
+                                                            mean_b, mean_a)
+        d = paired.energy_difference(va, ta, vb, tb, level=level,
+                                     block_a=ra[0] if ra else None,
+                                     block_b=rb[0] if rb else None)
         out.append({
             "cheaper": configs[b], "dearer": configs[a],
             "ppl_cheaper": float(p[b]), "ppl_dearer": float(p[a]),
@@ -187,7 +191,8 @@ def differential_groups(
     """Energy attributed to one layer group by runs that differ only in that group's type.
 
     `group_types[config][group]` is the group's type signature; configurations must share the
-    same group names. `repeats[config]` = (J/token per repeat, repeat start times). For each
+    same group names. `repeats[config]` = (J/token per repeat, repeat start times[, run of each
+    repeat]). For each
     pair differing in exactly one group, Δ = mean(B) − mean(A) (J/token) with its paired
     per-round interval (or Welch's, labelled unpaired, when repeats are not interleaved).
     """
@@ -201,9 +206,11 @@ def differential_groups(
             diff = [g for g in ga if ga[g] != gb[g]]
             if len(diff) != 1:
                 continue
-            va, ta = repeats[a]
-            vb, tb = repeats[b]
-            d = paired.energy_difference(va, ta, vb, tb, level=level)
+            va, ta, *ra = repeats[a]
+            vb, tb, *rb = repeats[b]
+            d = paired.energy_difference(va, ta, vb, tb, level=level,
+                                         block_a=ra[0] if ra else None,
+                                         block_b=rb[0] if rb else None)
             out.append({"group": diff[0], "config_a": a, "config_b": b,
                         "type_a": ga[diff[0]], "type_b": gb[diff[0]],
                         "delta_j_per_token": d["delta"], "ci_lo": d["delta_ci_lo"],

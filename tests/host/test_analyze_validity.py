@@ -241,3 +241,81 @@ def test_no_lag_is_not_flagged(tmp_path, synth_tools):
     lag = a.lag.iloc[0]
     assert lag["lag_ci_lo_ms"] <= 0.0 <= lag["lag_ci_hi_ms"] and not lag["resolved"]
     assert a.verdicts["valid"].all(), a.verdicts["reasons"].tolist()
+
+
+# --------------------------------------------------------------------------- paired comparisons
+def _interleaved_campaign(tmp_path, synth_tools):
+    """3 rounds, each one run of q4 then one of q8 (2 repeats each); q8 draws 3 % more, and
+    every round draws differently (the room warms and cools: ×1.00, ×1.10, ×0.95)."""
+    cursor = 500 * NS
+    times, levels, runs = [cursor - 60 * NS], [3.0], []
+    for r, factor in enumerate((1.00, 1.10, 0.95)):
+        for cfg, extra, sha in (("q4", 1.00, "1" * 64), ("q8", 1.03, "2" * 64)):
+            sched = synth_tools.make_schedule(cursor, n_repeats=2, prompts=2, seed=10 * r + 1)
+            prof = sched.profile(idle_w=3.0 * factor, prefill_w=8.0 * factor * extra,
+                                 decode_w=6.0 * factor * extra)
+            times += list(prof.t_ns[1:])
+            levels += list(prof.level_w[1:])
+            runs.append(synth_tools.write_run(tmp_path / f"{cfg}_round{r}", sched, map_id=cfg,
+                                              sha256=sha, run_id=f"{cfg}-round{r}"))
+            cursor = sched.requests[-1]["end"] + 5 * NS
+    prof = synth_tools.Steps(np.array(times, np.int64), np.array(levels))
+    tdir = synth_tools.write_trace(tmp_path / "trace", {0: prof}, 495 * NS, cursor)
+    return tdir, runs
+
+
+def _accuracy_with_items(path, n_items: int = 200, flips: int = 10):
+    rng = np.random.default_rng(3)
+    a = (rng.random(n_items) < 0.5).astype(int)
+    b = a.copy()
+    b[np.flatnonzero(a == 0)[:flips]] = 1
+    ids = [f"hs{k}" for k in range(n_items)]
+
+    def entry(sha, correct):
+        acc = float(np.mean(correct))
+        return {"path": f"{sha[0]}.gguf", "sha256": sha, "map_id": None, "perplexity": None,
+                "benchmarks": {"hellaswag": {
+                    "n": n_items, "accuracy_norm": acc, "ci95_norm": [acc - 0.07, acc + 0.07],
+                    "items": {"ids": ids, "accuracy": correct.tolist(),
+                              "accuracy_norm": correct.tolist(),
+                              "accuracy_token_norm": correct.tolist()}}},
+                "composite": {"accuracy": acc, "ci95": [acc - 0.07, acc + 0.07],
+                              "weights": {"hellaswag": 1.0}, "metric": "accuracy_norm"}}
+
+    path.write_text(json.dumps({"format": "epi-accuracy", "format_version": 1,
+                                "models": [entry("1" * 64, a), entry("2" * 64, b)]}))
+    return path
+
+
+def test_paired_savings_and_accuracy_resolve_what_separate_intervals_hide(tmp_path,
+                                                                          synth_tools):
+    tdir, runs = _interleaved_campaign(tmp_path, synth_tools)
+    acc = _accuracy_with_items(tmp_path / "acc.json")
+    a = analyze(runs, tdir, Options(baseline="q4"), accuracy_file=acc)
+    assert a.verdicts["valid"].all(), a.verdicts["reasons"].tolist()
+    h = a.results[(a.results["scope"] == "all") & (a.results["phase"] == "request")
+                  & (a.results["unit"] == "generated") & (a.results["basis"] == "gross")
+                  ].set_index("config")
+    # the separate intervals (6 repeats each: a real ≥ 95 % interval) overlap ...
+    assert (h["n_repeats"] == 6).all() and h["ci_level_met"].all()
+    assert h.loc["q8", "j_per_token_ci_lo"] < h.loc["q4", "j_per_token_ci_hi"]
+    # ... the per-round pairs resolve q8's 3 % extra energy
+    s = a.savings.set_index("config").loc["q8"]
+    assert s["energy_ci_method"].startswith("paired by round") and s["n_pairs"] == 6
+    assert s["energy_saving_pct"] == pytest.approx(-3.0, abs=0.3)
+    assert s["energy_saving_pct_ci_hi"] < 0 and s["energy_distinguishable"]
+    # accuracy per item: 10 more right, all 10 discordant → McNemar p = 2/2¹⁰
+    assert s["accuracy_delta"] == pytest.approx(10 / 200)
+    assert s["accuracy_mcnemar_p"] == pytest.approx(2 / 1024)
+    assert s["accuracy_distinguishable"] and s["accuracy_delta_ci_lo"] > 0
+    c = a.comparisons.set_index("comparison").loc["savings vs baseline"]
+    assert c["verdict"] == "q8 uses more energy than q4; q8 is more accurate"
+
+
+def test_configurations_that_cannot_be_told_apart_are_said_to(tmp_path, synth_tools):
+    tdir, runs = _interleaved_campaign(tmp_path, synth_tools)
+    acc = _accuracy_with_items(tmp_path / "acc.json", flips=0)  # identical outcomes
+    a = analyze(runs, tdir, Options(baseline="q4"), accuracy_file=acc)
+    c = a.comparisons.set_index("comparison").loc["savings vs baseline"]
+    assert c["accuracy_delta"] == 0.0 and not c["accuracy_distinguishable"]
+    assert "cannot be told apart on accuracy" in c["verdict"]
