@@ -201,15 +201,16 @@ def _pct(x: float) -> str:
 
 
 def _ci(med: float, lo: float, hi: float, coverage: float | None = None,
-        at_least: bool = False) -> str:
-    """"value [lo, hi] 75 %": every interval printed with the coverage it has."""
+        at_least: bool = False, n: object = None) -> str:
+    """"value [lo, hi] 75 % n=3": every interval printed with the coverage it has (and n)."""
     if not np.isfinite(med):
         return "null"
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return f"{med:.4g}"
     cov = "" if coverage is None or not np.isfinite(coverage) else \
         (" ≥" if at_least else " ") + _pct(coverage)
-    return f"{med:.4g} [{lo:.4g}, {hi:.4g}]{cov}"
+    n_txt = f" n={int(n)}" if n is not None and not pd.isna(n) else ""
+    return f"{med:.4g} [{lo:.4g}, {hi:.4g}]{cov}{n_txt}"
 
 
 def modelled_banner(a: Analysis) -> str | None:
@@ -260,7 +261,7 @@ def summary_text(a: Analysis) -> str:
             cfg, g["power_source"] or "?", f"{g['n_runs_valid']}/{g['n_runs']}",
             _num(g["energy_per_request_j_median"]),
             _ci(g["j_per_token_median"], g["j_per_token_ci_lo"], g["j_per_token_ci_hi"],
-                g["ci_coverage"]),
+                g["ci_coverage"], n=g["n_repeats"]),
             _num(n["j_per_token_median"]), _num(t["j_per_token_median"]),
             pre, _num(d["j_per_token_median"]),
             _num(g["j_per_token_cv"] * 100, ".2f"),
@@ -298,7 +299,8 @@ def summary_text(a: Analysis) -> str:
         b = a.savings["baseline"].iloc[0]
         srows = [[r["config"], _num(r["j_per_token"]),
                   _ci(r["energy_saving_pct"], r["energy_saving_pct_ci_lo"],
-                      r["energy_saving_pct_ci_hi"], r["energy_ci_coverage"]),
+                      r["energy_saving_pct_ci_hi"], r["energy_ci_coverage"],
+                      n=r["n_pairs"] or None),
                   _short_method(r["energy_ci_method"]), _num(r["latency_s"], ".3f"),
                   _num(r["latency_saving_pct"], "+.1f"),
                   _ci(r["accuracy_delta"], r["accuracy_delta_ci_lo"],
@@ -313,7 +315,8 @@ def summary_text(a: Analysis) -> str:
     if len(a.comparisons):
         crows = [[r["comparison"], r["config_a"], r["config_b"],
                   _ci(r["energy_delta_j_per_token"], r["energy_delta_ci_lo"],
-                      r["energy_delta_ci_hi"], r["energy_ci_coverage"]),
+                      r["energy_delta_ci_hi"], r["energy_ci_coverage"],
+                      n=r["n_pairs"] or None),
                   _short_method(r["energy_ci_method"]), r["verdict"]]
                  for _, r in a.comparisons.iterrows()]
         out += ["", "Pairwise differences (B − A, J per generated token; paired by round when "
@@ -359,7 +362,7 @@ def summary_text(a: Analysis) -> str:
     if nodes["scope"].nunique() > 1 or len(nodes) > len(res["config"].unique()):
         nrows = [[r["config"], r["scope"], r["layers"], r["power_source"],
                   _ci(r["j_per_token_median"], r["j_per_token_ci_lo"], r["j_per_token_ci_hi"],
-                      r["ci_coverage"])]
+                      r["ci_coverage"], n=r["n_repeats"])]
                  for _, r in nodes.iterrows()]
         out += ["", f"Per node (layer groups on each node's own meter channels; "
                 f"{basis} J per generated token)",

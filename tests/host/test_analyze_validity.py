@@ -114,7 +114,7 @@ def test_no_interval_is_labelled_95_percent_unless_it_is_one(synth_run, tmp_path
     assert "95% bootstrap" not in stdout and "95 % bootstrap" not in stdout
     assert "no 95 % interval of the median exists from n=3 repeats" in stdout
     row = next(ln for ln in stdout.splitlines() if ln.startswith("q4_k_m"))
-    assert "] 75 %" in row  # the J/token interval shows its real coverage
+    assert "] 75 % n=3" in row  # the J/token interval shows its real coverage and n
     res = pd.read_csv(out / "results.csv")
     h = res[(res["scope"] == "all") & (res["phase"] == "request") & (res["unit"] == "generated")]
     assert (h["ci_coverage"] == 0.75).all() and (~h["ci_level_met"]).all()

@@ -171,3 +171,12 @@ def test_composite_accuracy_difference_weights_benchmarks():
     assert "weighted" in r["method"]
     none = paired.accuracy_difference({"x": ones}, {"z": ones}, {"x": 1.0})
     assert none["distinguishable"] is None and "no per-item" in none["reason"]
+
+
+def test_epi_interval_coverage_is_a_bonferroni_lower_bound():
+    acc = stats.Accuracy(0.5, 0.45, 0.55, "x")
+    assert stats.epi_coverage(0.75, acc) == pytest.approx(0.70)
+    assert stats.epi_coverage(0.9688, acc) == pytest.approx(0.9188)
+    # an accuracy given without an interval counts as exact
+    assert stats.epi_coverage(0.75, stats.Accuracy(0.5, np.nan, np.nan, "cli")) == 0.75
+    assert np.isnan(stats.epi_coverage(0.75, None))
