@@ -9,8 +9,11 @@
 3. windows — idle baseline, every request, its prefill and its decode — are integrated for all
    channels of the run at once (align.window_energy), then summed per node and over all the
    run's channels (scope "all");
-4. verdicts per run and phase, then median/CV/bootstrap CI over the repeats of valid runs, EPI,
-   Pareto, perplexity-matched pairs and layer-group figures (host.analysis.statistics).
+4. the load lag per run and channel (host.analysis.lag; `--lag auto` shifts the windows by it);
+5. verdicts per run and phase (scoped to the windows a fault touches), then median/CV and
+   order-statistic intervals with their real coverage over the repeats of valid runs, EPI,
+   Pareto, paired comparisons (host.analysis.paired), the prefill regression estimate and
+   layer-group figures (host.analysis.statistics, figures, prefill_regression).
 
 Nothing here writes files; epi.commands.analyze does, atomically.
 """
