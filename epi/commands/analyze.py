@@ -325,7 +325,8 @@ def summary_text(a: Analysis) -> str:
                              crows)]
     if len(reg):
         rrows = [[r["config"], r["power_source"], int(r["n_requests"]),
-                  f"{_num(r['prompt_tokens_min'], '.0f')}–{_num(r['prompt_tokens_max'], '.0f')}",
+                  f"{_num(r['prompt_tokens_min'], '.0f')}–{_num(r['prompt_tokens_max'], '.0f')}"
+                  if r["n_requests"] else "-",
                   _ci(r["j_per_prompt_token"], r["ci_lo"], r["ci_hi"], 0.95)
                   if np.isfinite(r["j_per_prompt_token"]) else f"null ({r['reason']})",
                   _num(r["direct_j_per_prompt_token"]),

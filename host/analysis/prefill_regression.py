@@ -72,7 +72,8 @@ def prefill_regression(win: pd.DataFrame, verdicts: pd.DataFrame, results: pd.Da
         row = dict.fromkeys(COLUMNS, nan)
         row.update(config=cfg, n_requests=len(y), direct_j_per_prompt_token=direct,
                    method=METHOD, reason="", agrees_with_direct=None,
-                   power_source=str(g["power_source"].iloc[0]) if len(g) else "",
+                   power_source=str(req[req["config"] == cfg]["power_source"].iloc[0])
+                   if (req["config"] == cfg).any() else "",
                    prompt_tokens_min=float(npr.min()) if len(npr) else nan,
                    prompt_tokens_max=float(npr.max()) if len(npr) else nan)
         x = np.column_stack([np.ones(len(y)), npr, ngen])

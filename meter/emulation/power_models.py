@@ -247,7 +247,7 @@ class ActivityModel(_Piecewise):
         *,
         idle_w: float = 2.7,
         max_w: float = 9.5,
-        update_period_s: float = 0.02,
+        update_period_s: float = 0.05,
         proc_stat: str | Path = "/proc/stat",
         cpu_times: Callable[[], tuple[int, int]] | None = None,
         max_points: int = 50_000,
