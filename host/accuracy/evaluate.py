@@ -25,7 +25,7 @@ from host.accuracy import perplexity as ppl
 from host.accuracy.items import BENCHMARKS, FORMAT, Item, items_sha256
 from host.accuracy.readers import load_items
 from host.accuracy.results import FORMAT as RESULTS_FORMAT
-from host.accuracy.results import FORMAT_VERSION
+from host.accuracy.results import FORMAT_VERSION, item_outcomes
 from host.accuracy.scorer import Scorer, check_model_file
 from host.accuracy.stats import composite
 from host.accuracy.subset import METHOD, take_subset
@@ -186,6 +186,7 @@ def evaluate_benchmark(models: _Models, sha: str, bd: BenchData, settings: Setti
     else:
         cached = True
     result = mc.summarize(stored["records"])
+    result["items"] = item_outcomes(stored["records"])  # per-item outcomes: paired comparisons
     result.update(
         subset=bd.subset,
         data=bd.data,

@@ -73,6 +73,26 @@ def _check_accuracy(block: dict[str, Any], where: str, value_key: str, ci_key: s
                         "(need lower ≤ accuracy ≤ upper)")
 
 
+def _check_items(items: Any, where: str) -> None:
+    """Per-item outcomes (optional): unique string ids and, per ranking, one 0/1 per id."""
+    if items is None:
+        return
+    if not isinstance(items, dict):
+        raise UserError(f"{where}: expected an object or absent")
+    ids = items.get("ids")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise UserError(f"{where}.ids: expected a list of item id strings")
+    if len(set(ids)) != len(ids):
+        raise UserError(f"{where}.ids: item ids repeat")
+    for key, values in items.items():
+        if key == "ids":
+            continue
+        if not isinstance(values, list) or len(values) != len(ids):
+            raise UserError(f"{where}.{key}: expected a list of {len(ids)} outcomes (one per id)")
+        if not all(type(v) is int and v in (0, 1) for v in values):
+            raise UserError(f"{where}.{key}: outcomes must be 0 or 1")
+
+
 def check_model_entry(m: dict[str, Any], where: str) -> None:
     """Every field of a model entry that a reader uses: types, ranges, finiteness."""
     if not (isinstance(m["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", m["sha256"])):
@@ -95,6 +115,7 @@ def check_model_entry(m: dict[str, Any], where: str) -> None:
         check_int(block.get("n"), f"{w}.n", lo=0, null_ok=True)
         for value_key, ci_key in ACCURACY_KEYS:
             _check_accuracy(block, w, value_key, ci_key)
+        _check_items(block.get("items"), f"{w}.items")
     comp = m["composite"]
     if comp is not None:
         w = f"{where}: field composite"
@@ -118,3 +139,31 @@ def read_results(path: Path) -> dict[str, Any]:
 def accuracy_by_sha256(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """{model sha256: model entry} — the join the EPI analysis makes with token logs."""
     return {m["sha256"]: m for m in doc["models"]}
+
+
+def item_outcomes(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-item correctness under each ranking, for paired comparisons between models.
+
+    `{"ids": [item id, ...], "accuracy": [0/1, ...], "accuracy_norm": [...],
+    "accuracy_token_norm": [...]}` in the scored order: two models scored on the same items
+    can then be compared item by item (McNemar; docs/analysis.md) instead of as two
+    independent intervals.
+    """
+    from host.accuracy.multiple_choice import METRICS, predictions
+
+    out: dict[str, Any] = {"ids": [str(r["id"]) for r in records]}
+    chosen = [predictions(r["scores"]) for r in records]
+    for metric, key in METRICS.items():
+        out[key] = [int(c[metric] == r["gold"]) for c, r in zip(chosen, records, strict=True)]
+    return out
+
+
+def outcomes_by_item(block: dict[str, Any], metric: str) -> dict[str, int] | None:
+    """{item id: 1 if right} of one benchmark entry under `metric`; None when not stored."""
+    items = block.get("items")
+    if not isinstance(items, dict) or not isinstance(items.get(metric), list):
+        return None
+    ids = items.get("ids")
+    if not isinstance(ids, list) or len(ids) != len(items[metric]):
+        return None
+    return {str(i): int(v) for i, v in zip(ids, items[metric], strict=True)}

@@ -78,11 +78,12 @@ def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.Da
     basis = opts.energy_basis
     sel = valid[(valid["scope"] == "all") & (valid["phase"] == "request")
                 & (valid["unit"] == "generated") & (valid["basis"] == basis)]
-    values = {c: g["j_per_token"].to_numpy(np.float64) for c, g in sel.groupby("config")}
+    values = {c: (g["j_per_token"].to_numpy(np.float64),
+                  g["t_start_meter_ns"].to_numpy(np.float64), g["run_id"].to_numpy(object))
+              for c, g in sel.groupby("config")}
     sigs = {c: {g["name"]: _group_signature(g) for g in m["layer_groups"]}
             for c, m in manifests.items()}
-    diff = epimod.differential_groups(sigs, values, n_boot=opts.n_boot, level=opts.ci_level,
-                                      seed=opts.seed)
+    diff = epimod.differential_groups(sigs, values, level=opts.ci_level)
     for d in diff:
         d["energy_basis"] = f"{basis} J per generated token (whole request)"
         d["method"] = "differential: runs differing only in this group's type"

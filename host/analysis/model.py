@@ -50,9 +50,7 @@ class Options:
     cv_threshold: float = 0.03
     max_offset_frac: float = 0.01
     single_sync_drift_ppm: float = 100.0
-    n_boot: int = 2000
     ci_level: float = 0.95
-    seed: int = 0
     channels: dict[str, list[int]] | None = None
     energy_basis: str = "gross"
     energy_method: str = "counter"
@@ -64,6 +62,8 @@ class Options:
     baseline: str | None = None
     time_share: bool = False
     manifest_dir: Path | None = None
+    lag: str = "none"  # "auto": shift each channel's windows by its estimated load lag
+    max_lag_error_frac: float = 0.01
 
 
 @dataclass
@@ -80,6 +80,8 @@ class RunInfo:
     idle_reason: dict[str, str]
     saturated: int
     offset_uncertainty_ns: float
+    lag: dict = field(default_factory=dict)  # channel → lag.LagEstimate
+    lag_applied_ms: dict = field(default_factory=dict)  # channel → shift applied (--lag auto)
 
 
 @dataclass
@@ -96,7 +98,11 @@ class Analysis:
     breakdown: pd.DataFrame
     pareto: list[str]
     pairs: list[dict]
+    comparisons: pd.DataFrame
     differential: list[dict]
     time_share: list[dict]
     options: Options
     notes: list[str]
+    power_sources: dict[int, str] = field(default_factory=dict)
+    prefill_regression: pd.DataFrame = field(default_factory=pd.DataFrame)
+    lag: pd.DataFrame = field(default_factory=pd.DataFrame)

@@ -9,8 +9,11 @@
 3. windows — idle baseline, every request, its prefill and its decode — are integrated for all
    channels of the run at once (align.window_energy), then summed per node and over all the
    run's channels (scope "all");
-4. verdicts per run and phase, then median/CV/bootstrap CI over the repeats of valid runs, EPI,
-   Pareto, perplexity-matched pairs and layer-group figures (host.analysis.statistics).
+4. the load lag per run and channel (host.analysis.lag; `--lag auto` shifts the windows by it);
+5. verdicts per run and phase (scoped to the windows a fault touches), then median/CV and
+   order-statistic intervals with their real coverage over the repeats of valid runs, EPI,
+   Pareto, paired comparisons (host.analysis.paired), the prefill regression estimate and
+   layer-group figures (host.analysis.statistics, figures, prefill_regression).
 
 Nothing here writes files; epi.commands.analyze does, atomically.
 """
@@ -29,14 +32,19 @@ from host.analysis.align import (
     ClockMap,
 )
 from host.analysis.figures import (
+    comparisons,
     config_results,
     matched_pairs,
     pareto_configs,
     phase_breakdown,
     savings_table,
 )
+from host.analysis.item_outcomes import load_item_outcomes
+from host.analysis.lag import estimate_lag, lag_row, request_edges
 from host.analysis.layer_groups import layer_group_figures
 from host.analysis.model import NS, Analysis, Options, RunInfo
+from host.analysis.power_source import channel_sources
+from host.analysis.prefill_regression import prefill_regression
 from host.analysis.tokenlog_reader import read_run
 from host.analysis.traces import read_trace
 from host.analysis.verdicts import check_overlaps, run_verdicts
@@ -57,6 +65,8 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
     opts = opts or Options()
     if opts.energy_basis not in ("gross", "net"):
         raise UserError(f"--energy-basis: {opts.energy_basis!r} is not gross or net")
+    if opts.lag not in ("none", "auto"):
+        raise UserError(f"--lag: {opts.lag!r} is not none or auto")
     if opts.energy_method not in ("counter", "trapezoid"):
         raise UserError(f"--energy-method: {opts.energy_method!r} is not counter or trapezoid")
     trace = read_trace(trace_dir, max_gap_periods=opts.max_gap_periods)
@@ -110,6 +120,12 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
         chans = sorted({c for cs in node_ch.values() for c in cs})
         sat = sum(trace.saturated(c, boot, *span) for c in chans) if span else 0
         info = RunInfo(run, cfg, boot, clock, node_ch, span, {}, {}, sat, unc)
+        if clock.usable:
+            pre, dec = request_edges(run.requests, clock.to_meter)
+            info.lag = {ch: estimate_lag(trace.series(ch, boot), pre, dec) for ch in chans}
+            if opts.lag == "auto":
+                info.lag_applied_ms = {ch: est.lag_ms for ch, est in info.lag.items()
+                                       if np.isfinite(est.lag_ms) and not est.reason}
         frames.append(measure_run(info, trace, opts))
         infos.append(info)
     check_overlaps(infos)
@@ -135,13 +151,45 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
     accs, ppl, acc_notes = load_accuracy(Path(accuracy_file) if accuracy_file else None,
                                          infos, opts)
     notes += acc_notes
-    results = config_results(infos, rep, verdicts, accs, opts)
+    sources = channel_sources(trace)
+    results = config_results(infos, rep, verdicts, accs, opts, sources)
+    reg = prefill_regression(win, verdicts, results, level=opts.ci_level)
+    _attach_regression(results, reg)
     pareto = pareto_configs(results, opts)
-    pairs = matched_pairs(results, ppl, opts)
+    pairs = matched_pairs(results, rep, verdicts, ppl, opts)
     results["perplexity"] = results["config"].map(ppl).astype(float)
-    savings = savings_table(results, rep, verdicts, opts)
+    items, weights = load_item_outcomes(Path(accuracy_file) if accuracy_file else None,
+                                        infos, opts)
+    savings = savings_table(results, rep, verdicts, opts, items, weights)
+    comps = comparisons(results, rep, verdicts, opts, pareto, pairs, items, weights)
     breakdown = phase_breakdown(infos, rep, verdicts, opts)
     diff, tshare, g_notes = layer_group_figures(infos, rep, verdicts, results, opts)
     notes += g_notes
     return Analysis(trace, infos, win, rep, verdicts, results, savings, breakdown, pareto, pairs,
-                    diff, tshare, opts, notes)
+                    comps, diff, tshare, opts, notes, power_sources=sources,
+                    prefill_regression=reg, lag=lag_table(infos))
+
+
+def lag_table(infos: list[RunInfo]) -> pd.DataFrame:
+    rows = [lag_row(i.run.run_id, i.config, est, i.lag_applied_ms.get(ch, 0.0))
+            for i in infos for ch, est in sorted(i.lag.items())]
+    return pd.DataFrame(rows)
+
+
+def _attach_regression(results: pd.DataFrame, reg: pd.DataFrame) -> None:
+    """Put the regression estimate on the prefill J/prompt-token rows (scope all, gross)."""
+    for col in ("prefill_regression_j_per_token", "prefill_regression_ci_lo",
+                "prefill_regression_ci_hi"):
+        results[col] = np.nan
+    results["prefill_regression_method"] = ""
+    sel = ((results["scope"] == "all") & (results["phase"] == "prefill")
+           & (results["unit"] == "prompt") & (results["basis"] == "gross"))
+    by = reg.set_index("config")
+    for i in results.index[sel]:
+        cfg = results.at[i, "config"]
+        if cfg not in by.index or not np.isfinite(by.at[cfg, "j_per_prompt_token"]):
+            continue
+        results.at[i, "prefill_regression_j_per_token"] = by.at[cfg, "j_per_prompt_token"]
+        results.at[i, "prefill_regression_ci_lo"] = by.at[cfg, "ci_lo"]
+        results.at[i, "prefill_regression_ci_hi"] = by.at[cfg, "ci_hi"]
+        results.at[i, "prefill_regression_method"] = by.at[cfg, "method"]

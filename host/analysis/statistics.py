@@ -5,16 +5,19 @@ per-window work lives in host.analysis.align and
 host.analysis.windows. Every figure that could be missing is
 NaN with a reason, never 0.
 
-* `repeat_stats`: median over repeats, CV (sample std / mean) and a percentile bootstrap CI of
-  the median (resampling repeats; fixed seed so reruns agree).
-* `epi`: EPI = (J per generated token) / accuracy, with an interval from the J/token CI and the
-  accuracy CI (lower EPI = J_lo / acc_hi, upper = J_hi / acc_lo).
+* `repeat_stats`: median over repeats, CV (sample std / mean), the order-statistic interval of
+  the median with its achieved coverage (host.analysis.intervals: at n = 3 that is [min, max]
+  covering 75 %, never called 95 %), and the mean with its Student-t 95 % interval.
+* `epi`: EPI = (J per generated token) / accuracy, with an interval from the J/token interval
+  and the accuracy interval (lower EPI = J_lo / acc_hi, upper = J_hi / acc_lo); its coverage
+  is at least c_J + c_acc − 1 (Bonferroni), which `epi_coverage` gives.
 * `pareto_front`: configurations no other configuration beats on both accuracy (higher) and
   J/token (lower).
-* `perplexity_pairs`: configurations whose perplexities agree within a relative tolerance but
-  whose J/token confidence intervals do not overlap.
+* `perplexity_pairs`: configurations whose perplexities agree within a relative tolerance; each
+  pair's J/token difference with its paired (per-round) interval, or says it cannot be told
+  apart.
 * `differential_groups`: for configurations that differ in exactly one layer group's type, the
-  J/token difference attributed to that group, with a bootstrap CI of the difference.
+  J/token difference attributed to that group, with its paired (per-round) or Welch interval.
 * `time_share_split`: a node's J/token split over the layer groups it holds in proportion to
   their weight bytes — an estimate, labelled as one, only when asked.
 """
@@ -26,6 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from host.analysis import paired
+from host.analysis.intervals import ORDER_STAT_METHOD, median_interval, t_interval
+
 TIME_SHARE_LABEL = (
     "estimate: node energy split by the groups' share of weight bytes (decode is memory-bound); "
     "not measured"
@@ -34,7 +40,12 @@ TIME_SHARE_LABEL = (
 
 @dataclass(frozen=True)
 class RepeatStats:
-    """Summary of one figure over repeats (NaN fields carry `reason`)."""
+    """Summary of one figure over repeats (NaN fields carry `reason`).
+
+    `ci_lo`/`ci_hi` is the order-statistic interval of the median; `ci_coverage` its achieved
+    coverage and `ci_level_met` whether that reaches the wanted level (`ci_note` says why not).
+    `mean_ci_lo`/`mean_ci_hi` is the Student-t interval of the mean at the wanted level.
+    """
 
     n: int
     median: float
@@ -43,40 +54,33 @@ class RepeatStats:
     ci_lo: float
     ci_hi: float
     reason: str = ""
+    ci_method: str = ORDER_STAT_METHOD
+    ci_coverage: float = float("nan")
+    ci_level_met: bool = False
+    ci_note: str = ""
+    mean_ci_lo: float = float("nan")
+    mean_ci_hi: float = float("nan")
 
 
-def bootstrap_median_ci(values: np.ndarray, *, n_boot: int = 2000, level: float = 0.95,
-                        seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap CI of the median (vectorised: one (n_boot, n) resample matrix)."""
+def repeat_stats(values: Sequence[float] | np.ndarray, *, level: float = 0.95) -> RepeatStats:
+    """Median, CV and honest intervals over repeat values; NaN values are refused (reason)."""
     v = np.asarray(values, dtype=np.float64)
-    if len(v) < 2:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(v), size=(n_boot, len(v)))
-    meds = np.median(v[idx], axis=1)
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(meds, [alpha, 1.0 - alpha])
-    return float(lo), float(hi)
-
-
-def repeat_stats(values: Sequence[float] | np.ndarray, *, n_boot: int = 2000,
-                 level: float = 0.95, seed: int = 0) -> RepeatStats:
-    """Median, CV and bootstrap CI over repeat values; NaN values are refused (reason)."""
-    v = np.asarray(values, dtype=np.float64)
+    nan = float("nan")
     if len(v) == 0:
-        nan = float("nan")
         return RepeatStats(0, nan, nan, nan, nan, nan, "no valid repeats")
     if np.isnan(v).any():
-        nan = float("nan")
         return RepeatStats(len(v), nan, nan, nan, nan, nan,
                            f"{int(np.isnan(v).sum())} of {len(v)} repeats are null")
     med, mean = float(np.median(v)), float(np.mean(v))
     if len(v) < 2:
-        return RepeatStats(1, med, mean, float("nan"), float("nan"), float("nan"),
-                           "one repeat: no CV or confidence interval")
-    cv = float(np.std(v, ddof=1) / abs(mean)) if mean != 0 else float("nan")
-    lo, hi = bootstrap_median_ci(v, n_boot=n_boot, level=level, seed=seed)
-    return RepeatStats(len(v), med, mean, cv, lo, hi)
+        return RepeatStats(1, med, mean, nan, nan, nan,
+                           "one repeat: no CV or confidence interval",
+                           ci_note="one repeat: no interval")
+    cv = float(np.std(v, ddof=1) / abs(mean)) if mean != 0 else nan
+    ci = median_interval(v, level)
+    ti = t_interval(v, level)
+    return RepeatStats(len(v), med, mean, cv, ci.lo, ci.hi, "", ci.method, ci.coverage,
+                       ci.level_met, ci.note, ti.lo, ti.hi)
 
 
 def cv(values: np.ndarray) -> float:
@@ -115,6 +119,19 @@ def epi(j_per_token: float, ci_lo: float, ci_hi: float,
     return j_per_token / acc.value, ci_lo / a_hi, ci_hi / a_lo, ""
 
 
+def epi_coverage(j_coverage: float, acc: Accuracy | None) -> float:
+    """Lower bound on the EPI interval's coverage: c_J + c_acc − 1 (Bonferroni).
+
+    Both intervals hold together with at least that probability, and then the EPI interval
+    holds the true EPI. An accuracy without an interval counts as exact (c_acc = 1), which
+    overstates the coverage; the basis text says so.
+    """
+    if acc is None or not np.isfinite(j_coverage):
+        return float("nan")
+    c_acc = 0.95 if np.isfinite(acc.ci_lo) and np.isfinite(acc.ci_hi) else 1.0
+    return max(j_coverage + c_acc - 1.0, 0.0)
+
+
 def pareto_front(accuracy: np.ndarray, j_per_token: np.ndarray) -> np.ndarray:
     """Mask of configurations not dominated (another has ≥ accuracy and ≤ J, one strictly)."""
     a = np.asarray(accuracy, dtype=np.float64)
@@ -126,25 +143,44 @@ def pareto_front(accuracy: np.ndarray, j_per_token: np.ndarray) -> np.ndarray:
     return ok & ~dominated
 
 
-def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray, j_per_token: np.ndarray,
-                     ci_lo: np.ndarray, ci_hi: np.ndarray, *, rel_tol: float) -> list[dict]:
-    """Pairs with |Δppl| ≤ rel_tol·min(ppl) whose J/token CIs do not overlap."""
+def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray,
+                     repeats: Mapping[str, tuple[np.ndarray, np.ndarray]], *, rel_tol: float,
+                     level: float = 0.95) -> list[dict]:
+    """Pairs with |Δppl| ≤ rel_tol·min(ppl), each with its paired J/token difference.
+
+    `repeats[config]` = (J/token per repeat, repeat start times[, run of each repeat]). The
+    cheaper configuration is
+    the one with the lower mean; `distinguishable` is False when the paired interval of the
+    difference holds 0 (the two cannot be told apart on energy).
+    """
     p = np.asarray(ppl, dtype=np.float64)
-    lo, hi = np.asarray(ci_lo, np.float64), np.asarray(ci_hi, np.float64)
-    jt = np.asarray(j_per_token, np.float64)
     ii, jj = np.triu_indices(len(configs), k=1)
     close = np.abs(p[ii] - p[jj]) <= rel_tol * np.minimum(p[ii], p[jj])
-    apart = (hi[ii] < lo[jj]) | (hi[jj] < lo[ii])
-    keep = close & apart & np.isfinite(p[ii]) & np.isfinite(p[jj])
+    keep = close & np.isfinite(p[ii]) & np.isfinite(p[jj])
+    empty = (np.zeros(0), np.zeros(0))
     out = []
     for a, b in zip(ii[keep], jj[keep], strict=True):  # matched pairs only (a handful)
-        cheap, dear = (a, b) if jt[a] < jt[b] else (b, a)
+        va, ta, *ra = repeats.get(configs[a], empty)
+        vb, tb, *rb = repeats.get(configs[b], empty)
+        mean_a = float(np.mean(va)) if len(va) else float("nan")
+        mean_b = float(np.mean(vb)) if len(vb) else float("nan")
+        if mean_b > mean_a:  # order as (dearer, cheaper): the difference is the saving
+            a, b, va, ta, ra, vb, tb, rb, mean_a, mean_b = (b, a, vb, tb, rb, va, ta, ra,
+                                                            mean_b, mean_a)
+        d = paired.energy_difference(va, ta, vb, tb, level=level,
+                                     block_a=ra[0] if ra else None,
+                                     block_b=rb[0] if rb else None)
         out.append({
-            "cheaper": configs[cheap], "dearer": configs[dear],
-            "ppl_cheaper": float(p[cheap]), "ppl_dearer": float(p[dear]),
+            "cheaper": configs[b], "dearer": configs[a],
+            "ppl_cheaper": float(p[b]), "ppl_dearer": float(p[a]),
             "ppl_rel_diff": float(abs(p[a] - p[b]) / min(p[a], p[b])),
-            "j_per_token_cheaper": float(jt[cheap]), "j_per_token_dearer": float(jt[dear]),
-            "saving_pct": float((jt[dear] - jt[cheap]) / jt[dear] * 100.0),
+            "j_per_token_cheaper": mean_b, "j_per_token_dearer": mean_a,
+            "saving_pct": d["saving_pct"], "saving_pct_ci_lo": d["saving_pct_ci_lo"],
+            "saving_pct_ci_hi": d["saving_pct_ci_hi"],
+            "delta_j_per_token": d["delta"], "delta_ci_lo": d["delta_ci_lo"],
+            "delta_ci_hi": d["delta_ci_hi"], "ci_coverage": d["ci_coverage"],
+            "ci_method": d["method"], "n_pairs": d["n_pairs"],
+            "distinguishable": d["distinguishable"], "reason": d["reason"],
             "ppl_tolerance": rel_tol,
         })
     return out
@@ -152,18 +188,18 @@ def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray, j_per_token: np.nd
 
 def differential_groups(
     group_types: Mapping[str, Mapping[str, str]],
-    repeat_values: Mapping[str, np.ndarray],
-    *, n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+    repeats: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    *, level: float = 0.95,
 ) -> list[dict]:
     """Energy attributed to one layer group by runs that differ only in that group's type.
 
     `group_types[config][group]` is the group's type signature; configurations must share the
-    same group names. For each pair differing in exactly one group, Δ = median(B) − median(A)
-    (J/token), with a bootstrap CI resampling each configuration's repeats independently.
+    same group names. `repeats[config]` = (J/token per repeat, repeat start times[, run of each
+    repeat]). For each
+    pair differing in exactly one group, Δ = mean(B) − mean(A) (J/token) with its paired
+    per-round interval (or Welch's, labelled unpaired, when repeats are not interleaved).
     """
-    names = sorted(c for c in group_types if c in repeat_values)
-    rng = np.random.default_rng(seed)
-    alpha = (1.0 - level) / 2.0
+    names = sorted(c for c in group_types if c in repeats)
     out: list[dict] = []
     for i, a in enumerate(names):  # pairs of configurations (a few dozen at most)
         for b in names[i + 1:]:
@@ -173,24 +209,17 @@ def differential_groups(
             diff = [g for g in ga if ga[g] != gb[g]]
             if len(diff) != 1:
                 continue
-            va = np.asarray(repeat_values[a], np.float64)
-            vb = np.asarray(repeat_values[b], np.float64)
-            row = {"group": diff[0], "config_a": a, "config_b": b,
-                   "type_a": ga[diff[0]], "type_b": gb[diff[0]],
-                   "delta_j_per_token": float("nan"), "ci_lo": float("nan"),
-                   "ci_hi": float("nan"), "n_a": len(va), "n_b": len(vb), "reason": ""}
-            if len(va) < 2 or len(vb) < 2 or np.isnan(va).any() or np.isnan(vb).any():
-                row["reason"] = "needs ≥ 2 valid repeats of each configuration"
-                if len(va) and len(vb) and not (np.isnan(va).any() or np.isnan(vb).any()):
-                    row["delta_j_per_token"] = float(np.median(vb) - np.median(va))
-                out.append(row)
-                continue
-            ma = np.median(va[rng.integers(0, len(va), (n_boot, len(va)))], axis=1)
-            mb = np.median(vb[rng.integers(0, len(vb), (n_boot, len(vb)))], axis=1)
-            lo, hi = np.quantile(mb - ma, [alpha, 1.0 - alpha])
-            row.update(delta_j_per_token=float(np.median(vb) - np.median(va)),
-                       ci_lo=float(lo), ci_hi=float(hi))
-            out.append(row)
+            va, ta, *ra = repeats[a]
+            vb, tb, *rb = repeats[b]
+            d = paired.energy_difference(va, ta, vb, tb, level=level,
+                                         block_a=ra[0] if ra else None,
+                                         block_b=rb[0] if rb else None)
+            out.append({"group": diff[0], "config_a": a, "config_b": b,
+                        "type_a": ga[diff[0]], "type_b": gb[diff[0]],
+                        "delta_j_per_token": d["delta"], "ci_lo": d["delta_ci_lo"],
+                        "ci_hi": d["delta_ci_hi"], "ci_coverage": d["ci_coverage"],
+                        "ci_method": d["method"], "n_a": d["n_a"], "n_b": d["n_b"],
+                        "distinguishable": d["distinguishable"], "reason": d["reason"]})
     return out
 
 

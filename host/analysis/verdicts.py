@@ -18,6 +18,42 @@ from host.analysis.model import NS, PHASES, Options, RunInfo
 
 
 # --------------------------------------------------------------------------- verdicts
+def which_windows(w: pd.DataFrame, limit: int = 4) -> str:
+    """'request 3 (repeat 1), request 4 (repeat 1)' / 'idle window of repeat 0' for a reason."""
+    out = []
+    for _, r in w.head(limit).iterrows():
+        rep = "?" if pd.isna(r["repeat"]) else int(r["repeat"])
+        if r["kind"] == "idle":
+            out.append(f"idle window of repeat {rep}")
+        else:
+            out.append(f"request {int(r['request_id'])} (repeat {rep})")
+    more = len(w) - limit
+    return ", ".join(out) + (f", +{more} more" if more > 0 else "")
+
+
+def lag_problem(info: RunInfo, phase: str, pw: pd.DataFrame, opts: Options) -> str:
+    """A reason when the load lag moves more energy across this phase's edges than allowed.
+
+    Only a resolved lag (its interval excludes 0) that `--lag auto` has not corrected counts:
+    |L| × the steps at the phase's two edges, summed over the run's channels, against
+    `max_lag_error_frac` of the phase's median window energy.
+    """
+    ests = [e for ch, e in sorted(info.lag.items())
+            if e.resolved and not e.reason and ch not in info.lag_applied_ms]
+    if not ests:
+        return ""
+    err = sum(e.phase_error_j(phase) for e in ests)
+    med = float(np.nanmedian(pw["energy_j"].to_numpy(np.float64))) if len(pw) and \
+        pw["energy_j"].notna().any() else float("nan")
+    if not np.isfinite(med) or med <= 0 or err <= opts.max_lag_error_frac * med:
+        return ""
+    lags = ", ".join(f"ch{e.channel} {e.lag_ms:+.1f} ms [{e.ci_lo_ms:+.1f}, {e.ci_hi_ms:+.1f}]"
+                     for e in ests)
+    return (f"load lag ({lags}) × the power steps moves ~{err:.3g} J across each {phase} "
+            f"window's edges, {err / med:.1%} of its median energy (budget "
+            f"{opts.max_lag_error_frac:.1%}): rerun with --lag auto or check the meter timing")
+
+
 def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
               opts: Options) -> pd.DataFrame:
     rows = []
@@ -30,18 +66,20 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
             common.append(run.status_problem)
         if not info.clock.usable:
             common.append(f"no usable clock offset ({info.clock.note})")
-        faults = w[w["reason_code"] == REASON_CODES[INVALID_DATA]]
-        if len(faults):
-            common.append(f"{len(faults)} measured window(s) cross faults/gaps "
-                          f"(first: {faults['reason'].iloc[0]})")
-        outside = w[w["reason_code"] == REASON_CODES[OUTSIDE]]
-        if len(outside):
-            common.append(f"{len(outside)} window(s) reach outside the trace")
         if info.saturated:
             common.append(f"meter saturated: {info.saturated} reading(s) at full scale")
         for phase in ("idle", *PHASES):
             reasons = list(common)
             pw = w[w["kind"] == phase]
+            # faults and trace edges invalidate only the phases whose windows they touch
+            faults = pw[pw["reason_code"] == REASON_CODES[INVALID_DATA]]
+            if len(faults):
+                reasons.append(f"{len(faults)} of {len(pw)} {phase} window(s) cross faults/gaps "
+                               f"({which_windows(faults)}; first: {faults['reason'].iloc[0]})")
+            outside = pw[pw["reason_code"] == REASON_CODES[OUTSIDE]]
+            if len(outside):
+                reasons.append(f"{len(outside)} of {len(pw)} {phase} window(s) reach outside "
+                               f"the trace ({which_windows(outside)})")
             few = pw[pw["reason_code"] == REASON_CODES[FEW_SAMPLES]]
             if phase == "idle" and pw.empty:
                 reasons.append("no idle window in the run")
@@ -66,6 +104,10 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
                         f"energy counter resolution {res:.3g} J is {res / e_rep:.1%} of the "
                         f"median {what} ({e_rep:.3g} J; limit {opts.max_resolution_frac:.1%}): "
                         "raise the board's meter constant")
+            if phase != "idle":
+                lag_reason = lag_problem(info, phase, pw, opts)
+                if lag_reason:
+                    reasons.append(lag_reason)
             med_dur = float(pw["duration_s"].median()) if len(pw) else float("nan")
             unc = info.offset_uncertainty_ns
             if info.clock.usable and np.isfinite(med_dur) and med_dur > 0:
@@ -88,7 +130,9 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
                     reasons.append(f"repeat CV {cv_val:.1%} above {opts.cv_threshold:.1%}")
                 elif not np.isfinite(cv_val) and not reasons:
                     reasons.append("repeat CV unknown (null repeats)")
+            src = w["power_source"].iloc[0] if len(w) and "power_source" in w else ""
             rows.append({"run_id": rid, "config": info.config, "phase": phase,
+                         "power_source": src,
                          "valid": not reasons, "cv": cv_val, "n_windows": len(pw),
                          "median_duration_s": med_dur, "reasons": "; ".join(reasons)})
     return pd.DataFrame(rows)

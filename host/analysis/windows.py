@@ -15,6 +15,7 @@ from host.analysis.align import (
     window_energy,
 )
 from host.analysis.model import CODE_NAMES, FIGURES, NS, PHASES, Options, RunInfo
+from host.analysis.power_source import channel_sources, combined
 from host.analysis.tokenlog_reader import RunLog
 from host.analysis.traces import Trace
 
@@ -81,11 +82,28 @@ def config_ids(runs: Sequence[RunLog]) -> list[str]:
             for label, r in zip(base, runs, strict=True)]
 
 
+def idle_repeats(run: RunLog) -> np.ndarray:
+    """The repeat each idle window precedes, from its `idle_start` event (NA when unknown).
+
+    events.csv carries `repeat` on idle rows (formats.md §2); the idle table keeps only the
+    times, so the repeat is looked up by the window's start time.
+    """
+    starts = run.idle["t_start_mono_ns"].to_numpy(np.int64)
+    ev = run.events
+    out = pd.array([pd.NA] * len(starts), dtype="Int64")
+    if "repeat" not in ev.columns or not len(starts):
+        return out
+    ev = ev[ev["event"] == "idle_start"]
+    rep = pd.Series(ev["repeat"].to_numpy(), index=ev["t_mono_ns"].to_numpy(np.int64))
+    rep = rep[~rep.index.duplicated()]
+    return pd.array(rep.reindex(starts).to_numpy(), dtype="Int64")
+
+
 def _windows_local(run: RunLog) -> pd.DataFrame:
     """All analysed windows of a run in its local clock (warm-ups are not analysed)."""
     rq = run.requests[run.requests["warmup"] == 0]
     parts = [pd.DataFrame({
-        "kind": "idle", "request_id": pd.NA, "repeat": pd.NA, "prompt_id": None,
+        "kind": "idle", "request_id": pd.NA, "repeat": idle_repeats(run), "prompt_id": None,
         "t0_local_ns": run.idle["t_start_mono_ns"].to_numpy(np.int64),
         "t1_local_ns": run.idle["t_end_mono_ns"].to_numpy(np.int64),
         "n_prompt_tokens": pd.NA, "n_generated_tokens": pd.NA,
@@ -160,6 +178,11 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
     w.insert(1, "config", info.config)
     w["duration_s"] = (w["t1_local_ns"] - w["t0_local_ns"]) / NS
     n = len(w)
+    sources = channel_sources(trace)
+    all_chans = sorted({c for cs in info.node_channels.values() for c in cs})
+    scope_source = {"all": combined(sources.get(c, "") for c in all_chans),
+                    **{node: combined(sources.get(c, "") for c in cs)
+                       for node, cs in info.node_channels.items()}}
     if not info.clock.usable:
         w["t0_meter_ns"] = pd.array([pd.NA] * n, dtype="Int64")
         w["t1_meter_ns"] = pd.array([pd.NA] * n, dtype="Int64")
@@ -167,6 +190,7 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
         for scope in ["all", *info.node_channels]:
             f = w.copy()
             f["scope"] = scope
+            f["power_source"] = scope_source[scope]
             f["energy_j"] = np.nan
             f["energy_method"] = ""
             f["energy_trapezoid_j"] = np.nan
@@ -184,7 +208,9 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
     w["t1_meter_ns"] = t1
     w["duration_s"] = (t1 - t0) / NS  # one clock per figure: the meter's
     chans = sorted({c for cs in info.node_channels.values() for c in cs})
-    per_channel = {ch: window_energy(trace.series(ch, info.boot_id), t0, t1, edge=opts.edge,
+    shift = {ch: round(info.lag_applied_ms.get(ch, 0.0) * 1e6) for ch in chans}
+    per_channel = {ch: window_energy(trace.series(ch, info.boot_id), t0 + shift[ch],
+                                     t1 + shift[ch], edge=opts.edge,
                                      min_samples=opts.min_samples) for ch in chans}
     resolution = {ch: trace.channels[ch].counter_resolution_j for ch in chans}
     frames = []
@@ -192,6 +218,9 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
         comb = _combine(per_channel, scope_chans, n, opts.energy_method, resolution)
         f = w.copy()
         f["scope"] = scope
+        f["power_source"] = scope_source[scope]
+        f["lag_correction_ms"] = float(np.mean([info.lag_applied_ms.get(c, 0.0)
+                                                for c in scope_chans]))
         for col in ("energy_j", "energy_method", "energy_trapezoid_j", "energy_counter_j",
                     "counter_resolution_j"):
             f[col] = comb[col]
@@ -273,13 +302,14 @@ def repeat_table(win: pd.DataFrame) -> pd.DataFrame:
         f = req[req["kind"] == phase].copy()
         f["tokens"] = _tokens(f, unit)
         f["bad_tokens"] = ~(f["tokens"] > 0)
-        keys = ["run_id", "config", "scope", "repeat"]
+        f["t0_meter_f"] = f["t0_meter_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+        keys = ["run_id", "config", "scope", "power_source", "repeat"]
         for basis, col in (("gross", "energy_j"), ("net", "energy_net_j")):
             f["is_null"] = f[col].isna()
             agg = f.groupby(keys, sort=True).agg(
                 energy_sum=(col, "sum"), n_null=("is_null", "sum"), tokens=("tokens", "sum"),
                 n_requests=(col, "size"), duration_s=("duration_s", "sum"),
-                bad_tokens=("bad_tokens", "any"))
+                bad_tokens=("bad_tokens", "any"), t_start_meter_ns=("t0_meter_f", "min"))
             # the first reason given in each group (vectorised: no loop over windows)
             for rcol, name in (("reason", "first_reason"), ("net_reason", "net_reason")):
                 agg[name] = f[f[rcol] != ""].groupby(keys, sort=True)[rcol].first().reindex(

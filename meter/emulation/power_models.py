@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 NS_PER_S = 1_000_000_000
@@ -218,13 +218,25 @@ def read_cpu_times(proc_stat: str | Path = "/proc/stat") -> tuple[int, int]:
 class ActivityModel(_Piecewise):
     """This machine's CPU activity mapped to a Pi-5-like wall power — modelled, not measured.
 
-    Every `update_period_s` of clock time (checked when the model is asked about a later time)
-    it reads /proc/stat; the busy fraction u over all CPUs since the previous reading sets the
-    power from then on: P = idle_w + (max_w − idle_w) · u. Defaults follow published Pi 5
-    figures (≈2.7 W idle, ≈9.5 W with all cores busy, wall side of a USB-C supply with a
-    power factor of ≈0.6). The history is kept so `energy_j` over any past window is exact for
-    the model; beyond `max_points` the oldest half is dropped (earlier times then see the
-    oldest kept power).
+    What it reads: the aggregate `cpu` line of the whole machine's /proc/stat (or any
+    `cpu_times()` callable giving cumulative (busy, total) jiffies). Every process counts —
+    the meter daemon itself, the inference, any other job — just as a wall meter would see
+    the whole machine, not one process.
+
+    Timing: the busy fraction u measured between two readings is the activity *of that
+    interval*, so it sets the power of that interval — P = idle_w + (max_w − idle_w) · u on
+    [previous reading, this reading) — not of the time after it (that was a lag of one update
+    period: 100 % CPU from 1.0 to 1.3 s showed as power from 1.1 to 1.4 s). A reading is taken
+    whenever the model is asked about a time at least `update_period_s` after the previous one,
+    so power follows activity within max(update period, query period), i.e. within one sample
+    period of the daemon that reads the chip. Times after the latest reading are provisional
+    (the last power held) until the next reading replaces them; everything before the latest
+    reading is final. Resolution: /proc/stat counts in jiffies (10 ms per CPU).
+
+    Defaults follow published Pi 5 figures (≈2.7 W idle, ≈9.5 W with all cores busy, wall
+    side of a USB-C supply with a power factor of ≈0.6). The history is kept so `energy_j`
+    over any past window is exact for the model; beyond `max_points` the oldest half is dropped
+    (earlier times then see the oldest kept power).
     """
 
     kind = "activity"
@@ -235,8 +247,9 @@ class ActivityModel(_Piecewise):
         *,
         idle_w: float = 2.7,
         max_w: float = 9.5,
-        update_period_s: float = 0.1,
+        update_period_s: float = 0.05,
         proc_stat: str | Path = "/proc/stat",
+        cpu_times: Callable[[], tuple[int, int]] | None = None,
         max_points: int = 50_000,
         voltage_v: float = 230.0,
         power_factor: float = 0.6,
@@ -249,20 +262,28 @@ class ActivityModel(_Piecewise):
         self._idle_w = float(idle_w)
         self._max_w = float(max_w)
         self._period_ns = max(int(update_period_s * NS_PER_S), 1)
-        self._proc_stat = str(proc_stat)
+        self._proc_stat = str(proc_stat) if cpu_times is None else "cpu_times()"
+        self._cpu_times = cpu_times or (lambda: read_cpu_times(proc_stat))
         self._max_points = int(max_points)
-        self._busy, self._total = read_cpu_times(self._proc_stat)
+        self._busy, self._total = self._cpu_times()
         self._append(clock.monotonic_ns(), self._idle_w)  # type: ignore[attr-defined]
 
     def _prepare(self, t_mono_ns: int) -> None:
-        if t_mono_ns < self._t[-1] + self._period_ns:
+        """Read the activity since the last reading and give its power to that interval."""
+        t_last = self._t[-1]
+        if t_mono_ns < t_last + self._period_ns:
             return
-        busy, total = read_cpu_times(self._proc_stat)
+        busy, total = self._cpu_times()
         d_total = total - self._total
-        util = (busy - self._busy) / d_total if d_total > 0 else 0.0
+        if d_total <= 0:  # no tick counted yet: the interval stays provisional
+            return
+        util = min(max((busy - self._busy) / d_total, 0.0), 1.0)
         self._busy, self._total = busy, total
-        util = min(max(util, 0.0), 1.0)
-        self._append(int(t_mono_ns), self._idle_w + (self._max_w - self._idle_w) * util)
+        # The interval [t_last, now) gets the power of its own activity; the new breakpoint
+        # at now holds that power provisionally until the next reading.
+        power = self._idle_w + (self._max_w - self._idle_w) * util
+        self._p[-1] = power
+        self._append(int(t_mono_ns), power)
         if len(self._t) > self._max_points:
             half = len(self._t) // 2
             for table in (self._t, self._p, self._cum, self._cum_fwd, self._cum_rev):
@@ -272,6 +293,8 @@ class ActivityModel(_Piecewise):
         return {
             **super().describe(),
             "source": self._proc_stat,
+            "reads": "whole-machine CPU time (every process counts, as a wall meter sees it)",
+            "timing": "each reading's busy fraction sets the power of the interval it measured",
             "mapping": "idle_w + (max_w - idle_w) * cpu_busy_fraction",
             "idle_w": self._idle_w,
             "max_w": self._max_w,

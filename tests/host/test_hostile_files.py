@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from epi.core.errors import UserError
 from host.accuracy import evaldata
-from host.accuracy.results import read_results
+from host.accuracy.results import outcomes_by_item, read_results
 from host.run.prompts import load_prompt_set
 
 FUZZ = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -102,7 +102,8 @@ def test_prompt_bytes(raw: bytes) -> None:
 def _accuracy() -> dict[str, Any]:
     bench = {"n": 10, "accuracy": 0.5, "ci95": [0.2, 0.8], "accuracy_norm": 0.6,
              "ci95_norm": [0.3, 0.85], "accuracy_token_norm": 0.4,
-             "ci95_token_norm": [0.15, 0.7]}
+             "ci95_token_norm": [0.15, 0.7],
+             "items": {"ids": ["a", "b"], "accuracy": [1, 0], "accuracy_norm": [0, 1]}}
     return {"format": "epi-accuracy", "format_version": 1, "models": [
         {"path": "/m/q4.gguf", "sha256": "b" * 64, "map_id": "q4",
          "perplexity": {"ppl": 12.5}, "benchmarks": {"hellaswag": bench},
@@ -115,7 +116,11 @@ ACC_KEYS = ["format_version", "models", "models.0", "models.0.sha256", "models.0
             "models.0.benchmarks", "models.0.benchmarks.hellaswag",
             "models.0.benchmarks.hellaswag.n", "models.0.benchmarks.hellaswag.accuracy",
             "models.0.benchmarks.hellaswag.ci95", "models.0.benchmarks.hellaswag.accuracy_norm",
-            "models.0.benchmarks.hellaswag.ci95_norm", "models.0.composite",
+            "models.0.benchmarks.hellaswag.ci95_norm", "models.0.benchmarks.hellaswag.items",
+            "models.0.benchmarks.hellaswag.items.ids",
+            "models.0.benchmarks.hellaswag.items.ids.0",
+            "models.0.benchmarks.hellaswag.items.accuracy",
+            "models.0.benchmarks.hellaswag.items.accuracy.1", "models.0.composite",
             "models.0.composite.accuracy", "models.0.composite.ci95",
             "models.0.composite.weights", "models.0.composite.weights.hellaswag"]
 
@@ -147,6 +152,11 @@ def _load_accuracy(raw: bytes) -> Any:
             for k, c in (("accuracy", "ci95"), ("accuracy_norm", "ci95_norm"),
                          ("accuracy_token_norm", "ci95_token_norm")):
                 assert _unit(block.get(k)) and _ci_ok(block.get(k), block.get(c))
+            items = block.get("items")
+            if items is not None:  # what the paired comparison reads is whole and 0/1
+                for metric in ("accuracy", "accuracy_norm", "accuracy_token_norm"):
+                    assert outcomes_by_item(block, metric) is None or all(
+                        v in (0, 1) for v in outcomes_by_item(block, metric).values())
         comp = m["composite"]
         if comp is not None:
             assert _unit(comp.get("accuracy")) and _ci_ok(comp.get("accuracy"), comp.get("ci95"))

@@ -56,9 +56,10 @@ def test_activity_model_maps_cpu_busy_fraction_to_power(tmp_path: Path) -> None:
     assert m.power_w(t0 + 2 * S) == pytest.approx(9.5)
     write(1150, 1050)  # 50 %
     assert m.power_w(t0 + 4 * S) == pytest.approx(2.7 + 6.8 * 0.5)
-    # history is kept: past windows integrate the same however often they are asked
-    assert m.energy_j(t0, t0 + 4 * S) == pytest.approx(2.7 * 2 + 9.5 * 2)
-    assert m.energy_j(t0, t0 + 5 * S) == pytest.approx(2.7 * 2 + 9.5 * 2 + 6.1)
+    # each reading's activity is the power of the interval it measured (no lag); history is
+    # kept: past windows integrate the same however often they are asked
+    assert m.energy_j(t0, t0 + 4 * S) == pytest.approx(9.5 * 2 + 6.1 * 2)
+    assert m.energy_j(t0, t0 + 5 * S) == pytest.approx(9.5 * 2 + 6.1 * 2 + 6.1)
     d = m.describe()
     assert d["kind"] == "activity" and d["modelled"] is True and d["idle_w"] == 2.7
 

@@ -1,0 +1,61 @@
+"""Where a channel's power figures come from: measured, or modelled (and by which model).
+
+Derived from the trace's segment metadata (formats.md §1): `emulated` and `power_model`, which
+is one model for every channel or `{"kind": "per_channel", "channels": {"N": model}}`. Every
+figure the analysis shows carries the label of the channels behind it, so a modelled J/token
+never reads as a measurement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from host.analysis.traces import Trace
+
+MEASURED = "measured"
+MODEL_NAMES = {
+    "activity": "ActivityModel: this machine's CPU activity mapped to power",
+    "scripted": "scripted profile",
+    "constant": "constant power",
+}
+
+
+def model_label(model: object) -> str:
+    """'modelled (ActivityModel ...)' for a power-model description (dict with `kind`)."""
+    kind = model.get("kind") if isinstance(model, dict) else None
+    if kind is None:
+        return "modelled (emulated chip, model not recorded)"
+    name = MODEL_NAMES.get(str(kind), str(kind))
+    return f"modelled ({name})" if kind != "activity" else "modelled (ActivityModel)"
+
+
+def _segment_channel_label(meta: dict, channel: int) -> str:
+    model = meta.get("power_model")
+    if not meta.get("emulated") and not model:
+        return MEASURED
+    if isinstance(model, dict) and model.get("kind") == "per_channel":
+        per = model.get("channels") or {}
+        ch_model = per.get(str(channel), per.get(channel))  # type: ignore[call-overload]
+        if ch_model is None:
+            return MEASURED if not meta.get("emulated") else model_label(None)
+        return model_label(ch_model)
+    return model_label(model)
+
+
+def channel_sources(trace: Trace) -> dict[int, str]:
+    """channel → power source over all segments ("a + b" when segments differ)."""
+    out: dict[int, str] = {}
+    for ch in sorted(trace.channels):
+        labels = [_segment_channel_label(s.meta, ch) for s in trace.segments]
+        out[ch] = " + ".join(dict.fromkeys(labels)) or MEASURED
+    return out
+
+
+def combined(labels: Iterable[str]) -> str:
+    """One label for figures summing several channels ("measured + modelled (...)")."""
+    uniq = list(dict.fromkeys(lbl for lbl in labels if lbl))
+    return " + ".join(uniq) if uniq else ""
+
+
+def is_modelled(label: str) -> bool:
+    return "modelled" in label

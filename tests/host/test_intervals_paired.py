@@ -1,0 +1,182 @@
+"""Honest intervals and paired comparisons (host.analysis.intervals, host.analysis.paired).
+
+Expected figures come from outside the code under test: binomial coverage in closed form,
+Student-t quantiles from printed tables, McNemar p-values by hand, and coverage checked by
+simulation against the truth the simulation drew from.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from host.analysis import paired
+from host.analysis import statistics as stats
+from host.analysis.intervals import (
+    median_interval,
+    order_stat_coverage,
+    student_t_ppf,
+    t_interval,
+)
+
+
+@pytest.mark.parametrize("n,coverage", [(3, 0.75), (4, 0.875), (5, 0.9375)])
+def test_min_max_of_few_repeats_is_labelled_with_its_real_coverage(n, coverage):
+    """[min, max] of n repeats covers the median with 1 − 2·0.5ⁿ, and never claims 95 %."""
+    assert order_stat_coverage(n, 1) == pytest.approx(1 - 2 * 0.5 ** n)
+    s = stats.repeat_stats(np.linspace(1.0, 2.0, n))
+    assert (s.ci_lo, s.ci_hi) == (1.0, 2.0)
+    assert s.ci_coverage == pytest.approx(coverage)
+    assert s.ci_level_met is False and f"n={n}" in s.ci_note
+
+
+@pytest.mark.parametrize("n", [6, 7, 8, 9, 10])
+def test_from_six_repeats_the_interval_reaches_95_percent(n):
+    iv = median_interval(np.arange(n, dtype=float))
+    # closed form: 1 − 2·Σ_{i<k} C(n, i)/2ⁿ for the chosen k
+    k = int(iv.lo) + 1
+    expect = 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+    assert iv.coverage == pytest.approx(expect) and iv.coverage >= 0.95 and iv.level_met
+    assert iv.lo == n - 1 - iv.hi  # symmetric order statistics
+
+
+@pytest.mark.parametrize("n", [3, 5, 6, 9])
+def test_order_statistic_coverage_holds_in_simulation(n):
+    """Skewed repeats (log-normal): the claimed coverage is what simulation finds."""
+    rng = np.random.default_rng(n)
+    true_median = 1.0  # median of exp(N(0, σ²))
+    hits, trials = 0, 4000
+    claimed = median_interval(np.arange(n, dtype=float)).coverage
+    for _ in range(trials):
+        iv = median_interval(np.exp(rng.normal(0.0, 0.5, n)))
+        hits += iv.lo <= true_median <= iv.hi
+    se = math.sqrt(claimed * (1 - claimed) / trials)
+    assert abs(hits / trials - claimed) < 4 * se + 1e-9
+
+
+def test_student_t_quantiles_match_the_tables():
+    table = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 9: 2.2622, 30: 2.0423}
+    for df, t in table.items():
+        assert student_t_ppf(0.975, df) == pytest.approx(t, abs=1e-4)
+    assert student_t_ppf(0.025, 4) == pytest.approx(-2.7764, abs=1e-4)
+
+
+def test_t_interval_covers_95_percent_at_three_repeats():
+    rng = np.random.default_rng(7)
+    hits, trials = 0, 4000
+    for _ in range(trials):
+        iv = t_interval(rng.normal(5.0, 0.3, 3))
+        hits += iv.lo <= 5.0 <= iv.hi
+    assert abs(hits / trials - 0.95) < 4 * math.sqrt(0.95 * 0.05 / trials)
+
+
+@given(st.lists(st.floats(0.01, 100.0, allow_nan=False), min_size=2, max_size=12))
+@settings(max_examples=200, deadline=None)
+def test_median_interval_brackets_the_median_and_never_overclaims(values):
+    iv = median_interval(np.array(values))
+    v, n = np.sort(values), len(values)
+    ks = [k for k in range(1, n // 2 + 1)
+          if 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n >= 0.95]
+    k = max(ks) if ks else 1
+    assert (iv.lo, iv.hi) == (v[k - 1], v[n - k])
+    assert iv.lo <= float(np.median(values)) <= iv.hi
+    assert iv.level_met == bool(ks) and iv.level_met == (iv.coverage >= 0.95)
+
+
+# --------------------------------------------------------------------------- paired energy
+def test_paired_rounds_resolve_what_independent_intervals_hide():
+    """A shared round effect (the room warms up) dwarfs a steady 2 % saving."""
+    rounds = np.array([1.00, 1.10, 0.95, 1.05, 1.20])
+    a = 0.30 * rounds
+    b = 0.294 * rounds * np.array([1.001, 0.999, 1.0, 1.002, 0.998])
+    t = np.arange(5) * 100.0
+    sa, sb = stats.repeat_stats(a), stats.repeat_stats(b)
+    assert sa.ci_lo < sb.ci_hi and sb.ci_lo < sa.ci_hi  # the separate intervals overlap
+    d = paired.energy_difference(a, t, b, t + 10)
+    assert d["method"] == paired.PAIRED_ROUNDS and d["n_pairs"] == 5
+    assert d["distinguishable"] is True and d["delta_ci_hi"] < 0
+    assert d["saving_pct_ci_lo"] > 1.5 and d["saving_pct_ci_hi"] < 2.5
+
+
+def test_repeats_measured_one_config_after_the_other_are_not_paired():
+    a, b = np.array([0.30, 0.31, 0.29]), np.array([0.25, 0.26, 0.24])
+    d = paired.energy_difference(a, np.array([0.0, 1, 2]), b, np.array([10.0, 11, 12]))
+    assert d["method"] == paired.UNPAIRED and d["n_pairs"] == 0
+    assert d["delta"] == pytest.approx(-0.05) and d["distinguishable"] is True
+    # Welch with equal variances and n: df = 4, half-width t(0.975, 4)·√(2·s²/3)
+    half = 2.7764 * math.sqrt(2 * 0.0001 / 3)
+    assert d["delta_ci_hi"] == pytest.approx(-0.05 + half, abs=1e-4)
+
+
+def test_interleaving_rule():
+    assert paired.interleaved(np.array([0, 10, 20]), np.array([5, 15, 25]))
+    assert not paired.interleaved(np.array([0, 1, 2]), np.array([5, 15, 25]))
+    assert not paired.interleaved(np.array([0, 10]), np.array([5, 15, 25]))
+
+
+# --------------------------------------------------------------------------- paired accuracy
+def test_mcnemar_exact_by_hand():
+    assert paired.mcnemar_exact_p(0, 6) == pytest.approx(2 / 64)
+    assert paired.mcnemar_exact_p(3, 3) == 1.0
+    # b = 1, c = 7: 2·(1 + 8)/256
+    assert paired.mcnemar_exact_p(1, 7) == pytest.approx(18 / 256)
+
+
+def test_paired_items_resolve_a_difference_independent_wilson_intervals_hide():
+    """200 items, B right on 10 more, only those 10 discordant: Wilson intervals overlap."""
+    from host.accuracy.stats import wilson_interval
+
+    rng = np.random.default_rng(3)
+    a = (rng.random(200) < 0.5).astype(int)
+    wrong = np.flatnonzero(a == 0)[:10]
+    b = a.copy()
+    b[wrong] = 1
+    lo_b, _ = wilson_interval(int(b.sum()), 200)
+    _, hi_a = wilson_interval(int(a.sum()), 200)
+    assert lo_b < hi_a  # independent 95 % intervals overlap
+    ids = [f"i{k}" for k in range(200)]
+    ia = {"hellaswag": dict(zip(ids, a.tolist(), strict=True))}
+    ib = {"hellaswag": dict(zip(ids, b.tolist(), strict=True))}
+    r = paired.accuracy_difference(ia, ib, {"hellaswag": 1.0})
+    assert r["delta"] == pytest.approx(10 / 200) and r["discordant"] == 10
+    assert r["mcnemar_p"] == pytest.approx(2 / 1024) and r["distinguishable"] is True
+    assert 0 < r["ci_lo"] < 0.05 < r["ci_hi"]
+
+
+def test_newcombe_interval_covers_95_percent_in_simulation():
+    rng = np.random.default_rng(11)
+    n, trials, hits = 150, 1500, 0
+    p_a, p_b, rho_share = 0.55, 0.60, 0.8
+    for _ in range(trials):
+        shared = rng.random(n) < rho_share
+        u = rng.random(n)
+        a = np.where(shared, u < p_a, rng.random(n) < p_a)
+        b = np.where(shared, u < p_b, rng.random(n) < p_b)
+        _, lo, hi = paired.newcombe_paired_interval(*paired.paired_table(a, b))
+        hits += lo <= p_b - p_a <= hi
+    assert hits / trials > 0.93
+
+
+def test_composite_accuracy_difference_weights_benchmarks():
+    ids = [f"i{k}" for k in range(100)]
+    ones, zeros = dict.fromkeys(ids, 1), dict.fromkeys(ids, 0)
+    half = {i: int(k < 50) for k, i in enumerate(ids)}
+    r = paired.accuracy_difference({"x": zeros, "y": half}, {"x": half, "y": half},
+                                   {"x": 0.25, "y": 0.75})
+    assert r["delta"] == pytest.approx(0.25 * 0.5)
+    assert "weighted" in r["method"]
+    none = paired.accuracy_difference({"x": ones}, {"z": ones}, {"x": 1.0})
+    assert none["distinguishable"] is None and "no per-item" in none["reason"]
+
+
+def test_epi_interval_coverage_is_a_bonferroni_lower_bound():
+    acc = stats.Accuracy(0.5, 0.45, 0.55, "x")
+    assert stats.epi_coverage(0.75, acc) == pytest.approx(0.70)
+    assert stats.epi_coverage(0.9688, acc) == pytest.approx(0.9188)
+    # an accuracy given without an interval counts as exact
+    assert stats.epi_coverage(0.75, stats.Accuracy(0.5, np.nan, np.nan, "cli")) == 0.75
+    assert np.isnan(stats.epi_coverage(0.75, None))
