@@ -67,6 +67,12 @@ EVENT_KINDS: frozenset[str] = frozenset(
         "checksum_error",
         "late",
         "gap",
+        # software power sources (meter/sources, docs/sources.md)
+        "counter_wrap",
+        "counter_backwards",
+        "counter_frozen",
+        "permission_denied",
+        "read_error",
     }
 )
 _INT_SAMPLE_COLUMNS = frozenset({"seq", "channel", "t_mono_ns", "t_real_ns", "status"})
