@@ -20,6 +20,7 @@ import pandas as pd
 
 from epi.core.errors import UserError
 from epi.core.text import format_table
+from host.analysis import components
 from host.analysis import pipeline as analysis_mod
 from host.analysis.model import Analysis, Options
 
@@ -137,6 +138,7 @@ def build_outputs(a: Analysis, argv: dict[str, Any]) -> dict[str, bytes]:
             "time_share_estimate": a.time_share,
         },
         "notes": a.notes,
+        "components": components.records(a),  # software power sources (docs/sources.md)
     }
     out = {
         "results.json": (json.dumps(_clean(doc), indent=1) + "\n").encode(),
@@ -144,6 +146,7 @@ def build_outputs(a: Analysis, argv: dict[str, Any]) -> dict[str, bytes]:
         "runs.csv": a.verdicts.to_csv(index=False).encode(),
         "windows.csv": a.windows.reindex(columns=WINDOW_COLUMNS).to_csv(index=False).encode(),
         "repeats.csv": a.repeats.to_csv(index=False).encode(),
+        **components.files(a),
     }
     return out
 
@@ -223,6 +226,7 @@ def summary_text(a: Analysis) -> str:
            format_table(["config", "valid runs", "J/request", "J/gen tok (gross)",
                          "J/gen tok (net)", "J/total tok", "prefill J/prompt tok",
                          "decode J/gen tok", "CV %", "accuracy", f"EPI ({basis})"], rows)]
+    out += components.summary_lines(a)
     accs = {r["accuracy_basis"] for _, r in res.iterrows() if r["accuracy_basis"]}
     if accs:
         out.append("accuracy: " + " | ".join(sorted(accs)))

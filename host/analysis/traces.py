@@ -37,8 +37,10 @@ SAMPLE_COLUMNS = [
     "power_factor", "frequency_hz", "energy_j", "status",
 ]
 EVENT_COLUMNS = ["t_mono_ns", "t_real_ns", "channel", "kind", "detail"]
-INFO_EVENTS = frozenset({"start", "stop", "late"})
-FAULT_EVENTS = frozenset({"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "gap"})
+INFO_EVENTS = frozenset({"start", "stop", "late", "counter_wrap"})
+FAULT_EVENTS = frozenset({"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "gap",
+                          "counter_backwards", "counter_frozen", "permission_denied",
+                          "read_error"})
 CALERR_MASK = 0xC000  # SysStatus CalErr: energy metering frozen → counter invalid
 ADJERR_MASK = 0x3000  # SysStatus AdjErr: measurement registers frozen → power invalid
 # Register full scale of the ATM90E26 (Irms 65.535 A, Pmean ±32.767 kW): readings at it saturate.
@@ -144,11 +146,18 @@ class ChannelInfo:
     node: str | None
     meter_constant_imp_per_kwh: float | None
     ct: object = None
+    # software power sources (docs/sources.md): absent keys mean a wall-meter channel
+    scope: str = "wall"
+    source: str | None = None
+    resolution_j: float | None = None
+    sample_period_s: float | None = None
 
     @property
     def counter_resolution_j(self) -> float:
         """Energy of 0.1 pulse, the energy registers' resolution (J); NaN if unknown."""
         mc = self.meter_constant_imp_per_kwh
+        if not mc and self.resolution_j:
+            return self.resolution_j
         return 0.1 * 3.6e6 / mc if mc else float("nan")
 
 
@@ -274,8 +283,22 @@ def _channel_infos(meta: dict, path: Path) -> dict[int, ChannelInfo]:
         out[c["channel"]] = ChannelInfo(
             channel=c["channel"], name=str(c.get("name", f"ch{c['channel']}")), node=node,
             meter_constant_imp_per_kwh=float(mc) if isinstance(mc, (int, float)) else None,
-            ct=c.get("ct"),
+            ct=c.get("ct"), **_source_fields(c),
         )
+    return out
+
+
+def _source_fields(c: dict) -> dict:
+    """The software-source keys of a channel entry (docs/formats.md §1), passed through."""
+    out: dict = {}
+    if isinstance(c.get("scope"), str):
+        out["scope"] = c["scope"]
+    if isinstance(c.get("source"), str):
+        out["source"] = c["source"]
+    for key in ("resolution_j", "sample_period_s"):
+        v = c.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            out[key] = float(v)
     return out
 
 
@@ -351,6 +374,11 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
         p = s.meta.get("sample_period_s")
         if isinstance(p, (int, float)) and p > 0:
             period_lut[s.number] = float(p)
+    # A software source's channel has its own period (docs/sources.md).
+    chan_period = {(s.number, c["channel"]): c["sample_period_s"] for s in segments
+                   for c in s.meta.get("channels", []) if isinstance(c, dict)
+                   and isinstance(c.get("sample_period_s"), (int, float))
+                   and c["sample_period_s"] > 0}
 
     def add(ch: int, boot: str | None, lo: np.ndarray, hi: np.ndarray, scope: str,
             reasons: np.ndarray | str) -> None:
@@ -381,6 +409,9 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
                          dtype=object))
             # Long sample gaps inside a segment.
             per = period_lut[seg[:-1]] if len(seg) > 1 else np.zeros(0)
+            for (g, c), p in chan_period.items():
+                if c == ch and len(per):
+                    per = np.where(seg[:-1] == g, p, per)
             dt = np.diff(t)
             longg = np.flatnonzero((seg[1:] == seg[:-1]) & (dt > max_gap_periods * per * 1e9))
             add(ch, boot, t[longg], t[longg + 1], "all",

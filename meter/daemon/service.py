@@ -179,6 +179,8 @@ class DaemonOptions:
     stats_interval_s: float = 5.0
     model_bus_timing: bool = True
     extra_meta: dict[str, Any] = field(default_factory=dict)
+    sources: Sequence[Any] = ()  # opened meter.sources PowerSources, recorded beside the board
+    source_node: str | None = None  # node of the software channels (default: hostname)
 
 
 @dataclass
@@ -315,6 +317,7 @@ class MeterDaemon:
         lock = TraceLock(o.out_dir)
         channels: list[Channel] = []
         writer: TraceWriter | None = None
+        recorder = None
         try:
             sampler_ref: list[Sampler] = []
 
@@ -346,6 +349,9 @@ class MeterDaemon:
                 self.server = MeterServer(listen[0], listen[1], state=state, hub=hub, clock=clock)
                 url = self.server.url
             meta = self._meta(board, channels, period_s, url, injector, budget, sched0, started)
+            recorder = _source_recorder(o, channels, clock)  # software sources: issue 17
+            if recorder is not None:
+                meta["channels"] += recorder.channel_meta()
             writer = TraceWriter(o.out_dir, meta, lock=lock)
             state.info.update(
                 {
@@ -386,6 +392,10 @@ class MeterDaemon:
             )
             if self.server is not None:
                 self.server.start()
+            if recorder is not None:
+                recorder.start(writer)
+                self.log(f"epi meter: software sources on their own threads: "
+                         f"{recorder.summary()}")
             self.log(
                 f"epi meter: sampling {len(channels)} {kind} channel(s) at {rate:g} Hz "
                 f"(bus limit {budget.max_rate_hz:.1f} Hz) into {o.out_dir} segment {writer.segment}"
@@ -398,6 +408,9 @@ class MeterDaemon:
                 writer.update_meta(stats=self._stats_dict(stats, clean=False))
 
             stats = sampler.run(o.duration_s, start_mono_ns=sched0, stats_callback=save_stats)
+            if recorder is not None:
+                recorder.finish(writer)
+                recorder = None
             now = (clock.monotonic_ns(), clock.realtime_ns())
             writer.write_event(
                 now[0], now[1], None, "stop",
@@ -415,6 +428,8 @@ class MeterDaemon:
             )
             return RunResult(Path(o.out_dir), writer.segment, stats, url, rate)
         except BaseException:
+            if recorder is not None:
+                recorder.stop()
             if writer is not None and self.sampler is not None:
                 # a crash: keep what the statistics say, flagged as not a clean stop
                 writer.close(stats=self._stats_dict(self.sampler.stats, clean=False))
@@ -455,3 +470,14 @@ class MeterDaemon:
                     f"last sample at t_real_ns={prev.t_real_ns} (monotonic clocks differ)",
                 ),
             )
+
+
+def _source_recorder(o: DaemonOptions, channels: Sequence[Channel], clock: Any) -> Any:
+    """A SourceRecorder for the software sources, numbered after the board's channels."""
+    if not o.sources:
+        return None
+    from meter.sources.recorder import SourceRecorder
+
+    first = max((ch.index for ch in channels), default=-1) + 1
+    rec = SourceRecorder(o.sources, first, clock, o.source_node or socket.gethostname())
+    return rec if rec.n_channels else None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import os
+import threading
 from pathlib import Path
 
 PMIC_SAMPLE = """\
@@ -41,7 +43,11 @@ def rapl_tree(root: Path, *, package_uj: int = 1_000_000, dram_uj: int = 500_000
 
 
 def set_uj(root: Path, zone: str, uj: int) -> None:
-    (root / "sys/class/powercap" / zone / "energy_uj").write_text(f"{uj}\n")
+    """Replace a zone's counter atomically (sysfs never shows a half-written value)."""
+    path = root / "sys/class/powercap" / zone / "energy_uj"
+    tmp = path.with_name(f".energy_uj.{threading.get_ident()}")
+    tmp.write_text(f"{uj}\n")
+    os.replace(tmp, path)
 
 
 def hwmon_tree(root: Path) -> Path:
@@ -155,3 +161,36 @@ class ListWriter:
 
     def kinds(self) -> list[str]:
         return [e[3] for e in self.events]
+
+
+class AdvancingRapl:
+    """A synthetic RAPL tree whose counters advance from known powers in real time.
+
+    A thread rewrites each zone's ``energy_uj`` every ``step_s`` as power × (t − t0), wrapping
+    at ``max_range_uj`` like the hardware; stop() ends it.
+    """
+
+    def __init__(self, root: Path, package_w: float, dram_w: float, *, step_s: float = 0.002,
+                 max_range_uj: int = 262_143_328_850, start_uj: int = 0) -> None:
+        import threading
+        import time
+
+        rapl_tree(root, package_uj=start_uj, dram_uj=start_uj, max_range_uj=max_range_uj)
+        self.root, self.step_s, self.range = root, step_s, max_range_uj
+        self.powers = {"intel-rapl:0": package_w, "intel-rapl:0:1": dram_w}
+        self.start_uj = start_uj
+        self._time = time
+        self.t0 = time.monotonic_ns()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.step_s):
+            dt_s = (self._time.monotonic_ns() - self.t0) / 1e9
+            for zone, w in self.powers.items():
+                set_uj(self.root, zone, (self.start_uj + round(w * dt_s * 1e6)) % self.range)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
