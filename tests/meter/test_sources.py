@@ -328,3 +328,17 @@ def test_probe_says_which_are_readable(tmp_path: pathlib.Path, monkeypatch: pyte
     got = {p["source"]: (p["present"], p["readable"]) for p in probe_sources(env)}
     assert got == {"rapl": (True, True), "hwmon": (True, False), "nvml": (True, True),
                    "pmic": (True, True)}
+
+
+def test_doctor_says_which_counters_are_readable(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from host.doctor import _power_counter_checks
+    from meter.sources.common import SYSFS_ROOT_ENV
+
+    rapl_tree(tmp_path)
+    hwmon_tree(tmp_path)
+    monkeypatch.setenv(SYSFS_ROOT_ENV, str(tmp_path))
+    deny(monkeypatch, "energy_uj")
+    got = {c.item.split()[0]: c for c in _power_counter_checks()}
+    assert got["rapl"].ok is False and "chmod o+r" in got["rapl"].fix
+    assert got["hwmon"].ok is True and "amdgpu" in got["hwmon"].detail
