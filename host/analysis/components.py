@@ -153,8 +153,9 @@ def _row(a: Analysis, info: Any, node: str, kind: str, ch: int | None, e: np.nda
         "wall_label": WALL_LABEL + (" (emulated: modelled, not measured)"
                                     if a.trace.emulated else "") if main_is_wall else None,
         "wall_over_component": wall / energy if energy > 0 else float("nan"),
-        "unseen_power_w": (wall - energy) / d if d > 0 else float("nan"),
-        "unseen_fraction": (wall - energy) / wall if wall > 0 else float("nan"),
+        # what no counter sees: only meaningful for the sum of all component channels
+        "unseen_power_w": (wall - energy) / d if d > 0 and ch is None else float("nan"),
+        "unseen_fraction": (wall - energy) / wall if wall > 0 and ch is None else float("nan"),
         "reason": why,
     }
 
@@ -213,7 +214,8 @@ def summary_lines(a: Analysis) -> list[str]:
         return [*out, "", "Component power: no component channel on the runs' nodes"]
     rows = []
     for _, r in t.iterrows():
-        rows.append([r["config"], r["node"], r["kind"], r["name"], r["scope"] or "all",
+        rows.append([r["config"], r["node"], r["kind"], r["name"],
+                     r["scope"] if isinstance(r["scope"], str) else "all",
                      _num(r["power_w"]), _num(r["j_per_generated_token"]),
                      _num(r["wall_power_w"]), _num(r["wall_j_per_generated_token"]),
                      _num(r["wall_over_component"], ".3f"), _num(r["unseen_power_w"])])

@@ -284,6 +284,8 @@ def record_sources(out_dir: str | Path, sources: Sequence[PowerSource], *, clock
                            sources=rec.describe())
         writer.close(stats={"clean_stop": clean, "ended_mono_ns": t1[0],
                             "ended_real_ns": t1[1]})
+    rows = sum(t.stats.rows for p in rec.pollers for t in p.trackers)
+    log(f"epi meter: stopped: {rows} software-channel rows written")
     for p in rec.pollers:
         if p.error is not None:
             log(f"epi meter: source {p.source.kind} stopped early: {p.error!r}")
