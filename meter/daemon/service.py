@@ -405,7 +405,8 @@ class MeterDaemon:
 
             def save_stats(stats: SamplerStats) -> None:
                 assert writer is not None
-                writer.update_meta(stats=self._stats_dict(stats, clean=False))
+                writer.update_meta(stats=self._stats_dict(stats, clean=False),
+                                   **(recorder.meta_updates(writer) if recorder else {}))
 
             stats = sampler.run(o.duration_s, start_mono_ns=sched0, stats_callback=save_stats)
             if recorder is not None:

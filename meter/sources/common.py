@@ -121,6 +121,8 @@ def read_sysfs_number(path: Path) -> int:
     except OSError as exc:
         raise SourceError("read_error", f"{path}: cannot read ({exc.strerror})",
                           "check the driver; run `epi doctor`") from None
+    except UnicodeDecodeError:
+        text = "<not text>"
     try:
         return int(text)
     except ValueError:

@@ -52,9 +52,10 @@ class TrackerStats:
 
     def update_interval_s(self) -> float | None:
         """Median time between value changes, s (None before two changes)."""
-        if not self.intervals_ns:
+        snapshot = list(self.intervals_ns)  # one C-level copy: safe while the poller appends
+        if not snapshot:
             return None
-        return statistics.median(self.intervals_ns) / 1e9
+        return statistics.median(snapshot) / 1e9
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -27,6 +27,7 @@ from meter.sources.common import COMPONENT_LABEL, NullSource, PowerSource
 from meter.sources.counters import DEFAULT_FREEZE_AFTER_S, ChannelTracker
 
 ADAPT_EVERY_READS = 32
+META_INTERVAL_S = 5.0
 MAX_INTERVAL_S = 5.0
 _Writer = Any  # a TraceWriter (or a test double with the same write methods)
 
@@ -217,11 +218,16 @@ class SourceRecorder:
         for p in self.pollers:
             p.stop()
 
+    def meta_updates(self, writer: TraceWriter) -> dict[str, Any]:
+        """Keys to rewrite in the segment metadata: the channels with their measured row
+        period, and ``sources`` (call from the one thread that updates the metadata)."""
+        return {"channels": self.final_channels(writer.meta.get("channels", [])),
+                "sources": self.describe()}
+
     def finish(self, writer: TraceWriter) -> None:
         """Stop the threads, then write the measured figures into the segment metadata."""
         self.stop()
-        writer.update_meta(channels=self.final_channels(writer.meta.get("channels", [])),
-                           sources=self.describe())
+        writer.update_meta(**self.meta_updates(writer))
 
     def summary(self) -> str:
         return ", ".join(f"{s.name} ({s.scope}, {s.counter})" for p in self.pollers
@@ -273,7 +279,14 @@ def record_sources(out_dir: str | Path, sources: Sequence[PowerSource], *, clock
             f"{writer.segment}: {rec.summary()} — {COMPONENT_LABEL}")
         if started is not None:
             started.set()
-        stop.wait(duration_s)
+        deadline = None if duration_s is None else clock.monotonic_ns() + duration_s * 1e9
+        while True:  # the measured figures reach meta.json every few seconds (crash-safe)
+            left = None if deadline is None else (deadline - clock.monotonic_ns()) / 1e9
+            if stop.wait(META_INTERVAL_S if left is None else max(0.0, min(left, META_INTERVAL_S))):
+                break
+            if left is not None and left <= META_INTERVAL_S:
+                break
+            writer.update_meta(**rec.meta_updates(writer))
         clean = True
     finally:
         rec.stop()

@@ -342,3 +342,40 @@ def test_doctor_says_which_counters_are_readable(
     got = {c.item.split()[0]: c for c in _power_counter_checks()}
     assert got["rapl"].ok is False and "chmod o+r" in got["rapl"].fix
     assert got["hwmon"].ok is True and "amdgpu" in got["hwmon"].detail
+
+
+# ------------------------------------------------------------- hostile inputs (readers)
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400))
+def test_pmic_parser_takes_any_text(text: str) -> None:
+    rails = parse_rails(text)
+    assert all(isinstance(v, float) for v in rails.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64))
+def test_sysfs_number_is_an_int_or_a_source_error(tmp_path_factory, data: bytes) -> None:
+    from meter.sources.common import read_sysfs_number
+
+    path = tmp_path_factory.mktemp("attr") / "energy_uj"
+    path.write_bytes(data)
+    try:
+        value = read_sysfs_number(path)
+    except SourceError as err:
+        assert err.kind == "read_error" and str(path) in err.line()
+    else:
+        assert value == int(data.decode().strip())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["scope", "source", "resolution_j", "sample_period_s",
+                                        "counter", "wall"]),
+                       st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
+                                 st.text(max_size=8)), max_size=6))
+def test_trace_reader_accepts_any_source_channel_keys(keys: dict) -> None:
+    from host.analysis.traces import _channel_infos
+
+    info = _channel_infos({"channels": [{"channel": 0, "name": "x", **keys}]},
+                          pathlib.Path("meta.json"))[0]
+    assert isinstance(info.scope, str)
+    assert info.resolution_j is None or info.resolution_j > 0
