@@ -16,6 +16,7 @@ import pytest
 from epi.cli import main
 from epi.core.files import read_boot_id
 from host.analysis import components
+from host.analysis.model import Options
 from host.analysis.pipeline import analyze
 from host.analysis.traces import read_trace
 from meter.clock import SystemClock
@@ -27,6 +28,10 @@ from tests.host.conftest import NS, make_schedule, write_run
 from tests.meter.sources_fakes import AdvancingRapl
 
 WALL_W, PACKAGE_W, DRAM_W = 40.0, 25.0, 5.0
+# The numeric checks do not apply the sample-gap validity rule (tested in test_traces.py):
+# on a loaded CI machine a polling thread may stall for more than 3 periods, which the rule
+# rightly turns into null windows; the figures asserted here are about the energy itself.
+LENIENT = {"max_gap_periods": 1e9}
 SCHED = {"n_repeats": 2, "prompts": 1, "warmups": 0, "idle_s": 0.6, "prefill_s": 0.25,
          "decode_s": 0.5, "gap_s": 0.1}
 
@@ -84,25 +89,34 @@ def test_emulated_wall_and_rapl_side_by_side(tmp_path: Path, rapl: AdvancingRapl
     doc = json.loads((out / "results.json").read_text())
     comp = doc["components"]
     assert comp["main_figures"] == {"n0": "wall power"}
-    rows = {(r["kind"], r["name"]): r for r in comp["side_by_side"]}
+    assert {r["label"] for r in comp["side_by_side"]} == {"component power, not wall power"}
+    assert [c["name"] for c in comp["channels"]] == ["rapl:package-0", "rapl:dram-0"]
+    assert "Component power (component power, not wall power) beside wall power" in text
+
+    a = analyze([run_dir], trace, Options(channels={"n0": [0]}, **LENIENT))
+    tab = components.component_table(a)
+    rows = {(r["kind"], r["name"]): r for _, r in tab.iterrows()}
     req = rows[("request", "all component channels")]
     tokens = sum(r["n_gen"] for r in sched.requests)
     secs = _req_seconds(sched)
-    assert req["label"] == "component power, not wall power"
     assert "emulated" in req["wall_label"]
-    assert req["power_w"] == pytest.approx(PACKAGE_W + DRAM_W, rel=0.03)
+    assert req["n_windows_used"] == req["n_windows"] == len(sched.requests)
+    tol = rapl.rel_tolerance(len(sched.requests), secs)
+    idle_tol = rapl.rel_tolerance(1, (sched.idle[1] - sched.idle[0]) / NS)
+    assert req["power_w"] == pytest.approx(PACKAGE_W + DRAM_W, rel=tol)
     assert req["j_per_generated_token"] == pytest.approx(
-        (PACKAGE_W + DRAM_W) * secs / tokens, rel=0.03)
-    assert req["wall_power_w"] == pytest.approx(WALL_W, rel=0.03)
-    assert req["wall_over_component"] == pytest.approx(WALL_W / (PACKAGE_W + DRAM_W), rel=0.05)
-    assert req["unseen_power_w"] == pytest.approx(WALL_W - PACKAGE_W - DRAM_W, abs=1.5)
-    assert rows[("idle", "rapl:package-0")]["power_w"] == pytest.approx(PACKAGE_W, rel=0.03)
-    assert rows[("request", "rapl:dram-0")]["power_w"] == pytest.approx(DRAM_W, rel=0.03)
-    # the main figures stay wall only: the RAPL channels are not summed into them
-    res = next(r for r in doc["results"] if r["scope"] == "all" and r["phase"] == "request"
-           and r["unit"] == "generated" and r["basis"] == "gross")
-    assert res["j_per_token_median"] == pytest.approx(WALL_W * secs / tokens, rel=0.03)
-    assert "Component power (component power, not wall power) beside wall power" in text
+        (PACKAGE_W + DRAM_W) * secs / tokens, rel=tol)
+    assert rows[("idle", "rapl:package-0")]["power_w"] == pytest.approx(PACKAGE_W, rel=idle_tol)
+    assert rows[("request", "rapl:dram-0")]["power_w"] == pytest.approx(DRAM_W, rel=tol)
+    # the wall side is the main figures' own wall energy (the RAPL channels are not summed in)
+    w = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] == "request")]
+    wall_w = w["energy_j"].sum() / w["duration_s"].sum()
+    assert wall_w == pytest.approx(WALL_W, rel=0.1)  # the emulator's fidelity under load
+    assert req["wall_power_w"] == pytest.approx(wall_w, rel=1e-9)
+    assert req["wall_over_component"] == pytest.approx(wall_w / (PACKAGE_W + DRAM_W),
+                                                       rel=tol * 1.05)
+    assert req["unseen_power_w"] == pytest.approx(wall_w - PACKAGE_W - DRAM_W,
+                                                  abs=tol * (PACKAGE_W + DRAM_W))
     assert "wall is EMULATED" in text
     assert (out / "components.csv").exists()
     meta = json.loads((trace / "seg-000001.meta.json").read_text())
@@ -126,15 +140,19 @@ def test_no_board_rapl_alone_gives_labelled_component_j_per_token(tmp_path: Path
         th.join()
     run_dir = write_run(tmp_path / "run1", sched, sync="none", boot_id=read_boot_id(),
                         nodes=["n0"])
-    a = analyze([run_dir], trace)
+    a = analyze([run_dir], trace, Options(**LENIENT))
     assert components.main_labels(a) == {"n0": "component power, not wall power"}
     assert a.runs[0].node_channels == {"n0": [0, 1]}
-    res = a.results[(a.results["scope"] == "all") & (a.results["phase"] == "request")
-                    & (a.results["unit"] == "generated") & (a.results["basis"] == "gross")]
-    tokens = sum(r["n_gen"] for r in sched.requests) / SCHED["n_repeats"]
-    secs = _req_seconds(sched) / SCHED["n_repeats"]
-    assert float(res["j_per_token_median"].iloc[0]) == pytest.approx(
-        (PACKAGE_W + DRAM_W) * secs / tokens, rel=0.03)
+    # per repeat (the run's validity verdict, e.g. its CV, depends on this machine's timing)
+    rep = a.repeats[(a.repeats["scope"] == "all") & (a.repeats["phase"] == "request")
+                    & (a.repeats["unit"] == "generated") & (a.repeats["basis"] == "gross")]
+    for _, r in rep.iterrows():
+        reqs = [q for q in sched.requests if q["repeat"] == r["repeat"]]
+        secs = sum((q["end"] - q["start"]) / NS for q in reqs)
+        expected = (PACKAGE_W + DRAM_W) * secs / sum(q["n_gen"] for q in reqs)
+        assert r["j_per_token"] == pytest.approx(
+            expected, rel=rapl.rel_tolerance(len(reqs), secs))
+    assert len(rep) == SCHED["n_repeats"]
     table = components.component_table(a)
     assert table["wall_energy_j"].isna().all()
     assert table["reason"].str.contains("no wall channel").all()

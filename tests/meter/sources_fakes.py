@@ -166,19 +166,22 @@ class ListWriter:
 class AdvancingRapl:
     """A synthetic RAPL tree whose counters advance from known powers in real time.
 
-    A thread rewrites each zone's ``energy_uj`` every ``step_s`` as power × (t − t0), wrapping
-    at ``max_range_uj`` like the hardware; stop() ends it.
+    A thread rewrites each zone's ``energy_uj`` (atomically) every ``step_s`` as
+    power × (t − t0), wrapping at ``max_range_uj`` like the hardware. A value read is stale by
+    at most the longest interval between two rewrites, which the fake measures
+    (``max_staleness_s``): on a loaded machine the thread is scheduled late, and tests derive
+    their tolerance from this figure instead of hoping the machine is idle.
     """
 
     def __init__(self, root: Path, package_w: float, dram_w: float, *, step_s: float = 0.002,
                  max_range_uj: int = 262_143_328_850, start_uj: int = 0) -> None:
-        import threading
         import time
 
         rapl_tree(root, package_uj=start_uj, dram_uj=start_uj, max_range_uj=max_range_uj)
         self.root, self.step_s, self.range = root, step_s, max_range_uj
         self.powers = {"intel-rapl:0": package_w, "intel-rapl:0:1": dram_w}
         self.start_uj = start_uj
+        self.max_staleness_s = 0.0
         self._time = time
         self.t0 = time.monotonic_ns()
         self._stop = threading.Event()
@@ -186,10 +189,21 @@ class AdvancingRapl:
         self._thread.start()
 
     def _loop(self) -> None:
+        last = self._time.monotonic_ns()
         while not self._stop.wait(self.step_s):
-            dt_s = (self._time.monotonic_ns() - self.t0) / 1e9
+            now = self._time.monotonic_ns()
+            dt_s = (now - self.t0) / 1e9
             for zone, w in self.powers.items():
                 set_uj(self.root, zone, (self.start_uj + round(w * dt_s * 1e6)) % self.range)
+            done = self._time.monotonic_ns()
+            # a reader may see the previous value until this write ended
+            self.max_staleness_s = max(self.max_staleness_s, (done - last) / 1e9)
+            last = now
+
+    def rel_tolerance(self, n_windows: int, seconds: float, base: float = 0.01) -> float:
+        """Relative error bound of an energy summed over `n_windows` windows lasting `seconds`
+        in all: each window edge may be stale by up to max_staleness_s."""
+        return base + 2 * n_windows * self.max_staleness_s / seconds
 
     def stop(self) -> None:
         self._stop.set()
