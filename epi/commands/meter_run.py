@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from epi.core.errors import UserError
 from meter.daemon.http_server import DEFAULT_HOST, DEFAULT_PORT
 from meter.daemon.service import DaemonOptions, MeterDaemon
 
@@ -71,6 +72,11 @@ def run(
 
         sources = open_sources(source_spec, log=lambda line: click.echo(line, err=True))
         if board_path is None and not emulate:
+            if faults or rate_hz is not None:
+                raise UserError("--fault-injection/--rate: for the board or --emulate; software "
+                                "sources keep their own schedule (docs/sources.md)")
+            click.echo("epi meter: no board: software sources only, no HTTP server (run "
+                       "`epi run` on this machine without --meter: same clock)", err=True)
             _run_sources_alone(sources, out_dir, duration_s, source_node)
             return
     options = DaemonOptions(
