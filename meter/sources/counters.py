@@ -11,8 +11,9 @@ The rules (docs/sources.md):
   (``max_energy_range_uj``) and the wrapped step is plausible: a ``counter_wrap`` event, and the
   energy continues correctly. Otherwise it went **backwards** (driver reload, reset): a
   ``counter_backwards`` event and a ``gap`` over the step, whose energy is not counted;
-* a value unchanged for ``freeze_after_s`` is **frozen**: a ``counter_frozen`` event, no rows
-  until it moves again, then a ``gap`` over the frozen span;
+* a value unchanged for ``freeze_after_s`` (5 s for an energy counter, 30 s for a power
+  reading, which a coarse sensor may legitimately repeat) is **frozen**: a ``counter_frozen``
+  event, no rows until it moves again, then a ``gap`` over the frozen span;
 * a failing read (permission denied, file gone, NVML error) writes its event once per run of
   failures, with the fix, and a ``gap`` when readings resume. Never a zero.
 """
@@ -29,7 +30,9 @@ from meter.sources.common import ChannelSpec, SourceError
 
 #: Largest power a wrapped step may imply before it counts as "went backwards" instead, W.
 MAX_PLAUSIBLE_POWER_W = 20_000.0
-DEFAULT_FREEZE_AFTER_S = 5.0
+DEFAULT_FREEZE_AFTER_S = 5.0  # an energy counter that does not move for 5 s is stuck
+# A power reading may repeat exactly for a while (a coarse sensor at a steady load).
+POWER_FREEZE_AFTER_S = 30.0
 
 # (t_mono_ns, t_real_ns, kind, detail) of one event
 EventSink = Callable[[int, int, str, str], None]
@@ -76,9 +79,12 @@ class ChannelTracker:
     """Turns one channel's raw values into (t_mono_ns, t_real_ns, power_w, energy_j) rows."""
 
     def __init__(self, spec: ChannelSpec, emit: EventSink, *,
-                 freeze_after_s: float = DEFAULT_FREEZE_AFTER_S) -> None:
+                 freeze_after_s: float | None = None) -> None:
         self.spec = spec
         self.emit = emit
+        if freeze_after_s is None:
+            freeze_after_s = (DEFAULT_FREEZE_AFTER_S if spec.counter == "energy"
+                              else POWER_FREEZE_AFTER_S)
         self.freeze_after_ns = int(freeze_after_s * 1e9)
         self.stats = TrackerStats()
         self.energy_j = 0.0

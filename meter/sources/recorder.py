@@ -24,7 +24,7 @@ from typing import Any
 from epi import __version__
 from meter.daemon.trace import TraceWriter, gap_detail
 from meter.sources.common import COMPONENT_LABEL, NullSource, PowerSource
-from meter.sources.counters import DEFAULT_FREEZE_AFTER_S, ChannelTracker
+from meter.sources.counters import ChannelTracker
 
 ADAPT_EVERY_READS = 32
 META_INTERVAL_S = 5.0
@@ -36,7 +36,7 @@ class SourcePoller:
     """One source on its own thread and schedule."""
 
     def __init__(self, source: PowerSource, first_channel: int, clock: Any,
-                 *, freeze_after_s: float = DEFAULT_FREEZE_AFTER_S,
+                 *, freeze_after_s: float | None = None,
                  interval_s: float | None = None) -> None:
         self.source = source
         self.clock = clock
@@ -178,7 +178,7 @@ class SourceRecorder:
     """Several sources, channel numbers after ``first_channel``, one thread each."""
 
     def __init__(self, sources: Sequence[PowerSource], first_channel: int, clock: Any,
-                 node: str | None, *, freeze_after_s: float = DEFAULT_FREEZE_AFTER_S) -> None:
+                 node: str | None, *, freeze_after_s: float | None = None) -> None:
         self.node = node
         self.pollers: list[SourcePoller] = []
         nxt = first_channel
@@ -237,7 +237,7 @@ class SourceRecorder:
 def record_sources(out_dir: str | Path, sources: Sequence[PowerSource], *, clock: Any,
                    stop: threading.Event, duration_s: float | None = None,
                    node: str | None = None, log: Callable[[str], None] = lambda _l: None,
-                   freeze_after_s: float = DEFAULT_FREEZE_AFTER_S,
+                   freeze_after_s: float | None = None,
                    started: threading.Event | None = None,
                    extra_meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write a trace segment with only software channels until ``stop`` or ``duration_s``.

@@ -379,3 +379,13 @@ def test_trace_reader_accepts_any_source_channel_keys(keys: dict) -> None:
                           pathlib.Path("meta.json"))[0]
     assert isinstance(info.scope, str)
     assert info.resolution_j is None or info.resolution_j > 0
+
+
+def test_a_steady_power_reading_is_not_frozen_before_30_s() -> None:
+    events: list[tuple] = []
+    tr = ChannelTracker(spec("power"), lambda *e: events.append(e))
+    rows = run_tracker(tr, [12.0] * 320, dt_s=0.1)  # 32 s of one value: a coarse sensor
+    assert [e[2] for e in events] == ["counter_frozen"]
+    frozen_after_s = (events[0][0] - 1_000_000_000) / 1e9
+    assert 30.0 < frozen_after_s <= 30.2
+    assert len(rows) == 301  # every reading up to the freeze (t = 0 … 30.0 s) is a row
