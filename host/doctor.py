@@ -3,7 +3,6 @@ with the fix for what is missing; `epi doctor` prints it."""
 
 from __future__ import annotations
 
-import ctypes.util
 import glob
 import importlib.util
 import json
@@ -175,22 +174,23 @@ def _hardware_checks() -> list[Check]:
 
 
 def _power_counter_checks() -> list[Check]:
-    rapl = glob.glob("/sys/class/powercap/intel-rapl*") + glob.glob("/sys/class/powercap/*rapl*")
-    hwmon = glob.glob("/sys/class/hwmon/hwmon*/power*_input")
-    nvml = ctypes.util.find_library("nvidia-ml") is not None
-    found = {"RAPL": bool(rapl), "hwmon power": bool(hwmon), "NVML": nvml}
-    detail = ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in found.items())
-    return [
-        Check(
-            "power",
-            "software power counters",
-            any(found.values()) or None,
-            detail,
-            ""
-            if any(found.values())
-            else "none here: wall energy comes from the epi-meter board or its emulator",
-        )
-    ]
+    """Which software power counters exist here and which are readable (meter/sources)."""
+    from meter.sources.factory import probe_sources
+
+    checks = []
+    probes = probe_sources()
+    for p in probes:
+        detail, _, fix = p["detail"].partition("; fix: ")
+        checks.append(Check(
+            "power", f"{p['source']} (component power, not wall)",
+            True if p["readable"] else (False if p["present"] else None),
+            f"readable: {detail}" if p["readable"] else detail,
+            fix if p["present"] and not p["readable"] else "",
+        ))
+    if not any(p["readable"] for p in probes):
+        checks.append(Check("power", "software power counters", None, "none readable here",
+                            "wall energy comes from the epi-meter board or its emulator"))
+    return checks
 
 
 def collect_checks() -> list[Check]:

@@ -25,6 +25,7 @@ from epi.commands.params import (
 )
 from epi.core.errors import UserError
 from epi.core.text import format_table
+from host.analysis import components
 from host.analysis import pipeline as analysis_mod
 from host.analysis.model import Analysis, Options
 
@@ -158,6 +159,7 @@ def build_outputs(a: Analysis, argv: dict[str, Any]) -> dict[str, bytes]:
             "time_share_estimate": a.time_share,
         },
         "notes": a.notes,
+        "components": components.records(a),  # software power sources (docs/sources.md)
     }
     out = {
         "results.json": (json.dumps(_clean(doc), indent=1) + "\n").encode(),
@@ -169,6 +171,7 @@ def build_outputs(a: Analysis, argv: dict[str, Any]) -> dict[str, bytes]:
         "runs.csv": a.verdicts.to_csv(index=False).encode(),
         "windows.csv": a.windows.reindex(columns=WINDOW_COLUMNS).to_csv(index=False).encode(),
         "repeats.csv": a.repeats.to_csv(index=False).encode(),
+        **components.files(a),
     }
     return out
 
@@ -301,6 +304,7 @@ def summary_text(a: Analysis) -> str:
     if used_regression:
         out.append("prefill J/prompt tok marked (regr.): estimate by regression of request "
                    "energy on prompt and generated tokens across requests (section below)")
+    out += components.summary_lines(a)
     accs = {r["accuracy_basis"] for _, r in res.iterrows() if r["accuracy_basis"]}
     if accs:
         out.append("accuracy: " + " | ".join(sorted(accs)))

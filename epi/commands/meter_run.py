@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from epi.commands.meter_options import Finite
+from epi.core.errors import UserError
 from meter.daemon.http_server import DEFAULT_HOST, DEFAULT_PORT
 from meter.daemon.service import DaemonOptions, MeterDaemon
 
@@ -45,6 +46,15 @@ from meter.daemon.service import DaemonOptions, MeterDaemon
     help="Emulated faults (reset, checksum, absent, stuck, bit-errors, partial-frames); "
     "comma-separated or repeated. See docs/daemon.md.",
 )
+@click.option(
+    "--source", "source_spec", default=None, metavar="auto|rapl,hwmon,nvml,pmic",
+    help="Software power counters to record too, each on its own thread (component power, "
+    "not wall power); alone without --board/--emulate. See docs/sources.md.",
+)
+@click.option(
+    "--source-node", default=None, metavar="NAME",
+    help="Node name of the software channels (as `epi run --node`) [default: hostname].",
+)
 def run(
     board_path: Path | None,
     emulate: bool,
@@ -53,8 +63,23 @@ def run(
     duration_s: float | None,
     listen: str,
     faults: tuple[str, ...],
+    source_spec: str | None,
+    source_node: str | None,
 ) -> None:
     """Sample every channel on a steady schedule into a crash-safe trace directory."""
+    sources: list = []
+    if source_spec is not None:
+        from meter.sources.factory import open_sources
+
+        sources = open_sources(source_spec, log=lambda line: click.echo(line, err=True))
+        if board_path is None and not emulate:
+            if faults or rate_hz is not None:
+                raise UserError("--fault-injection/--rate: for the board or --emulate; software "
+                                "sources keep their own schedule (docs/sources.md)")
+            click.echo("epi meter: no board: software sources only, no HTTP server (run "
+                       "`epi run` on this machine without --meter: same clock)", err=True)
+            _run_sources_alone(sources, out_dir, duration_s, source_node)
+            return
     options = DaemonOptions(
         out_dir=out_dir,
         board_path=board_path,
@@ -63,6 +88,8 @@ def run(
         duration_s=duration_s,
         listen=None if listen.lower() in ("off", "none", "") else listen,
         faults=faults,
+        sources=sources,
+        source_node=source_node,
     )
     daemon = MeterDaemon(options)
 
@@ -76,6 +103,29 @@ def run(
     previous = {sig: signal.signal(sig, on_signal) for sig in signals}
     try:
         daemon.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_sources_alone(sources: list, out_dir: Path, duration_s: float | None,
+                       node: str | None) -> None:
+    """No board: a trace with only the software channels, until Ctrl-C/SIGTERM or --duration."""
+    import threading
+
+    from meter.clock import SystemClock
+    from meter.sources.recorder import record_sources
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
+    try:
+        record_sources(out_dir, sources, clock=SystemClock(), stop=stop, duration_s=duration_s,
+                       node=node, log=lambda line: click.echo(line, err=True))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -121,6 +121,13 @@ from host.run.runner import (
     help="This host's node name in the placement (the `node` of its meter channel) "
     "[default: hostname].",
 )
+@click.option(
+    "--power",
+    default=None,
+    metavar="auto|rapl,hwmon,nvml,pmic",
+    help="Record this machine's software power counters into OUT/power while running "
+    "(component power, not wall power; no meter daemon needed). See docs/sources.md.",
+)
 def run(
     model: Path,
     out: Path,
@@ -138,6 +145,7 @@ def run(
     map_id: str | None,
     stall_timeout_s: float,
     node: str | None,
+    power: str | None,
 ) -> None:
     """Run MODEL.gguf on fixed prompts and log every token's time."""
     settings = RunSettings(
@@ -157,6 +165,7 @@ def run(
         map_id=map_id,
         stall_timeout_s=stall_timeout_s,
         node=node,
+        power=power,
     )
     result = run_model(settings)
     prefill = "n/a" if result.prefill_ms_median is None else f"{result.prefill_ms_median:.1f} ms"
@@ -168,3 +177,6 @@ def run(
         f"median prefill {prefill}, "
         f"median decode {decode}; token log in {result.run_dir}"
     )
+    if power:
+        click.echo(f"power trace in {result.run_dir / 'power'} (component power, not wall "
+                   f"power): epi analyze {result.run_dir} --trace {result.run_dir / 'power'}")

@@ -54,10 +54,15 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
 )
 EVENT_COLUMNS: tuple[str, ...] = ("t_mono_ns", "t_real_ns", "channel", "kind", "detail")
 # Info events say how the daemon ran; fault events invalidate the time around them.
-INFO_EVENTS: frozenset[str] = frozenset({"start", "stop", "late", "skipped", "signal"})
+INFO_EVENTS: frozenset[str] = frozenset(
+    {"start", "stop", "late", "skipped", "signal", "counter_wrap"})
 FAULT_EVENTS: frozenset[str] = frozenset(
     {"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "gap", "implausible",
-     "disk_full"})
+     "disk_full",
+     # software power sources (meter/sources, docs/sources.md)
+     "counter_backwards", "counter_frozen", "permission_denied", "read_error"})
+# Software power sources a channel may name (docs/sources.md); absent: a wall-meter channel.
+SOFTWARE_SOURCES: frozenset[str] = frozenset({"rapl", "hwmon", "nvml", "pmic"})
 EVENT_KINDS: frozenset[str] = INFO_EVENTS | FAULT_EVENTS
 
 # Valid ranges of every sample field (docs/formats.md §1 states the same).
@@ -157,11 +162,19 @@ class ChannelMeta:
     node: str | None
     meter_constant_imp_per_kwh: float | None  # None: the meta does not give it
     ct: Any = None
+    # Software power sources (docs/sources.md); the defaults describe a wall-meter channel.
+    scope: str = "wall"
+    source: str | None = None
+    resolution_j: float | None = None
+    sample_period_s: float | None = None  # the channel's own row spacing, when it has one
 
     @property
     def counter_resolution_j(self) -> float:
-        """Energy of 0.1 pulse, the energy registers' resolution (J); NaN if unknown."""
+        """Energy of 0.1 pulse (a chip) or the interface's step (a software counter), J; NaN
+        if unknown."""
         mc = self.meter_constant_imp_per_kwh
+        if not mc and self.resolution_j:
+            return self.resolution_j
         return 0.1 * 3.6e6 / mc if mc else float("nan")
 
 
@@ -294,14 +307,30 @@ def check_meta(path: Path, meta: dict[str, Any], number: int) -> dict[int, Chann
         name = c.get("name", f"ch{ch}")
         check_str(name, f"{w}.name", max_len=256)
         node = check_str(c.get("node"), f"{w}.node", null_ok=True, max_len=256)
+        source = c.get("source")
+        if source is not None and source not in SOFTWARE_SOURCES:
+            raise UserError(f"{w}.source: {source!r} is not one of "
+                            f"{', '.join(sorted(SOFTWARE_SOURCES))} (or absent: a wall channel)")
         mc = None
         if "meter_constant_imp_per_kwh" in c:
+            # A software channel has no meter constant (null); a chip's is a positive number.
             mc = check_float(c["meter_constant_imp_per_kwh"], f"{w}.meter_constant_imp_per_kwh",
-                             lo=0.0, hi=MAX_METER_CONSTANT, lo_open=True)
+                             lo=0.0, hi=MAX_METER_CONSTANT, lo_open=True,
+                             null_ok=source is not None)
         ct = c.get("ct")
         if ct is not None and not isinstance(ct, dict):
             raise UserError(f"{w}.ct: expected an object or null, got {ct!r}")
-        out[ch] = ChannelMeta(ch, name, node, mc, ct)
+        extra: dict[str, Any] = {"source": source}
+        if source is not None:
+            scope = c.get("scope", "other")
+            check_str(scope, f"{w}.scope", max_len=64)
+            extra["scope"] = scope
+        for key in ("resolution_j", "sample_period_s"):
+            if key in c:
+                extra[key] = check_float(c[key], f"{w}.{key}", lo=0.0, hi=MAX_SAMPLE_PERIOD_S
+                                         if key == "sample_period_s" else MAX_ABS_ENERGY_J,
+                                         lo_open=True, null_ok=True)
+        out[ch] = ChannelMeta(ch, name, node, mc, ct, **extra)
     return out
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
+from host.analysis import components
 from host.analysis.accuracy_file import load_accuracy
 from host.analysis.align import (
     ClockMap,
@@ -100,7 +101,8 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
         boot = clock_domain(trace, run)
         clock = ClockMap.from_run(run.clock_sync, run.boot_id, boot,
                                   trace_clock_simulated=trace.clock_simulated(boot))
-        node_ch = channels_of_nodes(run, trace, opts.channels)
+        node_ch = channels_of_nodes(  # wall channels first (host/analysis/components.py)
+            run, trace, components.node_channel_override(trace, opts.channels))
         span = None
         unc = clock.uncertainty_ns
         if clock.usable:

@@ -206,6 +206,9 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
     for s in segments:
         if s.sample_period_s is not None:  # given, or inferred by the reader (noted)
             period_lut[s.number] = s.sample_period_s
+    # A software source's channel has its own period (docs/sources.md).
+    chan_period = {(s.number, ch): info.sample_period_s for s in segments
+                   for ch, info in s.channels.items() if info.sample_period_s is not None}
 
     def add(ch: int, boot: str | None, lo: np.ndarray, hi: np.ndarray, scope: str,
             reasons: np.ndarray | str) -> None:
@@ -241,6 +244,9 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
                          dtype=object))
             # Long sample gaps inside a segment.
             per = period_lut[seg[:-1]] if len(seg) > 1 else np.zeros(0)
+            for (g, c), p in chan_period.items():
+                if c == ch and len(per):
+                    per = np.where(seg[:-1] == g, p, per)
             dt = np.diff(t)
             longg = np.flatnonzero((seg[1:] == seg[:-1]) & (dt > max_gap_periods * per * 1e9))
             add(ch, boot, t[longg], t[longg + 1], "all",
@@ -306,7 +312,7 @@ def read_trace(path: str | Path, *, max_gap_periods: float = 3.0) -> Trace:
         if not seg.channels:
             raise UserError(f"{seg.meta_path}: field channels must be a non-empty list")
         for ch, info in seg.channels.items():
-            if info.meter_constant_imp_per_kwh is None:
+            if info.meter_constant_imp_per_kwh is None and info.source is None:
                 raise UserError(f"{seg.meta_path}: field channels[{ch}]."
                                 "meter_constant_imp_per_kwh is missing (expected a number > 0)")
     channels = raw.channels

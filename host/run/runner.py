@@ -82,6 +82,7 @@ class RunSettings:
     map_id: str | None = None
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     node: str | None = None  # this host's node name in placement (default: hostname)
+    power: str | None = None  # software power sources to record into RUN_DIR/power (issue 17)
 
 
 @dataclass
@@ -347,11 +348,19 @@ def run(
         f"{settings.tokens} tokens each, {_plural(plan.threads, 'thread')}"
         + (f", workers {', '.join(e.address for e in plan.endpoints)}" if plan.endpoints else "")
     )
+    power = _open_power(settings, echo)  # before the log: an unreadable source stops us here
     header = RunHeader.create(settings.out, _header_fields(plan))
     if start_sync is not None:
         header.add_clock_sync(start_sync, "start")
     try:
-        return _supervise(plan, header, echo, sync, on_message)
+        if power is not None:
+            power.start(header.run_dir / "power", header.data["node"])
+            header.update(power_trace="power")
+        try:
+            return _supervise(plan, header, echo, sync, on_message)
+        finally:
+            if power is not None:
+                power.stop()
     except RunFailed:
         raise
     except KeyboardInterrupt:
@@ -360,6 +369,15 @@ def run(
     except Exception as exc:  # e.g. a clock sync that fails mid-run: the log says why
         header.finish("failed", str(exc) if isinstance(exc, UserError) else repr(exc))
         raise
+
+
+def _open_power(settings: RunSettings, echo: Callable[[str], None]) -> Any:
+    """`--power SPEC`: the software sources, recorded beside the run (meter/sources)."""
+    if not settings.power:
+        return None
+    from meter.sources.background import BackgroundRecording
+
+    return BackgroundRecording(settings.power, log=echo)
 
 
 def _supervise(

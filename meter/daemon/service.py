@@ -177,6 +177,8 @@ class DaemonOptions:
     stats_interval_s: float = 5.0
     model_bus_timing: bool = True
     extra_meta: dict[str, Any] = field(default_factory=dict)
+    sources: Sequence[Any] = ()  # opened meter.sources PowerSources, recorded beside the board
+    source_node: str | None = None  # node of the software channels (default: hostname)
 
 
 @dataclass
@@ -341,6 +343,7 @@ class MeterDaemon:
         lock = TraceLock(o.out_dir)
         channels: list[Channel] = []
         writer: TraceWriter | None = None
+        recorder = None
         try:
             sampler_ref: list[Sampler] = []
 
@@ -372,6 +375,9 @@ class MeterDaemon:
                 self.server = MeterServer(listen[0], listen[1], state=state, hub=hub, clock=clock)
                 url = self.server.url
             meta = self._meta(board, channels, period_s, url, injector, budget, sched0, started)
+            recorder = _source_recorder(o, channels, clock)  # software sources: issue 17
+            if recorder is not None:
+                meta["channels"] += recorder.channel_meta()
             writer = TraceWriter(o.out_dir, meta, lock=lock)
             state.info.update(
                 {
@@ -412,6 +418,10 @@ class MeterDaemon:
             )
             if self.server is not None:
                 self.server.start()
+            if recorder is not None:
+                recorder.start(writer)
+                self.log(f"epi meter: software sources on their own threads: "
+                         f"{recorder.summary()}")
             self.log(
                 f"epi meter: sampling {len(channels)} {kind} channel(s) at {rate:g} Hz "
                 f"(bus limit {budget.max_rate_hz:.1f} Hz) into {o.out_dir} segment {writer.segment}"
@@ -429,9 +439,13 @@ class MeterDaemon:
                                        "sampling goes on")
                     self.log(f"epi meter: SIGHUP: statistics checkpointed ({stats.sweeps} "
                              f"sweeps, {stats.samples_written} samples)")
-                writer.update_meta(stats=self._stats_dict(stats, clean=False))
+                writer.update_meta(stats=self._stats_dict(stats, clean=False),
+                                   **(recorder.meta_updates(writer) if recorder else {}))
 
             stats = sampler.run(o.duration_s, start_mono_ns=sched0, stats_callback=save_stats)
+            if recorder is not None:
+                recorder.finish(writer)
+                recorder = None
             now = (clock.monotonic_ns(), clock.realtime_ns())
             writer.write_event(
                 now[0], now[1], None, "stop",
@@ -449,6 +463,8 @@ class MeterDaemon:
             )
             return RunResult(Path(o.out_dir), writer.segment, stats, url, rate)
         except BaseException:
+            if recorder is not None:
+                recorder.stop()
             # a crash, or a trace directory removed under us: keep what the statistics say,
             # flagged as not a clean stop, where the files can still be written
             with contextlib.suppress(OSError):
@@ -493,3 +509,14 @@ class MeterDaemon:
                     f"last sample at t_real_ns={prev.t_real_ns} (monotonic clocks differ)",
                 ),
             )
+
+
+def _source_recorder(o: DaemonOptions, channels: Sequence[Channel], clock: Any) -> Any:
+    """A SourceRecorder for the software sources, numbered after the board's channels."""
+    if not o.sources:
+        return None
+    from meter.sources.recorder import SourceRecorder
+
+    first = max((ch.index for ch in channels), default=-1) + 1
+    rec = SourceRecorder(o.sources, first, clock, o.source_node or socket.gethostname())
+    return rec if rec.n_channels else None
