@@ -59,6 +59,7 @@ PAPER_GROUP_KEYS = {"layers", "quant"}
 # what a range such as "0-999999999999" may expand to.
 MAX_LAYERS = 10_000
 MAX_MAP_BYTES = 1 << 20  # a map is a few hundred bytes; refuse anything absurd before parsing
+UNQUANTIZED = ("F32", "F16", "BF16")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _RANGE_RE = re.compile(r"^\s*(\d{1,6})\s*-\s*(\d{1,6})\s*$", re.ASCII)
 # A tensor-only type in the paper form still needs a quantized llama.cpp file type to label the
@@ -337,6 +338,18 @@ def parse_mixmap(raw: Any, path: Path) -> MixMap:
             )
         _check_type(path, f"non_block.{key}", value)
     moe = _check_overrides(path, "moe", raw.get("moe", {}), set(MOE_KEYS))
+    if base_type in UNQUANTIZED:
+        named = [g.type for g in groups] + [t for g in groups for t in g.overrides.values()]
+        named += [*non_block.values(), *moe.values()]
+        quantized = sorted({t for t in named if t not in UNQUANTIZED})
+        if quantized:
+            raise _fail(
+                path,
+                "base_type",
+                f"{base_type} is not a quantized file type, and llama-quantize applies per-tensor "
+                f"types only under one; {', '.join(quantized)} would be written as {base_type} "
+                "(use e.g. Q8_0)",
+            )
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise _fail(path, "description", "expected a string")
@@ -475,6 +488,47 @@ def load_mixmaps(items: list[Path]) -> tuple[list[MixMap], list[str]]:
         else:
             by_content[key] = m
     return maps, notices
+
+
+def import_maps(items: list[Path], out_dir: Path, *, force: bool = False) -> list[Path]:
+    """Write each map (either form) in epi's own form as OUT_DIR/ID.json; the written paths.
+
+    Every map is read and every output checked before anything is written, so a bad map or an
+    existing output (without `force`) leaves the directory untouched.
+    """
+    from epi.core.files import write_json_atomic
+
+    maps, _ = load_mixmaps(items)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir}: --out exists and is not a directory")
+    targets = [out_dir / f"{m.id}.json" for m in maps]
+    for m, target in zip(maps, targets, strict=True):
+        if target.resolve() == m.path.resolve():
+            raise UserError(f"{target}: --out would overwrite the map being imported")
+        if target.exists() and not force:
+            raise UserError(f"{target}: exists; pass --force to replace it")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for m, target in zip(maps, targets, strict=True):
+        doc = m.canonical()
+        for g in doc["groups"]:
+            if "layers" in g:
+                g["layers"] = _compact_layers(g["layers"])
+        write_json_atomic(target, doc)
+    return targets
+
+
+def _compact_layers(layers: list[int]) -> list[int | str]:
+    """[0, 1, 2, 3, 7] -> ["0-3", 7]: the 'a-b' range form the epi schema reads."""
+    out: list[int | str] = []
+    start = prev = None
+    for n in [*layers, None]:
+        if start is not None and (n is None or n != prev + 1):
+            out.append(start if start == prev else f"{start}-{prev}")
+            start = None
+        if n is not None and start is None:
+            start = n
+        prev = n
+    return out
 
 
 # ---------------------------------------------------------------- expansion against a model

@@ -180,7 +180,7 @@ def test_overrides_within_a_group() -> None:
 
 def test_type_not_applicable_warns_with_fallback() -> None:
     # width 576 (SmolLM2): K-quants fit only ffn_down (row length 1536)
-    m = load_mixmap(STUDY / "uniform_q4_k_m.json")
+    m = load_mixmap(STUDY / "uniform_q4km.json")
     exp = expand(m, ModelShape(30, 9, 3, False), tensors_of(30, 576, 1536))
     expected = {t.name: t.expected for t in exp.tensors}
     assert expected["blk.0.attn_q.weight"] == "Q5_0"  # Q4_K -> Q5_0 fallback

@@ -44,7 +44,7 @@ def check_tensor_by_tensor(manifest: dict, out: Path, base_types: dict[str, str]
 def test_quantize_three_maps_tensor_by_tensor(tiny_model: Path, tmp_path: Path) -> None:
     base = read_model(tiny_model)
     sha = sha256_file(tiny_model)
-    for map_id in ("mix_high_early", "mix_extreme_late", "uniform_q8_0"):
+    for map_id in ("mix_high_early", "mix_extreme_late", "uniform_q8"):
         m = load_mixmap(STUDY / f"{map_id}.json")
         result = quantize_map(m, base, sha, tmp_path, threads=2)
         check_tensor_by_tensor(result.manifest, result.output, base.tensor_types)
@@ -92,7 +92,7 @@ def test_fallback_is_recorded_and_reported(tmp_path: Path) -> None:
     # width 384: K-quants (256-blocks) do not fit rows of 384; llama.cpp falls back
     model = write_test_model(tmp_path / "w384.gguf", n_layers=4, n_embd=384, n_ff=768, n_head=6)
     base = read_model(model)
-    m = load_mixmap(STUDY / "uniform_q6_k.json")
+    m = load_mixmap(STUDY / "uniform_q6k.json")
     exp = expand(m, base.shape, base.tensors)
     assert any(t.expected == "Q8_0" for t in exp.tensors)
     result = quantize_map(m, base, sha256_file(model), tmp_path / "out", threads=2)
@@ -108,7 +108,7 @@ def test_fallback_is_recorded_and_reported(tmp_path: Path) -> None:
 def test_up_to_date_outputs_are_skipped(tiny_model: Path, tmp_path: Path) -> None:
     base = read_model(tiny_model)
     sha = sha256_file(tiny_model)
-    m = load_mixmap(STUDY / "uniform_q8_0.json")
+    m = load_mixmap(STUDY / "uniform_q8.json")
     first = quantize_map(m, base, sha, tmp_path, threads=2)
     assert not first.skipped
     second = quantize_map(m, base, sha, tmp_path, threads=2)
@@ -119,17 +119,17 @@ def test_up_to_date_outputs_are_skipped(tiny_model: Path, tmp_path: Path) -> Non
 
 
 def test_cli_quantize_prints_table(tiny_model: Path, tmp_path: Path) -> None:
-    proc = epi("quantize", str(STUDY / "uniform_q4_k_m.json"), "--model", str(tiny_model),
+    proc = epi("quantize", str(STUDY / "uniform_q4km.json"), "--model", str(tiny_model),
                "--out", str(tmp_path), "--threads", "2")
     assert proc.returncode == 0, proc.stderr
-    assert "uniform_q4_k_m" in proc.stdout and "as requested" in proc.stdout
-    assert (tmp_path / "uniform_q4_k_m.manifest.json").is_file()
+    assert "uniform_q4km" in proc.stdout and "as requested" in proc.stdout
+    assert (tmp_path / "uniform_q4km.manifest.json").is_file()
 
 
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["quantize", "quantmaps/uniform_q8_0.json", "--model", "missing.gguf", "--out", "o"],
+        (["quantize", "quantmaps/uniform_q8.json", "--model", "missing.gguf", "--out", "o"],
          "missing.gguf: no such model file"),
         (["quantize", "quantmaps/nope.json", "--model", "x.gguf", "--out", "o"],
          "quantmaps/nope.json: no such mix map file"),
@@ -147,7 +147,7 @@ def test_cli_errors_are_one_line_exit_2(args: list[str], expected: str) -> None:
 def test_cli_rejects_non_gguf(tmp_path: Path) -> None:
     bogus = tmp_path / "model.gguf"
     bogus.write_text("hello")
-    proc = epi("quantize", "quantmaps/uniform_q8_0.json", "--model", str(bogus), "--out",
+    proc = epi("quantize", "quantmaps/uniform_q8.json", "--model", str(bogus), "--out",
                str(tmp_path))
     assert proc.returncode == 2
     assert "not a GGUF file" in proc.stderr and "Traceback" not in proc.stderr
