@@ -182,6 +182,10 @@ def test_cli_quantize_prints_table(tiny_model: Path, tmp_path: Path) -> None:
         (["quantize", "quantmaps/nope.json", "--model", "x.gguf", "--out", "o"],
          "quantmaps/nope.json: no such mix map file"),
         (["maps", "check", "--layers", "8", "quantmaps/mix_high_early.json", "BAD"], "BAD"),
+        (["maps", "check", "--layers", "30", "quantmaps/paper/uniform_q8.json"],
+         "layer_groups[2].layers: layer 30 is beyond the model's 30 layers"),
+        (["maps", "import", "quantmaps/paper/uniform_q8.json", "--out", "quantmaps"],
+         "quantmaps/uniform_q8.json: exists; pass --force"),
     ],
 )
 def test_cli_errors_are_one_line_exit_2(args: list[str], expected: str) -> None:
@@ -190,6 +194,27 @@ def test_cli_errors_are_one_line_exit_2(args: list[str], expected: str) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("epi: error: ") and expected in lines[0]
+
+
+def test_cli_quantizes_the_papers_map_form_as_printed(tiny_model: Path, tmp_path: Path) -> None:
+    """A map in the study paper's own form, on the 8-layer test model, through both commands."""
+    paper = tmp_path / "paper_map.json"
+    paper.write_text(
+        '{"config_id": "mix_high_early", "model": "tiny-llama", "layer_groups": ['
+        '{"layers": [0, 1], "quant": "Q6_K"}, {"layers": [2, 3, 4, 5], "quant": "Q4_K_M"}, '
+        '{"layers": [6, 7], "quant": "Q3_K_S"}]}'
+    )
+    check = epi("maps", "check", str(paper), "--model", str(tiny_model))
+    assert check.returncode == 0, check.stderr
+    assert "mix_high_early" in check.stdout and "[paper form]" in check.stdout
+    proc = epi("quantize", str(paper), "--model", str(tiny_model), "--out", str(tmp_path / "q"),
+               "--threads", "2")
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("mix_high_early"))
+    assert "0-1:Q6_K 2-5:Q4_K_M 6-7:Q3_K_S" in row and "as requested" in row
+    man = json.loads((tmp_path / "q" / "mix_high_early.manifest.json").read_text())
+    assert man["map_form"] == "paper" and man["map"]["config_id"] == "mix_high_early"
+    check_tensor_by_tensor(man, tmp_path / "q" / "mix_high_early.gguf", tiny_model)
 
 
 def test_cli_rejects_non_gguf(tmp_path: Path) -> None:
