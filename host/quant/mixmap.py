@@ -60,7 +60,7 @@ PAPER_GROUP_KEYS = {"layers", "quant"}
 MAX_LAYERS = 10_000
 MAX_MAP_BYTES = 1 << 20  # a map is a few hundred bytes; refuse anything absurd before parsing
 UNQUANTIZED = ("F32", "F16", "BF16")
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
 _RANGE_RE = re.compile(r"^\s*(\d{1,6})\s*-\s*(\d{1,6})\s*$", re.ASCII)
 # A tensor-only type in the paper form still needs a quantized llama.cpp file type to label the
 # file (and llama-quantize applies per-tensor types only under a quantized file type).
@@ -168,7 +168,7 @@ def _parse_layers(path: Path, where: str, value: Any) -> tuple[int, ...]:
     layers: list[int] = []
     for item in value:
         if isinstance(item, str):
-            m = _RANGE_RE.match(item)
+            m = _RANGE_RE.fullmatch(item)
             if not m or int(m.group(1)) > int(m.group(2)):
                 raise _fail(
                     path, where, f"bad layer range {item!r:.40} (expected 'a-b' with a <= b)"
@@ -188,7 +188,7 @@ def _parse_layers(path: Path, where: str, value: Any) -> tuple[int, ...]:
 
 def _check_id(path: Path, where: str, map_id: Any) -> str:
     """Ids become file names (ID.gguf): a letter or digit first, then letters, digits, _ - ."""
-    if not isinstance(map_id, str) or not ID_RE.match(map_id):
+    if not isinstance(map_id, str) or not ID_RE.fullmatch(map_id):
         raise _fail(
             path,
             where,

@@ -369,7 +369,9 @@ def test_non_utf8_and_deeply_nested_json(tmp_path: Path) -> None:
     assert "invalid JSON" in error_of(tmp_path, '{"id": ' + "1" * 5000 + "}")
 
 
-@pytest.mark.parametrize("bad_id", ["-help", ".hidden", "", "a/b", "é", "a" * 129, "x\ny", 7])
+@pytest.mark.parametrize(
+    "bad_id", ["-help", ".hidden", "", "a/b", "é", "a" * 129, "x\ny", "ab\n", 7]
+)
 def test_ids_that_make_bad_file_names_are_refused(tmp_path: Path, bad_id) -> None:
     assert "id: expected 1-128 ASCII letters" in error_of(tmp_path, base_map(id=bad_id))
 
