@@ -559,3 +559,77 @@ def test_generated_bytes_load_cleanly_or_fail_in_one_line(tmp_path: Path, data: 
     path.write_bytes(data)
     m, _ = load_or_error(path)
     assert m is None  # no short random byte string is a valid map
+
+
+# ---- mixture-of-experts expansion ---------------------------------------------------------
+
+
+def moe_tensors(n_layers: int, shared: bool = False):
+    from host.quant.mixmap import TensorInfo
+
+    out = [TensorInfo("token_embd.weight", 2048, 2048 * 1000, 2, "F16")]
+    for i in range(n_layers):
+        p = f"blk.{i}."
+        out.append(TensorInfo(p + "attn_norm.weight", 2048, 2048, 1, "F32"))
+        for kind in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            out.append(TensorInfo(p + kind + ".weight", 2048, 2048 * 512, 2, "F16"))
+        out.append(TensorInfo(p + "ffn_gate_inp.weight", 2048, 2048 * 128, 2, "F32"))
+        out.append(TensorInfo(p + "ffn_gate_exps.weight", 2048, 2048 * 768 * 128, 3, "F16"))
+        out.append(TensorInfo(p + "ffn_up_exps.weight", 2048, 2048 * 768 * 128, 3, "F16"))
+        out.append(TensorInfo(p + "ffn_down_exps.weight", 768, 2048 * 768 * 128, 3, "F16"))
+        if shared:
+            out.append(TensorInfo(p + "ffn_up_shexp.weight", 2048, 2048 * 768, 2, "F16"))
+            out.append(TensorInfo(p + "ffn_down_shexp.weight", 768, 2048 * 768, 2, "F16"))
+    out.append(TensorInfo("output.weight", 2048, 2048 * 1000, 2, "F16"))
+    return out
+
+
+def test_moe_overrides_precedence() -> None:
+    raw = base_map(
+        groups=[{"name": "all", "fraction": 1.0, "type": "Q4_K",
+                 "overrides": {"ffn": "Q8_0", "experts": "Q5_0", "ffn_down_exps": "Q6_K",
+                               "ffn_up_shexp": "Q4_0"}}],
+        moe={"shared_experts": "Q5_1", "router": "F16"},
+    )
+    m = parse_mixmap(raw, Path("x.json"))
+    exp = expand(m, ModelShape(2, 32, 4, True, 128), moe_tensors(2, shared=True))
+    t = {p.name: p for p in exp.tensors}
+    assert t["blk.1.ffn_gate_exps.weight"].requested == "Q5_0"  # experts beats ffn
+    assert t["blk.1.ffn_down_exps.weight"].requested == "Q6_K"  # kind beats family
+    assert t["blk.1.ffn_up_shexp.weight"].requested == "Q4_0"  # group kind beats map-wide moe
+    assert t["blk.1.ffn_down_shexp.weight"].requested == "Q8_0"  # group 'ffn' beats map-wide
+    assert t["blk.1.attn_q.weight"].requested == "Q4_K"
+    router = t["blk.1.ffn_gate_inp.weight"]
+    assert (router.requested, router.expected) == ("F16", "F32")  # llama.cpp keeps it F32
+    assert any("never quantizes the expert router" in w for w in exp.warnings)
+
+
+def test_router_not_named_is_requested_as_stored() -> None:
+    m = load_mixmap(STUDY / "mix_high_early.json")
+    exp = expand(m, ModelShape(48, 32, 4, True, 128), moe_tensors(48))
+    t = {p.name: p for p in exp.tensors}
+    assert (t["blk.0.ffn_gate_inp.weight"].requested, t["blk.0.ffn_gate_inp.weight"].expected) == (
+        "F32", "F32")
+    assert exp.warnings == []
+    assert sum("_exps." in name for name in t) == 3 * 48
+
+
+def test_expert_rules_for_qwen3_30b_a3b_shape() -> None:
+    """Qwen3-30B-A3B: 48 layers, 32 heads / 4 KV heads, 128 experts (not llama.cpp's 8-expert
+    case), n_ff_exp 768. Expected types follow llama_tensor_get_type_impl by hand."""
+    shape = ModelShape(48, 32, 4, True, 128)
+    # Q4_K_M: ffn_down (experts too) Q6_K where use_more_bits: i < 6, i >= 42, (i - 6) % 3 == 2
+    assert rule_type("Q4_K_M", "blk.0.ffn_down_exps.weight", shape, 768) == "Q6_K"
+    assert rule_type("Q4_K_M", "blk.7.ffn_down_exps.weight", shape, 768) == "Q4_K"
+    assert rule_type("Q4_K_M", "blk.8.ffn_down_exps.weight", shape, 768) == "Q6_K"
+    assert rule_type("Q4_K_M", "blk.8.ffn_up_exps.weight", shape, 2048) == "Q4_K"
+    assert rule_type("Q4_K_M", "blk.7.attn_v.weight", shape, 2048) == "Q4_K"  # not Q8_0
+    assert rule_type("Q2_K", "blk.7.ffn_down_exps.weight", shape, 768) == "Q3_K"
+    assert rule_type("Q3_K_M", "blk.2.ffn_down_exps.weight", shape, 768) == "Q5_K"  # < 48/16
+    assert rule_type("Q3_K_M", "blk.3.ffn_down_exps.weight", shape, 768) == "Q4_K"
+    assert apply_fallback("Q6_K", 768) == "Q6_K"  # 768 = 3 x 256: every K-quant fits
+    eight = ModelShape(32, 32, 8, True, 8)  # Mixtral-like: llama.cpp's 8-expert rules
+    assert rule_type("Q4_K_M", "blk.7.attn_v.weight", eight, 4096) == "Q8_0"
+    assert rule_type("Q3_K_S", "blk.7.attn_k.weight", eight, 4096) == "Q8_0"
+    assert rule_type("Q4_K_M", "blk.7.attn_output.weight", eight, 4096) == "Q5_K"
+    assert rule_type("Q3_K_L", "blk.7.attn_output.weight", eight, 4096) == "Q3_K"
