@@ -406,11 +406,12 @@ FILE_TYPE_NAMES = {
 }
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                 max_size=4),
-    max_leaves=12,
+json_leaves = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
+json_level1 = json_leaves | st.lists(json_leaves, max_size=4) | st.dictionaries(
+    st.text(max_size=8), json_leaves, max_size=4
+)
+json_values = json_level1 | st.lists(json_level1, max_size=3) | st.dictionaries(
+    st.text(max_size=8), json_level1, max_size=3
 )
 types = st.sampled_from([*sorted(KNOWN_TYPES), "Q7_K", "q4_0", ""]) | json_values
 layer_items = st.integers(-3, 40) | st.sampled_from(["0-7", "8-23", "24-31", "3-1", "0-99999999",
