@@ -43,14 +43,15 @@ def check(paths: tuple[Path, ...], model: Path | None, layers: int | None) -> No
     n_layers = shape.n_layers if shape else layers
     for m in mixmaps:
         if n_layers is None:
-            click.echo(f"{m.id:24} ok  {m.describe_groups()}")
+            form = " [paper form]" if m.form == "paper" else ""
+            click.echo(f"{m.id:24} ok  {m.describe_groups()}{form}")
             continue
         groups = assign_layers(m, n_layers)
         text = " · ".join(
             f"{name} {ranges_text(ls)}: {next(g.type for g in m.groups if g.name == name)}"
             for name, ls in groups
         )
-        click.echo(f"{m.id:24} ok  {text}")
+        click.echo(f"{m.id:24} ok  {text}{' [paper form]' if m.form == 'paper' else ''}")
         if shape is not None and tensors is not None:
             for w in expand(m, shape, tensors).warnings:
                 click.echo(f"warning: {w}", err=True)
@@ -58,6 +59,20 @@ def check(paths: tuple[Path, ...], model: Path | None, layers: int | None) -> No
         click.echo(f"note: {note}")
     suffix = f" on {target}" if target else ""
     click.echo(f"{len(mixmaps)} map(s) valid{suffix}")
+
+
+@maps.command("import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Directory for maps."
+)
+@click.option("--force", is_flag=True, help="Replace maps that exist in --out.")
+def import_(paths: tuple[Path, ...], out_dir: Path, force: bool) -> None:
+    """Convert maps (the study paper's form or epi's) into epi's form, one ID.json each."""
+    from host.quant.mixmap import import_maps
+
+    for target in import_maps(list(paths), out_dir, force=force):
+        click.echo(str(target))
 
 
 @maps.command("show")

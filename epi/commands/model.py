@@ -1,8 +1,12 @@
-"""`epi model prepare NAME` and `epi model list`."""
+"""`epi model prepare NAME`, `epi model list` and `epi model tiny OUT` (test models)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+from epi.core.errors import UserError
 
 
 @click.group()
@@ -30,3 +34,32 @@ def list_models() -> None:
         path = model_path(name)
         state = str(path) if path.is_file() else "not prepared"
         click.echo(f"{name:10} {src.description} [{src.license}] — {state}")
+
+
+@model.command("tiny")
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option(
+    "--arch",
+    type=click.Choice(["llama", "qwen3moe", "qwen2moe"]),
+    default="llama",
+    show_default=True,
+    help="Dense llama, or mixture-of-experts (qwen2moe adds a shared expert).",
+)
+@click.option("--layers", type=click.IntRange(1, 256), default=8, show_default=True)
+@click.option("--experts", type=click.IntRange(1, 256), default=4, show_default=True)
+@click.option("--experts-used", type=click.IntRange(1, 256), default=2, show_default=True)
+def tiny(out: Path, arch: str, layers: int, experts: int, experts_used: int) -> None:
+    """Write a random-weight F16 test model OUT (256 wide, llama.cpp's own tokenizer)."""
+    from host.quant.tiny_model import write_test_model
+
+    if out.exists():
+        raise UserError(f"{out}: exists; remove it or choose another path")
+    if experts_used > experts:
+        raise UserError(f"--experts-used: {experts_used} is more than --experts {experts}")
+    click.echo(
+        str(
+            write_test_model(
+                out, n_layers=layers, arch=arch, n_expert=experts, n_expert_used=experts_used
+            )
+        )
+    )

@@ -7,6 +7,12 @@ layers plus the output layer — over its devices: with cumulative, normalised s
 placement never depends on a worker's momentary free memory), predicts the placement with the
 same rule, reads the real one from llama.cpp's log ("layer N assigned to device D", "<buffer>
 model buffer size = X MiB") and refuses to run when the two differ or a worker holds nothing.
+
+Mixture-of-experts models place the same way: a layer's expert tensors (`*_exps`), router and
+shared experts go with the layer. llama.cpp moves a tensor to another buffer type when the
+preferred one cannot hold it ("... cannot be used with preferred buffer type RPC0[...], using
+CPU instead"); a move off a worker is refused, since the layer would then compute elsewhere
+than the placement says.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from host.cluster.rpc import Endpoint
 _LAYER = re.compile(r"load_tensors: layer\s+(\d+) assigned to device (\S+?),")
 _BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")
 _ENDPOINT_IN_BUFFER = re.compile(r"^RPC\d+\[(.+)\]$")
+_MOVED = re.compile(
+    r"tensor '([^']+)' \((\S+)\) \(and (\d+) others\) cannot be used with preferred buffer "
+    r"type (\S+), using (\S+) instead"
+)
 
 
 def parse_split(spec: str | None, n_workers: int) -> list[float]:
@@ -61,6 +71,8 @@ class LoadLog:
 
     layer_device: dict[int, str] = field(default_factory=dict)  # unit index → device name
     buffer_mib: dict[str, float] = field(default_factory=dict)  # buffer name → MiB
+    # (first tensor, tensor count, from buffer type, to buffer type) of each move llama.cpp made
+    moved: list[tuple[str, int, str, str]] = field(default_factory=list)
 
 
 def parse_load_log(text: str) -> LoadLog:
@@ -70,6 +82,8 @@ def parse_load_log(text: str) -> LoadLog:
         log.layer_device[int(m.group(1))] = m.group(2)
     for m in _BUFFER.finditer(text):
         log.buffer_mib[m.group(1)] = log.buffer_mib.get(m.group(1), 0.0) + float(m.group(2))
+    for m in _MOVED.finditer(text):
+        log.moved.append((m.group(1), int(m.group(3)) + 1, m.group(4), m.group(5)))
     return log
 
 
@@ -90,6 +104,13 @@ def placement_from_log(
             "llama.cpp's load log lacks 'layer N assigned to device' lines; cannot record "
             "placement (is this llama.cpp 0.3.36?)"
         )
+    for tensor, count, src, dst in log.moved:
+        if _ENDPOINT_IN_BUFFER.match(src):
+            raise UserError(
+                f"llama.cpp could not keep {count} tensor(s) ({tensor} ...) on worker buffer "
+                f"{src} and moved them to {dst}; the layers would not run where the placement "
+                "says"
+            )
     entries: dict[str, dict[str, Any]] = {
         local_node: {
             "node": local_node,

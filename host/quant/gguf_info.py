@@ -63,16 +63,21 @@ def read_model(path: Path | str) -> ModelInfo:
         raise UserError(f"{path}: {arch}.block_count: missing from GGUF metadata")
     n_head = _field(reader, f"{arch}.attention.head_count", 1)
     n_head_kv = _field(reader, f"{arch}.attention.head_count_kv", n_head)
+    n_expert = _field(reader, f"{arch}.expert_count", 0)
     tensors, types, nbytes = [], {}, {}
     n_params = 0
     for t in reader.tensors:
         dims = [int(d) for d in t.shape]
-        tensors.append(TensorInfo(t.name, dims[0], int(t.n_elements), len(dims)))
         types[t.name] = TYPE_BY_ID.get(int(t.tensor_type), t.tensor_type.name)
+        tensors.append(
+            TensorInfo(t.name, dims[0], int(t.n_elements), len(dims), types[t.name])
+        )
         nbytes[t.name] = int(t.n_bytes)
         n_params += int(t.n_elements)
     names = set(types)
-    shape = ModelShape(int(n_layers), int(n_head), int(n_head_kv), "output.weight" in names)
+    shape = ModelShape(
+        int(n_layers), int(n_head), int(n_head_kv), "output.weight" in names, int(n_expert)
+    )
     return ModelInfo(
         path,
         str(arch),

@@ -1,9 +1,12 @@
 """Mix maps: which quantization type each layer group of a model gets.
 
 A mix map (`quantmaps/*.json`, schema in docs/mixmaps.md) names layer groups either by explicit
-layer lists or by fractions of the model's depth, so one map applies to any layer count. This
-module loads and validates maps (every problem is one line naming file, field and problem) and
-expands a map against a concrete model into one requested type per tensor.
+layer lists or by fractions of the model's depth, so one map applies to any layer count. Two
+forms are read: epi's own (`format: "epi-mixmap"`) and the study paper's (`config_id`, `model`,
+`layer_groups: [{"layers": [...], "quant": ...}]`), both into one `MixMap` with the same checks.
+This module loads and validates maps (every problem is one line naming file, field and problem)
+and expands a map against a concrete model into one requested type per tensor, expert tensors
+of mixture-of-experts models included.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from epi.core.text import ranges_text
 from host.quant.quant_types import (
     FILE_TYPES,
     KIND_FAMILIES,
+    ROUTER_KIND,
     TENSOR_KINDS,
     TENSOR_TYPES,
     ModelShape,
@@ -31,12 +36,41 @@ from host.quant.quant_types import (
 
 FORMAT = "epi-mixmap"
 FORMAT_VERSION = 1
-TOP_KEYS = {"format", "format_version", "id", "description", "base_type", "groups", "non_block"}
+TOP_KEYS = {
+    "format",
+    "format_version",
+    "id",
+    "description",
+    "base_type",
+    "groups",
+    "non_block",
+    "moe",
+}
 REQUIRED_TOP = ("format", "format_version", "id", "base_type", "groups", "non_block")
 GROUP_KEYS = {"name", "layers", "fraction", "type", "overrides"}
 NON_BLOCK_KEYS = {"token_embd", "output"}
 OVERRIDE_KEYS = set(TENSOR_KINDS) | set(KIND_FAMILIES)
+MOE_KEYS = ("router", "shared_experts")  # map-wide types of the non-expert MoE tensors
 FRACTION_TOLERANCE = 1e-6
+# The study paper's own map form.
+PAPER_TOP_KEYS = {"config_id", "model", "layer_groups"}
+PAPER_GROUP_KEYS = {"layers", "quant"}
+# Layer numbers are below this (the deepest GGUF models have a few hundred layers); it bounds
+# what a range such as "0-999999999999" may expand to.
+MAX_LAYERS = 10_000
+MAX_MAP_BYTES = 1 << 20  # a map is a few hundred bytes; refuse anything absurd before parsing
+UNQUANTIZED = ("F32", "F16", "BF16")
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
+_RANGE_RE = re.compile(r"^\s*(\d{1,6})\s*-\s*(\d{1,6})\s*$", re.ASCII)
+# A tensor-only type in the paper form still needs a quantized llama.cpp file type to label the
+# file (and llama-quantize applies per-tensor types only under a quantized file type).
+_FILE_TYPE_OF_TENSOR_TYPE = {
+    "Q3_K": "Q3_K_S",
+    "Q4_K": "Q4_K_S",
+    "Q5_K": "Q5_K_S",
+    "IQ4_NL": "Q4_0",
+    "F32": "Q8_0",
+}
 
 
 @dataclass(frozen=True)
@@ -61,10 +95,38 @@ class MixMap:
     non_block: dict[str, str]
     path: Path
     raw: dict[str, Any]
+    moe: dict[str, str] = field(default_factory=dict)
+    form: str = "epi"  # "epi" or "paper": the form the file was written in
+
+    def canonical(self) -> dict[str, Any]:
+        """The map in epi's own form (what `epi maps import` writes), whatever form it came in."""
+        groups = []
+        for g in self.groups:
+            entry: dict[str, Any] = {"name": g.name}
+            if g.fraction is not None:
+                entry["fraction"] = g.fraction
+            else:
+                entry["layers"] = list(g.layers or ())
+            entry["type"] = g.type
+            if g.overrides:
+                entry["overrides"] = dict(sorted(g.overrides.items()))
+            groups.append(entry)
+        out: dict[str, Any] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "id": self.id,
+            "description": self.description,
+            "base_type": self.base_type,
+            "groups": groups,
+            "non_block": dict(sorted(self.non_block.items())),
+        }
+        if self.moe:
+            out["moe"] = dict(sorted(self.moe.items()))
+        return out
 
     def content_key(self) -> str:
-        """Hash of what the map does (not its id or description): equal maps, equal keys."""
-        content = {k: v for k, v in self.raw.items() if k not in ("id", "description")}
+        """Hash of what the map does (not its id, description or form): equal maps, equal keys."""
+        content = {k: v for k, v in self.canonical().items() if k not in ("id", "description")}
         return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
     def describe_groups(self) -> str:
@@ -82,48 +144,86 @@ def _fail(path: Path, where: str, problem: str) -> UserError:
 
 def _check_type(path: Path, where: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise _fail(path, where, f"expected a quant type name, got {value!r}")
+        raise _fail(path, where, f"expected a quant type name, got {value!r:.40}")
     if not known_type(value):
         known = ", ".join(sorted(set(TENSOR_TYPES) | set(FILE_TYPES)))
-        raise _fail(path, where, f"unknown quant type {value!r} (known: {known})")
+        raise _fail(path, where, f"unknown quant type {value!r:.40} (known: {known})")
     return value
 
 
+def _layer_number(path: Path, where: str, item: Any) -> int:
+    if isinstance(item, bool) or not isinstance(item, int):
+        raise _fail(path, where, f"{item!r:.40} is not a layer number or 'a-b' range")
+    if not 0 <= item < MAX_LAYERS:
+        raise _fail(path, where, f"layer {str(item)[:20]} is outside 0-{MAX_LAYERS - 1}")
+    return item
+
+
 def _parse_layers(path: Path, where: str, value: Any) -> tuple[int, ...]:
+    """Layer numbers and 'a-b' ranges, bounded by MAX_LAYERS before anything is expanded."""
     if not isinstance(value, list):
         raise _fail(path, where, "expected a list of layer numbers or 'a-b' ranges")
+    if len(value) > MAX_LAYERS:
+        raise _fail(path, where, f"{len(value)} entries; a model has fewer than {MAX_LAYERS}")
     layers: list[int] = []
     for item in value:
-        if isinstance(item, bool):
-            raise _fail(path, where, f"{item!r} is not a layer number")
-        if isinstance(item, int):
-            layers.append(item)
-        elif isinstance(item, str) and "-" in item:
-            lo, _, hi = item.partition("-")
-            if not (lo.strip().isdigit() and hi.strip().isdigit()) or int(lo) > int(hi):
-                raise _fail(path, where, f"bad layer range {item!r} (expected 'a-b' with a <= b)")
-            layers.extend(range(int(lo), int(hi) + 1))
+        if isinstance(item, str):
+            m = _RANGE_RE.fullmatch(item)
+            if not m or int(m.group(1)) > int(m.group(2)):
+                raise _fail(
+                    path, where, f"bad layer range {item!r:.40} (expected 'a-b' with a <= b)"
+                )
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if hi >= MAX_LAYERS:
+                raise _fail(path, where, f"range {item!r} goes beyond layer {MAX_LAYERS - 1}")
+            layers.extend(range(lo, hi + 1))
         else:
-            raise _fail(path, where, f"{item!r} is not a layer number or 'a-b' range")
-    if any(n < 0 for n in layers):
-        raise _fail(path, where, "layer numbers must be >= 0")
+            layers.append(_layer_number(path, where, item))
+        if len(layers) > MAX_LAYERS:
+            raise _fail(path, where, f"more than {MAX_LAYERS} layers")
     if len(set(layers)) != len(layers):
         raise _fail(path, where, "a layer is listed twice")
     return tuple(sorted(layers))
+
+
+def _check_id(path: Path, where: str, map_id: Any) -> str:
+    """Ids become file names (ID.gguf): a letter or digit first, then letters, digits, _ - ."""
+    if not isinstance(map_id, str) or not ID_RE.fullmatch(map_id):
+        raise _fail(
+            path,
+            where,
+            "expected 1-128 ASCII letters, digits, '_', '-', '.', starting with a letter or "
+            f"digit, got {map_id!r:.60}",
+        )
+    return map_id
+
+
+def _check_overrides(path: Path, where: str, overrides: Any, allowed: set[str]) -> dict[str, str]:
+    if not isinstance(overrides, dict):
+        raise _fail(path, where, "expected an object {tensor kind: type}")
+    for kind, otype in overrides.items():
+        if kind not in allowed:
+            raise _fail(
+                path,
+                where,
+                f"unknown tensor kind {kind!r:.40} (allowed: {', '.join(sorted(allowed))})",
+            )
+        _check_type(path, f"{where}.{kind}", otype)
+    return dict(overrides)
 
 
 def _parse_group(path: Path, i: int, raw: Any) -> Group:
     where = f"groups[{i}]"
     if not isinstance(raw, dict):
         raise _fail(path, where, "expected an object")
-    unknown = sorted(set(raw) - GROUP_KEYS)
-    if unknown:
-        raise _fail(
-            path, where, f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(GROUP_KEYS))})"
-        )
+    _check_unknown(path, where, raw, GROUP_KEYS)
     name = raw.get("name", f"group{i}")
-    if not isinstance(name, str) or not name:
-        raise _fail(path, f"{where}.name", "expected a non-empty string")
+    if not isinstance(name, str) or not name or len(name) > 64 or not name.isprintable():
+        raise _fail(
+            path,
+            f"{where}.name",
+            f"expected a printable name of 1-64 characters, got {name!r:.40}",
+        )
     if "type" not in raw:
         raise _fail(path, where, "missing key 'type'")
     qtype = _check_type(path, f"{where}.type", raw["type"])
@@ -139,56 +239,76 @@ def _parse_group(path: Path, i: int, raw: Any) -> Group:
         fraction = raw["fraction"]
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
             raise _fail(path, f"{where}.fraction", f"expected a number, got {fraction!r}")
-        if not 0 < fraction <= 1:
+        if not 0 < fraction <= 1:  # also refuses NaN and infinities
             raise _fail(path, f"{where}.fraction", f"must be in (0, 1], got {fraction}")
         fraction = float(fraction)
-    overrides = raw.get("overrides", {})
-    if not isinstance(overrides, dict):
-        raise _fail(path, f"{where}.overrides", "expected an object {tensor kind: type}")
-    for kind, otype in overrides.items():
-        if kind not in OVERRIDE_KEYS:
-            raise _fail(
-                path,
-                f"{where}.overrides",
-                f"unknown tensor kind {kind!r} (allowed: {', '.join(sorted(OVERRIDE_KEYS))})",
-            )
-        _check_type(path, f"{where}.overrides.{kind}", otype)
-    return Group(name, qtype, layers, fraction, dict(overrides))
+    overrides = _check_overrides(
+        path, f"{where}.overrides", raw.get("overrides", {}), OVERRIDE_KEYS
+    )
+    return Group(name, qtype, layers, fraction, overrides)
+
+
+def _key_text(key: str) -> str:
+    """A key as it goes into a one-line error: plain when simple, else a short repr."""
+    return key if re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", key) else repr(key)[:42]
+
+
+def _check_unknown(path: Path, where: str | None, raw: dict, allowed: set[str]) -> None:
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        field_name = _key_text(unknown[0]) if where is None else where
+        detail = "" if where is None else f" {_key_text(unknown[0])!r}"
+        raise _fail(
+            path, field_name, f"unknown key{detail} (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def _check_layer_overlap(path: Path, groups: tuple[Group, ...], list_key: str) -> None:
+    seen: dict[int, str] = {}
+    for i, g in enumerate(groups):
+        for layer in g.layers or ():
+            if layer in seen:
+                raise _fail(
+                    path,
+                    f"{list_key}[{i}].layers",
+                    f"layer {layer} is also in group {seen[layer]!r}",
+                )
+            seen[layer] = g.name
+
+
+def is_paper_form(raw: Any) -> bool:
+    """True for the study paper's form (`config_id`, `layer_groups`), not epi's own."""
+    return isinstance(raw, dict) and "format" not in raw and bool(
+        {"config_id", "layer_groups"} & set(raw)
+    )
 
 
 def parse_mixmap(raw: Any, path: Path) -> MixMap:
-    """Validate a decoded map; raise UserError naming file, field and problem."""
+    """Validate a decoded map in either form; raise UserError naming file, field and problem."""
     if not isinstance(raw, dict):
         raise _fail(path, "top level", "expected a JSON object")
-    unknown = sorted(set(raw) - TOP_KEYS)
-    if unknown:
-        raise _fail(path, unknown[0], f"unknown key (allowed: {', '.join(sorted(TOP_KEYS))})")
+    if is_paper_form(raw):
+        return parse_paper_map(raw, path)
+    _check_unknown(path, None, raw, TOP_KEYS)
     for key in REQUIRED_TOP:
         if key not in raw:
             raise _fail(path, key, "missing")
     if raw["format"] != FORMAT:
-        raise _fail(path, "format", f"expected {FORMAT!r}, got {raw['format']!r}")
-    if raw["format_version"] != FORMAT_VERSION:
+        raise _fail(path, "format", f"expected {FORMAT!r}, got {raw['format']!r:.40}")
+    version = raw["format_version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version != FORMAT_VERSION:
         raise _fail(
             path,
             "format_version",
-            f"unsupported version {raw['format_version']!r} (this epi reads {FORMAT_VERSION})",
+            f"unsupported version {version!r:.40} (this epi reads {FORMAT_VERSION})",
         )
-    map_id = raw["id"]
-    if (
-        not isinstance(map_id, str)
-        or not map_id
-        or not map_id.replace("_", "").replace("-", "").replace(".", "").isalnum()
-    ):
-        raise _fail(
-            path, "id", f"expected a name of letters, digits, '_', '-', '.', got {map_id!r}"
-        )
+    map_id = _check_id(path, "id", raw["id"])
     base_type = raw["base_type"]
-    if base_type not in FILE_TYPES:
+    if not isinstance(base_type, str) or base_type not in FILE_TYPES:
         raise _fail(
             path,
             "base_type",
-            f"unknown llama.cpp file type {base_type!r} (known: {', '.join(FILE_TYPES)})",
+            f"unknown llama.cpp file type {base_type!r:.40} (known: {', '.join(FILE_TYPES)})",
         )
     if not isinstance(raw["groups"], list) or not raw["groups"]:
         raise _fail(path, "groups", "expected a non-empty list of groups")
@@ -196,7 +316,7 @@ def parse_mixmap(raw: Any, path: Path) -> MixMap:
     names = [g.name for g in groups]
     for name in names:
         if names.count(name) > 1:
-            raise _fail(path, "groups", f"group name {name!r} is used twice")
+            raise _fail(path, "groups", f"group name {name!r:.40} is used twice")
     styles = {g.fraction is None for g in groups}
     if len(styles) > 1:
         raise _fail(path, "groups", "mixes 'layers' and 'fraction' groups; use one style per map")
@@ -205,16 +325,7 @@ def parse_mixmap(raw: Any, path: Path) -> MixMap:
         if abs(total - 1.0) > FRACTION_TOLERANCE:
             raise _fail(path, "groups", f"fractions sum to {total:g}, not 1")
     else:
-        seen: dict[int, str] = {}
-        for i, g in enumerate(groups):
-            for layer in g.layers or ():
-                if layer in seen:
-                    raise _fail(
-                        path,
-                        f"groups[{i}].layers",
-                        f"layer {layer} is also in group {seen[layer]!r}",
-                    )
-                seen[layer] = g.name
+        _check_layer_overlap(path, groups, "groups")
     non_block = raw["non_block"]
     if not isinstance(non_block, dict):
         raise _fail(path, "non_block", "expected an object {token_embd: type, output: type}")
@@ -222,29 +333,124 @@ def parse_mixmap(raw: Any, path: Path) -> MixMap:
         raise _fail(path, "non_block", f"missing {key!r} (non-block tensors must be explicit)")
     for key, value in non_block.items():
         if key not in NON_BLOCK_KEYS:
-            raise _fail(path, f"non_block.{key}", "unknown tensor (allowed: token_embd, output)")
+            raise _fail(
+                path, f"non_block.{_key_text(key)}", "unknown tensor (allowed: token_embd, output)"
+            )
         _check_type(path, f"non_block.{key}", value)
+    moe = _check_overrides(path, "moe", raw.get("moe", {}), set(MOE_KEYS))
+    if base_type in UNQUANTIZED:
+        named = [g.type for g in groups] + [t for g in groups for t in g.overrides.values()]
+        named += [*non_block.values(), *moe.values()]
+        quantized = sorted({t for t in named if t not in UNQUANTIZED})
+        if quantized:
+            raise _fail(
+                path,
+                "base_type",
+                f"{base_type} is not a quantized file type, and llama-quantize applies per-tensor "
+                f"types only under one; {', '.join(quantized)} would be written as {base_type} "
+                "(use e.g. Q8_0)",
+            )
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise _fail(path, "description", "expected a string")
-    return MixMap(map_id, description, base_type, groups, dict(non_block), path, raw)
+    return MixMap(map_id, description, base_type, groups, dict(non_block), path, raw, moe)
+
+
+def _paper_group_names(n: int) -> list[str]:
+    """The study's group names: one group is 'all', three are early / middle / late."""
+    if n == 1:
+        return ["all"]
+    if n == 3:
+        return ["early", "middle", "late"]
+    return [f"group{i}" for i in range(n)]
+
+
+def _file_type_for(quant: str) -> str:
+    return quant if quant in FILE_TYPES else _FILE_TYPE_OF_TENSOR_TYPE.get(quant, "Q8_0")
+
+
+def parse_paper_map(raw: dict, path: Path) -> MixMap:
+    """The study paper's map form, validated like epi's own and read into the same MixMap.
+
+    `{"config_id": ID, "model": NAME, "layer_groups": [{"layers": [0, 1, ...], "quant": T}]}`.
+    The paper does not say what the token embedding and output get; epi gives them the type of
+    the group holding most layers (the middle group of the study's 25/50/25 maps, as in epi's
+    shipped maps), and uses it as the file type.
+    """
+    _check_unknown(path, None, raw, PAPER_TOP_KEYS)
+    for key in ("config_id", "layer_groups"):
+        if key not in raw:
+            raise _fail(path, key, "missing")
+    map_id = _check_id(path, "config_id", raw["config_id"])
+    model = raw.get("model", "")
+    if not isinstance(model, str) or len(model) > 200 or not model.isprintable():
+        raise _fail(path, "model", f"expected a short model name, got {model!r:.40}")
+    items = raw["layer_groups"]
+    if not isinstance(items, list) or not items:
+        raise _fail(path, "layer_groups", "expected a non-empty list of groups")
+    if len(items) > MAX_LAYERS:
+        raise _fail(path, "layer_groups", f"{len(items)} groups; at most {MAX_LAYERS}")
+    names = _paper_group_names(len(items))
+    groups = []
+    for i, item in enumerate(items):
+        where = f"layer_groups[{i}]"
+        if not isinstance(item, dict):
+            raise _fail(path, where, "expected an object {layers, quant}")
+        _check_unknown(path, where, item, PAPER_GROUP_KEYS)
+        for key in ("layers", "quant"):
+            if key not in item:
+                raise _fail(path, where, f"missing key {key!r}")
+        quant = _check_type(path, f"{where}.quant", item["quant"])
+        layers = _parse_layers(path, f"{where}.layers", item["layers"])
+        if not layers:
+            raise _fail(path, f"{where}.layers", "empty group (no layers)")
+        groups.append(Group(names[i], quant, layers, None))
+    group_tuple = tuple(groups)
+    _check_layer_overlap(path, group_tuple, "layer_groups")
+    widest = max(groups, key=lambda g: len(g.layers or ()))  # first one on ties
+    description = f"study paper map {map_id}" + (f" for {model}" if model else "")
+    return MixMap(
+        map_id,
+        description,
+        _file_type_for(widest.type),
+        group_tuple,
+        {"token_embd": widest.type, "output": widest.type},
+        path,
+        raw,
+        form="paper",
+    )
 
 
 def load_mixmap(path: Path | str) -> MixMap:
-    """Read and validate one map file."""
+    """Read and validate one map file (either form)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_MAP_BYTES + 1)
     except FileNotFoundError:
         raise UserError(f"{path}: no such mix map file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a mix map file") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    if len(data) > MAX_MAP_BYTES:
+        raise UserError(f"{path}: larger than {MAX_MAP_BYTES} bytes; not a mix map")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(
             f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
+    except RecursionError:
+        raise UserError(f"{path}: invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise UserError(f"{path}: invalid JSON: {str(exc)[:80]}") from None
     return parse_mixmap(raw, path)
 
 
@@ -284,6 +490,47 @@ def load_mixmaps(items: list[Path]) -> tuple[list[MixMap], list[str]]:
     return maps, notices
 
 
+def import_maps(items: list[Path], out_dir: Path, *, force: bool = False) -> list[Path]:
+    """Write each map (either form) in epi's own form as OUT_DIR/ID.json; the written paths.
+
+    Every map is read and every output checked before anything is written, so a bad map or an
+    existing output (without `force`) leaves the directory untouched.
+    """
+    from epi.core.files import write_json_atomic
+
+    maps, _ = load_mixmaps(items)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir}: --out exists and is not a directory")
+    targets = [out_dir / f"{m.id}.json" for m in maps]
+    for m, target in zip(maps, targets, strict=True):
+        if target.resolve() == m.path.resolve():
+            raise UserError(f"{target}: --out would overwrite the map being imported")
+        if target.exists() and not force:
+            raise UserError(f"{target}: exists; pass --force to replace it")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for m, target in zip(maps, targets, strict=True):
+        doc = m.canonical()
+        for g in doc["groups"]:
+            if "layers" in g:
+                g["layers"] = _compact_layers(g["layers"])
+        write_json_atomic(target, doc)
+    return targets
+
+
+def _compact_layers(layers: list[int]) -> list[int | str]:
+    """[0, 1, 2, 3, 7] -> ["0-3", 7]: the 'a-b' range form the epi schema reads."""
+    out: list[int | str] = []
+    start = prev = None
+    for n in [*layers, None]:
+        if start is not None and (n is None or n != prev + 1):
+            out.append(start if start == prev else f"{start}-{prev}")
+            start = None
+        if n is not None and start is None:
+            start = n
+        prev = n
+    return out
+
+
 # ---------------------------------------------------------------- expansion against a model
 
 
@@ -295,6 +542,7 @@ class TensorInfo:
     row_len: int  # ne[0]
     n_elements: int
     n_dims: int
+    stored_type: str | None = None  # ggml type in the base file, where known
 
 
 @dataclass(frozen=True)
@@ -305,7 +553,7 @@ class TensorPlan:
     group: str  # group name, or "non_block"
     map_type: str  # the name written in the map (tensor type or file type)
     requested: str  # tensor type after llama.cpp's file-type rules
-    expected: str  # after llama.cpp's block-size fallback
+    expected: str  # after llama.cpp's block-size fallback (and its never-quantized tensors)
 
 
 @dataclass
@@ -322,11 +570,10 @@ class Expansion:
         return {layer: name for name, layers in self.layer_groups for layer in layers}
 
 
-
-
 def assign_layers(mixmap: MixMap, n_layers: int) -> list[tuple[str, list[int]]]:
     """Layers of each group for a model of `n_layers` (fractions: contiguous, rounded)."""
     path = mixmap.path
+    list_key = "layer_groups" if mixmap.form == "paper" else "groups"
     if mixmap.groups[0].fraction is not None:
         result = []
         edge_prev = 0
@@ -354,7 +601,7 @@ def assign_layers(mixmap: MixMap, n_layers: int) -> list[tuple[str, list[int]]]:
         if beyond:
             raise _fail(
                 path,
-                f"groups[{i}].layers",
+                f"{list_key}[{i}].layers",
                 f"layer {beyond[0]} is beyond the model's {n_layers} layers (0-{n_layers - 1})",
             )
         covered.update(layers)
@@ -363,29 +610,44 @@ def assign_layers(mixmap: MixMap, n_layers: int) -> list[tuple[str, list[int]]]:
     if missing:
         raise _fail(
             path,
-            "groups",
+            list_key,
             f"layers {ranges_text(missing)} of the {n_layers}-layer model are in no group",
         )
     return result
 
 
-def _group_type_for(g: Group, kind: str) -> str:
+def _map_type_for(mixmap: MixMap, g: Group, kind: str) -> str | None:
+    """The type the map names for `kind` in group `g`.
+
+    Order: the group's override of the kind, then of its narrowest family (router, experts,
+    shared_experts before attn, ffn), then the map-wide `moe` type, then the group's type —
+    except for the router, which has no type unless the map names one (None).
+    """
     if kind in g.overrides:
         return g.overrides[kind]
     for family, kinds in KIND_FAMILIES.items():
         if kind in kinds and family in g.overrides:
             return g.overrides[family]
-    return g.type
+    for family in MOE_KEYS:
+        if kind in KIND_FAMILIES[family] and family in mixmap.moe:
+            return mixmap.moe[family]
+    return None if kind == ROUTER_KIND else g.type
 
 
 def expand(mixmap: MixMap, shape: ModelShape, tensors: list[TensorInfo]) -> Expansion:
-    """Apply a map to a model: one requested tensor type for every quantizable tensor."""
-    from host.quant.quant_types import is_quantizable
+    """Apply a map to a model: one requested tensor type for every quantizable tensor.
+
+    Expert tensors (`*_exps`, 3-D) take their group's type through llama.cpp's rules like any
+    block tensor. The router (`ffn_gate_inp`) is requested in its stored type unless the map
+    names one; llama.cpp keeps it as stored either way, which is what `expected` says.
+    """
+    from host.quant.quant_types import is_quantizable, llama_keeps_type
 
     layer_groups = assign_layers(mixmap, shape.n_layers)
     group_by_layer = {layer: name for name, layers in layer_groups for layer in layers}
     groups = {g.name: g for g in mixmap.groups}
     plans: list[TensorPlan] = []
+    router_warnings: list[str] = []
     for t in tensors:
         if not is_quantizable(t.name, t.n_dims):
             continue
@@ -399,16 +661,29 @@ def expand(mixmap: MixMap, shape: ModelShape, tensors: list[TensorInfo]) -> Expa
             group_name, map_type = "non_block", mixmap.non_block[kind]
         else:
             group_name = group_by_layer[layer]
-            map_type = _group_type_for(groups[group_name], kind)
+            named = _map_type_for(mixmap, groups[group_name], kind)
+            if named is None:  # the router, not named by the map: requested as stored
+                stored = t.stored_type or "F32"
+                plans.append(TensorPlan(t.name, group_name, stored, stored, stored))
+                continue
+            map_type = named
         requested = rule_type(map_type, t.name, shape, t.row_len)
-        plans.append(
-            TensorPlan(
-                t.name, group_name, map_type, requested, apply_fallback(requested, t.row_len)
-            )
+        if llama_keeps_type(t.name):
+            expected = t.stored_type or requested
+            if expected != requested:
+                router_warnings.append(t.name)
+        else:
+            expected = apply_fallback(requested, t.row_len)
+        plans.append(TensorPlan(t.name, group_name, map_type, requested, expected))
+    warnings = _applicability_warnings(mixmap, [p for p in plans if p.name not in router_warnings])
+    if router_warnings:
+        kept = sorted({p.expected for p in plans if p.name in router_warnings})
+        warnings.append(
+            f"{mixmap.path}: router: llama-quantize never quantizes the expert router "
+            f"(ffn_gate_inp); {len(router_warnings)} router tensor(s) stay "
+            f"{'/'.join(kept)} as stored, not the type the map names"
         )
-    return Expansion(
-        mixmap, shape.n_layers, layer_groups, plans, _applicability_warnings(mixmap, plans)
-    )
+    return Expansion(mixmap, shape.n_layers, layer_groups, plans, warnings)
 
 
 def _applicability_warnings(mixmap: MixMap, plans: list[TensorPlan]) -> list[str]:

@@ -6,8 +6,9 @@ Two kinds of names appear in mix maps:
   llama.cpp itself gives that tensor when it quantizes a whole model to that file type
   (`llama_tensor_get_type_impl` in llama.cpp's src/llama-quant.cpp, version pinned by epi).
 
-`rule_type` reproduces those rules for dense llama-family models (the study's models). It is
-checked against llama.cpp's own non-pure quantization in the tests, tensor by tensor.
+`rule_type` reproduces those rules for dense llama-family models and for mixture-of-experts
+models (qwen3moe: expert tensors `*_exps`, router `ffn_gate_inp`, shared experts `*_shexp`). It
+is checked against llama.cpp's own non-pure quantization in the tests, tensor by tensor.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ FALLBACK: dict[str, str] = {
     "Q6_K": "Q8_0",
 }
 
+EXPERT_KINDS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+SHARED_EXPERT_KINDS = ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+ROUTER_KIND = "ffn_gate_inp"
 TENSOR_KINDS = (
     "attn_q",
     "attn_k",
@@ -72,10 +76,18 @@ TENSOR_KINDS = (
     "ffn_gate",
     "ffn_up",
     "ffn_down",
+    *EXPERT_KINDS,
+    *SHARED_EXPERT_KINDS,
+    ROUTER_KIND,
 )
+# Families a map may name instead of single kinds, narrowest first: a kind beats its family,
+# and a narrow family (experts) beats a broad one (ffn) that also holds the kind.
 KIND_FAMILIES = {
+    "router": (ROUTER_KIND,),
+    "experts": EXPERT_KINDS,
+    "shared_experts": SHARED_EXPERT_KINDS,
     "attn": ("attn_q", "attn_k", "attn_v", "attn_output", "attn_qkv"),
-    "ffn": ("ffn_gate", "ffn_up", "ffn_down"),
+    "ffn": ("ffn_gate", "ffn_up", "ffn_down", *EXPERT_KINDS, *SHARED_EXPERT_KINDS),
 }
 
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.weight$")
@@ -106,8 +118,41 @@ def split_tensor_name(name: str) -> tuple[int | None, str]:
 
 
 def is_quantizable(name: str, n_dims: int) -> bool:
-    """Whether llama.cpp quantizes this tensor at all (2-D weights, not norms)."""
+    """Whether a map assigns this tensor a type (2-D and 3-D weights, not norms).
+
+    The expert router is included so a map can name its type and the manifest can show what
+    llama.cpp did with it; llama.cpp itself never quantizes it (see `llama_keeps_type`).
+    """
     return name.endswith("weight") and "_norm.weight" not in name and n_dims >= 2
+
+
+def llama_keeps_type(name: str) -> bool:
+    """True for tensors llama-quantize always writes in their stored type, whatever is asked.
+
+    `tensor_allows_quantization` in llama.cpp's src/llama-quant.cpp excludes expert gating
+    (router) tensors: any name containing `ffn_gate_inp.weight`.
+    """
+    return "ffn_gate_inp.weight" in name
+
+
+def tensor_role(name: str, n_dims: int) -> str:
+    """What a tensor is, for manifests: expert, shared_expert, router, attention, ffn, ..."""
+    layer, kind = split_tensor_name(name)
+    if kind in EXPERT_KINDS:
+        return "expert"
+    if kind in SHARED_EXPERT_KINDS or kind == "ffn_gate_inp_shexp":
+        return "shared_expert"
+    if kind.startswith(ROUTER_KIND):
+        return "router"
+    if n_dims < 2 or "_norm" in kind:
+        return "norm"
+    if layer is None:
+        return {"token_embd": "token_embd", "output": "output"}.get(kind, "other")
+    if kind.startswith("attn"):
+        return "attention"
+    if kind.startswith("ffn"):
+        return "ffn"
+    return "other"
 
 
 @dataclass(frozen=True)
@@ -118,6 +163,7 @@ class ModelShape:
     n_head: int
     n_head_kv: int
     has_output: bool  # False when the output projection is tied to the token embedding
+    n_expert: int = 0  # `{arch}.expert_count`; 0 for dense models
 
     @property
     def n_gqa(self) -> int:
@@ -132,10 +178,28 @@ def _use_more_bits(i_layer: int, n_layers: int) -> bool:
     )
 
 
+def _category(kind: str) -> str:
+    """llama.cpp's `tensor_get_category` by substring: `ffn_down_exps` is an ffn_down tensor."""
+    for cat in ("attn_qkv", "attn_v", "attn_k", "attn_q", "attn_output"):
+        if kind == cat:
+            return cat
+    for cat in ("ffn_up", "ffn_gate", "ffn_down"):
+        if cat in kind:
+            return cat
+    return kind
+
+
+# File types for which llama.cpp gives attn_output Q5_K in an 8-expert model (Mixtral rule).
+_EIGHT_EXPERT_ATTN_OUTPUT_Q5K = ("Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M")
+
+
 def rule_type(file_type: str, tensor: str, shape: ModelShape, row_len: int) -> str:
     """The tensor type llama.cpp gives `tensor` in a whole-model quantization to `file_type`.
 
     Before the block-size fallback (see `apply_fallback`). A tensor type name is returned as is.
+    Expert tensors follow the rule of their category (`ffn_down_exps` and `ffn_down_shexp` are
+    ffn_down tensors, with the layer read from the name); models with exactly 8 experts get
+    llama.cpp's Mixtral rules (attn_v and attn_k Q8_0, attn_output Q5_K).
     """
     if file_type in TENSOR_TYPES and file_type not in FILE_TYPES:
         return file_type
@@ -151,19 +215,24 @@ def rule_type(file_type: str, tensor: str, shape: ModelShape, row_len: int) -> s
     if kind == "token_embd" or layer is None:
         return base
     n = shape.n_layers
-    if kind == "attn_v":
+    eight_experts = shape.n_expert == 8
+    category = _category(kind)
+    if category in ("attn_v", "attn_qkv"):  # llama.cpp: category_is_attn_v
+        new = base
         if file_type == "Q2_K":
-            return "Q4_K" if shape.n_gqa >= 4 else "Q3_K"
-        if file_type == "Q3_K_M":
-            return "Q5_K" if layer < 2 else "Q4_K"
-        if file_type == "Q3_K_L":
-            return "Q5_K"
-        if file_type in ("Q4_K_M", "Q5_K_M") and _use_more_bits(layer, n):
-            return "Q6_K"
-        if file_type == "Q4_K_S" and layer < 4:
-            return "Q5_K"
-        return base
-    if kind == "ffn_down":
+            new = "Q4_K" if shape.n_gqa >= 4 else "Q3_K"
+        elif file_type == "Q3_K_M":
+            new = "Q5_K" if layer < 2 else "Q4_K"
+        elif file_type == "Q3_K_L":
+            new = "Q5_K"
+        elif file_type in ("Q4_K_M", "Q5_K_M") and _use_more_bits(layer, n):
+            new = "Q6_K"
+        elif file_type == "Q4_K_S" and layer < 4:
+            new = "Q5_K"
+        return "Q8_0" if eight_experts else new
+    if category == "attn_k":
+        return "Q8_0" if eight_experts else base
+    if category == "ffn_down":
         if file_type == "Q2_K":
             return "Q3_K"
         if file_type == "Q3_K_M":
@@ -175,21 +244,15 @@ def rule_type(file_type: str, tensor: str, shape: ModelShape, row_len: int) -> s
         if file_type == "Q4_K_S" and layer < n // 8:
             return "Q5_K"
         return base
-    if kind == "attn_output":
+    if category == "attn_output":
+        if eight_experts:
+            return "Q5_K" if file_type in _EIGHT_EXPERT_ATTN_OUTPUT_Q5K else base
         if file_type == "Q2_K":
             return "Q3_K"
         if file_type == "Q3_K_M":
             return "Q4_K"
         if file_type == "Q3_K_L":
             return "Q5_K"
-        return base
-    if kind == "attn_qkv":
-        if file_type in ("Q3_K_M", "Q3_K_L"):
-            return "Q4_K"
-        if file_type == "Q4_K_M":
-            return "Q5_K"
-        if file_type == "Q5_K_M":
-            return "Q6_K"
         return base
     return base
 

@@ -24,13 +24,13 @@ from epi.core.files import write_json_atomic
 from epi.core.text import ranges_text
 from host.quant.gguf_info import ModelInfo, read_model, sha256_file
 from host.quant.mixmap import Expansion, MixMap, expand
-from host.quant.quant_types import FILE_TYPES
+from host.quant.quant_types import FILE_TYPES, llama_keeps_type, tensor_role
 from host.run.llama_env import llama_info, tool_env, tool_path
 
 MANIFEST_FORMAT = "epi-quant-manifest"
 MANIFEST_VERSION = 1
 # Bump when the expansion rules change, so outputs made by older rules are redone.
-RULES_VERSION = 1
+RULES_VERSION = 2  # 2: mixture-of-experts tensors and llama.cpp's 8-expert rules
 
 
 @dataclass
@@ -56,8 +56,11 @@ def output_paths(out_dir: Path, map_id: str) -> tuple[Path, Path, Path]:
 def _tensor_type_file(expansion: Expansion) -> str:
     # One anchored regex per tensor: llama.cpp takes the first match, so anchoring keeps
     # blk.1 from matching blk.10 and makes the request exact.
+    # The router is left out: llama-quantize never applies a type to it.
     lines = []
     for plan in expansion.tensors:
+        if llama_keeps_type(plan.name):
+            continue
         pattern = "^" + plan.name.replace(".", r"\.") + "$"
         lines.append(f"{pattern}={plan.requested.lower()}")
     return "\n".join(lines) + "\n"
@@ -180,6 +183,7 @@ def build_manifest(
         tensors.append(
             {
                 "name": t.name,
+                "role": tensor_role(t.name, t.n_dims),
                 "group": group,
                 "map_type": plan.map_type if plan else None,
                 "requested": plan.requested if plan else None,
@@ -198,11 +202,13 @@ def build_manifest(
     ]
     total_bytes = sum(result.tensor_bytes.values())
     m = expansion.mixmap
+    moe = _moe_summary(tensors, result.shape.n_expert)
     return {
         "format": MANIFEST_FORMAT,
         "format_version": MANIFEST_VERSION,
         "map_id": m.id,
         "map_file": str(m.path),
+        "map_form": m.form,
         "map": m.raw,
         "inputs": inputs,
         "epi_version": epi_version,
@@ -242,8 +248,28 @@ def build_manifest(
         ],
         "unpredicted": unpredicted,
         "warnings": expansion.warnings,
+        "moe": moe,
         "tensors": tensors,
     }
+
+
+def _moe_summary(tensors: list[dict[str, Any]], n_expert: int) -> dict[str, Any] | None:
+    """Per role (expert, shared_expert, router): 'requested→effective' type counts; None if dense.
+
+    The same facts as the per-tensor rows, gathered so a reader sees at a glance what the
+    expert tensors got.
+    """
+    if n_expert <= 0:
+        return None
+    out: dict[str, Any] = {"n_expert": n_expert}
+    for role in ("expert", "shared_expert", "router"):
+        counts: dict[str, int] = {}
+        for t in tensors:
+            if t["role"] == role:
+                key = f"{t['requested'] or 'as stored'}→{t['effective']}"
+                counts[key] = counts.get(key, 0) + 1
+        out[role] = dict(sorted(counts.items()))
+    return out
 
 
 def fallback_summary(manifest: dict[str, Any]) -> str:

@@ -1,9 +1,15 @@
-"""A random-weight llama GGUF with a real tokenizer, for tests and benchmarks (no downloads).
+"""Random-weight GGUF models with a real tokenizer, for tests and benchmarks (no downloads).
 
-Widths are multiples of 256 so every K-quant applies to every tensor, which is what the
-quantizer tests need to check per-tensor types exactly. The tokenizer is llama.cpp's own
-vocab-only SPM file, shipped inside the llama-cpp-python source and installed next to the
-bindings by scripts/build_llama.sh.
+Three architectures: dense `llama`; `qwen3moe`, the mixture-of-experts architecture of the
+study's Qwen3-30B-A3B (per layer: router `ffn_gate_inp` [n_embd, n_expert] in F32 as
+llama.cpp's converter writes it, 3-D expert tensors `ffn_{gate,up,down}_exps`, Q/K norms);
+and `qwen2moe`, which adds a shared expert (`ffn_{gate,up,down}_shexp` and its 1-D gate
+`ffn_gate_inp_shexp`). The metadata keys are those llama.cpp reads for each architecture
+(`expert_count`, `expert_used_count`, `expert_feed_forward_length`,
+`expert_shared_feed_forward_length`). Widths are multiples of 256 so every K-quant applies to
+every tensor, which is what the quantizer tests need to check per-tensor types exactly. The
+tokenizer is llama.cpp's own vocab-only SPM file, shipped inside the llama-cpp-python source
+and installed next to the bindings by scripts/build_llama.sh.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from host.run.llama_env import vocab_path
 DEFAULT_LAYERS = 8
 DEFAULT_WIDTH = 256
 DEFAULT_FFN = 512
+ARCHITECTURES = ("llama", "qwen3moe", "qwen2moe")
+MOE_ARCHITECTURES = ("qwen3moe", "qwen2moe")
 
 
 def write_test_model(
@@ -29,10 +37,26 @@ def write_test_model(
     n_head: int = 4,
     n_head_kv: int | None = None,
     seed: int = 0,
+    arch: str = "llama",
+    n_expert: int = 4,
+    n_expert_used: int = 2,
+    n_ff_exp: int = 256,
+    n_ff_shexp: int = 512,
 ) -> Path:
-    """Write a small llama-architecture F16 GGUF to `out` and return its path."""
+    """Write a small F16 GGUF of `arch` to `out` and return its path.
+
+    `n_expert`, `n_expert_used`, `n_ff_exp` and `n_ff_shexp` apply to the MoE architectures
+    only (`n_ff` is then the nominal dense width llama.cpp records but does not use).
+    """
     import gguf
 
+    if arch not in ARCHITECTURES:
+        raise UserError(f"test model: unknown architecture {arch!r} (known: {ARCHITECTURES})")
+    moe = arch in MOE_ARCHITECTURES
+    if moe and not 0 < n_expert_used <= n_expert:
+        raise UserError(
+            f"test model: expert_used_count {n_expert_used} must be in 1..{n_expert} experts"
+        )
     if n_embd % n_head:
         raise UserError(f"test model: n_embd {n_embd} is not a multiple of n_head {n_head}")
     vocab = gguf.GGUFReader(str(vocab_path()))
@@ -44,8 +68,8 @@ def write_test_model(
     n_vocab = len(tokens)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    w = gguf.GGUFWriter(str(out), "llama")
-    w.add_name("epi-test-llama")
+    w = gguf.GGUFWriter(str(out), arch)
+    w.add_name(f"epi-test-{arch}")
     w.add_block_count(n_layers)
     w.add_context_length(512)
     w.add_embedding_length(n_embd)
@@ -57,6 +81,12 @@ def write_test_model(
     w.add_head_count_kv(n_head_kv)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(n_embd // n_head)
+    if moe:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        w.add_expert_feed_forward_length(n_ff_exp)
+        if arch == "qwen2moe":
+            w.add_expert_shared_feed_forward_length(n_ff_shexp)
     w.add_vocab_size(n_vocab)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     w.add_tokenizer_model(field("tokenizer.ggml.model"))
@@ -76,6 +106,15 @@ def write_test_model(
     def norm(n: int) -> np.ndarray:
         return np.ones(n, dtype=np.float32)
 
+    def experts(rows: int, cols: int) -> np.ndarray:
+        # numpy (n_expert, rows, cols) is ggml's ne = [cols, rows, n_expert]
+        return (rng.standard_normal((n_expert, rows, cols), dtype=np.float32) * 0.05).astype(
+            np.float16
+        )
+
+    def router() -> np.ndarray:
+        return rng.standard_normal((n_expert, n_embd), dtype=np.float32) * 0.05
+
     w.add_tensor("token_embd.weight", matrix(n_vocab, n_embd))
     for i in range(n_layers):
         p = f"blk.{i}."
@@ -85,10 +124,24 @@ def write_test_model(
         w.add_tensor(p + "attn_k.weight", matrix(kv_width, n_embd))
         w.add_tensor(p + "attn_v.weight", matrix(kv_width, n_embd))
         w.add_tensor(p + "attn_output.weight", matrix(n_embd, n_embd))
+        if arch == "qwen3moe":
+            w.add_tensor(p + "attn_q_norm.weight", norm(n_embd // n_head))
+            w.add_tensor(p + "attn_k_norm.weight", norm(n_embd // n_head))
         w.add_tensor(p + "ffn_norm.weight", norm(n_embd))
-        w.add_tensor(p + "ffn_gate.weight", matrix(n_ff, n_embd))
-        w.add_tensor(p + "ffn_up.weight", matrix(n_ff, n_embd))
-        w.add_tensor(p + "ffn_down.weight", matrix(n_embd, n_ff))
+        if not moe:
+            w.add_tensor(p + "ffn_gate.weight", matrix(n_ff, n_embd))
+            w.add_tensor(p + "ffn_up.weight", matrix(n_ff, n_embd))
+            w.add_tensor(p + "ffn_down.weight", matrix(n_embd, n_ff))
+            continue
+        w.add_tensor(p + "ffn_gate_inp.weight", router())
+        w.add_tensor(p + "ffn_gate_exps.weight", experts(n_ff_exp, n_embd))
+        w.add_tensor(p + "ffn_up_exps.weight", experts(n_ff_exp, n_embd))
+        w.add_tensor(p + "ffn_down_exps.weight", experts(n_embd, n_ff_exp))
+        if arch == "qwen2moe":
+            w.add_tensor(p + "ffn_gate_inp_shexp.weight", norm(n_embd) * 0.05)
+            w.add_tensor(p + "ffn_gate_shexp.weight", matrix(n_ff_shexp, n_embd))
+            w.add_tensor(p + "ffn_up_shexp.weight", matrix(n_ff_shexp, n_embd))
+            w.add_tensor(p + "ffn_down_shexp.weight", matrix(n_embd, n_ff_shexp))
     w.add_tensor("output_norm.weight", norm(n_embd))
     w.add_tensor("output.weight", matrix(n_vocab, n_embd))
     w.write_header_to_file()

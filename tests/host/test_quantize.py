@@ -17,6 +17,15 @@ from host.run.llama_env import tool_env, tool_path
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = REPO / "quantmaps"
+# The study paper's config ids of its uniform configurations
+UNIFORM_MAP_OF = {
+    "Q2_K": "uniform_q2k",
+    "Q3_K_S": "uniform_q3ks",
+    "Q4_K_M": "uniform_q4km",
+    "Q5_K_M": "uniform_q5km",
+    "Q6_K": "uniform_q6k",
+    "Q8_0": "uniform_q8",
+}
 
 
 def epi(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
@@ -24,30 +33,56 @@ def epi(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
                           text=True, cwd=cwd)
 
 
-def check_tensor_by_tensor(manifest: dict, out: Path, base_types: dict[str, str]) -> None:
-    """Every tensor of the written file is what the map asked for (or a recorded fallback)."""
-    written = read_model(out)
+def independent_types(path: Path) -> dict[str, str]:
+    """Every tensor's stored type as the gguf package itself names it (no epi code involved).
+
+    Also checks each tensor's byte size against gguf's own block table, so a type name that
+    does not describe the stored data fails here.
+    """
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    types = {}
+    for t in reader.tensors:
+        qtype = gguf.GGMLQuantizationType(int(t.tensor_type))
+        block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        assert int(t.shape[0]) % block == 0, (t.name, qtype.name)
+        assert int(t.n_bytes) == int(t.n_elements) // block * type_size, (t.name, qtype.name)
+        types[t.name] = qtype.name
+    return types
+
+
+def check_tensor_by_tensor(manifest: dict, out: Path, base: Path) -> None:
+    """Every tensor of the written file is what the map asked for (or a recorded fallback).
+
+    The file and the base are read with the gguf package directly, not with the reader that
+    wrote the manifest, so a manifest that misstates a type fails.
+    """
+    written = independent_types(out)
+    base_types = independent_types(base)
     rows = {t["name"]: t for t in manifest["tensors"]}
-    assert set(rows) == set(written.tensor_types)
-    for name, effective in written.tensor_types.items():
+    assert set(rows) == set(written)
+    assert {f["name"] for f in manifest["fallbacks"]} == {
+        n for n, r in rows.items() if r["requested"] is not None and written[n] != r["requested"]
+    }
+    for name, effective in written.items():
         row = rows[name]
-        assert row["effective"] == effective
+        assert row["effective"] == effective, name
         if row["requested"] is None:  # norms: not quantized, stored as in the base
-            assert effective == base_types[name]
+            assert effective == base_types[name], name
         elif row["fallback"]:
-            assert effective != row["requested"]
-            assert name in {f["name"] for f in manifest["fallbacks"]}
+            assert effective != row["requested"], name
         else:
-            assert effective == row["requested"]
+            assert effective == row["requested"], name
 
 
 def test_quantize_three_maps_tensor_by_tensor(tiny_model: Path, tmp_path: Path) -> None:
     base = read_model(tiny_model)
     sha = sha256_file(tiny_model)
-    for map_id in ("mix_high_early", "mix_extreme_late", "uniform_q8_0"):
+    for map_id in ("mix_high_early", "mix_extreme_late", "uniform_q8"):
         m = load_mixmap(STUDY / f"{map_id}.json")
         result = quantize_map(m, base, sha, tmp_path, threads=2)
-        check_tensor_by_tensor(result.manifest, result.output, base.tensor_types)
+        check_tensor_by_tensor(result.manifest, result.output, tiny_model)
         assert not result.manifest["differs_from_request"]  # 256-wide: every type fits
         assert result.manifest["unpredicted"] == []
     man = json.loads((tmp_path / "mix_high_early.manifest.json").read_text())
@@ -60,6 +95,21 @@ def test_quantize_three_maps_tensor_by_tensor(tiny_model: Path, tmp_path: Path) 
     assert groups["late"]["effective_types"] == {"Q3_K": 14, "F32": 4}  # 2 layers x (7 + 2 norms)
 
 
+def test_tensor_check_catches_a_manifest_that_misstates_a_type(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """The check reads the file itself: a manifest row that lies about a type is caught."""
+    base = read_model(tiny_model)
+    result = quantize_map(load_mixmap(STUDY / "uniform_q8.json"), base, sha256_file(tiny_model),
+                          tmp_path, threads=2)
+    check_tensor_by_tensor(result.manifest, result.output, tiny_model)
+    lying = json.loads(json.dumps(result.manifest))
+    row = next(t for t in lying["tensors"] if t["name"] == "blk.0.attn_q.weight")
+    row["effective"] = row["requested"] = "Q4_K"
+    with pytest.raises(AssertionError):
+        check_tensor_by_tensor(lying, result.output, tiny_model)
+
+
 @pytest.mark.slow
 def test_every_shipped_map_on_the_test_model(tiny_model: Path, tmp_path: Path) -> None:
     base = read_model(tiny_model)
@@ -68,7 +118,7 @@ def test_every_shipped_map_on_the_test_model(tiny_model: Path, tmp_path: Path) -
     assert len(maps) == 29
     for m in maps:
         result = quantize_map(m, base, sha, tmp_path, threads=2)
-        check_tensor_by_tensor(result.manifest, result.output, base.tensor_types)
+        check_tensor_by_tensor(result.manifest, result.output, tiny_model)
         assert result.manifest["unpredicted"] == []
 
 
@@ -81,18 +131,16 @@ def test_file_type_rules_match_llama_cpp_native(tmp_path: Path, file_type: str) 
     native = tmp_path / f"native-{file_type}.gguf"
     subprocess.run([str(tool_path("llama-quantize")), str(model), str(native), file_type, "2"],
                    env=tool_env(), capture_output=True, check=True)
-    m = load_mixmap(STUDY / f"uniform_{file_type.lower()}.json")
+    m = load_mixmap(STUDY / f"{UNIFORM_MAP_OF[file_type]}.json")
     result = quantize_map(m, base, sha256_file(model), tmp_path / "ours", threads=2)
-    ours = read_model(result.output).tensor_types
-    theirs = read_model(native).tensor_types
-    assert ours == theirs
+    assert independent_types(result.output) == independent_types(native)
 
 
 def test_fallback_is_recorded_and_reported(tmp_path: Path) -> None:
     # width 384: K-quants (256-blocks) do not fit rows of 384; llama.cpp falls back
     model = write_test_model(tmp_path / "w384.gguf", n_layers=4, n_embd=384, n_ff=768, n_head=6)
     base = read_model(model)
-    m = load_mixmap(STUDY / "uniform_q6_k.json")
+    m = load_mixmap(STUDY / "uniform_q6k.json")
     exp = expand(m, base.shape, base.tensors)
     assert any(t.expected == "Q8_0" for t in exp.tensors)
     result = quantize_map(m, base, sha256_file(model), tmp_path / "out", threads=2)
@@ -108,7 +156,7 @@ def test_fallback_is_recorded_and_reported(tmp_path: Path) -> None:
 def test_up_to_date_outputs_are_skipped(tiny_model: Path, tmp_path: Path) -> None:
     base = read_model(tiny_model)
     sha = sha256_file(tiny_model)
-    m = load_mixmap(STUDY / "uniform_q8_0.json")
+    m = load_mixmap(STUDY / "uniform_q8.json")
     first = quantize_map(m, base, sha, tmp_path, threads=2)
     assert not first.skipped
     second = quantize_map(m, base, sha, tmp_path, threads=2)
@@ -119,21 +167,25 @@ def test_up_to_date_outputs_are_skipped(tiny_model: Path, tmp_path: Path) -> Non
 
 
 def test_cli_quantize_prints_table(tiny_model: Path, tmp_path: Path) -> None:
-    proc = epi("quantize", str(STUDY / "uniform_q4_k_m.json"), "--model", str(tiny_model),
+    proc = epi("quantize", str(STUDY / "uniform_q4km.json"), "--model", str(tiny_model),
                "--out", str(tmp_path), "--threads", "2")
     assert proc.returncode == 0, proc.stderr
-    assert "uniform_q4_k_m" in proc.stdout and "as requested" in proc.stdout
-    assert (tmp_path / "uniform_q4_k_m.manifest.json").is_file()
+    assert "uniform_q4km" in proc.stdout and "as requested" in proc.stdout
+    assert (tmp_path / "uniform_q4km.manifest.json").is_file()
 
 
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["quantize", "quantmaps/uniform_q8_0.json", "--model", "missing.gguf", "--out", "o"],
+        (["quantize", "quantmaps/uniform_q8.json", "--model", "missing.gguf", "--out", "o"],
          "missing.gguf: no such model file"),
         (["quantize", "quantmaps/nope.json", "--model", "x.gguf", "--out", "o"],
          "quantmaps/nope.json: no such mix map file"),
         (["maps", "check", "--layers", "8", "quantmaps/mix_high_early.json", "BAD"], "BAD"),
+        (["maps", "check", "--layers", "30", "quantmaps/paper/uniform_q8.json"],
+         "layer_groups[2].layers: layer 30 is beyond the model's 30 layers"),
+        (["maps", "import", "quantmaps/paper/uniform_q8.json", "--out", "quantmaps"],
+         "quantmaps/uniform_q8.json: exists; pass --force"),
     ],
 )
 def test_cli_errors_are_one_line_exit_2(args: list[str], expected: str) -> None:
@@ -144,10 +196,31 @@ def test_cli_errors_are_one_line_exit_2(args: list[str], expected: str) -> None:
     assert lines[0].startswith("epi: error: ") and expected in lines[0]
 
 
+def test_cli_quantizes_the_papers_map_form_as_printed(tiny_model: Path, tmp_path: Path) -> None:
+    """A map in the study paper's own form, on the 8-layer test model, through both commands."""
+    paper = tmp_path / "paper_map.json"
+    paper.write_text(
+        '{"config_id": "mix_high_early", "model": "tiny-llama", "layer_groups": ['
+        '{"layers": [0, 1], "quant": "Q6_K"}, {"layers": [2, 3, 4, 5], "quant": "Q4_K_M"}, '
+        '{"layers": [6, 7], "quant": "Q3_K_S"}]}'
+    )
+    check = epi("maps", "check", str(paper), "--model", str(tiny_model))
+    assert check.returncode == 0, check.stderr
+    assert "mix_high_early" in check.stdout and "[paper form]" in check.stdout
+    proc = epi("quantize", str(paper), "--model", str(tiny_model), "--out", str(tmp_path / "q"),
+               "--threads", "2")
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("mix_high_early"))
+    assert "0-1:Q6_K 2-5:Q4_K_M 6-7:Q3_K_S" in row and "as requested" in row
+    man = json.loads((tmp_path / "q" / "mix_high_early.manifest.json").read_text())
+    assert man["map_form"] == "paper" and man["map"]["config_id"] == "mix_high_early"
+    check_tensor_by_tensor(man, tmp_path / "q" / "mix_high_early.gguf", tiny_model)
+
+
 def test_cli_rejects_non_gguf(tmp_path: Path) -> None:
     bogus = tmp_path / "model.gguf"
     bogus.write_text("hello")
-    proc = epi("quantize", "quantmaps/uniform_q8_0.json", "--model", str(bogus), "--out",
+    proc = epi("quantize", "quantmaps/uniform_q8.json", "--model", str(bogus), "--out",
                str(tmp_path))
     assert proc.returncode == 2
     assert "not a GGUF file" in proc.stderr and "Traceback" not in proc.stderr
@@ -171,6 +244,6 @@ def test_demo_maps_on_the_real_135m_model(tmp_path: Path) -> None:
     for map_file in sorted((STUDY / "demo").glob("*.json")):
         m = load_mixmap(map_file)
         result = quantize_map(m, base, sha, tmp_path, threads=2)
-        check_tensor_by_tensor(result.manifest, result.output, base.tensor_types)
+        check_tensor_by_tensor(result.manifest, result.output, base.path)
         # the demo maps use 32-weight-block types that fit every tensor of the 576-wide model
         assert not result.manifest["differs_from_request"], result.manifest["fallbacks"][:3]
