@@ -86,6 +86,7 @@ class BoardConfig:
     refresh_period_s: float = DEFAULT_REFRESH_PERIOD_S
     emulated: bool = False
     clock: object | None = None
+    bridge: object | None = None  # meter.bridge.board.BridgeConfig for bus = "bridge"
 
     def channel(self, key: str | int) -> ChannelConfig:
         """A channel by index or name; UserError naming the known ones if there is none."""
@@ -241,6 +242,10 @@ def load_board(path: str | Path) -> BoardConfig:
     if not isinstance(version, int) or not 1 <= version <= BOARD_FORMAT_VERSION:
         raise _err(path, "format_version", f"{version!r} is not a version this epi reads")
     name = _get(data, "name", str, path.stem, path, "")
+    if data.get("bus", "spi") == "bridge":  # issue 14: the chips sit behind the board's MCU
+        from meter.bridge.board import load_bridge_board
+
+        return load_bridge_board(data, path)  # type: ignore[no-any-return]
 
     spi = _get(data, "spi", dict, {}, path, "")
     spi_bus = _get(spi, "bus", int, 0, path, "spi.")

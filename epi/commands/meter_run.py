@@ -22,6 +22,11 @@ from meter.daemon.service import DaemonOptions, MeterDaemon
     "machine's CPU activity, modelled as a Pi 5's wall power).",
 )
 @click.option(
+    "--emulate-bridge", is_flag=True,
+    help="The board's MCU emulated: its firmware runs here on CPython behind a pseudo-terminal "
+    "and the bridge recorder reads it through pyserial (docs/bridge.md).",
+)
+@click.option(
     "--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
     help="Trace directory; a restarted daemon adds a new segment to it.",
 )
@@ -52,6 +57,7 @@ def run(
     duration_s: float | None,
     listen: str,
     faults: tuple[str, ...],
+    emulate_bridge: bool,
 ) -> None:
     """Sample every channel on a steady schedule into a crash-safe trace directory."""
     options = DaemonOptions(
@@ -62,6 +68,7 @@ def run(
         duration_s=duration_s,
         listen=None if listen.lower() in ("off", "none", "") else listen,
         faults=faults,
+        emulate_bridge=emulate_bridge,
     )
     daemon = MeterDaemon(options)
 

@@ -179,6 +179,7 @@ class DaemonOptions:
     stats_interval_s: float = 5.0
     model_bus_timing: bool = True
     extra_meta: dict[str, Any] = field(default_factory=dict)
+    emulate_bridge: bool = False  # issue 14: the board's MCU firmware emulated, over a pty
 
 
 @dataclass
@@ -302,6 +303,10 @@ class MeterDaemon:
 
     # -- run ----------------------------------------------------------------------------------
     def run(self) -> RunResult:
+        from meter.bridge.daemon import is_bridge_run, run_bridge  # issue 14: MCU bridge
+
+        if is_bridge_run(self.options):
+            return run_bridge(self)  # type: ignore[no-any-return]
         o = self.options
         clock = self.clock
         listen = parse_listen(o.listen) if o.listen else None
