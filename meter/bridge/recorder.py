@@ -119,6 +119,7 @@ class BridgeRecorder:
         self.connected = False
         self._buf = bytearray()
         self._ping_id = 0
+        self._ping_req_bytes = 0
         self._pings: dict[int, int] = {}
         self._next_ping = 0
         self._next_fit = 0
@@ -287,10 +288,10 @@ class BridgeRecorder:
         if isinstance(msg, Sweep):
             self._sweep(msg, t_recv)
         else:
-            self._message(msg, t_recv)
+            self._message(msg, t_recv, len(line))
 
     # ---- messages ---------------------------------------------------------------------------
-    def _message(self, msg: Message, t_recv: int) -> None:
+    def _message(self, msg: Message, t_recv: int, n_bytes: int = 0) -> None:
         f = msg.fields
         if msg.kind == "hello":
             self._hello(f)
@@ -299,11 +300,11 @@ class BridgeRecorder:
             t_us = f.get("t")
             if t_send is not None and isinstance(t_us, int):
                 self.stats.pongs += 1
-                reply_bytes = len(command("x")) + 30  # pong lines are about this long
+                # both lines' wire times are known exactly: the request's from what was
+                # sent, the answer's from its length (it was stamped before it was sent)
                 self.mapper.add(t_send, t_us, t_recv,
-                                wire_req_ns=wire_ns(getattr(self, "_ping_req_bytes", 0),
-                                                    self.baud),
-                                wire_reply_ns=wire_ns(reply_bytes, self.baud))
+                                wire_req_ns=wire_ns(self._ping_req_bytes, self.baud),
+                                wire_reply_ns=wire_ns(n_bytes, self.baud))
                 if self.mapper.mapping is None or len(self.mapper.pings) <= INITIAL_PINGS:
                     self._refit()
         elif msg.kind == "ev":
