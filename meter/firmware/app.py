@@ -56,7 +56,7 @@ class Firmware:
         self._discarding = False
         self.chips = []
         self.sources = []
-        self.failing = []
+        self.failing = []  # type: list  # fault kind per channel, None when delivering
         self.retry_at = []
         for entry in config["channels"]:
             cal, source = channel_calibration(entry)

@@ -25,7 +25,7 @@ class ChipFault(Exception):
     """A reading that failed: `kind` is the trace event kind, `detail` says why."""
 
     def __init__(self, kind, detail):
-        Exception.__init__(self, detail)
+        super().__init__(detail)
         self.kind = kind
         self.detail = detail
 
