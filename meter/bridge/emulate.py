@@ -112,6 +112,13 @@ class SimLink:
 
     def open(self) -> None:
         self.is_open = True
+        self.to_pi.clear()  # a re-opened port starts without what was sent while it was gone
+
+    def idle_until(self, t_mono_ns: int) -> None:
+        """Let the MCU run (its output unread) until host time `t_mono_ns`."""
+        while self.clock.monotonic_ns() < t_mono_ns:
+            nxt = self.step()
+            self.clock.sleep_until(min(nxt, t_mono_ns))
 
     def close(self) -> None:
         self.is_open = False

@@ -98,6 +98,14 @@ class FaultyLink:
     def close(self) -> None:
         self.inner.close()
 
+    def idle_until(self, t_mono_ns: int) -> None:
+        self._resets()
+        idle = getattr(self.inner, "idle_until", None)
+        if idle is not None:
+            idle(t_mono_ns)
+        else:
+            self.clock.sleep_until(t_mono_ns)
+
     def write(self, data: bytes) -> None:
         if self._active("unplug"):
             raise LinkLost("emulated port unplugged")

@@ -224,7 +224,7 @@ class BridgeRecorder:
                 if now < next_try or not self._connect():
                     next_try = max(next_try, now) + self.reconnect_ns if now >= next_try \
                         else next_try
-                    self.clock.sleep_until(min(next_try, end) if end else next_try)
+                    self._idle_until(min(next_try, end) if end else next_try)
                     continue
                 self._next_ping = now
             timeout = 0.05
@@ -241,6 +241,14 @@ class BridgeRecorder:
             self._housekeeping(t_recv, stats_callback)
         self._finish()
         return self.stats
+
+    def _idle_until(self, t_mono_ns: int) -> None:
+        """Wait for the next reconnect try (an emulated link keeps its MCU running)."""
+        idle = getattr(self.link, "idle_until", None)
+        if idle is not None:
+            idle(t_mono_ns)
+        else:
+            self.clock.sleep_until(t_mono_ns)
 
     def _housekeeping(self, now: int, stats_callback: Any) -> None:
         if self.connected and self.boot is not None and now >= self._next_ping:
