@@ -58,10 +58,6 @@ def unseal(line):
     if len(line) < 5 or line[-5:-4] != b"*":
         return None
     payload = line[:-5]
-    try:
-        want = int(line[-4:], 16)
-    except ValueError:
-        return None
-    if crc16(payload) != want:
+    if bytes(line[-4:]) != hex4(crc16(payload)).encode():  # exact digits, upper case
         return None
     return payload
