@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import threading
 import tty
 from collections import deque
@@ -91,24 +92,42 @@ class EmulatedBoard:
 class SimLink:
     """The recorder's link to an EmulatedBoard on a SimulatedClock, through an 8N1 wire."""
 
-    def __init__(self, board: EmulatedBoard, baud: int) -> None:
+    def __init__(self, board: EmulatedBoard, baud: int, *, tx_buffer: int = 4096,
+                 jitter_mean_ns: int = 0, seed: int = 0) -> None:
         self.board = board
         self.clock = board.clock
         self.baud = baud
+        self.tx_buffer = tx_buffer  # the MCU's UART transmit buffer (hw.UART_TXBUF)
+        self.jitter_mean_ns = jitter_mean_ns  # host-side latency (USB, kernel), exponential
+        self.rng = random.Random(seed)
         self.to_pi: deque[tuple[int, bytes]] = deque()
         self.to_mcu: deque[tuple[int, bytes]] = deque()
         self._busy_up = 0
         self._busy_down = 0
+        self._last_up = 0
+        self._last_down = 0
         self.is_open = False
         self.bytes_up = 0
+        self.tx_stall_ns = 0
         board.sink = self._from_mcu
+
+    def _jitter(self) -> int:
+        return round(self.rng.expovariate(1.0 / self.jitter_mean_ns)) if self.jitter_mean_ns else 0
 
     def _from_mcu(self, data: bytes) -> None:
         now = self.clock.monotonic_ns()
+        # a full transmit buffer blocks the firmware's write until the wire drains it
+        backlog_ns = self._busy_up - now
+        room_ns = wire_ns(max(0, self.tx_buffer - len(data)), self.baud)
+        if backlog_ns > room_ns:
+            self.tx_stall_ns += backlog_ns - room_ns
+            self.clock.sleep_until(now + backlog_ns - room_ns)
+            now = self.clock.monotonic_ns()
         start = max(now, self._busy_up)
         self._busy_up = start + wire_ns(len(data), self.baud)
         self.bytes_up += len(data)
-        self.to_pi.append((self._busy_up, data))
+        self._last_up = max(self._last_up, self._busy_up + self._jitter())
+        self.to_pi.append((self._last_up, data))
 
     def open(self) -> None:
         self.is_open = True
@@ -127,7 +146,8 @@ class SimLink:
         now = self.clock.monotonic_ns()
         start = max(now, self._busy_down)
         self._busy_down = start + wire_ns(len(data), self.baud)
-        self.to_mcu.append((self._busy_down, data))
+        self._last_down = max(self._last_down, self._busy_down + self._jitter())
+        self.to_mcu.append((self._last_down, data))
 
     def step(self) -> int:
         """Deliver due bytes to the MCU, run one firmware step; host ns of its next wake-up."""

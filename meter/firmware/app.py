@@ -6,8 +6,9 @@ sweep. `run()` loops for ever (the MCU's `main.py`). The emulated bridge calls `
 from its own loop, with a simulated clock, so an hour of firmware runs in seconds.
 
 Schedule: sweep slots at `t0 + k·period` on the MCU's own 64-bit microsecond clock; a sweep
-that overran its period skips the slots that are over (counted, reported by a `late` event at
-most every 10 s). `seq` counts sweeps sent, so a gap in `seq` on the Pi means lost lines.
+that overran its period skips the slots that are over and runs the latest one that has begun
+at once (skips counted, reported by a `late` event at most every 10 s). `seq` counts
+sweeps sent, so a gap in `seq` on the Pi means lost lines.
 
 `hw` is what the board provides (see meter.firmware.hw for the real one): `ticks_us`,
 `ticks_diff`, `sleep_us`, `uart` (any/read/write), `spi` (write_readinto), `pin(n)`,
@@ -155,8 +156,9 @@ class Firmware:
             self.sweep()
             self.next_due += self.period_us
             now = self.now_us()
-            if now >= self.next_due:  # overran: skip the slots that are over
-                missed = (now - self.next_due) // self.period_us + 1
+            if now >= self.next_due + self.period_us:  # overran: skip the slots that are
+                # over, keep the latest one that has begun (it runs at once)
+                missed = (now - self.next_due) // self.period_us
                 self.skipped += missed
                 self.next_due += missed * self.period_us
                 if now - self.late_reported_us >= LATE_REPORT_US:
