@@ -1,0 +1,144 @@
+"""The bridge's commands and board files: `epi meter run --emulate-bridge` over a real
+pseudo-terminal, `epi meter firmware build|deploy|console`, the doctor check, and one-line
+errors for bad `bus = "bridge"` board files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from epi.cli import cli
+from meter.clock import SystemClock
+from meter.emulation.power_models import ConstantPower
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _board_file(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "b.toml"
+    p.write_text('format = "epi-board"\nformat_version = 1\nbus = "bridge"\n' + body)
+    return p
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("", "bridge: bus = \"bridge\" needs a [bridge] table"),
+    ("[bridge]\nbaud = 115200\n", "bridge.port: missing"),
+    ('[bridge]\nport = "/dev/ttyAMA0"\nbaud = 12345\n', "bridge.baud: 12345"),
+    ('[bridge]\nport = "/dev/ttyAMA0"\nencoding = "xml"\n', "bridge.encoding"),
+    ('[bridge]\nport = "/dev/ttyAMA0"\nparity = "E"\n', "bridge.parity: unknown key"),
+    ('[bridge]\nport = "/dev/ttyAMA0"\n[[channel]]\nchip_select = "CE0"\n',
+     "channel[0].chip_select: unknown key for a bridge board"),
+])
+def test_bad_bridge_board_is_one_line(tmp_path: Path, body: str, message: str,
+                                      monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from epi.cli import main
+
+    board = _board_file(tmp_path, body)
+    monkeypatch.setattr(sys, "argv", ["epi", "meter", "run", "--board", str(board), "--out",
+                                      str(tmp_path / "t"), "--duration", "1", "--listen", "off"])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert err.startswith("epi: error: ") and message in err and str(board) in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_example_board_file_loads() -> None:
+    from meter.board import load_board
+
+    board = load_board(REPO / "hardware" / "epi-meter-bridge.toml")
+    assert board.bridge is not None and board.bridge.port == "/dev/ttyAMA0"
+    assert board.bridge.baud == 115200 and len(board.channels) == 4
+
+
+def test_firmware_build_compiles_every_file(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["meter", "firmware", "build", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    mpys = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.mpy"))
+    assert "meter/chip/registers.mpy" in mpys and "meter/firmware/app.mpy" in mpys
+    assert "meter/firmware/selftest.mpy" not in mpys
+    for p in tmp_path.rglob("*.mpy"):
+        assert p.read_bytes()[:2] == b"M\x06", p
+    assert (tmp_path / "main.py").read_text() == (REPO / "meter/firmware/main.py").read_text()
+
+
+def test_firmware_deploy_dry_run_is_one_mpremote_argv(tmp_path: Path) -> None:
+    cfg = tmp_path / "epi_meter.json"
+    cfg.write_text("{}")
+    res = CliRunner().invoke(cli, ["meter", "firmware", "deploy", "--port", "/dev/ttyACM0",
+                                   "--config", str(cfg), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    argv = res.output.split()
+    assert argv[0].endswith("mpremote") and argv[1:3] == ["connect", "/dev/ttyACM0"]
+    assert ":main.py" in argv and ":epi_meter.json" in argv and argv[-1] == "reset"
+    assert argv[argv.index("cp") + 1] == "-r"
+
+
+@pytest.fixture
+def pty_board():
+    from meter.bridge.emulate import EmulatedBoard, PtyBridge
+
+    board = EmulatedBoard(SystemClock(), [ConstantPower(4.0), ConstantPower(6.0)],
+                          model_spi_time=False)
+    bridge = PtyBridge(board).start()
+    yield bridge
+    bridge.stop()
+
+
+def test_probe_and_doctor_see_the_firmware_on_a_pty(pty_board,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from meter.bridge.probe import doctor_rows, hello
+
+    info = hello(pty_board.port, 115200, timeout_s=10.0)
+    assert info is not None and info["fw"] == "1.0.0" and len(info["channels"]) == 2
+    monkeypatch.setenv("EPI_BRIDGE_PORT", pty_board.port)
+    rows = {item: (ok, detail) for item, ok, detail, _ in doctor_rows()}
+    assert rows["bridge port"][0] is True and pty_board.port in rows["bridge port"][1]
+    ok, detail = rows["bridge firmware"]
+    assert ok is True and "epi firmware 1.0.0" in detail
+
+
+def test_doctor_says_when_no_firmware_answers(tmp_path: Path) -> None:
+    import os
+
+    from meter.bridge.probe import doctor_rows
+
+    master, slave = os.openpty()  # a port with nothing behind it
+    try:
+        rows = {item: ok for item, ok, _, _ in doctor_rows(os.ttyname(slave))}
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert rows == {"bridge port": True, "bridge firmware": False}
+
+
+def test_console_sends_a_command_and_prints_the_answer(pty_board) -> None:
+    res = CliRunner().invoke(cli, ["meter", "firmware", "console", "--port", pty_board.port,
+                                   "--send", "ping", "--send", '{"cmd": "read", "ch": 0, '
+                                   '"reg": "Urms"}', "--seconds", "2"])
+    assert res.exit_code == 0, res.output
+    assert "kind='pong'" in res.output
+    assert "'reg': 'Urms'" in res.output
+
+
+@pytest.mark.slow
+def test_meter_run_emulate_bridge_over_a_pty(tmp_path: Path) -> None:
+    out = tmp_path / "trace"
+    res = CliRunner().invoke(cli, ["meter", "run", "--emulate-bridge", "--out", str(out),
+                                   "--duration", "4", "--listen", "off"])
+    assert res.exit_code == 0, res.output
+    meta = json.loads((out / "seg-000001.meta.json").read_text())
+    assert meta["bridged"] is True and meta["emulated"] is True
+    assert meta["bridge"]["link"]["kind"] == "serial"
+    assert meta["bridge"]["link"]["port"].startswith("/dev/")
+    assert meta["bridge"]["firmware"]["fw"] == "1.0.0"
+    assert meta["stats"]["clean_stop"] is True
+    rows = (out / "seg-000001.samples.csv").read_text().splitlines()[1:]
+    assert len(rows) >= 4 * 20  # 4 channels, 10 sweeps/s, ~3 s after start-up
+    assert {r.split(",")[1] for r in rows} == {"0", "1", "2", "3"}
