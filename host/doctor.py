@@ -205,8 +205,7 @@ def collect_checks() -> list[Check]:
         ),
     ]
     checks += _llama_checks() + _model_checks() + _data_checks()
-    checks += _hardware_checks() + _power_counter_checks()
-    checks += _bridge_checks()
+    checks += _hardware_checks() + _bridge_checks() + _power_counter_checks()
     return checks
 
 
