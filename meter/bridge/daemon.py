@@ -119,8 +119,8 @@ def run_bridge(daemon: Any) -> Any:
         if daemon._stop.is_set():
             recorder.stop()
         daemon.ready.set()
-        daemon.log(f"epi meter: bridge {'(emulated MCU) ' if emulate else ''}on "
-                   f"{link.describe()} into {o.out_dir} segment {writer.segment}")
+        daemon.log(f"epi meter: bridge {'(emulated MCU) ' if emulate else ''}on {where} at "
+                   f"{cfg.baud} baud into {o.out_dir} segment {writer.segment}")
         stats = recorder.run(o.duration_s)
         now = (clock.monotonic_ns(), clock.realtime_ns())
         writer.write_event(now[0], now[1], None, "stop",
