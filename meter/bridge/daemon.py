@@ -81,6 +81,11 @@ def run_bridge(daemon: Any) -> Any:
                 link = FaultyLink(link, clock, faults, board=pty or emu)
         else:
             link = SerialLink(cfg.port, cfg.baud)
+        url = None
+        if o.listen:
+            server, hub, state = _server(o.listen, enabled, clock)
+            daemon.server = server
+            url = server.url
         started = (clock.monotonic_ns(), clock.realtime_ns())
         meta = {
             "daemon_version": __version__,
@@ -100,7 +105,7 @@ def run_bridge(daemon: Any) -> Any:
                          for c in enabled],
             "board": {**board.describe(), "bus": "bridge", "bridge": cfg.describe()},
             "clock": clock.describe() if hasattr(clock, "describe") else {},
-            "listen": None,
+            "listen": url,
             "fault_injection": [f.describe() for f in faults] or None,
             "emulated_mcu": emu.describe() if emu else None,
             "stats": {"clean_stop": False},
@@ -116,11 +121,29 @@ def run_bridge(daemon: Any) -> Any:
                                   channels=[c.index for c in enabled], rate_hz=rate,
                                   encoding=cfg.encoding, log=daemon.log)
         daemon.sampler = recorder  # MeterDaemon.stop() reaches it
+        if daemon.server is not None:
+            names = {c.index: c.name for c in enabled}
+
+            def publish(msg: dict) -> None:
+                msg["name"] = names.get(msg["channel"], str(msg["channel"]))
+                state.record_sample(msg)
+                hub.publish(msg)
+
+            recorder.on_sample = publish
+            state.info.update({"daemon_version": __version__, "bridged": True,
+                               "host": meta["host"], "boot_id": meta["boot_id"],
+                               "clock_kind": meta["clock"].get("kind", "system"),
+                               "emulated": emulate, "segment": writer.segment,
+                               "sample_period_s": meta["sample_period_s"],
+                               "started_real_ns": started[1],
+                               "trace_dir": str(Path(o.out_dir).resolve())})
+            daemon.server.start()
         if daemon._stop.is_set():
             recorder.stop()
         daemon.ready.set()
         daemon.log(f"epi meter: bridge {'(emulated MCU) ' if emulate else ''}on {where} at "
-                   f"{cfg.baud} baud into {o.out_dir} segment {writer.segment}")
+                   f"{cfg.baud} baud into {o.out_dir} segment {writer.segment}"
+                   + (f"; serving {url}" if url else ""))
         stats = recorder.run(o.duration_s)
         now = (clock.monotonic_ns(), clock.realtime_ns())
         writer.write_event(now[0], now[1], None, "stop",
@@ -137,9 +160,23 @@ def run_bridge(daemon: Any) -> Any:
                                 **(recorder.stats.as_dict() if recorder else {})})
         raise
     finally:
+        if daemon.server is not None:
+            daemon.server.stop()
         if pty is not None:
             pty.stop()
         lock.release()
+
+
+def _server(listen: str, channels: list[Any], clock: Any) -> tuple[Any, Any, Any]:
+    """The daemon's HTTP endpoints (clock sync, live stream, /metrics, /status)."""
+    from meter.daemon.http_server import MeterServer, parse_listen
+    from meter.daemon.live_stream import LiveHub
+    from meter.daemon.metrics import ChannelInfo, MeterState
+
+    host, port = parse_listen(listen)
+    state = MeterState([ChannelInfo(c.index, c.name, c.node) for c in channels], {})
+    hub = LiveHub()
+    return MeterServer(host, port, state=state, hub=hub, clock=clock), hub, state
 
 
 def _models(o: Any, board: BoardConfig, clock: Any, n: int) -> list[Any]:

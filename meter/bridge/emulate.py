@@ -184,29 +184,66 @@ class SimLink:
 
 
 class PtyBridge:
-    """The emulated board's firmware in a thread on the master side of a pty pair."""
+    """The emulated board's firmware in a thread on the master side of a pty pair.
 
-    def __init__(self, board: EmulatedBoard) -> None:
+    With `link_path`, the port is a symlink to the pty's slave side (like a udev name for a
+    USB serial adapter): `unplug()` closes the pty and removes the link (the reader gets an
+    I/O error, reopening fails), `replug()` makes a new pty behind the same path; the MCU keeps
+    running meanwhile, its output lost.
+    """
+
+    def __init__(self, board: EmulatedBoard, link_path: str | None = None) -> None:
         self.board = board
-        self.master, self.slave = os.openpty()
-        tty.setraw(self.slave)
-        self.port = os.ttyname(self.slave)
-        os.set_blocking(self.master, False)
+        self.link_path = link_path
+        self._lock = threading.RLock()
+        self.master: int | None = None
+        self.slave: int | None = None
+        self._plug()
+        self.port = link_path or os.ttyname(self.slave)  # type: ignore[arg-type]
         board.sink = self._write
         self._stop = threading.Event()
-        self._lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, name="emulated-mcu", daemon=True)
+
+    def _plug(self) -> None:
+        master, slave = os.openpty()
+        tty.setraw(slave)
+        os.set_blocking(master, False)
+        self.master, self.slave = master, slave
+        if self.link_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.link_path)
+            os.symlink(os.ttyname(slave), self.link_path)
+
+    def unplug(self) -> None:
+        with self._lock:
+            if self.link_path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.link_path)
+            for fd in (self.master, self.slave):
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self.master = self.slave = None
+
+    def replug(self) -> None:
+        with self._lock:
+            self._plug()
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
         while view and not self._stop.is_set():
-            try:
-                n = os.write(self.master, view)
-                view = view[n:]
-            except BlockingIOError:
-                self._stop.wait(0.001)
-            except OSError:
-                return
+            with self._lock:
+                if self.master is None:
+                    return  # unplugged: the bytes go nowhere
+                try:
+                    n = os.write(self.master, view)
+                    view = view[n:]
+                    continue
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    return
+            self._stop.wait(0.001)
 
     def start(self) -> PtyBridge:
         self.thread.start()
@@ -214,11 +251,12 @@ class PtyBridge:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            with contextlib.suppress(BlockingIOError, OSError):
-                data = os.read(self.master, 4096)
-                if data:
-                    self.board.hw.uart.feed(data)
             with self._lock:
+                if self.master is not None:
+                    with contextlib.suppress(BlockingIOError, OSError):
+                        data = os.read(self.master, 4096)
+                        if data:
+                            self.board.hw.uart.feed(data)
                 wait_us = self.board.firmware.poll()
             if wait_us > 0:
                 self._stop.wait(min(wait_us, 2000) / 1e6)
@@ -231,6 +269,4 @@ class PtyBridge:
         self._stop.set()
         if self.thread.is_alive():
             self.thread.join(timeout=5)
-        for fd in (self.master, self.slave):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self.unplug()

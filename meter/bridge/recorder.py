@@ -127,6 +127,7 @@ class BridgeRecorder:
         self._event_budget: dict[tuple[int | None, str], tuple[int, int, int]] = {}
         self._stop = threading.Event()
         self.ready = threading.Event()  # set when the first sample row is written
+        self.on_sample: Callable[[dict[str, Any]], None] | None = None  # live state/stream
 
     # ---- control ----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -452,6 +453,11 @@ class BridgeRecorder:
         if rows:
             self.stats.samples_written += self.writer.write_samples(rows)
             self.ready.set()
+            if self.on_sample is not None:
+                keys = ("seq", "channel", "t_mono_ns", "t_real_ns", "power_w", "voltage_v",
+                        "current_a", "power_factor", "frequency_hz", "energy_j", "status")
+                for row in rows:
+                    self.on_sample({"type": "sample", **dict(zip(keys, row, strict=True))})
 
     def _finish(self) -> None:
         now = self._now()

@@ -142,3 +142,55 @@ def test_meter_run_emulate_bridge_over_a_pty(tmp_path: Path) -> None:
     rows = (out / "seg-000001.samples.csv").read_text().splitlines()[1:]
     assert len(rows) >= 4 * 20  # 4 channels, 10 sweeps/s, ~3 s after start-up
     assert {r.split(",")[1] for r in rows} == {"0", "1", "2", "3"}
+
+
+def _wait(cond, timeout_s: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_serial_port_unplugged_and_replugged_is_a_recorded_reconnect(tmp_path: Path) -> None:
+    """The real SerialLink on a pty behind a stable path: the port vanishes (I/O error, the
+    path gone) and comes back; the recorder keeps going and writes the gap."""
+    import threading
+
+    from meter.bridge.emulate import EmulatedBoard, PtyBridge
+    from meter.bridge.link import SerialLink
+    from meter.bridge.recorder import BridgeRecorder
+    from meter.daemon.trace import TraceLock, TraceWriter, read_trace
+
+    clock = SystemClock()
+    board = EmulatedBoard(clock, [ConstantPower(4.0)], model_spi_time=False)
+    pty = PtyBridge(board, link_path=str(tmp_path / "ttyEPI")).start()
+    writer = TraceWriter(tmp_path / "t", {"test": True}, lock=TraceLock(tmp_path / "t"))
+    rec = BridgeRecorder(SerialLink(pty.port, 115200), clock, writer, baud=115200,
+                         reconnect_s=0.2)
+    worker = threading.Thread(target=rec.run, daemon=True)
+    worker.start()
+    try:
+        _wait(lambda: rec.stats.samples_written >= 5)
+        pty.unplug()
+        _wait(lambda: not rec.connected)
+        seq_before = rec.last_seq
+        _wait(lambda: board.firmware.seq > (seq_before or 0) + 5)  # the MCU goes on
+        pty.replug()
+        _wait(lambda: rec.stats.reconnects == 1 and rec.last_seq is not None
+              and rec.last_seq > (seq_before or 0) + 5)
+        _wait(lambda: rec.stats.samples_written >= 12)
+    finally:
+        rec.stop()
+        worker.join(timeout=10)
+        pty.stop()
+        writer.close()
+    assert not worker.is_alive()
+    trace = read_trace(tmp_path / "t")
+    gaps = [e for e in trace.events() if e["kind"] == "gap"
+            and "serial link lost" in e["detail"]]
+    assert len(gaps) == 1, list(trace.events())
+    energies = [r["energy_j"] for r in trace.samples()]
+    assert energies == sorted(energies) and rec.stats.lost_lines > 0
