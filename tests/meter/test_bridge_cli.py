@@ -194,3 +194,37 @@ def test_serial_port_unplugged_and_replugged_is_a_recorded_reconnect(tmp_path: P
     assert len(gaps) == 1, list(trace.events())
     energies = [r["energy_j"] for r in trace.samples()]
     assert energies == sorted(energies) and rec.stats.lost_lines > 0
+
+
+@pytest.mark.slow
+def test_bridge_daemon_serves_clock_sync_and_status(tmp_path: Path) -> None:
+    import threading
+    import urllib.request
+
+    from meter.daemon.service import DaemonOptions, MeterDaemon
+
+    opts = DaemonOptions(out_dir=tmp_path / "t", emulate_bridge=True, listen="127.0.0.1:0",
+                         n_emulated_channels=2, power_model=[ConstantPower(4.0)] * 2)
+    daemon = MeterDaemon(opts, log=lambda line: None)
+    worker = threading.Thread(target=daemon.run, daemon=True)
+    worker.start()
+    try:
+        _wait(lambda: daemon.server is not None and daemon.ready.is_set())
+        assert daemon.server is not None
+        url = daemon.server.url
+
+        def status() -> dict:
+            with urllib.request.urlopen(url + "/status", timeout=5) as r:
+                return json.loads(r.read())
+
+        _wait(lambda: status()["channels"][0].get("samples_total", 0) >= 3)
+        with urllib.request.urlopen(url + "/clock", timeout=5) as r:
+            clock = json.loads(r.read())
+        assert clock["boot_id"] and clock["clock"] == "system"
+        assert status()["bridged"] is True
+    finally:
+        daemon.stop()
+        worker.join(timeout=15)
+    assert not worker.is_alive()
+    meta = json.loads((tmp_path / "t" / "seg-000001.meta.json").read_text())
+    assert meta["listen"] == url and meta["stats"]["clean_stop"] is True
