@@ -119,7 +119,8 @@ def run_bridge(daemon: Any) -> Any:
                            f"segment {writer.segment}")
         recorder = BridgeRecorder(link, clock, writer, baud=cfg.baud,
                                   channels=[c.index for c in enabled], rate_hz=rate,
-                                  encoding=cfg.encoding, log=daemon.log)
+                                  encoding=cfg.encoding, log=daemon.log,
+                                  wire_time=pty is None)
         daemon.sampler = recorder  # MeterDaemon.stop() reaches it
         if daemon.server is not None:
             names = {c.index: c.name for c in enabled}

@@ -90,12 +90,15 @@ class BridgeRecorder:
         refit_interval_s: float = 2.0,
         reconnect_s: float = 1.0,
         meta_interval_s: float = 5.0,
+        wire_time: bool = True,
         log: Callable[[str], None] = lambda line: None,
     ) -> None:
         self.link = link
         self.clock = clock
         self.writer = writer
         self.baud = baud
+        # lines spend bytes × 10 / baud on a real UART; a pseudo-terminal delivers at once
+        self.wire_time = wire_time
         self.only_channels = set(channels) if channels is not None else None
         self.rate_hz = rate_hz
         self.encoding = encoding
@@ -311,9 +314,10 @@ class BridgeRecorder:
                 self.stats.pongs += 1
                 # both lines' wire times are known exactly: the request's from what was
                 # sent, the answer's from its length (it was stamped before it was sent)
+                wire = self.wire_time
                 self.mapper.add(t_send, t_us, t_recv,
-                                wire_req_ns=wire_ns(self._ping_req_bytes, self.baud),
-                                wire_reply_ns=wire_ns(n_bytes, self.baud))
+                                wire_req_ns=wire_ns(self._ping_req_bytes, self.baud) if wire else 0,
+                                wire_reply_ns=wire_ns(n_bytes, self.baud) if wire else 0)
                 if self.mapper.mapping is None or len(self.mapper.pings) <= INITIAL_PINGS:
                     self._refit()
         elif msg.kind == "ev":
