@@ -337,11 +337,23 @@ class BridgeRecorder:
             self._mcu_reset(f"new boot id {boot} (was {self.boot})")
         self.boot = boot
         self.hello = dict(f)
+        fw_channels = {}
         for c in f.get("channels") or []:
             ch = self.channels.setdefault(int(c["n"]), _Channel())
             ch.jpc = joules_per_count(float(c["meter_constant_imp_per_kwh"]))
+            fw_channels[int(c["n"])] = c
         self._configure()
-        self.writer.update_meta(bridge=self.describe())
+        # the trace's channel entries get what only the firmware knows (docs/formats.md §1)
+        entries = []
+        for entry in self.writer.meta.get("channels") or []:
+            c = fw_channels.get(entry.get("channel"))
+            if c is not None:
+                mc = float(c["meter_constant_imp_per_kwh"])
+                entry = {**entry, "meter_constant_imp_per_kwh": mc,
+                         "calibration": {"source": f"MCU: {c.get('cal')}",
+                                         "joules_per_count": joules_per_count(mc)}}
+            entries.append(entry)
+        self.writer.update_meta(bridge=self.describe(), channels=entries)
 
     def _mcu_reset(self, why: str) -> None:
         """The MCU restarted: its counts and clock start again."""

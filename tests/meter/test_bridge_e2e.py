@@ -171,6 +171,8 @@ def test_bridged_energy_matches_truth_and_the_direct_spi_path(tmp_path: Path) ->
     # the trace says it is bridged, with its clock mapping and uncertainty
     meta = results[True][0].trace.segments[0].meta
     assert meta["bridged"] is True and meta["board"]["bus"] == "bridge"
+    # the meter constant comes from the firmware's hello (the analysis's counter resolution)
+    assert [c["meter_constant_imp_per_kwh"] for c in meta["channels"]] == [METER_CONSTANT] * 2
     clock = meta["bridge"]["clock"]
     assert clock["drift_fitted"] and abs(clock["drift_ppm"] - 30.0) < 10.0, clock
     assert clock["uncertainty_ns"] < 1_000_000
