@@ -143,3 +143,38 @@ def test_unknown_fault_kind_is_a_user_error(tmp_path: Path) -> None:
 
     with pytest.raises(UserError, match="KIND@START"):
         _run(tmp_path, ("melt@3+1",))
+
+
+def test_chip_faults_behind_the_mcu_are_trace_events_never_zero_rows(tmp_path: Path) -> None:
+    """A chip reset, a corrupted calibration register (CS1 error) and an absent chip on the
+    emulated board: the firmware reports each, the trace has the events and gaps, no 0 W row."""
+    from meter.bridge.emulate import EmulatedBoard, SimLink
+    from meter.bridge.recorder import BridgeRecorder
+    from meter.daemon.trace import TraceLock, TraceWriter
+
+    clock = SimulatedClock(T0)
+    board = EmulatedBoard(clock, [ScriptedProfile([(0, 5.0)], start_mono_ns=T0),
+                                  ScriptedProfile([(0, 7.0)], start_mono_ns=T0)])
+    chip0, chip1 = board.chips.values()
+    writer = TraceWriter(tmp_path, {"test": True}, lock=TraceLock(tmp_path))
+    rec = BridgeRecorder(SimLink(board, 115200), clock, writer, baud=115200)
+    chip0.schedule_reset(T0 + 3 * NS)
+    rec.run(4.5)
+    chip1.corrupt_register("Lgain")
+    rec.run(1.5)
+    chip1.set_absent(True)
+    rec.run(2.0)
+    chip1.set_absent(False)
+    rec.run(3.0)
+    writer.close()
+    trace = read_trace(tmp_path)
+    events = [(e["channel"], e["kind"]) for e in trace.events()]
+    assert (0, "chip_reset") in events
+    assert (1, "checksum_error") in events
+    assert (1, "absent") in events
+    assert (0, "gap") in events and (1, "gap") in events
+    rows = list(trace.samples())
+    assert rows and all(r["power_w"] and r["voltage_v"] for r in rows)  # never a 0 reading
+    # channel 1 delivered again after the chip came back
+    last1 = max(r["t_mono_ns"] for r in rows if r["channel"] == 1)
+    assert last1 > clock.monotonic_ns() - 2 * NS
