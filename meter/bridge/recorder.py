@@ -120,6 +120,7 @@ class BridgeRecorder:
         self.pending: list[tuple[Sweep, int]] = []
         self.outage: tuple[int, int, str] | None = None  # (t_mono, t_real, why) of a lost link
         self.connected = False
+        self._waiting_logged = False
         self._buf = bytearray()
         self._ping_id = 0
         self._ping_req_bytes = 0
@@ -185,8 +186,13 @@ class BridgeRecorder:
     def _connect(self) -> bool:
         try:
             self.link.open()
-        except LinkLost:
+        except LinkLost as exc:
+            if not self._waiting_logged:
+                self._waiting_logged = True
+                self.log(f"epi meter bridge: waiting for the port ({exc}); retrying every "
+                         f"{self.reconnect_ns / 1e9:g} s")
             return False
+        self._waiting_logged = False
         self.connected = True
         if self.outage is not None:
             self.stats.reconnects += 1

@@ -195,6 +195,18 @@ def test_firmware(machine):
     check(kinds == ["pong", "err", "err", "err", "err", "r", "r", "err"], "replies %r" % kinds)
     check(replies[5]["value"] == 23000, "read Urms")
     check(chips[17].regs[regs.SAG_TH] == 7000, "write SagTh")
+    # load a calibration: written to the chip (verified), saved to flash, reported
+    from meter.chip.calibration import Calibration
+
+    cal = Calibration.default(1e8)
+    cal.set("Ugain", 0x5C3B)
+    fw.handle_line(json.dumps({"cmd": "cal", "ch": 1, "calibration": cal.to_dict(),
+                               "id": 6}).encode())
+    reply = [json.loads(p) for p in _lines(hw.uart) if b'"r"' in p][-1]
+    check(reply["id"] == 6 and reply["saved"] and reply["cs2"] == cal.cs2(), "cal reply")
+    check(chips[20].regs[0x31] == 0x5C3B, "Ugain written to the chip")
+    saved = json.loads(hw.files["epi_meter.json"])
+    check(saved["channels"][1]["calibration"]["registers"]["Ugain"] == "0x5C3B", "saved")
     # the stream goes on after malformed commands
     ticks.advance(200000)
     fw.poll()

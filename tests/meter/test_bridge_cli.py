@@ -228,3 +228,18 @@ def test_bridge_daemon_serves_clock_sync_and_status(tmp_path: Path) -> None:
     assert not worker.is_alive()
     meta = json.loads((tmp_path / "t" / "seg-000001.meta.json").read_text())
     assert meta["listen"] == url and meta["stats"]["clean_stop"] is True
+
+
+def test_missing_port_is_waited_for_not_fatal(tmp_path: Path) -> None:
+    """A real bridge board whose port is not there (yet): the daemon says so once, keeps
+    retrying, and stops cleanly; the trace says the link never came."""
+    from meter.daemon.service import DaemonOptions, MeterDaemon
+
+    board = _board_file(tmp_path, f'[bridge]\nport = "{tmp_path / "ttyNONE"}"\n')
+    logs: list[str] = []
+    opts = DaemonOptions(out_dir=tmp_path / "t", board_path=board, duration_s=1.5, listen=None)
+    MeterDaemon(opts, log=logs.append).run()
+    assert sum("waiting for the port" in line for line in logs) == 1, logs
+    meta = json.loads((tmp_path / "t" / "seg-000001.meta.json").read_text())
+    assert meta["stats"]["clean_stop"] is True and meta["bridge"]["firmware"] is None
+    assert meta["bridged"] is True and meta["emulated"] is False
