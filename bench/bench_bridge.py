@@ -108,11 +108,15 @@ def clock_mapping(minutes: float = 10.0, seed: int = 1) -> dict:
     mc = board.hw.mcu_clock
     boot_ns = mc.origin_ns
     errors = []
+    early = []
     for t_us, mapped in rec.pairs:
         truth = boot_ns + t_us * 1000.0 / mc.rate
         if truth - boot_ns > 60e9:  # after the first minute of pings
             errors.append(abs(mapped - truth))
+        else:
+            early.append(abs(mapped - truth))
     return {"max_ms": max(errors) / 1e6, "p99_ms": sorted(errors)[int(0.99 * len(errors))] / 1e6,
+            "first_minute_max_ms": max(early) / 1e6,
             "mean_ms": statistics.fmean(errors) / 1e6, "n": len(errors),
             "clock": rec.mapping.describe() if rec.mapping else None,
             "pings": rec.stats.pings}
@@ -145,7 +149,8 @@ def main() -> None:
     for c in runs:
         print(f"   max {c['max_ms']:.3f} ms, p99 {c['p99_ms']:.3f} ms, mean {c['mean_ms']:.3f} ms"
               f" over {c['n']} sweeps; fitted drift {c['clock']['drift_ppm']:.2f} ppm, stated "
-              f"uncertainty {c['clock']['uncertainty_ns'] / 1e6:.3f} ms, {c['pings']} pings")
+              f"uncertainty {c['clock']['uncertainty_ns'] / 1e6:.3f} ms, {c['pings']} pings; "
+              f"first minute (drift not yet fitted) max {c['first_minute_max_ms']:.3f} ms")
     worst_ms = max(c["max_ms"] for c in runs)
     goal = GOALS["bridge-clock-map-error-ms"]["goal"]
     bench_line("bridge-clock-map-error-ms", round(worst_ms, 4), "ms (max)", worst_ms <= goal,

@@ -394,7 +394,7 @@ class BridgeRecorder:
             self.clock_history.append({"boot": self.boot, **new.describe()})
             if len(self.clock_history) > 500:
                 del self.clock_history[1:100]
-        if self.pending:
+        if self.pending and len(self.mapper.pings) >= INITIAL_PINGS:
             pending, self.pending = self.pending, []
             for sweep, t_recv in pending:
                 self._sweep(sweep, t_recv)
@@ -405,7 +405,10 @@ class BridgeRecorder:
             self._mcu_reset(f"sequence went back from {self.last_seq} to {sw.seq}")
             self.boot = None  # which boot is unknown until its hello
             self._send(command("hello"))
-        if self.boot is None or self.mapping is None:
+        # sweeps wait for the first mapping fitted from the initial burst of pings (the best
+        # of INITIAL_PINGS exchanges, not the first one)
+        if self.boot is None or self.mapping is None or (
+                len(self.mapper.pings) < INITIAL_PINGS and len(self.pending) < MAX_PENDING_SWEEPS):
             if len(self.pending) < MAX_PENDING_SWEEPS:
                 self.pending.append((sw, t_recv))
             if self.boot is None and len(self.pending) % 20 == 1:
