@@ -482,6 +482,9 @@ def open_channels(
     from meter.emulation.chip_emulator import EmulatedChip
     from meter.emulation.emulated_bus import EmulatedSpiBus
 
+    if board.bridge is not None:  # issue 14: the chips answer the MCU, not this machine
+        raise UserError(f"{board.path}: bus = \"bridge\": the chips are read by the board's MCU; "
+                        "use `epi meter run` or `epi meter firmware console`")
     emulate = emulate or board.emulated
     clock = clock if clock is not None else (board.clock or SystemClock())
     enabled = [c for c in board.channels if c.enabled]

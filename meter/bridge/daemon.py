@@ -46,7 +46,7 @@ def run_bridge(daemon: Any) -> Any:
     clock = daemon.clock
     if o.duration_s is not None and not o.duration_s > 0:
         raise UserError(f"--duration {o.duration_s:g}: must be > 0 seconds")
-    emulate = bool(getattr(o, "emulate_bridge", False))
+    emulate = bool(getattr(o, "emulate_bridge", False)) or o.emulate
     board: BoardConfig
     if o.board_path is not None:
         board = load_board(o.board_path)

@@ -243,3 +243,15 @@ def test_missing_port_is_waited_for_not_fatal(tmp_path: Path) -> None:
     meta = json.loads((tmp_path / "t" / "seg-000001.meta.json").read_text())
     assert meta["stats"]["clean_stop"] is True and meta["bridge"]["firmware"] is None
     assert meta["bridged"] is True and meta["emulated"] is False
+
+
+def test_meter_read_on_a_bridge_board_says_where_the_chips_are(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from epi.cli import main
+
+    board = REPO / "hardware" / "epi-meter-bridge.toml"
+    monkeypatch.setattr(sys, "argv", ["epi", "meter", "read", "--board", str(board)])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "read by the board's MCU" in err and err.count("\n") == 1
