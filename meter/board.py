@@ -94,6 +94,7 @@ class BoardConfig:
     emulated: bool = False
     clock: Clock | None = None
     period_explicit: bool = False  # the board file sets sampling.period_s (else the daemon picks)
+    bridge: object | None = None  # meter.bridge.board.BridgeConfig for bus = "bridge"
 
     def channel(self, key: str | int) -> ChannelConfig:
         """A channel by index or name; UserError naming the known ones if there is none."""
@@ -225,8 +226,8 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 # Keys each table may hold: anything else is a typo that must not be dropped silently.
 _KNOWN_KEYS: dict[str, frozenset[str]] = {
-    "": frozenset({"format", "format_version", "name", "spi", "sampling", "emulator",
-                   "frontend", "channel"}),
+    "": frozenset({"format", "format_version", "name", "bus", "spi", "bridge", "sampling",
+                   "emulator", "frontend", "channel"}),
     "spi": frozenset({"bus", "speed_hz", "mode", "gpio_cs_device"}),
     "sampling": frozenset({"period_s"}),
     "emulator": frozenset({"refresh_period_s"}),
@@ -297,6 +298,16 @@ def load_board(path: str | Path) -> BoardConfig:
     if not isinstance(version, int) or not 1 <= version <= BOARD_FORMAT_VERSION:
         raise _err(path, "format_version", f"{version!r} is not a version this epi reads")
     name = _get(data, "name", str, path.stem, path, "")
+    bus = data.get("bus", "spi")
+    if bus not in ("spi", "bridge"):
+        raise _err(path, "bus", f"{bus!r}: expected \"spi\" (the Pi reads the chips) or "
+                   "\"bridge\" (the board's MCU does)")
+    if bus == "bridge":  # issue 14: the chips sit behind the board's MCU
+        from meter.bridge.board import load_bridge_board
+
+        return load_bridge_board(data, path)  # type: ignore[no-any-return]
+    if "bridge" in data:
+        raise _err(path, "bridge", "a [bridge] table needs bus = \"bridge\"")
 
     spi = _get(data, "spi", dict, {}, path, "")
     spi_bus = _get(spi, "bus", int, 0, path, "spi.")
@@ -530,6 +541,9 @@ def open_channels(
     A real chip that does not answer is a UserError naming the board file and channel, and
     what to check.
     """
+    if board.bridge is not None:  # issue 14: the chips answer the MCU, not this machine
+        raise UserError(f"{board.path}: bus = \"bridge\": the chips are read by the board's MCU; "
+                        "use `epi meter run` or `epi meter firmware console`")
     if chips is None:
         if board.emulated or emulate:
             chips = "emulated"

@@ -11,6 +11,7 @@ METER_COMMANDS = {
     "calibrate": "epi.commands.meter_calibrate:calibrate",
     "run": "epi.commands.meter_run:run",
     "sync": "epi.commands.meter_sync:sync",
+    "firmware": "epi.commands.meter_firmware:firmware",
 }
 
 METER_HELP = {
@@ -18,6 +19,7 @@ METER_HELP = {
     "calibrate": "Calibrate one channel's gains against reference readings.",
     "run": "Run the sampling daemon: traces, clock sync, live stream, /metrics.",
     "sync": "Estimate the clock offset to a running meter daemon.",
+    "firmware": "The board MCU's firmware: build (mpy-cross), deploy (mpremote), console.",
 }
 
 

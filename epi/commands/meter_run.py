@@ -24,6 +24,11 @@ from meter.daemon.service import DaemonOptions, MeterDaemon
     "machine's CPU activity, modelled as a Pi 5's wall power).",
 )
 @click.option(
+    "--emulate-bridge", is_flag=True,
+    help="The board's MCU emulated: its firmware runs here on CPython behind a pseudo-terminal "
+    "and the bridge recorder reads it through pyserial (docs/bridge.md).",
+)
+@click.option(
     "--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
     help="Trace directory; a restarted daemon adds a new segment to it.",
 )
@@ -65,6 +70,7 @@ def run(
     faults: tuple[str, ...],
     source_spec: str | None,
     source_node: str | None,
+    emulate_bridge: bool,
 ) -> None:
     """Sample every channel on a steady schedule into a crash-safe trace directory."""
     sources: list = []
@@ -90,6 +96,7 @@ def run(
         faults=faults,
         sources=sources,
         source_node=source_node,
+        emulate_bridge=emulate_bridge,
     )
     daemon = MeterDaemon(options)
 

@@ -179,6 +179,7 @@ class DaemonOptions:
     extra_meta: dict[str, Any] = field(default_factory=dict)
     sources: Sequence[Any] = ()  # opened meter.sources PowerSources, recorded beside the board
     source_node: str | None = None  # node of the software channels (default: hostname)
+    emulate_bridge: bool = False  # issue 14: the board's MCU firmware emulated, over a pty
 
 
 @dataclass
@@ -330,6 +331,10 @@ class MeterDaemon:
 
     # -- run ----------------------------------------------------------------------------------
     def run(self) -> RunResult:
+        from meter.bridge.daemon import is_bridge_run, run_bridge  # issue 14: MCU bridge
+
+        if is_bridge_run(self.options):
+            return run_bridge(self)  # type: ignore[no-any-return]
         o = self.options
         clock = self.clock
         listen = parse_listen(o.listen) if o.listen else None

@@ -56,6 +56,9 @@ def _write(tmp_path: Path, text: str, name: str = "board.toml") -> Path:
         (('chip_select = "CE0"', 'uart = {port = "/dev/x", baudrate = 4800}'),
          "channel[0].uart.baudrate", "2400 or 9600"),
         (('name = "a"', 'name = "a"\ncolour = 1'), "channel[0].colour", "unknown key"),
+        (('format = "epi-board"', 'format = "epi-board"\nbus = "i2c"'), "bus", "'i2c'"),
+        (("[[channel]]", "[bridge]\nport = \"/dev/ttyAMA0\"\n[[channel]]"), "bridge",
+         'needs bus = "bridge"'),
         (('name = "a"', 'name = "a"\nmeter_constant_imp_per_kwh = -3'),
          "channel[0].meter_constant_imp_per_kwh", "> 0"),
         (('chip_select = "CE0"', 'chip_select = "CE0"\n[[channel]]\nname = "b"\n'

@@ -1,0 +1,139 @@
+"""Faults injected at the UART layer, between the emulated MCU and the bridge recorder.
+
+Spec: `KIND@START[+DURATION]` (seconds from the start of the recording), comma-separated:
+
+* `drop-bytes@S+D` — while active, every chunk read loses one byte;
+* `flip-bits@S+D` — while active, one bit of every chunk read is flipped;
+* `lose-lines@S+D` — while active, everything read is discarded (whole lines lost);
+* `unplug@S+D` — the port disappears: reads, writes and re-opening fail until S+D;
+* `mcu-reset@S` — the MCU reboots (new boot id, seq and counts from 0).
+
+Every one of them must show up in the trace as an event or a gap
+(tests/meter/test_bridge_faults.py).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from epi.core.errors import UserError
+from meter.bridge.link import LinkLost
+
+KINDS = ("drop-bytes", "flip-bits", "lose-lines", "unplug", "mcu-reset")
+_SPEC = re.compile(r"^([a-z-]+)@(\d+(?:\.\d+)?)(?:\+(\d+(?:\.\d+)?))?$")
+
+
+@dataclass(frozen=True)
+class UartFault:
+    kind: str
+    start_s: float
+    duration_s: float = 0.0
+
+    def active(self, t_s: float) -> bool:
+        return self.start_s <= t_s < self.start_s + self.duration_s
+
+    def describe(self) -> dict:
+        return {"kind": self.kind, "start_s": self.start_s, "duration_s": self.duration_s,
+                "modelled": True}
+
+
+def parse_uart_faults(specs: Any) -> list[UartFault]:
+    out = []
+    for spec in specs:
+        for part in str(spec).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            m = _SPEC.match(part)
+            if not m or m.group(1) not in KINDS:
+                raise UserError(f"--fault-injection {part!r}: expected KIND@START[+DURATION] "
+                                f"with KIND one of {', '.join(KINDS)} (bridge faults)")
+            dur = float(m.group(3) or 0.0)
+            if m.group(1) != "mcu-reset" and dur <= 0:
+                raise UserError(f"--fault-injection {part!r}: {m.group(1)} needs +DURATION")
+            out.append(UartFault(m.group(1), float(m.group(2)), dur))
+    return out
+
+
+class FaultyLink:
+    """Wraps a link; corrupts or cuts it on schedule. `board` receives `mcu-reset`."""
+
+    def __init__(self, inner: Any, clock: Any, faults: list[UartFault], *, board: Any = None,
+                 seed: int = 0) -> None:
+        self.inner = inner
+        self.clock = clock
+        self.faults = faults
+        self.board = board
+        self.t0 = clock.monotonic_ns()
+        self.rng = random.Random(seed)
+        self.resets_done: set[int] = set()
+        self.injected: dict[str, int] = {}
+
+    def _t(self) -> float:
+        return (self.clock.monotonic_ns() - self.t0) / 1e9
+
+    def _active(self, kind: str) -> bool:
+        t = self._t()
+        return any(f.kind == kind and f.active(t) for f in self.faults)
+
+    def _count(self, kind: str) -> None:
+        self.injected[kind] = self.injected.get(kind, 0) + 1
+
+    def _resets(self) -> None:
+        t = self._t()
+        for i, f in enumerate(self.faults):
+            if f.kind == "mcu-reset" and t >= f.start_s and i not in self.resets_done:
+                self.resets_done.add(i)
+                self._count("mcu-reset")
+                self.board.reset_mcu()
+
+    def open(self) -> None:
+        if self._active("unplug"):
+            raise LinkLost("emulated port unplugged")
+        self.inner.open()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def idle_until(self, t_mono_ns: int) -> None:
+        self._resets()
+        idle = getattr(self.inner, "idle_until", None)
+        if idle is not None:
+            idle(t_mono_ns)
+        else:
+            self.clock.sleep_until(t_mono_ns)
+
+    def write(self, data: bytes) -> None:
+        if self._active("unplug"):
+            raise LinkLost("emulated port unplugged")
+        self.inner.write(data)
+
+    def read(self, timeout_s: float) -> bytes:
+        self._resets()
+        if self._active("unplug"):
+            self._count("unplug")
+            self.inner.read(timeout_s)  # the MCU goes on sending into the void
+            raise LinkLost("emulated port unplugged")
+        data = self.inner.read(timeout_s)
+        if not data:
+            return data
+        if self._active("lose-lines"):
+            self._count("lose-lines")
+            return b""
+        buf = bytearray(data)
+        if self._active("drop-bytes") and buf:
+            self._count("drop-bytes")
+            del buf[self.rng.randrange(len(buf))]
+        if self._active("flip-bits") and buf:
+            self._count("flip-bits")
+            i = self.rng.randrange(len(buf))
+            buf[i] ^= 1 << self.rng.randrange(8)
+            if buf[i] == 10:  # a new line end would only split a line; keep it a corruption
+                buf[i] ^= 0x20
+        return bytes(buf)
+
+    def describe(self) -> dict:
+        return {**self.inner.describe(), "faults": [f.describe() for f in self.faults]}

@@ -1,0 +1,510 @@
+"""The bridge recorder: telemetry lines from the MCU -> epi-trace rows and events.
+
+What it guarantees (docs/bridge.md):
+
+* every sweep line becomes one sample row per channel that delivered, its time the MCU's
+  energy-read time mapped onto this machine's CLOCK_MONOTONIC (`clockmap`); a failed reading
+  (the MCU sends `fail`) and a chip's not-ready readings after (re)start write no row;
+* `energy_j` = cumulative ATenergy counts × J per count, continued across MCU resets (a reset
+  restarts the MCU's counts; the recorder keeps the trace's counter monotonic);
+* a gap in `seq` writes a `gap` event spanning the last line before to the first line after:
+  the cumulative counts carry the energy over it exactly, only time resolution is lost;
+* a bad CRC or an unparsable line writes a `bus_error` event (at most 5 a second, counted);
+* an MCU reset (new boot id in `hello`, or `seq` going back) writes a `gap` event, starts a
+  new clock mapping, and asks the firmware for `hello` again;
+* a lost serial port is retried every `reconnect_s`; when lines come back a `gap` event covers
+  the outage. Nothing of this stops the recorder.
+
+The clock mapping (offset, drift, uncertainty) of each MCU boot is written into the segment's
+meta.json under `bridge.clock`; every refit that moved it by more than its uncertainty is
+kept in `bridge.clock_history`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from meter.bridge.clockmap import ClockMapper, Mapping
+from meter.bridge.link import Link, LinkLost, wire_ns
+from meter.bridge.protocol import LineError, Message, Sweep, command, decode_line
+from meter.chip.calibration import joules_per_count
+from meter.daemon.trace import EVENT_KINDS, TraceWriter, gap_detail
+
+MAX_LINE_BYTES = 4096
+MAX_PENDING_SWEEPS = 3000  # sweeps held while the first clock mapping is being fitted
+INITIAL_PINGS = 8
+EVENTS_PER_SECOND = 5
+
+
+@dataclass
+class BridgeStats:
+    lines: int = 0
+    sweeps: int = 0
+    samples_written: int = 0
+    lost_lines: int = 0
+    bad_crc: int = 0
+    unparsable: int = 0
+    mcu_resets: int = 0
+    reconnects: int = 0
+    failed_readings: int = 0
+    not_ready_readings: int = 0
+    pings: int = 0
+    pongs: int = 0
+    command_errors: int = 0
+    suppressed_events: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class _Channel:
+    jpc: float | None = None  # joules per count (from the firmware's hello)
+    ref_counts: int | None = None  # counts at the first sweep of this boot
+    base_j: float = 0.0  # energy_j carried over from earlier boots
+    last_energy_j: float = 0.0
+    last_t_mono: int | None = None
+    failing_since: tuple[int, int] | None = None
+    fail_counts: dict[str, int] = field(default_factory=dict)
+    ready: bool = False
+
+
+class BridgeRecorder:
+    """Reads the link, writes the trace. `run()` until `stop()` or the duration ends."""
+
+    def __init__(
+        self,
+        link: Link,
+        clock: Any,
+        writer: TraceWriter,
+        *,
+        baud: int,
+        channels: list[int] | None = None,
+        rate_hz: float | None = None,
+        encoding: str | None = None,
+        ping_interval_s: float = 1.0,
+        refit_interval_s: float = 2.0,
+        reconnect_s: float = 1.0,
+        meta_interval_s: float = 5.0,
+        wire_time: bool = True,
+        log: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        self.link = link
+        self.clock = clock
+        self.writer = writer
+        self.baud = baud
+        # lines spend bytes × 10 / baud on a real UART; a pseudo-terminal delivers at once
+        self.wire_time = wire_time
+        self.only_channels = set(channels) if channels is not None else None
+        self.rate_hz = rate_hz
+        self.encoding = encoding
+        self.ping_interval_ns = round(ping_interval_s * 1e9)
+        self.refit_interval_ns = round(refit_interval_s * 1e9)
+        self.reconnect_ns = round(reconnect_s * 1e9)
+        self.meta_interval_ns = round(meta_interval_s * 1e9)
+        self.log = log
+        self.stats = BridgeStats()
+        self.hello: dict[str, Any] | None = None
+        self.boot: str | None = None
+        self.mapper = ClockMapper()
+        self.mapping: Mapping | None = None
+        self.clock_history: list[dict[str, Any]] = []
+        self.channels: dict[int, _Channel] = {}
+        self.last_seq: int | None = None
+        self.last_sweep_t: tuple[int, int] | None = None
+        self.seq_base = 0
+        self.pending: list[tuple[Sweep, int]] = []
+        self.outage: tuple[int, int, str] | None = None  # (t_mono, t_real, why) of a lost link
+        self.connected = False
+        self._waiting_logged = False
+        self._buf = bytearray()
+        self._ping_id = 0
+        self._ping_req_bytes = 0
+        self._pings: dict[int, int] = {}
+        self._next_ping = 0
+        self._next_fit = 0
+        self._next_meta = 0
+        self._event_budget: dict[tuple[int | None, str], tuple[int, int, int]] = {}
+        self._stop = threading.Event()
+        self.ready = threading.Event()  # set when the first sample row is written
+        self.on_sample: Callable[[dict[str, Any]], None] | None = None  # live state/stream
+
+    # ---- control ----------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _now(self) -> tuple[int, int]:
+        return self.clock.monotonic_ns(), self.clock.realtime_ns()
+
+    def _real_of(self, t_mono: int) -> int:
+        m, r = self._now()
+        return t_mono + (r - m)
+
+    # ---- events -----------------------------------------------------------------------------
+    def event(self, channel: int | None, kind: str, detail: str, t: tuple[int, int] | None = None,
+              *, limit: bool = True) -> None:
+        if kind not in EVENT_KINDS:
+            detail = f"{kind}: {detail}"
+            kind = "bus_error"
+        t_mono, t_real = t if t is not None else self._now()
+        if kind not in ("gap", "start", "stop", "late"):
+            self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
+        if limit:
+            key = (channel, kind)
+            start, n, suppressed = self._event_budget.get(key, (t_mono, 0, 0))
+            if t_mono - start >= 1_000_000_000:
+                start, n = t_mono, 0
+            if n >= EVENTS_PER_SECOND:
+                self._event_budget[key] = (start, n, suppressed + 1)
+                self.stats.suppressed_events += 1
+                return
+            if suppressed:
+                detail += f" (+{suppressed} similar events not written)"
+            self._event_budget[key] = (start, n + 1, 0)
+        self.writer.write_event(t_mono, t_real, channel, kind, detail)
+
+    # ---- link -------------------------------------------------------------------------------
+    def _send(self, data: bytes) -> None:
+        try:
+            self.link.write(data)
+        except LinkLost as exc:
+            self._lost(str(exc))
+
+    def _lost(self, why: str) -> None:
+        if self.connected:
+            self.connected = False
+            start = self.last_sweep_t or self._now()
+            self.outage = (start[0], start[1], why)
+            self.log(f"epi meter bridge: link lost: {why}")
+        self._buf = bytearray()
+        self._pings.clear()
+
+    def _connect(self) -> bool:
+        try:
+            self.link.open()
+        except LinkLost as exc:
+            if not self._waiting_logged:
+                self._waiting_logged = True
+                self.log(f"epi meter bridge: waiting for the port ({exc}); retrying every "
+                         f"{self.reconnect_ns / 1e9:g} s")
+            return False
+        self._waiting_logged = False
+        self.connected = True
+        if self.outage is not None:
+            self.stats.reconnects += 1
+            self.log("epi meter bridge: link back")
+        self._send(command("hello"))
+        return True
+
+    def _configure(self) -> None:
+        """After a hello: the firmware streams with our rate and encoding."""
+        if self.encoding is not None and self.hello and self.hello.get("enc") != self.encoding:
+            self._send(command("encoding", enc=self.encoding))
+        if self.rate_hz is not None and self.hello and abs(
+                float(self.hello.get("rate_hz") or 0) - self.rate_hz) > 1e-6:
+            self._send(command("rate", hz=self.rate_hz))
+        if self.hello and not self.hello.get("streaming", True):
+            self._send(command("start"))
+
+    def _ping(self, now: int) -> None:
+        self._ping_id += 1
+        line = command("ping", id=self._ping_id)
+        self._pings[self._ping_id] = now
+        if len(self._pings) > 64:
+            self._pings.pop(min(self._pings))
+        self.stats.pings += 1
+        self._ping_req_bytes = len(line)
+        self._send(line)
+
+    # ---- main loop --------------------------------------------------------------------------
+    def run(self, duration_s: float | None = None, *,
+            stats_callback: Callable[[BridgeRecorder], None] | None = None) -> BridgeStats:
+        t_start = self.clock.monotonic_ns()
+        end = t_start + round(duration_s * 1e9) if duration_s is not None else None
+        next_try = t_start
+        while not self._stop.is_set():
+            now = self.clock.monotonic_ns()
+            if end is not None and now >= end:
+                break
+            if not self.connected:
+                if now < next_try or not self._connect():
+                    next_try = max(next_try, now) + self.reconnect_ns if now >= next_try \
+                        else next_try
+                    self._idle_until(min(next_try, end) if end else next_try)
+                    continue
+                self._next_ping = now
+            timeout = 0.05
+            if end is not None:
+                timeout = max(0.0, min(timeout, (end - now) / 1e9))
+            try:
+                data = self.link.read(timeout)
+            except LinkLost as exc:
+                self._lost(str(exc))
+                continue
+            t_recv = self.clock.monotonic_ns()
+            if data:
+                self._feed(data, t_recv)
+            self._housekeeping(t_recv, stats_callback)
+        self._finish()
+        return self.stats
+
+    def _idle_until(self, t_mono_ns: int) -> None:
+        """Wait for the next reconnect try (an emulated link keeps its MCU running)."""
+        idle = getattr(self.link, "idle_until", None)
+        if idle is not None:
+            idle(t_mono_ns)
+        else:
+            self.clock.sleep_until(t_mono_ns)
+
+    def _housekeeping(self, now: int, stats_callback: Any) -> None:
+        if self.connected and self.boot is not None and now >= self._next_ping:
+            self._ping(now)
+            initial = self.mapper.mapping is None or len(self.mapper.pings) < INITIAL_PINGS
+            self._next_ping = now + (self.ping_interval_ns // 10 if initial
+                                     else self.ping_interval_ns)
+        if now >= self._next_fit and self.mapper.pings:
+            self._refit()
+            self._next_fit = now + self.refit_interval_ns
+        if now >= self._next_meta:
+            self._next_meta = now + self.meta_interval_ns
+            self.writer.update_meta(bridge=self.describe())
+            if stats_callback is not None:
+                stats_callback(self)
+
+    def _feed(self, data: bytes, t_recv: int) -> None:
+        self._buf.extend(data)
+        while True:
+            i = self._buf.find(b"\n")
+            if i < 0:
+                if len(self._buf) > MAX_LINE_BYTES:
+                    self.stats.unparsable += 1
+                    self.event(None, "bus_error", f"bridge: {len(self._buf)} bytes without a "
+                               "line end discarded")
+                    self._buf = bytearray()
+                return
+            line = bytes(self._buf[: i + 1])
+            del self._buf[: i + 1]
+            self._line(line, t_recv)
+
+    def _line(self, line: bytes, t_recv: int) -> None:
+        self.stats.lines += 1
+        try:
+            msg = decode_line(line)
+        except LineError as exc:
+            if exc.kind == "crc":
+                self.stats.bad_crc += 1
+                self.event(None, "bus_error", f"bridge: telemetry line with a bad CRC dropped "
+                           f"({len(line)} bytes)")
+            else:
+                self.stats.unparsable += 1
+                self.event(None, "bus_error", f"bridge: unparsable line dropped: {exc.detail}")
+            return
+        if isinstance(msg, Sweep):
+            self._sweep(msg, t_recv)
+        else:
+            self._message(msg, t_recv, len(line))
+
+    # ---- messages ---------------------------------------------------------------------------
+    def _message(self, msg: Message, t_recv: int, n_bytes: int = 0) -> None:
+        f = msg.fields
+        if msg.kind == "hello":
+            self._hello(f)
+        elif msg.kind == "pong":
+            t_send = self._pings.pop(f.get("id"), None)  # type: ignore[arg-type]
+            t_us = f.get("t")
+            if t_send is not None and isinstance(t_us, int):
+                self.stats.pongs += 1
+                # both lines' wire times are known exactly: the request's from what was
+                # sent, the answer's from its length (it was stamped before it was sent)
+                wire = self.wire_time
+                self.mapper.add(t_send, t_us, t_recv,
+                                wire_req_ns=wire_ns(self._ping_req_bytes, self.baud) if wire else 0,
+                                wire_reply_ns=wire_ns(n_bytes, self.baud) if wire else 0)
+                if self.mapper.mapping is None or len(self.mapper.pings) <= INITIAL_PINGS:
+                    self._refit()
+        elif msg.kind == "ev":
+            ch = f.get("n")
+            kind = str(f.get("kind"))
+            if kind == "late":
+                self.event(None, "late", f"MCU: {f.get('d')}")
+            else:
+                self.event(ch if isinstance(ch, int) else None, kind, f"MCU: {f.get('d')}")
+        elif msg.kind == "err":
+            self.stats.command_errors += 1
+            self.log(f"epi meter bridge: firmware refused a command: {f.get('error')}")
+
+    def _hello(self, f: dict[str, Any]) -> None:
+        boot = str(f.get("boot"))
+        if self.boot is not None and boot != self.boot:
+            self._mcu_reset(f"new boot id {boot} (was {self.boot})")
+        self.boot = boot
+        self.hello = dict(f)
+        fw_channels = {}
+        for c in f.get("channels") or []:
+            ch = self.channels.setdefault(int(c["n"]), _Channel())
+            ch.jpc = joules_per_count(float(c["meter_constant_imp_per_kwh"]))
+            fw_channels[int(c["n"])] = c
+        self._configure()
+        # the trace's channel entries get what only the firmware knows (docs/formats.md §1)
+        entries = []
+        for entry in self.writer.meta.get("channels") or []:
+            c = fw_channels.get(entry.get("channel"))
+            if c is not None:
+                mc = float(c["meter_constant_imp_per_kwh"])
+                entry = {**entry, "meter_constant_imp_per_kwh": mc,
+                         "calibration": {"source": f"MCU: {c.get('cal')}",
+                                         "joules_per_count": joules_per_count(mc)}}
+            entries.append(entry)
+        self.writer.update_meta(bridge=self.describe(), channels=entries)
+
+    def _mcu_reset(self, why: str) -> None:
+        """The MCU restarted: its counts and clock start again."""
+        self.stats.mcu_resets += 1
+        now = self._now()
+        start = self.last_sweep_t or now
+        self.event(None, "gap", gap_detail(now[0], now[1], f"MCU reset: {why}; energy between "
+                                           "the last line before and the first line after is "
+                                           "not metered"), t=start, limit=False)
+        for ch in self.channels.values():
+            ch.base_j = ch.last_energy_j
+            ch.ref_counts = None
+            ch.ready = False
+        if self.mapping is not None:
+            self.clock_history.append({"boot": self.boot, **self.mapping.describe(),
+                                       "ended": "MCU reset"})
+        self.mapper = ClockMapper()
+        self.mapping = None
+        self.last_seq = None
+        self.pending = []
+        self._pings.clear()
+        self.outage = None
+
+    def _refit(self) -> None:
+        old = self.mapping
+        new = self.mapper.fit()
+        if new is None:
+            return
+        self.mapping = new
+        if old is None or abs(new.to_mono_ns(new.ref_us) - old.to_mono_ns(new.ref_us)) > \
+                max(old.uncertainty_ns, new.uncertainty_ns):
+            self.clock_history.append({"boot": self.boot, **new.describe()})
+            if len(self.clock_history) > 500:
+                del self.clock_history[1:100]
+        if self.pending and len(self.mapper.pings) >= INITIAL_PINGS:
+            pending, self.pending = self.pending, []
+            for sweep, t_recv in pending:
+                self._sweep(sweep, t_recv)
+
+    # ---- sweeps -----------------------------------------------------------------------------
+    def _sweep(self, sw: Sweep, t_recv: int) -> None:
+        if self.last_seq is not None and sw.seq <= self.last_seq:
+            self._mcu_reset(f"sequence went back from {self.last_seq} to {sw.seq}")
+            self.boot = None  # which boot is unknown until its hello
+            self._send(command("hello"))
+        # sweeps wait for the first mapping fitted from the initial burst of pings (the best
+        # of INITIAL_PINGS exchanges, not the first one)
+        if self.boot is None or self.mapping is None or (
+                len(self.mapper.pings) < INITIAL_PINGS and len(self.pending) < MAX_PENDING_SWEEPS):
+            if len(self.pending) < MAX_PENDING_SWEEPS:
+                self.pending.append((sw, t_recv))
+            if self.boot is None and len(self.pending) % 20 == 1:
+                self._send(command("hello"))
+            return
+        self.stats.sweeps += 1
+        m = self.mapping
+        t_line = m.to_mono_ns(sw.t_us)
+        t_line_real = self._real_of(t_line)
+        if self.outage is not None:
+            o_mono, o_real, why = self.outage
+            self.event(None, "gap", gap_detail(t_line, t_line_real, f"serial link lost ({why}) "
+                       "and back; energy continuous across it (cumulative counts)"),
+                       t=(o_mono, o_real), limit=False)
+            self.outage = None
+            if self.last_seq is not None and sw.seq > self.last_seq + 1:
+                self.stats.lost_lines += sw.seq - self.last_seq - 1
+        elif self.last_seq is not None and sw.seq > self.last_seq + 1:
+            lost = sw.seq - self.last_seq - 1
+            self.stats.lost_lines += lost
+            start = self.last_sweep_t or (t_line, t_line_real)
+            self.event(None, "gap", gap_detail(
+                t_line, t_line_real, f"{lost} telemetry line(s) lost (seq {self.last_seq + 1}.."
+                f"{sw.seq - 1}); energy continuous across it (cumulative counts)"),
+                t=start, limit=False)
+        self.last_seq = sw.seq
+        self.last_sweep_t = (t_line, t_line_real)
+        rows = []
+        for r in sw.channels:
+            if self.only_channels is not None and r.channel not in self.only_channels:
+                continue
+            ch = self.channels.setdefault(r.channel, _Channel())
+            t_mono = m.to_mono_ns(sw.t_us + r.offset_us)
+            if ch.last_t_mono is not None and t_mono <= ch.last_t_mono:
+                t_mono = ch.last_t_mono + 1
+            t_real = self._real_of(t_mono)
+            if ch.jpc is None:
+                continue  # no hello for this channel yet (cannot convert counts)
+            if ch.ref_counts is None:
+                ch.ref_counts = r.counts
+            energy_j = ch.base_j + (r.counts - ch.ref_counts) * ch.jpc
+            if r.fail is not None or (not ch.ready and not r.voltage_v and not r.frequency_hz):
+                why = f"reading failed ({r.fail})" if r.fail else "measurements not ready"
+                if r.fail:
+                    self.stats.failed_readings += 1
+                else:
+                    self.stats.not_ready_readings += 1
+                if ch.failing_since is None:
+                    ch.failing_since = (t_mono, t_real)
+                    ch.fail_counts = {}
+                ch.fail_counts[why] = ch.fail_counts.get(why, 0) + 1
+                ch.last_energy_j = energy_j
+                if r.fail:
+                    ch.ready = False
+                continue
+            ch.ready = True
+            if ch.failing_since is not None:
+                counts = ", ".join(f"{k} ×{n}" for k, n in ch.fail_counts.items())
+                self.event(r.channel, "gap", gap_detail(t_mono, t_real, f"data resumed; no "
+                           f"valid data: {counts}"), t=ch.failing_since, limit=False)
+                ch.failing_since = None
+            ch.last_energy_j = energy_j
+            ch.last_t_mono = t_mono
+            rows.append((self.seq_base + sw.seq, r.channel, t_mono, t_real, r.power_w,
+                         r.voltage_v, r.current_a, r.power_factor, r.frequency_hz, energy_j,
+                         r.status))
+        if rows:
+            self.stats.samples_written += self.writer.write_samples(rows)
+            self.ready.set()
+            if self.on_sample is not None:
+                keys = ("seq", "channel", "t_mono_ns", "t_real_ns", "power_w", "voltage_v",
+                        "current_a", "power_factor", "frequency_hz", "energy_j", "status")
+                for row in rows:
+                    self.on_sample({"type": "sample", **dict(zip(keys, row, strict=True))})
+
+    def _finish(self) -> None:
+        now = self._now()
+        for n, ch in self.channels.items():
+            if ch.failing_since is not None:
+                counts = ", ".join(f"{k} ×{c}" for k, c in ch.fail_counts.items())
+                self.event(n, "gap", gap_detail(now[0], now[1], f"recorder stopped while "
+                           f"failing; no valid data: {counts}"), t=ch.failing_since, limit=False)
+                ch.failing_since = None
+        if self.outage is not None:
+            o_mono, o_real, why = self.outage
+            self.event(None, "gap", gap_detail(now[0], now[1], f"serial link lost ({why}) "
+                       "until the recorder stopped"), t=(o_mono, o_real), limit=False)
+        self.writer.update_meta(bridge=self.describe())
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "bridged": True,
+            "link": self.link.describe(),
+            "firmware": self.hello,
+            "boot": self.boot,
+            "clock": self.mapping.describe() if self.mapping else None,
+            "clock_history": list(self.clock_history),
+            "stats": self.stats.as_dict(),
+        }
