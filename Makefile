@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 EPI := $(VENV)/bin/epi
 STAMP := $(VENV)/.epi-setup
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast lint bench clean chromium
 
 setup: $(STAMP)
 
@@ -22,11 +22,16 @@ $(STAMP): pyproject.toml scripts/build_llama.sh
 demo: setup
 	$(EPI) demo --out out/demo
 
-test: setup
+test: setup chromium
 	bash scripts/run_tests.sh
 
-test-fast: setup
+test-fast: setup chromium
 	bash scripts/run_tests.sh -m "not slow"
+
+# The report test opens the HTML in headless Chromium (Debian package; never a downloaded browser).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium; }
 
 lint: setup
 	$(VENV)/bin/ruff check .
