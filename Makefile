@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml scripts/build_llama.sh
 	@touch $@
 
 demo: setup
-	$(EPI) demo --out out/demo
+	$(EPI) demo
 
 test: setup chromium
 	bash scripts/run_tests.sh
