@@ -9,6 +9,7 @@ docs/campaign.md documents every field; `examples/study-demo.toml` and
 from __future__ import annotations
 
 import glob
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,7 +231,8 @@ def load_study(path: Path | str) -> Study:
     out_text = s.get("out", str, f"out/campaign-{name}")
     baseline = s.get("baseline", str)
     s.finish()
-    out = Path(out_text) if Path(out_text).is_absolute() else path.parent / out_text
+    out = Path(os.path.normpath(Path(out_text) if Path(out_text).is_absolute()
+                                else path.parent / out_text))
 
     r = _table(path, doc, "run")
     prompts = r.get("prompts", str)

@@ -74,6 +74,20 @@ class ReportData:
               & (r["basis"] == self.basis)]
         return h.set_index("config", drop=False)
 
+    def counts(self, phase: str = "request") -> str:
+        """'N runs (V valid), R repeats, S meter samples in PHASE windows'."""
+        pr = self.per_run[self.per_run["phase"] == phase] if len(self.per_run) else self.per_run
+        if pr.empty:
+            return "no runs"
+        reps = self.repeats
+        n_rep = 0
+        if len(reps):
+            unit = "prompt" if phase == "prefill" else "generated"
+            n_rep = len(reps[(reps["scope"] == "all") & (reps["phase"] == phase)
+                             & (reps["unit"] == unit) & (reps["basis"] == self.basis)])
+        return (f"{len(pr)} runs ({int(pr['valid'].sum())} valid), {n_rep} repeats, "
+                f"{int(pr['n_samples'].sum())} meter samples in {phase} windows")
+
     @property
     def configs(self) -> list[str]:
         return list(dict.fromkeys(run["config"] for run in self.doc["runs"]))

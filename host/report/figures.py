@@ -51,18 +51,7 @@ def _stamp(ax: plt.Axes, rd: ReportData) -> None:
 
 
 def _counts(rd: ReportData, phase: str = "request") -> str:
-    pr = rd.per_run[rd.per_run["phase"] == phase] if len(rd.per_run) else rd.per_run
-    if pr.empty:
-        return "no runs"
-    n_valid = int(pr["valid"].sum())
-    reps = rd.repeats
-    n_rep = 0
-    if len(reps):
-        unit = "prompt" if phase == "prefill" else "generated"
-        n_rep = len(reps[(reps["scope"] == "all") & (reps["phase"] == phase)
-                         & (reps["unit"] == unit) & (reps["basis"] == rd.basis)])
-    return (f"{len(pr)} runs ({n_valid} valid), {n_rep} repeats, "
-            f"{int(pr['n_samples'].sum())} meter samples in {phase} windows")
+    return rd.counts(phase)
 
 
 def _run_points(rd: ReportData, phase: str = "request") -> pd.DataFrame:

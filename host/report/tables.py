@@ -91,7 +91,7 @@ def results_table(rd: ReportData) -> Table:
            "(mean of the benchmarks). EPI = J/Token / Accuracy. Size: model file. Perplexity: "
            "from the accuracy file. tok/s and average power: generated tokens per second of "
            "request time and mean power during requests (all of the run's channels). "
-           + rd.labels.line())
+           + rd.labels.line(rd.counts()))
     return Table("results", "Results per configuration",
                  cap, ["Config", "Early", "Middle", "Late", "Size", "Perplexity", "J/Token",
                        "Accuracy", "EPI", "tok/s", "Avg power W", "valid runs"], rows, classes)
@@ -110,7 +110,7 @@ def savings_table(rd: ReportData) -> Table:
     cap = (f"Against the baseline {base or '(none given: set study.baseline / --baseline)'}; "
            "positive = saves. Energy: median J per generated token; latency: median request "
            "duration; valid runs only (null where a configuration has none). "
-           + rd.labels.line())
+           + rd.labels.line(rd.counts()))
     return Table("savings", "Savings against the baseline", cap,
                  ["Config", "J/Token", "energy saving %", "latency s", "latency saving %"],
                  rows)
@@ -125,7 +125,7 @@ def pairs_table(rd: ReportData) -> Table:
                      num(p.get("saving_pct"), ".1f")])
     tol = (rd.doc.get("options") or {}).get("ppl_tolerance", 0.01)
     cap = (f"Same perplexity (within {tol:.0%} relative), different joules: pairs whose "
-           "J/token intervals do not overlap (valid runs only). " + rd.labels.line()
+           "J/token intervals do not overlap (valid runs only). " + rd.labels.line(rd.counts())
            + ("" if rows else " — no such pair in this study (or no perplexity measured)."))
     return Table("pairs", "Perplexity-matched pairs", cap,
                  ["cheaper", "dearer", "ppl cheaper", "ppl dearer", "J/Token cheaper",
@@ -148,7 +148,7 @@ def verdicts_table(rd: ReportData) -> Table:
            "that have an energy; J per prompt token for prefill, per generated token "
            "otherwise), the repeat CV, windows measured, meter samples inside them, and the "
            "verdict's reasons. Invalid runs are shown with their numbers but are not in any "
-           "median, interval or frontier. " + rd.labels.line())
+           "median, interval or frontier. " + rd.labels.line(rd.counts()))
     return Table("verdicts", "Every run's verdict", cap,
                  ["run", "config", "run dir", "phase", "verdict", "J/token", "CV %",
                   "windows", "samples", "reasons"], rows, classes)
