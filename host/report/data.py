@@ -62,6 +62,7 @@ class ReportData:
     labels: Labels
     per_run: pd.DataFrame = field(default_factory=pd.DataFrame)
     models: pd.DataFrame = field(default_factory=pd.DataFrame)
+    settles: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def basis(self) -> str:
@@ -166,7 +167,30 @@ def load(analysis_dir: Path | str) -> ReportData:
                     _read_csv(d / "windows.csv"), labels)
     rd.per_run = per_run_figures(rd)
     rd.models = model_facts(doc)
+    rd.settles = campaign_settles(d.parent / "journal.jsonl", doc)
     return rd
+
+
+def campaign_settles(journal: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The thermal settle before each analysed run, when the analysis belongs to a campaign
+    (its journal is next to the analysis directory); [] otherwise."""
+    try:
+        lines = journal.read_text().splitlines()
+    except OSError:
+        return []
+    analysed = {str(r.get("path")): r for r in doc["runs"]}
+    out = []
+    for line in lines:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        result = ev.get("result") or {}
+        if ev.get("event") == "done" and result.get("run_dir") in analysed and ev.get("settle"):
+            run = analysed[result["run_dir"]]
+            out.append({"step": ev.get("step"), "config": run["config"],
+                        "run_id": run["run_id"], **ev["settle"]})
+    return out
 
 
 def per_run_figures(rd: ReportData) -> pd.DataFrame:

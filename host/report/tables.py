@@ -154,5 +154,29 @@ def verdicts_table(rd: ReportData) -> Table:
                   "windows", "samples", "reasons"], rows, classes)
 
 
+def settle_table(rd: ReportData) -> Table:
+    rows = []
+    for st in rd.settles:
+        if st.get("rule") == "fixed":
+            rule = f"fixed wait {num(st.get('wait_s'), 'g')} s"
+        else:
+            rule = (f"stable within ±{num(100 * float(st.get('tolerance', 0)), '.3g')} % for "
+                    f"{num(st.get('window_s'), 'g')} s")
+        rows.append([str(st.get("step")), str(st["run_id"])[:12], rule,
+                     num(st.get("waited_s"), ".1f"), "yes" if st.get("settled") else "NO",
+                     num(st.get("mean_power_w"), ".3f"), num(st.get("max_deviation"), ".4f"),
+                     str(st.get("reason") or "")])
+    cap = ("Thermal settle before each analysed run, as the campaign journal recorded it: the "
+           "rule, the seconds waited, and for the stable rule the idle power (all channels "
+           "summed) and the largest relative deviation over the window. A run that did not "
+           "settle still ran; its verdict is the analysis'. " + rd.labels.line())
+    return Table("settle", "Thermal settle before each run", cap,
+                 ["step", "run", "rule", "waited s", "settled", "idle W", "max deviation",
+                  "reason"], rows, ["" if r[4] == "yes" else "invalid" for r in rows])
+
+
 def build_all(rd: ReportData) -> list[Table]:
-    return [results_table(rd), savings_table(rd), pairs_table(rd), verdicts_table(rd)]
+    tables = [results_table(rd), savings_table(rd), pairs_table(rd), verdicts_table(rd)]
+    if rd.settles:
+        tables.append(settle_table(rd))
+    return tables

@@ -168,4 +168,5 @@ def test_killed_twice_counts_the_same_runs_as_uninterrupted(tmp_path):
     assert sorted(ra.configs) == sorted(rb.configs)
     assert len(ra.per_run) == len(rb.per_run) == 4 * 3
     assert (camp_b / "report" / "report.html").is_file()
+    assert len(rb.settles) == 4 and all(x["settled"] for x in rb.settles)  # one per counted run
     assert _leftovers(camp_b) == [] and _leftovers(camp_a) == []
