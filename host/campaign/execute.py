@@ -175,8 +175,11 @@ class Campaign:
         if step.kind == "analysis":
             return [self.python, "-m", "epi", *self.analysis_args(state)]
         if step.kind == "report":
+            st = self.study
+            title = (f"epi study '{st.name}': {len(self.plan.configs)} configurations x "
+                     f"{st.repeats} rounds ({st.path.name})")
             return [self.python, "-m", "epi", "report", str(self.layout.analysis), "--out",
-                    str(self.layout.report)]
+                    str(self.layout.report), "--title", title]
         return [self.python, "-m", "host.campaign.step", str(spec_path)]
 
     def run_dirs(self, state: JournalState) -> list[str]:

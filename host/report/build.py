@@ -32,7 +32,8 @@ class Report:
 def render_files(analysis_dir: Path, title: str | None = None) -> dict[str, bytes]:
     """Relative path → content of every report file (nothing written here)."""
     rd = data_mod.load(analysis_dir)
-    title = title or f"epi report — {Path(analysis_dir).resolve().name}"
+    where = Path(analysis_dir).resolve()
+    title = title or f"epi report — {where.parent.name if where.name == 'analysis' else where.name}"
     files: dict[str, bytes] = {}
     rendered = []
     for f in fig_mod.build_all(rd):
