@@ -297,6 +297,14 @@ class Campaign:
 
     # -- the whole campaign
     def run(self) -> Path:
+        try:
+            return self._run()
+        except KeyboardInterrupt:
+            self.echo(f"\ninterrupted: nothing half-finished is counted; run the same command "
+                      f"to continue (`epi campaign {self.study.path}`)")
+            raise
+
+    def _run(self) -> Path:
         with campaign_lock(self.layout.root):
             state = self.journal.read()
             for line in resume_lines(self.plan, state, self.layout):
