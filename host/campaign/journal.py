@@ -30,6 +30,7 @@ class JournalState:
     attempts: dict[str, int] = field(default_factory=dict)
     sessions: int = 0
     torn_line: bool = False
+    study_sha256: str | None = None  # of the study file the last session ran
 
 
 class Journal:
@@ -56,6 +57,7 @@ class Journal:
             kind, step = ev.get("event"), ev.get("step")
             if kind == "session":
                 state.sessions += 1
+                state.study_sha256 = ev.get("study_sha256")
             elif kind == "started":
                 state.attempts[step] = state.attempts.get(step, 0) + 1
                 state.interrupted[step] = ev
