@@ -107,7 +107,7 @@ def resume_lines(plan: Plan, state: JournalState, layout: Layout) -> list[str]:
         lines.append("  the journal's last line was cut short (power cut?): ignored")
     if state.study_sha256 and state.study_sha256 != study_sha256(plan.study):
         lines.append(f"  note: {plan.study.path} changed since the last session; finished "
-                     "steps stay finished (quantize and accuracy redo what their inputs changed)")
+                     "steps stay finished (for a fresh start, give a new --out)")
     return lines
 
 
