@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.transforms import blended_transform_factory
 
 from host.report.data import ReportData
 
@@ -114,8 +115,10 @@ def epi_sorted(rd: ReportData) -> Figure:
     h = rd.headline()
     rows = []
     for cfg, r in h.iterrows():
-        rows.append((cfg, r["epi"], r["epi_ci_lo"], r["epi_ci_hi"], r.get("epi_reason") or
-                     r.get("reason") or ""))
+        why = r.get("reason") if isinstance(r.get("reason"), str) and r.get("reason") else \
+            r.get("epi_reason")
+        rows.append((cfg, r["epi"], r["epi_ci_lo"], r["epi_ci_hi"], why if isinstance(why, str)
+                     else ""))
     rows.sort(key=lambda t: (not _finite(t[1]), t[1] if _finite(t[1]) else 0))
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * max(len(rows), 3) + 1.5))
     ys = np.arange(len(rows))
@@ -129,7 +132,8 @@ def epi_sorted(rd: ReportData) -> Figure:
             if _finite(lo) and _finite(hi):
                 ax.errorbar(e, y, xerr=[[e - lo], [hi - e]], fmt="none", color="k", capsize=3)
         else:
-            ax.text(0, y, f"  null: {str(why)[:70]}", va="center", fontsize=7, color="#a00")
+            ax.text(0.01, y, f"null: {str(why)[:70]}", va="center", fontsize=7, color="#a00",
+                    transform=blended_transform_factory(ax.transAxes, ax.transData))
         for _, r in inv[inv["config"] == cfg].iterrows():
             a = acc.get(cfg, np.nan)
             if _finite(r["j_per_token"]) and _finite(a) and a > 0:
@@ -141,7 +145,7 @@ def epi_sorted(rd: ReportData) -> Figure:
     ax.set_xlabel(f"EPI = {rd.basis} J per generated token / accuracy (lower is better)")
     ax.set_title("Energy per intelligence, sorted")
     if shown_inv:
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.22), frameon=False)
     ax.grid(axis="x", alpha=0.3)
     _stamp(ax, rd)
     cap = ("EPI per configuration, best first, with its interval (J/token interval divided "
@@ -351,7 +355,8 @@ def layer_groups(rd: ReportData) -> Figure:
                         color="k", capsize=3)
         for yi, v, why in zip(y, d, diff["reason"], strict=True):
             if not np.isfinite(v):
-                a2.text(0, yi, f" null: {why}", fontsize=7, va="center", color="#a00")
+                a2.text(0.01, yi, f"null: {why}", fontsize=7, va="center", color="#a00",
+                        transform=blended_transform_factory(a2.transAxes, a2.transData))
         a2.set_yticks(y, labels, fontsize=7)
         a2.axvline(0, color="k", lw=0.6)
         a2.set_xlabel(f"Δ {rd.basis} J/token (B − A)")
