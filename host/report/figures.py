@@ -270,7 +270,8 @@ def power_trace(rd: ReportData) -> Figure:
             a = (p["t0_meter_ns"].iloc[0] - t0) / 1e9
             b = (p["t1_meter_ns"].iloc[0] - t0) / 1e9
             e = p["energy_j"].iloc[0]
-            lab = f"{kind} window" + (f" ({e * 1e3:.1f} mJ)" if _finite(e) else " (null)")
+            lab = f"{kind} window" + ((f" ({e:.3g} J)" if e >= 1 else f" ({e * 1e3:.3g} mJ)")
+                                      if _finite(e) else " (null)")
             ax.axvspan(a, b, color=PHASE_COLORS[kind], alpha=0.25, label=lab)
     tok = _token_times(Path(run["path"]), int(req["request_id"]))
     for i, t in enumerate(tok):
