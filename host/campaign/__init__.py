@@ -1,0 +1,1 @@
+"""`epi campaign`: a whole study as one resumable command (docs/campaign.md)."""

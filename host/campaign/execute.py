@@ -1,0 +1,387 @@
+"""Run a campaign: print the plan, resume from the journal, run every step, analyse, report.
+
+Each step runs as its own process (host.campaign.step, or `epi analyze` / `epi report`) in
+its own session; the journal records `started` (with the process group) before and `done`
+(with the step's result) after. A resumed campaign:
+
+* skips every step with a `done` line (it never repeats a finished step);
+* stops whatever an interrupted step left running, and renames an interrupted run's
+  directory to `*.interrupted`, so the analysis never sees half a run (only the run
+  directories named in `done` lines are analysed);
+* says what it resumed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from epi.core.errors import UserError
+from host.campaign import procs
+from host.campaign.journal import Journal, JournalState
+from host.campaign.meter import emulated_daemon
+from host.campaign.plan import Plan, Step, base_path, build_plan, format_duration, plan_text
+from host.campaign.progress import Progress
+from host.campaign.study import Study
+from host.campaign.thermal import settle
+
+LOCK = ".campaign.lock"
+
+
+class StepFailed(UserError):
+    exit_code = 1
+
+
+@dataclass
+class Layout:
+    """Where a campaign keeps things (all under the study's `out`)."""
+
+    root: Path
+
+    @property
+    def trace(self) -> Path:
+        return self.root / "trace"
+
+    @property
+    def analysis(self) -> Path:
+        return self.root / "analysis"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"
+
+    @property
+    def accuracy(self) -> Path:
+        return self.root / "accuracy.json"
+
+    def step_dir(self, step_id: str) -> Path:
+        return self.root / "steps" / step_id.replace(":", "_").replace("/", "_")
+
+    def run_dir(self, step: Step, attempt: int) -> Path:
+        return self.root / "runs" / str(step.config) / f"round{step.round}-attempt{attempt}"
+
+
+@contextmanager
+def campaign_lock(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{root}: another campaign is running in this directory") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def study_sha256(study: Study) -> str:
+    return hashlib.sha256(study.path.read_bytes()).hexdigest()
+
+
+def resume_lines(plan: Plan, state: JournalState, layout: Layout) -> list[str]:
+    """What the journal says was done before, and what was interrupted."""
+    if not state.sessions:
+        return []
+    ids = {s.step_id for s in plan.steps}
+    done = [s for s in state.done if s in ids]
+    lines = [f"resuming the campaign in {layout.root}: {len(done)} of {len(plan.steps)} "
+             f"steps finished in {state.sessions} earlier session(s); they are not repeated"]
+    for step_id, ev in state.interrupted.items():
+        extra = ""
+        if ev.get("run_dir"):
+            extra = f"; its partial run {ev['run_dir']} is not counted"
+        lines.append(f"  {step_id} was interrupted (attempt {state.attempts.get(step_id, 1)})"
+                     f"{extra}: it runs again")
+    if state.torn_line:
+        lines.append("  the journal's last line was cut short (power cut?): ignored")
+    if state.study_sha256 and state.study_sha256 != study_sha256(plan.study):
+        lines.append(f"  note: {plan.study.path} changed since the last session; finished "
+                     "steps stay finished (for a fresh start, give a new --out)")
+    return lines
+
+
+def _clean_interrupted(state: JournalState) -> None:
+    for _step_id, ev in state.interrupted.items():
+        if ev.get("pgid") and ev.get("marker"):
+            procs.stop_stale_group(int(ev["pgid"]), ev["marker"])
+        rd = ev.get("run_dir")
+        if rd and Path(rd).exists():
+            target = Path(rd + ".interrupted")
+            n = 1
+            while target.exists():
+                n += 1
+                target = Path(f"{rd}.interrupted{n}")
+            os.replace(rd, target)
+
+
+class Campaign:
+    """One session of a campaign (a fresh start or a resume)."""
+
+    def __init__(self, study: Study, *, stream: TextIO | None = None,
+                 python: str = sys.executable) -> None:
+        self.study = study
+        self.layout = Layout(study.out)
+        self.journal = Journal(study.out)
+        self.stream = stream or sys.stderr
+        self.python = python
+        self.plan = build_plan(study)
+        self.meter_url: str | None = study.meter.url
+
+    # -- output
+    def echo(self, line: str) -> None:
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+    # -- step arguments
+    def _args(self, step: Step, state: JournalState) -> tuple[dict[str, Any], str | None]:
+        st, lay = self.study, self.layout
+        if step.kind == "prepare":
+            return {"name": step.detail}, None
+        cfg = self.plan.config(step.config) if step.config else None
+        if step.kind == "quantize":
+            assert cfg is not None and cfg.map_path is not None
+            return {"map": str(cfg.map_path), "base": str(base_path(st, cfg.model)),
+                    "out_dir": str(cfg.gguf.parent), "threads": st.run.threads}, None
+        if step.kind == "data":
+            return {"benchmarks": list(st.accuracy.benchmarks),
+                    "texts": [st.accuracy.ppl] if st.accuracy.ppl == "lambada" else []}, None
+        if step.kind == "accuracy":
+            assert cfg is not None
+            a = st.accuracy
+            return {"model": str(cfg.gguf), "benchmarks": a.benchmarks, "ppl": a.ppl,
+                    "ppl_windows": a.ppl_windows, "threads": a.threads, "seed": a.seed,
+                    "out": str(lay.root / "accuracy" / f"{cfg.config_id}.json")}, None
+        if step.kind == "run":
+            assert cfg is not None
+            r = st.run
+            run_dir = lay.run_dir(step, state.attempts.get(step.step_id, 0) + 1)
+            return {"model": str(cfg.gguf), "out": str(run_dir),
+                    "prompts": str(r.prompts) if r.prompts else None, "tokens": r.tokens,
+                    "repeats": r.repeats_per_run, "warmups": r.warmups, "threads": r.threads,
+                    "workers": r.workers, "split": r.split, "node": r.node,
+                    "meter": self.meter_url, "idle_s": r.idle_s,
+                    "cooldown_s": r.cooldown_s, "seed": st.seed}, str(run_dir)
+        raise AssertionError(step.kind)
+
+    def _argv(self, step: Step, spec_path: Path, state: JournalState) -> list[str]:
+        if step.kind == "analysis":
+            return [self.python, "-m", "epi", *self.analysis_args(state)]
+        if step.kind == "report":
+            st = self.study
+            title = (f"epi study '{st.name}': {len(self.plan.configs)} configurations x "
+                     f"{st.repeats} rounds ({st.path.name})")
+            return [self.python, "-m", "epi", "report", str(self.layout.analysis), "--out",
+                    str(self.layout.report), "--title", title]
+        return [self.python, "-m", "host.campaign.step", str(spec_path)]
+
+    def run_dirs(self, state: JournalState) -> list[str]:
+        out = []
+        for s in self.plan.run_steps:
+            ev = state.done.get(s.step_id)
+            if ev and ev.get("result", {}).get("run_dir"):
+                out.append(ev["result"]["run_dir"])
+        return out
+
+    def trace_dir(self) -> Path:
+        return self.study.meter.trace if self.study.meter.trace else self.layout.trace
+
+    def analysis_args(self, state: JournalState) -> list[str]:
+        runs = self.run_dirs(state)
+        if not runs:
+            raise StepFailed("no run finished: nothing to analyse")
+        args = ["analyze", *runs, "--trace", str(self.trace_dir()), "--out",
+                str(self.layout.analysis)]
+        if self.layout.accuracy.is_file():
+            args += ["--accuracy", str(self.layout.accuracy)]
+        if self.study.baseline:
+            args += ["--baseline", self.study.baseline]
+        flags = {"energy_basis": "--energy-basis", "energy_method": "--energy-method",
+                 "cv_threshold": "--cv-threshold", "max_offset_frac": "--max-offset-frac",
+                 "min_samples": "--min-samples", "n_boot": "--bootstrap",
+                 "ppl_tolerance": "--ppl-tolerance",
+                 "max_resolution_frac": "--max-resolution-frac"}
+        for key, value in self.study.analysis.items():
+            args += [flags[key], str(value)]
+        return args
+
+    def merge_accuracy(self, state: JournalState) -> None:
+        """One epi-accuracy file over every configuration's (for the analysis)."""
+        from host.accuracy.results import read_results, write_results
+
+        docs = []
+        for s in self.plan.steps:
+            ev = state.done.get(s.step_id)
+            if s.kind == "accuracy" and ev:
+                docs.append(read_results(Path(ev["result"]["out"])))
+        if not docs:
+            return
+        merged = dict(docs[0])
+        merged["models"] = [m for d in docs for m in d["models"]]
+        write_results(self.layout.accuracy, merged)
+
+    # -- one step
+    def run_step(self, step: Step, state: JournalState, progress: Progress) -> dict[str, Any]:
+        sdir = self.layout.step_dir(step.step_id)
+        sdir.mkdir(parents=True, exist_ok=True)
+        spec_path, result_path = sdir / "spec.json", sdir / "result.json"
+        result_path.unlink(missing_ok=True)
+        (sdir / "error.json").unlink(missing_ok=True)
+        run_dir = None
+        extra: dict[str, Any] = {}
+        if step.kind not in ("analysis", "report"):
+            args, run_dir = self._args(step, state)
+            spec_path.write_text(json.dumps({"kind": step.kind, "args": args,
+                                             "result": str(result_path)}, indent=1))
+        if step.kind == "analysis":
+            self.merge_accuracy(state)
+        if step.kind == "run":
+            extra["settle"] = settle(self.study.thermal, self.meter_url)
+        attempt = state.attempts.get(step.step_id, 0) + 1
+        marker = f"{self.layout.root.resolve()}:{step.step_id}:{attempt}"
+        argv = self._argv(step, spec_path, state)
+        log = sdir / f"attempt{attempt}.log"
+        proc = procs.start(argv, log, marker)
+        state.attempts[step.step_id] = attempt
+        self.journal.append("started", step.step_id, attempt=attempt, pgid=proc.pid,
+                            marker=marker, run_dir=run_dir, log=str(log), **extra)
+        try:
+            while proc.poll() is None:
+                try:
+                    proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    progress.tick()
+        except KeyboardInterrupt:
+            procs.stop(proc)
+            raise
+        rc = proc.returncode
+        if step.kind in ("analysis", "report"):
+            ok = rc == 0
+            result = {"out": str(self.layout.analysis if step.kind == "analysis"
+                                 else self.layout.report)}
+        else:
+            ok = rc == 0 and result_path.is_file()
+            result = json.loads(result_path.read_text()) if ok else {}
+        if not ok and step.kind == "run" and rc == 1 and run_dir and Path(run_dir).exists():
+            # The run started and failed (its token log says why): a finished step whose
+            # verdict the analysis reports; running it again would not be the same run.
+            result = {"run_dir": run_dir, "failed": True}
+            ok = True
+        if not ok:
+            why = self._failure(sdir, log)
+            self.journal.append("failed", step.step_id, attempt=attempt, rc=rc, reason=why)
+            raise StepFailed(f"step {step.step_id} failed (exit {rc}): {why}")
+        ev = self.journal.append("done", step.step_id, attempt=attempt, result=result, **extra)
+        state.done[step.step_id] = ev
+        state.interrupted.pop(step.step_id, None)
+        return {**result, **extra}
+
+    @staticmethod
+    def _failure(sdir: Path, log: Path) -> str:
+        try:
+            return json.loads((sdir / "error.json").read_text())["error"]
+        except (OSError, ValueError, KeyError):
+            pass
+        try:
+            tail = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
+        except OSError:
+            tail = []
+        return (tail[-1] if tail else "no output") + f" (log {log})"
+
+    # -- the whole campaign
+    def run(self) -> Path:
+        try:
+            return self._run()
+        except KeyboardInterrupt:
+            self.echo(f"\ninterrupted: nothing half-finished is counted; run the same command "
+                      f"to continue (`epi campaign {self.study.path}`)")
+            raise
+
+    def _run(self) -> Path:
+        with campaign_lock(self.layout.root):
+            state = self.journal.read()
+            for line in resume_lines(self.plan, state, self.layout):
+                self.echo(line)
+            _clean_interrupted(state)
+            self.journal.append("session", None, study=str(self.study.path),
+                                study_sha256=study_sha256(self.study), pid=os.getpid())
+            done = set(state.done)
+            for line in plan_text(self.plan, done):
+                self.echo(line)
+            todo = [s for s in self.plan.steps if s.step_id not in done]
+            if not todo:
+                self.echo("every step is finished; nothing to do")
+                return self.layout.report / "report.html"
+            progress = Progress(self.plan.steps, done, stream=self.stream)
+            needs_meter = any(s.kind == "run" for s in todo)
+            ctx = (emulated_daemon(self.layout.root, self.layout.trace, self.study.meter.rate_hz)
+                   if self.study.meter.emulate and needs_meter else nullcontext(self.meter_url))
+            t0 = time.monotonic()
+            with ctx as url:
+                self.meter_url = url
+                if url and self.study.meter.emulate:
+                    progress.line(f"emulated meter daemon at {url}, trace {self.layout.trace} "
+                                  "(modelled power: channel 0 follows this machine's CPU)")
+                for step in todo:
+                    if step.kind == "analysis" and self.study.meter.emulate:
+                        continue  # after the daemon has stopped and flushed its trace
+                    if step.kind == "report":
+                        continue
+                    progress.start(step)
+                    result = self.run_step(step, state, progress)
+                    progress.finish(step, summary(step, result))
+            for step in todo:
+                if step.kind in ("analysis", "report") and step.step_id not in state.done:
+                    progress.start(step)
+                    result = self.run_step(step, state, progress)
+                    progress.finish(step, summary(step, result))
+            progress.close()
+            self.echo(f"campaign finished in {format_duration(time.monotonic() - t0)} "
+                      f"(this session)")
+            return self.layout.report / "report.html"
+
+
+def summary(step: Step, r: dict[str, Any]) -> str:
+    """The one line printed when a step finishes."""
+    if step.kind == "quantize":
+        state = "up to date, skipped" if r.get("skipped") else "quantized"
+        return (f"{Path(r['output']).name} {state} ({r['size_bytes'] / 1e6:.1f} MB, "
+                f"{r['bits_per_weight']} bits/weight)")
+    if step.kind == "accuracy":
+        comp = r.get("composite")
+        return (f"composite accuracy {comp:.3f}" if comp is not None else "composite null") + (
+            " (cached)" if r.get("cached") else "")
+    if step.kind == "run":
+        s = r.get("settle", {})
+        how = (f"settled ({s.get('rule')}, {s.get('waited_s', 0):.1f} s)" if s.get("settled")
+               else f"NOT settled after {s.get('waited_s', 0):.1f} s")
+        if r.get("failed"):
+            return f"run FAILED (the analysis reports why); {how}; {r['run_dir']}"
+        dec = r.get("decode_tok_s_median")
+        return (f"{r['n_measured']} measured requests, decode "
+                f"{dec:.1f} tok/s; {how}; {r['run_dir']}" if dec else f"{r['run_dir']}; {how}")
+    if step.kind == "data":
+        return "prepared " + (", ".join(r["prepared"]) or "nothing (already there)")
+    if step.kind == "prepare":
+        return r.get("path", "")
+    return str(r.get("out", ""))
+
+
+def dry_run(study: Study, echo: Callable[[str], None]) -> None:
+    """Print the plan and the estimate; touch nothing."""
+    plan = build_plan(study)
+    state = Journal(study.out).read()
+    for line in resume_lines(plan, state, Layout(study.out)):
+        echo(line)
+    for line in plan_text(plan, set(state.done)):
+        echo(line)

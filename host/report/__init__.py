@@ -1,0 +1,1 @@
+"""`epi report`: a self-contained HTML/Markdown report with figures from an analysis directory."""

@@ -1,0 +1,175 @@
+"""Open a report in headless Chromium and say what a reader's browser would see.
+
+A small client of the Chrome DevTools protocol over `--remote-debugging-pipe` (commands on
+the child's fd 3, replies and events on its fd 4, each message JSON ending in a NUL byte):
+standard library only, no browser download. It loads the page from disk, collects console
+errors and uncaught exceptions, reads every image's natural size, and takes a screenshot.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from epi.core.errors import UserError
+
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--remote-debugging-pipe", "--hide-scrollbars", "--mute-audio")
+
+
+@dataclass
+class PageCheck:
+    images: list[dict[str, Any]]  # {alt, complete, natural_width, natural_height}
+    console_errors: list[str] = field(default_factory=list)
+    title: str = ""
+    screenshot_png: bytes = b""
+
+
+def find_chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise UserError("chromium not found: install the Debian package `chromium` "
+                    "(make test installs it)")
+
+
+class _Pipe:
+    def __init__(self, proc: subprocess.Popen, write_fd: int, read_fd: int) -> None:
+        self.proc, self.wfd, self.rfd = proc, write_fd, read_fd
+        self.buf = b""
+        self.next_id = 0
+        self.events: list[dict[str, Any]] = []
+
+    def send(self, method: str, params: dict[str, Any] | None = None,
+             session: str | None = None, timeout_s: float = 30.0) -> dict[str, Any]:
+        self.next_id += 1
+        msg: dict[str, Any] = {"id": self.next_id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        os.write(self.wfd, json.dumps(msg).encode() + b"\0")
+        want = self.next_id
+        deadline = time.monotonic() + timeout_s
+        while True:
+            m = self._recv(deadline)
+            if m.get("id") == want:
+                if "error" in m:
+                    raise UserError(f"chromium: {method} failed: {m['error'].get('message')}")
+                return m.get("result", {})
+            self.events.append(m)
+
+    def wait_event(self, method: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        for i, ev in enumerate(self.events):
+            if ev.get("method") == method:
+                return self.events.pop(i)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            m = self._recv(deadline)
+            if m.get("method") == method:
+                return m
+            self.events.append(m)
+
+    def _recv(self, deadline: float) -> dict[str, Any]:
+        while b"\0" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise UserError("chromium: no answer from the DevTools pipe in time")
+            ready, _, _ = select.select([self.rfd], [], [], min(left, 1.0))
+            if not ready:
+                if self.proc.poll() is not None:
+                    raise UserError(f"chromium exited with code {self.proc.returncode}")
+                continue
+            chunk = os.read(self.rfd, 1 << 20)
+            if not chunk:
+                raise UserError("chromium closed the DevTools pipe")
+            self.buf += chunk
+        raw, _, self.buf = self.buf.partition(b"\0")
+        return json.loads(raw)
+
+
+def _high_fd(fd: int) -> int:
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return new
+
+
+def check_page(html_path: Path, *, width: int = 1200, height: int = 900,
+               timeout_s: float = 60.0) -> PageCheck:
+    """Load `html_path` from disk in headless Chromium; images, console errors, screenshot."""
+    html_path = Path(html_path).resolve()
+    if not html_path.is_file():
+        raise UserError(f"{html_path}: no such file")
+    exe = find_chromium()
+    to_child_r, to_child_w = (_high_fd(fd) for fd in os.pipe())
+    from_child_r, from_child_w = (_high_fd(fd) for fd in os.pipe())
+
+    def child_fds() -> None:
+        os.dup2(to_child_r, 3)
+        os.dup2(from_child_w, 4)
+
+    profile = tempfile.mkdtemp(prefix="epi-chromium-")
+    argv = [exe, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
+            "about:blank"]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, close_fds=False, preexec_fn=child_fds)
+    os.close(to_child_r)
+    os.close(from_child_w)
+    pipe = _Pipe(proc, to_child_w, from_child_r)
+    try:
+        targets = pipe.send("Target.getTargets", timeout_s=timeout_s)["targetInfos"]
+        page = next((t for t in targets if t["type"] == "page"), None)
+        if page is None:
+            page_id = pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        else:
+            page_id = page["targetId"]
+        sid = pipe.send("Target.attachToTarget", {"targetId": page_id, "flatten": True}
+                        )["sessionId"]
+        for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
+            pipe.send(domain, session=sid)
+        pipe.events.clear()
+        pipe.send("Page.navigate", {"url": html_path.as_uri()}, session=sid)
+        pipe.wait_event("Page.loadEventFired", timeout_s=timeout_s)
+        res = pipe.send("Runtime.evaluate", {
+            "expression": "JSON.stringify({title: document.title, images: Array.from("
+                          "document.images).map(i => ({alt: i.alt, complete: i.complete, "
+                          "natural_width: i.naturalWidth, natural_height: i.naturalHeight}))})",
+            "returnByValue": True}, session=sid)
+        info = json.loads(res["result"]["value"])
+        shot = pipe.send("Page.captureScreenshot", {"format": "png",
+                                                    "captureBeyondViewport": True},
+                         session=sid, timeout_s=timeout_s)
+        errors = []
+        for ev in pipe.events:
+            m, p = ev.get("method"), ev.get("params", {})
+            if m == "Runtime.exceptionThrown":
+                errors.append("exception: " + str(p.get("exceptionDetails", {}).get("text")))
+            elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                errors.append("console.error: " + " ".join(
+                    str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
+            elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+                errors.append("log: " + str(p["entry"].get("text")) + " "
+                              + str(p["entry"].get("url", "")))
+        with contextlib.suppress(UserError):
+            pipe.send("Browser.close", timeout_s=5)
+        return PageCheck(info["images"], errors, info["title"], base64.b64decode(shot["data"]))
+    finally:
+        os.close(to_child_w)
+        os.close(from_child_r)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(profile, ignore_errors=True)

@@ -1,0 +1,291 @@
+"""Everything the report shows, read from an analysis directory (`epi analyze --out`).
+
+The analysis writes results.json/csv, runs.csv, repeats.csv and windows.csv (docs/formats.md,
+docs/analysis.md). This module reads them and derives what the analysis does not publish:
+
+* per-run measured figures for *every* run, invalid ones included (ratio of sums over the
+  run's windows with a measured energy), so an invalid run's numbers are shown beside its
+  reasons instead of hidden behind null — medians and the frontier keep using valid runs only,
+  as the analysis computed them;
+* the labels every figure carries: power source (measured / modelled), energy basis and
+  method, interval method — taken from the analysis columns (`power_source`, `ci_method`,
+  `ci_coverage`) when present, otherwise derived from the trace metadata in results.json;
+* per-configuration model facts (file size, bits per weight, early/middle/late types) from
+  the quantization manifests next to the model files.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from epi.core.errors import UserError
+
+FILES = ("results.json", "results.csv", "runs.csv", "repeats.csv", "windows.csv")
+TOKEN_UNIT = {"prefill": "n_prompt_tokens", "decode": "n_generated_tokens",
+              "request": "n_generated_tokens"}
+
+
+@dataclass
+class Labels:
+    """What every figure and table says about where its numbers come from."""
+
+    power_source: str  # "measured" | "modelled"
+    power_detail: str
+    energy_basis: str  # gross | net
+    energy_method: str
+    edge_model: str
+    ci_text: str
+
+    def line(self, counts: str = "") -> str:
+        parts = [f"power: {self.power_source} ({self.power_detail})",
+                 f"energy basis: {self.energy_basis}", f"method: {self.energy_method} energy, "
+                 f"{self.edge_model} window edges", f"intervals: {self.ci_text}"]
+        if counts:
+            parts.append(counts)
+        return "; ".join(parts)
+
+
+@dataclass
+class ReportData:
+    analysis_dir: Path
+    doc: dict[str, Any]
+    results: pd.DataFrame
+    verdicts: pd.DataFrame
+    repeats: pd.DataFrame
+    windows: pd.DataFrame
+    labels: Labels
+    per_run: pd.DataFrame = field(default_factory=pd.DataFrame)
+    models: pd.DataFrame = field(default_factory=pd.DataFrame)
+    settles: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def basis(self) -> str:
+        return self.labels.energy_basis
+
+    def headline(self) -> pd.DataFrame:
+        """One row per configuration: whole-request J per generated token, all channels."""
+        r = self.results
+        h = r[(r["scope"] == "all") & (r["phase"] == "request") & (r["unit"] == "generated")
+              & (r["basis"] == self.basis)]
+        return h.set_index("config", drop=False)
+
+    def counts(self, phase: str = "request") -> str:
+        """'N runs (V valid), R repeats, S meter samples in PHASE windows'."""
+        pr = self.per_run[self.per_run["phase"] == phase] if len(self.per_run) else self.per_run
+        if pr.empty:
+            return "no runs"
+        reps = self.repeats
+        n_rep = 0
+        if len(reps):
+            unit = "prompt" if phase == "prefill" else "generated"
+            n_rep = len(reps[(reps["scope"] == "all") & (reps["phase"] == phase)
+                             & (reps["unit"] == unit) & (reps["basis"] == self.basis)])
+        return (f"{len(pr)} runs ({int(pr['valid'].sum())} valid), {n_rep} repeats, "
+                f"{int(pr['n_samples'].sum())} meter samples in {phase} windows")
+
+    @property
+    def configs(self) -> list[str]:
+        return list(dict.fromkeys(run["config"] for run in self.doc["runs"]))
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read ({exc})") from None
+
+
+def power_labels(doc: dict[str, Any], results: pd.DataFrame) -> tuple[str, str]:
+    """("measured" | "modelled", detail) from the analysis column, else the trace metadata."""
+    if "power_source" in results.columns and results["power_source"].notna().any():
+        src = str(results["power_source"].dropna().iloc[0])
+        kind = "modelled" if "model" in src or "emul" in src else "measured"
+        return kind, src
+    trace = doc.get("trace") or {}
+    if trace.get("emulated") or trace.get("power_models"):
+        kinds = set()
+        for pm in trace.get("power_models") or []:
+            chans = (pm or {}).get("channels") or {}
+            for ch in chans.values():
+                kinds.add(str(ch.get("kind")))
+            if not chans and pm:
+                kinds.add(str(pm.get("kind")))
+        detail = "ATM90E26 emulator"
+        if "activity" in kinds:
+            detail += "; activity model: channel power = idle + (max − idle) × this machine's " \
+                      "CPU busy fraction"
+        if "constant" in kinds:
+            detail += "; constant-power channels"
+        return "modelled", detail
+    return "measured", "ATM90E26 metering chips at the wall"
+
+
+def ci_text(results: pd.DataFrame, doc: dict[str, Any]) -> str:
+    """The interval label: the analysis' `ci_method`/`ci_coverage` when present."""
+    if "ci_method" in results.columns and results["ci_method"].notna().any():
+        method = str(results["ci_method"].dropna().iloc[0])
+        cov = ""
+        if "ci_coverage" in results.columns and results["ci_coverage"].notna().any():
+            cov = f", coverage {results['ci_coverage'].dropna().iloc[0]}"
+        return method + cov
+    level = (doc.get("options") or {}).get("ci_level", 0.95)
+    return f"{level:.0%} bootstrap percentile CI over the repeats of valid runs"
+
+
+def load(analysis_dir: Path | str) -> ReportData:
+    d = Path(analysis_dir)
+    if not d.is_dir():
+        raise UserError(f"{d}: analysis directory not found (run `epi analyze --out {d}`)")
+    for name in FILES:
+        if not (d / name).is_file():
+            raise UserError(f"{d / name}: missing — not an `epi analyze` output directory")
+    try:
+        doc = json.loads((d / "results.json").read_text())
+    except ValueError as exc:
+        raise UserError(f"{d / 'results.json'}: malformed JSON ({exc})") from None
+    if doc.get("format") != "epi-analysis":
+        raise UserError(f"{d / 'results.json'}: field 'format': expected 'epi-analysis', got "
+                        f"{doc.get('format')!r}")
+    results = _read_csv(d / "results.csv")
+    for col in ("config", "scope", "phase", "unit", "basis"):
+        if col not in results.columns:
+            raise UserError(f"{d / 'results.csv'}: column {col!r} missing")
+    opts = doc.get("options") or {}
+    kind, detail = power_labels(doc, results)
+    labels = Labels(kind, detail, str(opts.get("energy_basis", "gross")),
+                    str(opts.get("energy_method", "counter")), str(opts.get("edge", "step")),
+                    ci_text(results, doc))
+    rd = ReportData(d, doc, results, _read_csv(d / "runs.csv"), _read_csv(d / "repeats.csv"),
+                    _read_csv(d / "windows.csv"), labels)
+    rd.per_run = per_run_figures(rd)
+    rd.models = model_facts(doc)
+    rd.settles = campaign_settles(d.parent / "journal.jsonl", doc)
+    return rd
+
+
+def campaign_settles(journal: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The thermal settle before each analysed run, when the analysis belongs to a campaign
+    (its journal is next to the analysis directory); [] otherwise."""
+    try:
+        lines = journal.read_text().splitlines()
+    except OSError:
+        return []
+    analysed = {str(r.get("path")): r for r in doc["runs"]}
+    out = []
+    for line in lines:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        result = ev.get("result") or {}
+        if ev.get("event") == "done" and result.get("run_dir") in analysed and ev.get("settle"):
+            run = analysed[result["run_dir"]]
+            out.append({"step": ev.get("step"), "config": run["config"],
+                        "run_id": run["run_id"], **ev["settle"]})
+    return out
+
+
+def per_run_figures(rd: ReportData) -> pd.DataFrame:
+    """Per run and phase: measured J/token (ratio of sums over windows that have an energy),
+    its verdict and reasons — for valid and invalid runs alike."""
+    w = rd.windows
+    rows = []
+    if w.empty:
+        return pd.DataFrame()
+    w = w[w["scope"] == "all"]
+    col = "energy_j" if rd.basis == "gross" else "energy_net_j"
+    order = {r["run_id"]: i for i, r in enumerate(rd.doc["runs"])}
+    for (run_id, phase), g in w[w["kind"].isin(list(TOKEN_UNIT))].groupby(["run_id", "kind"]):
+        have = g[g[col].notna()]
+        tokens = have[TOKEN_UNIT[phase]].astype(float).sum()
+        energy = float(have[col].sum())
+        v = rd.verdicts[(rd.verdicts["run_id"] == run_id) & (rd.verdicts["phase"] == phase)]
+        valid = bool(v["valid"].iloc[0]) if len(v) else False
+        reasons = str(v["reasons"].iloc[0]) if len(v) and isinstance(v["reasons"].iloc[0],
+                                                                     str) else ""
+        rows.append({
+            "run_id": run_id, "config": g["config"].iloc[0], "phase": phase,
+            "order": order.get(run_id, 0),
+            "j_per_token": energy / tokens if tokens > 0 and len(have) else np.nan,
+            "energy_j": energy if len(have) else np.nan,
+            "tokens": tokens,
+            "generated_tokens": float(have["n_generated_tokens"].astype(float).sum()),
+            "measured_duration_s": float(have["duration_s"].sum()),
+            "n_windows": len(g), "n_windows_measured": len(have),
+            "n_samples": int(g["n_samples"].fillna(0).sum()),
+            "duration_s": float(g["duration_s"].sum()),
+            "power_w": energy / float(have["duration_s"].sum())
+            if len(have) and have["duration_s"].sum() > 0 else np.nan,
+            "valid": valid, "reasons": reasons,
+            "cv": float(v["cv"].iloc[0]) if len(v) and pd.notna(v["cv"].iloc[0]) else np.nan,
+        })
+    out = pd.DataFrame(rows)
+    return out.sort_values(["order", "phase"]).reset_index(drop=True)
+
+
+def _manifest_for(model: dict[str, Any]) -> dict[str, Any] | None:
+    path = model.get("path")
+    if not path:
+        return None
+    p = Path(str(path))
+    for cand in (p.with_name(p.stem + ".manifest.json"),
+                 p.with_name((model.get("map_id") or p.stem) + ".manifest.json")):
+        try:
+            return json.loads(cand.read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def thirds(n_layers: int) -> dict[str, set[int]]:
+    """The study's groups scaled to any depth: early = first quarter, middle = the half
+    between, late = last quarter (layers 0–7 / 8–23 / 24–31 of a 32-layer model)."""
+    q = n_layers / 4
+    early = {i for i in range(n_layers) if i < round(q)}
+    late = {i for i in range(n_layers) if i >= n_layers - round(q)}
+    return {"early": early, "middle": set(range(n_layers)) - early - late, "late": late}
+
+
+def model_facts(doc: dict[str, Any]) -> pd.DataFrame:
+    """Per configuration: file size, bits per weight, and the types of its early, middle
+    and late layers (from the quantization manifest; '?' where there is none)."""
+    rows = []
+    seen = set()
+    for run in doc["runs"]:
+        cfg = run["config"]
+        if cfg in seen:
+            continue
+        seen.add(cfg)
+        model = run.get("model") or {}
+        man = _manifest_for(model)
+        size = np.nan
+        bpw = np.nan
+        n_layers = int(model.get("n_layers") or 0)
+        types = {"early": "?", "middle": "?", "late": "?"}
+        if man is not None:
+            out = man.get("output") or {}
+            size = out.get("size_bytes", man.get("size_bytes", np.nan))
+            bpw = (man.get("total") or {}).get("bits_per_weight", np.nan)
+            if man.get("file_type") and not man.get("layer_groups"):
+                types = {k: str(man["file_type"]) for k in types}
+            by_layer = {}
+            for g in man.get("layer_groups") or []:
+                for layer in g.get("layers") or []:
+                    by_layer[int(layer)] = str(g.get("map_type"))
+            if by_layer and n_layers:
+                for name, layers in thirds(n_layers).items():
+                    ts = list(dict.fromkeys(by_layer.get(i, "?") for i in sorted(layers)))
+                    types[name] = "/".join(ts) if ts else "—"
+        if (bpw is None or not np.isfinite(bpw)) and np.isfinite(size) and model.get("n_params"):
+            bpw = float(size) * 8 / float(model["n_params"])
+        rows.append({"config": cfg, "size_bytes": size, "bits_per_weight": bpw,
+                     "n_layers": n_layers, **types})
+    return pd.DataFrame(rows).set_index("config", drop=False) if rows else pd.DataFrame()

@@ -1,0 +1,194 @@
+"""`epi report`: figures, tables and labels from an analysis of synthetic runs with exact
+ground truth (piecewise-constant power, tests/host/conftest.py), and the page in a real
+browser (headless Chromium over the DevTools pipe)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from epi.cli import cli
+from epi.commands.analyze import analyze_runs, build_outputs, write_atomically
+from epi.core.errors import UserError
+from host.analysis.model import Options
+from host.report import data as report_data
+from host.report.browser import check_page
+from host.report.build import render_files, write_report
+
+NS = 1_000_000_000
+ARTIFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artifacts"
+LEVELS = {"q4": (3.0, 8.0, 6.0), "q8": (3.0, 12.0, 9.0), "q2": (3.0, 6.0, 4.0)}
+
+
+def _accuracy(path: Path) -> Path:
+    models = []
+    for i, (cfg, acc, ppl) in enumerate((("q4", 0.40, 20.0), ("q8", 0.42, 20.1),
+                                         ("q2", 0.30, 30.0))):
+        models.append({"path": f"{cfg}.gguf", "sha256": str(i + 1) * 64, "map_id": cfg,
+                       "perplexity": {"ppl": ppl, "ppl_se": 0.1}, "benchmarks": {},
+                       "composite": {"accuracy": acc, "ci95": [acc - 0.02, acc + 0.02],
+                                     "weights": {"hellaswag": 1.0},
+                                     "metric": "accuracy_norm"}})
+    path.write_text(json.dumps({"format": "epi-accuracy", "format_version": 1,
+                                "models": models}))
+    return path
+
+
+@pytest.fixture
+def study_analysis(tmp_path: Path, synth_tools) -> tuple[Path, dict]:
+    """Three configurations in one trace: q4 and q8 valid, q2's run failed (invalid).
+    Returns the analysis directory and the ground truth J per generated token per config."""
+    scheds, profs = {}, []
+    t0 = 500 * NS
+    for i, cfg in enumerate(LEVELS):
+        s = synth_tools.make_schedule(t0, seed=i + 1)
+        idle, pre, dec = LEVELS[cfg]
+        profs.append(s.profile(idle_w=idle, prefill_w=pre, decode_w=dec))
+        scheds[cfg] = s
+        t0 = s.requests[-1]["end"] + 5 * NS
+    t = np.concatenate([profs[0].t_ns] + [p.t_ns[1:] for p in profs[1:]])
+    lv = np.concatenate([profs[0].level_w] + [p.level_w[1:] for p in profs[1:]])
+    prof = synth_tools.Steps(t, lv)
+    tdir = synth_tools.write_trace(tmp_path / "trace", {0: prof}, 495 * NS, t0)
+    runs = []
+    truth = {}
+    for i, cfg in enumerate(LEVELS):
+        kw = {"status": "failed", "error": "out of memory"} if cfg == "q2" else {}
+        runs.append(synth_tools.write_run(tmp_path / f"r_{cfg}", scheds[cfg], offset_ns=7 * NS,
+                                          map_id=cfg, sha256=str(i + 1) * 64, **kw))
+        reqs = [r for r in scheds[cfg].requests if not r["warmup"]]
+        truth[cfg] = (sum(prof.energy(r["start"], r["end"]) for r in reqs)
+                      / sum(r["n_gen"] for r in reqs))
+    a = analyze_runs(runs, tdir, Options(baseline="q8"), _accuracy(tmp_path / "acc.json"))
+    out = tmp_path / "analysis"
+    write_atomically(out, build_outputs(a, {"run_dirs": [str(r) for r in runs]}))
+    return out, truth
+
+
+def test_tables_carry_the_analysis_medians_and_invalid_runs_own_figures(study_analysis):
+    adir, truth = study_analysis
+    rd = report_data.load(adir)
+    res = pd.read_csv(adir / "results.csv")
+    h = res[(res["scope"] == "all") & (res["phase"] == "request") & (res["unit"] == "generated")
+            & (res["basis"] == "gross")].set_index("config")
+    # valid configurations: the analysis' median (and the ground truth) in the results table
+    from host.report.tables import results_table, verdicts_table
+
+    table = results_table(rd)
+    rows = {r[0]: r for r in table.rows}
+    for cfg in ("q4", "q8"):
+        shown = float(rows[cfg][6].split(" ")[0])
+        assert shown == pytest.approx(h.loc[cfg, "j_per_token_median"], rel=1e-3)
+        assert shown == pytest.approx(truth[cfg], rel=0.01)
+    # the failed run is not in any median, but its measured figure is shown, with the reason
+    assert np.isnan(h.loc["q2", "j_per_token_median"])
+    assert "invalid runs:" in rows["q2"][6]
+    inv = float(rows["q2"][6].split("invalid runs: ")[1])
+    assert inv == pytest.approx(truth["q2"], rel=0.01)
+    assert table.row_classes[[r[0] for r in table.rows].index("q2")] == "invalid"
+    vt = verdicts_table(rd)
+    q2 = next(r for r in vt.rows if r[1] == "q2" and r[3] == "request")
+    assert q2[4] == "INVALID" and "out of memory" in q2[9]
+    assert float(q2[5]) == pytest.approx(truth["q2"], rel=0.01)
+
+
+def test_every_figure_and_table_says_power_source_basis_and_counts(study_analysis, tmp_path):
+    adir, _ = study_analysis
+    files = render_files(adir)
+    md = files["report.md"].decode()
+    html = files["report.html"].decode()
+    rd = report_data.load(adir)
+    assert rd.labels.power_source == "modelled"  # the synthetic trace says emulated
+    for key in ("accuracy_vs_energy", "epi_sorted", "phase_energy", "power_trace",
+                "layer_groups", "energy_vs_size"):
+        assert f"figures/{key}.png" in files and f"figures/{key}.svg" in files
+        assert files[f"figures/{key}.png"][:8] == b"\x89PNG\r\n\x1a\n"
+        assert b"<svg" in files[f"figures/{key}.svg"][:2000]
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", html, re.S)
+    tcaps = re.findall(r'<p class="caption">(.*?)</p>', html, re.S)
+    assert len(captions) == 6 and len(tcaps) >= 4
+    for cap in captions + tcaps[:4]:
+        assert "power: modelled" in cap and "energy basis: gross" in cap and "method:" in cap
+    for cap in captions + tcaps[:4]:
+        if "no request" not in cap and "power_trace" not in cap and "Run " not in cap[:4]:
+            assert re.search(r"\d+ runs \(\d+ valid\), \d+ repeats, \d+ meter samples", cap)
+    assert "MODELLED" in html and "MODELLED" in md
+    # the paper's results-table columns, in order
+    assert "| Config | Early | Middle | Late | Size | Perplexity | J/Token | Accuracy | EPI |" in md
+    # self-contained: no external resource, images inline
+    assert not re.search(r'(src|href)="(https?:|//|file:)', html)
+    assert html.count('src="data:image/png;base64,') == 6
+
+
+def test_measured_trace_is_labelled_measured(study_analysis):
+    adir, _ = study_analysis
+    doc = json.loads((adir / "results.json").read_text())
+    doc["trace"]["emulated"] = False
+    doc["trace"]["power_models"] = []
+    (adir / "results.json").write_text(json.dumps(doc))
+    assert report_data.load(adir).labels.power_source == "measured"
+    res = pd.read_csv(adir / "results.csv")
+    res["power_source"] = "modelled: activity model"
+    res["ci_method"] = "BCa bootstrap"
+    res.to_csv(adir / "results.csv", index=False)
+    lab = report_data.load(adir).labels
+    assert lab.power_source == "modelled" and lab.ci_text == "BCa bootstrap"
+
+
+def test_cli_writes_report_atomically_and_errors_are_one_line(study_analysis, tmp_path):
+    adir, _ = study_analysis
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(cli, ["report", str(adir), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert (out / "report.html").is_file() and (out / "report.md").is_file()
+    assert len(list((out / "figures").glob("*.png"))) == 6
+    (adir / "windows.csv").unlink()
+    with pytest.raises(UserError, match=r"windows\.csv: missing"):
+        write_report(adir, tmp_path / "rep2")
+    assert not (tmp_path / "rep2").exists()
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=200))
+def test_hostile_results_json_is_one_line_error(tmp_path_factory, text):
+    d = tmp_path_factory.mktemp("bad")
+    for name in report_data.FILES:
+        (d / name).write_text("a,b\n1,2\n")
+    (d / "results.json").write_text(text)
+    with pytest.raises(UserError) as exc:
+        report_data.load(d)
+    assert "\n" not in str(exc.value) and "results" in str(exc.value)
+
+
+def test_report_in_headless_chromium(study_analysis, tmp_path):
+    """The page a reader opens: every figure loads (natural size), no console errors;
+    the screenshot is kept as a test artifact."""
+    adir, _ = study_analysis
+    rep = write_report(adir, tmp_path / "rep")
+    page = check_page(rep.html)
+    assert len(page.images) == 6
+    for img in page.images:
+        assert img["complete"] and img["natural_width"] > 200 and img["natural_height"] > 150, img
+    assert page.console_errors == []
+    assert page.screenshot_png[:8] == b"\x89PNG\r\n\x1a\n"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "report-screenshot.png").write_bytes(page.screenshot_png)
+
+
+def test_browser_check_sees_broken_images_and_console_errors(tmp_path):
+    """The browser check can fail: a missing image and a console error are reported."""
+    page = tmp_path / "bad.html"
+    page.write_text('<html><body><img alt="x" src="missing.png">'
+                    '<script>console.error("boom")</script></body></html>')
+    res = check_page(page)
+    assert res.images[0]["natural_width"] == 0
+    assert any("boom" in e for e in res.console_errors)
