@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 EPI := $(VENV)/bin/epi
 STAMP := $(VENV)/.epi-setup
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast lint bench clean cross-compiler
 
 setup: $(STAMP)
 
@@ -22,8 +22,14 @@ $(STAMP): pyproject.toml scripts/build_llama.sh
 demo: setup
 	$(EPI) demo --out out/demo
 
-test: setup
+test: setup cross-compiler
 	bash scripts/run_tests.sh
+
+# tests/test_build_flags.py configures llama.cpp for aarch64 (the Raspberry Pi 5) with this
+cross-compiler:
+	@command -v aarch64-linux-gnu-g++ >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q g++-aarch64-linux-gnu; }
 
 test-fast: setup
 	bash scripts/run_tests.sh -m "not slow"
