@@ -48,6 +48,7 @@ from host.analysis.windows import (
     measure_run,
     repeat_table,
 )
+from host.run.cpu_features import run_notes as cpu_feature_notes
 
 
 # --------------------------------------------------------------------------- main entry
@@ -75,6 +76,7 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
     measurable = []
     for run, cfg in zip(runs, configs, strict=True):
         notes += [f"{run.path.name}: {n}" for n in run.notes]
+        notes += [f"{run.path.name}: {n}" for n in cpu_feature_notes(run.header)]
         if not run.placement or (run.idle.empty and not (run.requests["warmup"] == 0).any()):
             notes.append(f"{run.path}: nothing to measure (no idle window, no finished "
                          f"non-warm-up request; status {run.status}"
