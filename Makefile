@@ -37,8 +37,9 @@ test-fast: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# every bench/bench_*.py, then one table: figure, goal, measured, verdict (docs/bench.md)
 bench: setup
-	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) bench/run_all.py
 
 clean:
 	rm -rf $(VENV) out
