@@ -19,6 +19,7 @@ a freshly written tiny test model. HellaSwag and LAMBADA need `epi data prepare`
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import tempfile
 import time
@@ -49,10 +50,18 @@ def default_model(tmp: Path) -> Path:
     return write_test_model(tmp / "tiny.gguf")
 
 
-def timed(fn: Callable[[], dict]) -> tuple[float, dict]:
-    t0 = time.monotonic()
+def _cpu_s() -> float:
+    """CPU seconds of this process (all its threads) and of its finished children."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(fn: Callable[[], dict]) -> tuple[float, float, dict]:
+    """(wall s, CPU s, result) of one call."""
+    c0, t0 = _cpu_s(), time.monotonic()
     out = fn()
-    return time.monotonic() - t0, out
+    return time.monotonic() - t0, _cpu_s() - c0, out
 
 
 def main() -> None:
@@ -106,18 +115,23 @@ def main() -> None:
                 ("ppl", (ours_ppl, theirs_ppl), ppl_rows, args.windows),
             ):
                 t: dict[tuple[str, int], float] = {}
+                cpu: dict[tuple[str, int], float] = {}
                 order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
                 for k in (1, 2):
                     for side in order:
                         fn = sides[0] if side == "ours" else sides[1]
-                        t[side, k], last[f"{what}-{side}-{k}"] = timed(lambda fn=fn, k=k: fn(k))
+                        t[side, k], cpu[side, k], last[f"{what}-{side}-{k}"] = timed(
+                            lambda fn=fn, k=k: fn(k))
                 ours_s = (t["ours", 2] - t["ours", 1]) / per
                 theirs_s = (t["theirs", 2] - t["theirs", 1]) / per
-                rows.append((ours_s, theirs_s, t["ours", 2], t["theirs", 2]))
+                cpu_ratio = (cpu["ours", 2] - cpu["ours", 1]) / (cpu["theirs", 2]
+                                                                 - cpu["theirs", 1])
+                rows.append((ours_s, theirs_s, cpu_ratio, t["ours", 2]))
                 unit = "item" if what == "mc" else "window"
                 print(f"round {r + 1} {what}: ours {ours_s:.3f} s/{unit}, llama-perplexity "
                       f"{theirs_s:.3f} s/{unit} (2N runs incl. load: ours {t['ours', 2]:.1f} s,"
-                      f" theirs {t['theirs', 2]:.1f} s)", flush=True)
+                      f" theirs {t['theirs', 2]:.1f} s); CPU-time ratio ours/theirs "
+                      f"{cpu_ratio:.2f}", flush=True)
 
     ours_acc = last["mc-ours-2"]["accuracy_token_norm"]
     theirs_acc = last["mc-theirs-2"]["accuracy"]
@@ -139,6 +153,11 @@ def main() -> None:
           f"{last['ppl-ours-2']['ppl']:.6f}, llama-perplexity {last['ppl-theirs-2']['ppl']:.4f}")
     emit("mc_scoring_vs_llama_perplexity", mc_ratio, len(mc_rows), mc_spread,
          f"HellaSwag N={args.n}/2N, {args.threads} threads, ctx {args.ctx}")
+    mc_cpu, mc_cpu_spread = summary([c for _, _, c, _ in mc_rows])
+    print(f"hellaswag CPU time (same N/2N difference, all threads, process and children): "
+          f"ratio ours/theirs {mc_cpu:.2f} [{mc_cpu_spread[0]:.2f}-{mc_cpu_spread[1]:.2f}]")
+    emit("mc_scoring_cpu_vs_llama_perplexity", mc_cpu, len(mc_rows), mc_cpu_spread,
+         "CPU seconds, robust to machine load")
     emit("mc_accuracy_diff_vs_llama_perplexity", abs(ours_acc - theirs_acc), 1, None,
          f"{n2} items")
     emit("ppl_window_vs_llama_perplexity", ppl_ratio, len(ppl_rows), ppl_spread,

@@ -17,6 +17,11 @@ GOALS: dict[str, dict[str, Any]] = {
         "text": "HellaSwag scoring, epi s/item / llama-perplexity s/item (same threads; both "
                 "timed at N and 2N items, difference taken: load excluded on both sides)",
     },
+    "mc_scoring_cpu_vs_llama_perplexity": {
+        "goal": 1.0, "op": "<=", "unit": "ratio",
+        "text": "the same ratio in CPU seconds (process + children, all threads): robust to "
+                "the load of a shared machine",
+    },
     "mc_accuracy_diff_vs_llama_perplexity": {
         "goal": 0.005, "op": "<=", "unit": "accuracy (abs)",
         "text": "|epi accuracy_token_norm - llama-perplexity accuracy| on the same 2N items "
