@@ -96,3 +96,31 @@ def describe(projection: Mapping[str, Any]) -> str:
             f"({projection['seconds'] / 60:.1f} min; load {projection['load_s']:.1f} s, {parts}; "
             f"from a {projection['probe_items']}-item probe per benchmark, "
             f"{projection['threads']} threads)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m host.accuracy.estimate MODEL --bench hellaswag,mmlu --n 400 --threads 2`."""
+    import argparse
+
+    from epi.core.errors import UserError
+
+    ap = argparse.ArgumentParser(description="Projected accuracy-scoring time (short probe).")
+    ap.add_argument("model", type=Path)
+    ap.add_argument("--bench", default="hellaswag,arc_challenge,mmlu")
+    ap.add_argument("--n", type=int, default=200, help="items per benchmark")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=DEFAULT_CTX)
+    ap.add_argument("--probe", type=int, default=PROBE_ITEMS, help="timed probe items")
+    args = ap.parse_args(argv)
+    try:
+        p = projected_seconds(args.model, [b for b in args.bench.split(",") if b], args.n,
+                              args.threads, n_ctx=args.ctx, probe_items=args.probe)
+    except UserError as exc:
+        print(f"error: {exc}")
+        return 2
+    print(describe(p))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
