@@ -1,7 +1,7 @@
 """Seconds per item of epi's HellaSwag scoring and per window of its perplexity, against
 llama-perplexity's, on the same basis, side by side in one run.
 
-    .venv/bin/python bench/bench_accuracy.py [MODEL.gguf] [--n 16] [--windows 2] [--repeats 3]
+    .venv/bin/python bench/bench_accuracy.py [MODEL.gguf] [--n 16] [--windows 4] [--repeats 3]
 
 Basis: both sides are timed from model load to result at N and at 2N items (W and 2W
 perplexity windows), and the per-item time is the difference over N: process start, model
@@ -64,11 +64,36 @@ def timed(fn: Callable[[], dict]) -> tuple[float, float, dict]:
     return time.monotonic() - t0, _cpu_s() - c0, out
 
 
+NOISE = "; rounds where t(2N) <= t(N) (load noise larger than the work) are left out"
+
+
+def ratio(ours: float, theirs: float) -> float | None:
+    """ours / theirs, None where either difference is not positive (noise beat the work)."""
+    return ours / theirs if ours > 0 and theirs > 0 else None
+
+
+def valid_summary(values: list[float | None]) -> tuple[float | None, list[float] | None]:
+    """Median and [min, max] of the valid rounds; (None, None) when no round is valid."""
+    good = [v for v in values if v is not None]
+    return summary(good) if good else (None, None)
+
+
+def valid(values: list[float | None]) -> int:
+    """Rounds behind a figure."""
+    return sum(v is not None for v in values)
+
+
+def fmt(value: float | None, spread: list[float] | None) -> str:
+    if value is None or spread is None:
+        return "not measurable (every round's difference was swamped by noise)"
+    return f"{value:.2f} [{spread[0]:.2f}-{spread[1]:.2f}]"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?", type=Path)
     ap.add_argument("--n", type=int, default=16, help="HellaSwag items N (also timed at 2N)")
-    ap.add_argument("--windows", type=int, default=2, help="perplexity windows W (and 2W)")
+    ap.add_argument("--windows", type=int, default=4, help="perplexity windows W (and 2W)")
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="rounds (median and spread)")
@@ -124,44 +149,46 @@ def main() -> None:
                             lambda fn=fn, k=k: fn(k))
                 ours_s = (t["ours", 2] - t["ours", 1]) / per
                 theirs_s = (t["theirs", 2] - t["theirs", 1]) / per
-                cpu_ratio = (cpu["ours", 2] - cpu["ours", 1]) / (cpu["theirs", 2]
-                                                                 - cpu["theirs", 1])
+                cpu_ratio = ratio(cpu["ours", 2] - cpu["ours", 1],
+                                  cpu["theirs", 2] - cpu["theirs", 1])
                 rows.append((ours_s, theirs_s, cpu_ratio, t["ours", 2]))
                 unit = "item" if what == "mc" else "window"
                 print(f"round {r + 1} {what}: ours {ours_s:.3f} s/{unit}, llama-perplexity "
                       f"{theirs_s:.3f} s/{unit} (2N runs incl. load: ours {t['ours', 2]:.1f} s,"
                       f" theirs {t['theirs', 2]:.1f} s); CPU-time ratio ours/theirs "
-                      f"{cpu_ratio:.2f}", flush=True)
+                      f"{cpu_ratio if cpu_ratio is None else round(cpu_ratio, 2)}", flush=True)
 
     ours_acc = last["mc-ours-2"]["accuracy_token_norm"]
     theirs_acc = last["mc-theirs-2"]["accuracy"]
     n2 = 2 * args.n
-    mc_ratio, mc_spread = summary([o / t for o, t, _, _ in mc_rows])
+    mc_ratios = [ratio(o, t) for o, t, _, _ in mc_rows]
+    mc_ratio, mc_spread = valid_summary(mc_ratios)
     print(f"hellaswag (N={args.n}, 2N={n2}; per item = (t(2N) - t(N)) / N, load excluded on "
           f"both sides): ours {summary([o for o, *_ in mc_rows])[0]:.3f} s/item, "
           f"llama-perplexity {summary([t for _, t, *_ in mc_rows])[0]:.3f} s/item; ratio "
-          f"ours/theirs {mc_ratio:.2f} [{mc_spread[0]:.2f}-{mc_spread[1]:.2f}] over "
-          f"{len(mc_rows)} rounds")
+          f"ours/theirs {fmt(mc_ratio, mc_spread)} over {len(mc_rows)} rounds")
     print(f"accuracy on the {n2} items: ours {ours_acc:.4f} (accuracy_token_norm), "
           f"llama-perplexity {theirs_acc:.4f}; difference {abs(ours_acc - theirs_acc):.4f} "
           f"({round(abs(ours_acc - theirs_acc) * n2)} item(s))")
-    ppl_ratio, ppl_spread = summary([o / t for o, t, _, _ in ppl_rows])
+    ppl_ratios = [ratio(o, t) for o, t, _, _ in ppl_rows]
+    ppl_ratio, ppl_spread = valid_summary(ppl_ratios)
     print(f"perplexity (W={args.windows}, 2W windows of {args.ctx}): ours "
           f"{summary([o for o, *_ in ppl_rows])[0]:.3f} s/window, llama-perplexity "
           f"{summary([t for _, t, *_ in ppl_rows])[0]:.3f} s/window; ratio ours/theirs "
-          f"{ppl_ratio:.2f} [{ppl_spread[0]:.2f}-{ppl_spread[1]:.2f}]; ppl ours "
+          f"{fmt(ppl_ratio, ppl_spread)}; ppl ours "
           f"{last['ppl-ours-2']['ppl']:.6f}, llama-perplexity {last['ppl-theirs-2']['ppl']:.4f}")
-    emit("mc_scoring_vs_llama_perplexity", mc_ratio, len(mc_rows), mc_spread,
-         f"HellaSwag N={args.n}/2N, {args.threads} threads, ctx {args.ctx}")
-    mc_cpu, mc_cpu_spread = summary([c for _, _, c, _ in mc_rows])
+    emit("mc_scoring_vs_llama_perplexity", mc_ratio, valid(mc_ratios), mc_spread,
+         f"HellaSwag N={args.n}/2N, {args.threads} threads, ctx {args.ctx}{NOISE}")
+    mc_cpus = [c for _, _, c, _ in mc_rows]
+    mc_cpu, mc_cpu_spread = valid_summary(mc_cpus)
     print(f"hellaswag CPU time (same N/2N difference, all threads, process and children): "
-          f"ratio ours/theirs {mc_cpu:.2f} [{mc_cpu_spread[0]:.2f}-{mc_cpu_spread[1]:.2f}]")
-    emit("mc_scoring_cpu_vs_llama_perplexity", mc_cpu, len(mc_rows), mc_cpu_spread,
-         "CPU seconds, robust to machine load")
+          f"ratio ours/theirs {fmt(mc_cpu, mc_cpu_spread)}")
+    emit("mc_scoring_cpu_vs_llama_perplexity", mc_cpu, valid(mc_cpus), mc_cpu_spread,
+         f"CPU seconds, robust to machine load{NOISE}")
     emit("mc_accuracy_diff_vs_llama_perplexity", abs(ours_acc - theirs_acc), 1, None,
          f"{n2} items")
-    emit("ppl_window_vs_llama_perplexity", ppl_ratio, len(ppl_rows), ppl_spread,
-         f"W={args.windows}/2W windows of {args.ctx}")
+    emit("ppl_window_vs_llama_perplexity", ppl_ratio, valid(ppl_ratios), ppl_spread,
+         f"W={args.windows}/2W windows of {args.ctx}{NOISE}")
 
 
 if __name__ == "__main__":

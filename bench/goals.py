@@ -41,8 +41,9 @@ GOALS: dict[str, dict[str, Any]] = {
                 "np.trapezoid) / window_energy",
     },
     "aligner_speedup_vs_pandas": {
-        "goal": 10.0, "op": ">=", "unit": "x",
-        "text": "pandas as a user would write it (merge_asof + groupby) / window_energy",
+        "goal": 5.0, "op": ">=", "unit": "x",
+        "text": "pandas as a user would write it (merge_asof + groupby) / window_energy "
+                "(worth its complexity: at least 5x what a pandas user gets)",
     },
     "runner_vs_bare_llama_cpp": {
         "goal": 0.99, "op": ">=", "unit": "ratio",
