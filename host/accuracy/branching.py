@@ -10,10 +10,12 @@ prefix would do, without a second pass. Logits are requested only for the rows t
 token (the last context token and the ending tokens but the last), as llama-perplexity
 does, instead of for every position.
 
-Several items go into one decode ("packing") when `pack` is on, as llama-perplexity packs
+Several items can go into one decode ("packing", `pack=True`), as llama-perplexity can pack
 them; each item keeps its own sequence ids, so attention never crosses items. Packing
 changes which rows a token shares its matrix products with, and llama.cpp's CPU kernels then
-round slightly differently; docs/accuracy.md states the measured logit difference.
+round slightly differently; it also makes every token attend over the whole (masked) cache
+of the pack, and measured slower here, so it is off by default. docs/accuracy.md states the
+measured logit differences.
 
 Units: log-probabilities are natural-log (nats).
 """
@@ -61,10 +63,14 @@ class Group:
 
 
 def log_sum_exp_rows(rows: np.ndarray) -> np.ndarray:
-    """log Σ exp(row) per row: float32 exponentials summed in float64 (llama-perplexity's way)."""
+    """log Σ exp(row) per row (float32 exponentials, pairwise-summed; result in float64).
+
+    Within 2·10⁻⁷ nats of a float64 computation on 49 152-token vocabularies.
+    """
     mx = rows.max(axis=1)
-    sums = np.exp(rows - mx[:, None]).sum(axis=1, dtype=np.float64)
-    return mx.astype(np.float64) + np.log(sums)
+    x = rows - mx[:, None]
+    np.exp(x, out=x)
+    return mx.astype(np.float64) + np.log(x.sum(axis=1).astype(np.float64))
 
 
 class BranchingContext:

@@ -14,9 +14,9 @@ reported, as the field does:
 
 A tie goes to the first choice (llama.cpp's rule).
 
-Scoring evaluates an item's shared tokens once and branches the KV cache per choice, and
-packs several items into one llama.cpp batch (`pack=True`, llama-perplexity's way) — see
-host/accuracy/branching.py; docs/accuracy.md states the logit difference packing causes.
+Scoring evaluates an item's shared tokens once and branches the KV cache per choice, one
+item per llama.cpp batch (packing several is optional, `pack=True`) — see
+host/accuracy/branching.py; docs/accuracy.md states the logit differences this causes.
 """
 
 from __future__ import annotations
@@ -96,12 +96,14 @@ def score_items(
     scorer: Scorer,
     items: Sequence[Item],
     progress: Callable[[int], None] | None = None,
-    pack: bool = True,
+    pack: bool = False,
 ) -> list[dict[str, Any]]:
     """Per-item records {id, gold, scores} (the cacheable raw material of every metric).
 
-    With `pack`, consecutive items share one llama.cpp batch while their tokens and choices
-    fit the context (as llama-perplexity packs tasks); without it, every item is scored alone.
+    Every item is one llama.cpp batch (its context once, the KV cache branched per choice),
+    as llama-perplexity does with 4 parallel sequences; with `pack`, consecutive items share
+    one batch while their tokens and choices fit the context (measured slower on the CPU, and
+    an item's figures then depend slightly on its neighbours: off by default).
     """
     if not pack:
         records = []
