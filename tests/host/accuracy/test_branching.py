@@ -61,7 +61,7 @@ def test_packing_fills_the_context_in_several_batches(tiny_model: Path, synth: t
     with Scorer(tiny_model, 128, 2) as scorer:  # 30 items need several packs of 128 cells
         groups = [g for it in items for g in mc.item_groups(scorer, it)]
         assert sum(g.n_tokens for g in groups) > 2 * scorer.n_ctx
-        packed = mc.score_items(scorer, items)
+        packed = mc.score_items(scorer, items, pack=True)
         alone = mc.score_items(scorer, items, pack=False)
     for a, p in zip(alone, packed, strict=True):
         for x, y in zip(a["scores"], p["scores"], strict=True):
