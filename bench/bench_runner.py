@@ -28,6 +28,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import emit, machine_line
 
 
 def stamp_overhead_us(n: int = 200_000) -> float:
@@ -58,6 +61,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    print(machine_line("bench_runner.py"), flush=True)
 
     from llama_cpp import Llama
 
@@ -162,6 +166,8 @@ def main() -> int:
         f"(median; {args.tokens + 2} events + 1 summary row, flushed)"
     )
     print(f"same tokens as bare greedy : {same} (differs only where EOS would have won)")
+    emit("runner_vs_bare_llama_cpp", statistics.median(ratios), len(ratios), [q1, q3],
+         f"{len(prompts)} prompts x {args.tokens} tokens, {args.threads} thread(s); spread = IQR")
     return 0
 
 

@@ -1,84 +1,143 @@
-"""Goals of the bench/ scripts: one entry per headline figure (see the BENCH line contract)."""
+"""Every benchmark goal, in one place (issue 18: no hidden thresholds).
 
-GOALS = {
+`GOALS[key]`: `goal` (the number), `op` (how `measured` must compare to it: "<=", ">=", or "in" for a [low, high] goal),
+`unit`, and `text` (what is measured, in a line). Each bench/bench_*.py prints one
+`BENCH {json}` line per figure with the same key; bench/run_all.py (`make bench`) collects the
+lines and prints the table, marking a goal without a line as missing. docs/bench.md says how
+each figure is measured. Other lanes add their own keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GOALS: dict[str, dict[str, Any]] = {
+    "mc_scoring_vs_llama_perplexity": {
+        "goal": 1.0, "op": "<=", "unit": "ratio",
+        "text": "HellaSwag scoring, epi s/item / llama-perplexity s/item (same threads; both "
+                "timed at N and 2N items, difference taken: load excluded on both sides)",
+    },
+    "mc_scoring_cpu_vs_llama_perplexity": {
+        "goal": 1.0, "op": "<=", "unit": "ratio",
+        "text": "the same ratio in CPU seconds (process + children, all threads): robust to "
+                "the load of a shared machine",
+    },
+    "mc_accuracy_diff_vs_llama_perplexity": {
+        "goal": 0.005, "op": "<=", "unit": "accuracy (abs)",
+        "text": "|epi accuracy_token_norm - llama-perplexity accuracy| on the same 2N items "
+                "(one item in 200)",
+    },
+    "ppl_window_vs_llama_perplexity": {
+        "goal": 1.0, "op": "<=", "unit": "ratio",
+        "text": "perplexity, epi s/window / llama-perplexity s/window (same basis as above)",
+    },
+    "aligner_vs_numpy_pass": {
+        "goal": 3.0, "op": "<=", "unit": "ratio",
+        "text": "window_energy on every channel / one np.cumsum pass over the same samples",
+    },
+    "aligner_speedup_vs_window_loop": {
+        "goal": 10.0, "op": ">=", "unit": "x",
+        "text": "best straightforward per-window loop (slices of precomputed arrays, "
+                "np.trapezoid) / window_energy",
+    },
+    "aligner_speedup_vs_pandas": {
+        "goal": 5.0, "op": ">=", "unit": "x",
+        "text": "pandas as a user would write it (merge_asof + groupby) / window_energy "
+                "(worth its complexity: at least 5x what a pandas user gets)",
+    },
+    "runner_vs_bare_llama_cpp": {
+        "goal": 0.99, "op": ">=", "unit": "ratio",
+        "text": "tokens/s of the epi runner with all logging / a bare llama-cpp-python loop",
+    },
     "sampler-daemon-bus-fraction": {
-        "goal": 0.9,
+        "goal": 0.9, "op": ">=", "unit": "fraction",
         "text": "sweeps per second the daemon achieves on its real bus path (EmulatedSpiBus "
                 "with 160 kHz wire time, system clock, sampler + driver + trace writer) as a "
                 "fraction of the wire-time limit",
     },
     "sampler-soak-lost-fraction": {
-        "goal": 0.0,
+        "goal": 0.0, "op": "<=", "unit": "fraction",
         "text": "fraction of scheduled reads neither written nor reported (late/skipped/failed "
                 "/not ready) in a soak on the system clock at the daemon's default rate",
     },
     "fault-soak-energy-error": {
-        "goal": 0.002,
+        "goal": 0.002, "op": "<=", "unit": "fraction",
         "text": "per-channel energy outside [P·(t - unmetered), P·t], relative to P·t, max over "
                 "4 channels, daemon on the system clock with every fault kind in turn",
     },
     "fault-soak-unexplained-rows": {
-        "goal": 0,
+        "goal": 0, "op": "<=", "unit": "rows",
         "text": "rows more than 1 % off the constant load (or 0 W) with no event explaining "
                 "them within 2 s, same soak",
     },
     "trace-read-stdlib-vs-read_csv": {
-        "goal": 15.0,
+        "goal": 15.0, "op": "<=", "unit": "ratio",
         "text": "the checked stdlib trace reader takes at most 15x the time of a bare "
                 "pandas.read_csv of the samples (pure Python on the meter side)",
     },
     "trace-read-view-vs-read_csv": {
-        "goal": 20.0,
+        "goal": 20.0, "op": "<=", "unit": "ratio",
         "text": "the analysis's trace view (reader + frames + invalid intervals) takes at most "
                 "20x a bare pandas.read_csv of the samples",
     },
     "sources-read-cost-rapl-us": {
-        "goal": 1000.0,
+        "goal": 1000.0, "op": "<=", "unit": "µs",
         "text": "one RAPL read (package + DRAM energy_uj) costs under 1 ms, so 20 Hz polling "
                 "takes under 2 % of a core",
     },
     "sources-read-cost-hwmon-us": {
-        "goal": 1000.0,
+        "goal": 1000.0, "op": "<=", "unit": "µs",
         "text": "one hwmon read (every power/energy attribute) costs under 1 ms",
     },
     "sources-read-cost-nvml-binding-us": {
-        "goal": 500.0,
+        "goal": 500.0, "op": "<=", "unit": "µs",
         "text": "epi's own ctypes overhead per NVML read (fake library) is small next to the "
                 "~3.8 ms an nvmlDeviceGetTotalEnergyConsumption call takes on an H100",
     },
     "sources-achieved-over-update-rate-nvml": {
-        "goal": [0.8, 1.05],
+        "goal": [0.8, 1.05], "op": "in", "unit": "ratio",
         "text": "rows per second of a 10 Hz counter polled on its own thread, over its update "
                 "rate: close to 1, and never above (never faster than the counter updates)",
     },
     "sources-poll-over-update-rate-slow-hwmon": {
-        "goal": 1.5,
+        "goal": 1.5, "op": "<=", "unit": "ratio",
         "text": "a sensor that updates once a second, first polled at 10 Hz: after adapting, "
                 "polls per second over updates per second at most 1.5",
     },
     "sources-wall-sweep-lateness-ratio": {
-        "goal": 2.0,
+        "goal": 2.0, "op": "<=", "unit": "ratio",
         "text": "p99 lateness of the wall meter's sweeps with a slow source (40 ms reads) "
                 "recorded beside it, over without: at most 2 (sources run on their own threads)",
     },
     "bridge-sweep-rate-fraction": {
-        "goal": 0.9,
+        "goal": 0.9, "op": ">=", "unit": "fraction",
         "text": "sustained sweep rate through the MCU bridge as a fraction of the lesser of the "
                 "SPI-limited and UART-limited rates (115200 and 921600 baud, JSON and compact)",
     },
     "bridge-clock-map-error-ms": {
-        "goal": 1.0,
+        "goal": 1.0, "op": "<=", "unit": "ms",
         "text": "MCU -> Pi CLOCK_MONOTONIC mapping error against the injected truth, 50 ppm "
                 "drift and jittered latency, max over the samples after the first minute (ms)",
     },
     "campaign-overhead-per-run-s": {
-        "goal": 1.0,
+        "goal": 1.0, "op": "<=", "unit": "s",
         "text": "seconds a campaign run step takes beyond the same `epi run` invoked directly "
                 "(journal, spec, process session, result), median over runs, tiny model",
     },
     "report-render-s": {
-        "goal": 30.0,
+        "goal": 30.0, "op": "<=", "unit": "s",
         "text": "seconds `epi report` needs to render an analysis (6 figures as PNG + SVG, "
                 "HTML + Markdown) of a small campaign, median of repeated renders",
     },
 }
+
+
+def met(key: str, measured: float | None) -> bool | None:
+    """Whether `measured` meets goal `key` (None when not measured)."""
+    if measured is None or measured != measured:  # None or NaN
+        return None
+    g = GOALS[key]
+    if g["op"] == "in":
+        low, high = g["goal"]
+        return bool(low <= measured <= high)
+    return measured <= g["goal"] if g["op"] == "<=" else measured >= g["goal"]

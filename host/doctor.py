@@ -46,19 +46,21 @@ def _llama_checks() -> list[Check]:
     checks.append(
         Check("llama.cpp", "llama-cpp-python", True, f"{info['llama_cpp_python']} at {pkg}")
     )
-    native_off = "-DGGML_NATIVE=OFF" in flags
+    # a native x86 build turns on AMX, which crashed on quantized models; elsewhere native is fine
+    flags_ok = "-DGGML_NATIVE=OFF" in flags or platform.machine() in ("aarch64", "arm64")
     checks.append(
         Check(
             "llama.cpp",
             "build flags",
-            native_off if flags else False,
+            flags_ok if flags else False,
             " ".join(f for f in flags if "GGML" in f)
             or "unknown (not built by scripts/build_llama.sh)",
             ""
-            if native_off
+            if flags_ok
             else "make setup: a GGML_NATIVE=ON build crashes on quantized models on AMX CPUs",
         )
     )
+    checks.append(_cpu_feature_check())
     checks.append(
         Check(
             "llama.cpp",
@@ -80,6 +82,30 @@ def _llama_checks() -> list[Check]:
             )
         )
     return checks
+
+
+def _cpu_feature_check() -> Check:
+    """The CPU features the build uses next to those the CPU has; warns on any left out."""
+    from host.run.cpu_features import cpu_features, unused
+
+    try:
+        f = cpu_features()
+    except Exception as exc:  # a library that does not load was reported above
+        return Check("llama.cpp", "CPU features", False, f"unknown: {exc}", "make setup")
+    build = " ".join(f["build"]) or "none reported"
+    if f["cpu"] is None:
+        return Check("llama.cpp", "CPU features", None,
+                     f"build uses {build}; CPU's unknown ({f['cpu_reason']})")
+    detail = f"build uses {build}; CPU has {' '.join(f['cpu']) or 'none llama.cpp uses'}"
+    for name, why in f["notes"].items():
+        detail += f"; {name} {why}"
+    missing = unused(f)
+    if missing:
+        return Check("llama.cpp", "CPU features", False,
+                     detail + f"; the build leaves out {' '.join(missing)}",
+                     "rebuild for this CPU: rm the llama.cpp cache entry and `make setup` "
+                     "(scripts/build_llama.sh picks flags per architecture)")
+    return Check("llama.cpp", "CPU features", True, detail)
 
 
 def _model_checks() -> list[Check]:

@@ -5,20 +5,58 @@
 # same sdist into the given Python and put the freshly built libraries next to them, so
 # `import llama_cpp` loads exactly this build (no LLAMA_CPP_LIB_PATH needed).
 #
+# CPU flags per architecture (`arch_flags`, chosen from `uname -m`; EPI_MACHINE overrides the
+# machine name, for tests and cross builds):
+#   x86_64   GGML_NATIVE=OFF: llama.cpp still enables AVX/AVX2/FMA/F16C/BMI2, and stays off the
+#            AMX path that crashed on quantized models; portable to any x86-64-v3 machine.
+#   aarch64  GGML_NATIVE=OFF + GGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16: the Raspberry Pi 5's
+#            Cortex-A76 (dot product and fp16 arithmetic, which the quantized kernels use);
+#            without it llama.cpp compiles for baseline armv8-a. EPI_LLAMA_ARM_ARCH=native
+#            builds for the build machine's own CPU (GGML_NATIVE=ON) instead.
+#   other    GGML_NATIVE=OFF (llama.cpp's portable default).
+# The flags are part of the cache key, so every variant has its own build directory.
+#
 # usage: scripts/build_llama.sh PYTHON
+#        scripts/build_llama.sh --print-flags   (the machine name, cache key and flags; no build)
 set -euo pipefail
 
-PY=${1:?usage: build_llama.sh PYTHON}
 VERSION=0.3.36
 CACHE=${EPI_HOME:-$HOME/.cache/epi}
-FLAGS=(-DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF -DGGML_RPC=ON -DLLAMA_OPENSSL=OFF
+COMMON=(-DBUILD_SHARED_LIBS=ON -DGGML_RPC=ON -DLLAMA_OPENSSL=OFF
        -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF
        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DCMAKE_BUILD_TYPE=Release
        # RUNPATH relative to the binary: the libraries copied next to the bindings load each
        # other (one libggml, one device registry), never the build cache's copies.
        -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN:$ORIGIN/../lib')
+
+# The CPU flags for machine name $1 (as `uname -m` prints it), one per line.
+arch_flags() {
+  case "$1" in
+    aarch64|arm64)
+      if [ "${EPI_LLAMA_ARM_ARCH:-}" = native ]; then
+        echo -DGGML_NATIVE=ON
+      else
+        echo -DGGML_NATIVE=OFF
+        echo "-DGGML_CPU_ARM_ARCH=${EPI_LLAMA_ARM_ARCH:-armv8.2-a+dotprod+fp16}"
+      fi ;;
+    *) echo -DGGML_NATIVE=OFF ;;
+  esac
+}
+
+MACHINE=${EPI_MACHINE:-$(uname -m)}
+mapfile -t ARCH < <(arch_flags "$MACHINE")
+# x86-64 keeps the flag order of earlier builds (GGML_NATIVE=OFF second), so its cache key,
+# and with it the cached build, stays the same.
+FLAGS=("${COMMON[0]}" "${ARCH[@]}" "${COMMON[@]:1}")
 TARGETS=(llama ggml-rpc-server llama-quantize llama-perplexity)
 KEY=$(printf '%s ' "$VERSION" "${FLAGS[@]}" | sha256sum | cut -c1-12)
+
+if [ "${1:-}" = --print-flags ]; then
+  printf 'machine %s\nkey %s\n' "$MACHINE" "$KEY"
+  printf '%s\n' "${FLAGS[@]}"
+  exit 0
+fi
+PY=${1:?usage: build_llama.sh PYTHON | --print-flags}
 ROOT="$CACHE/llama.cpp/$VERSION-$KEY"
 SDIST="$CACHE/dl/llama_cpp_python-$VERSION.tar.gz"
 JOBS=${EPI_BUILD_JOBS:-$(nproc)}
@@ -34,7 +72,7 @@ if [ ! -f "$SDIST" ]; then
 fi
 
 if [ ! -f "$ROOT/.built" ]; then
-  log "building llama.cpp $VERSION (GGML_NATIVE=OFF, GGML_RPC=ON) in $ROOT — about 7 min on 2 cores"
+  log "building llama.cpp $VERSION for $MACHINE (${ARCH[*]}, GGML_RPC=ON) in $ROOT — about 7 min on 2 cores"
   rm -rf "$ROOT"
   mkdir -p "$ROOT"
   tar -xzf "$SDIST" -C "$ROOT"

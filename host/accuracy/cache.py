@@ -18,7 +18,7 @@ from epi.core.files import write_json_atomic
 from host.quant.gguf_info import sha256_file
 from host.run.llama_env import epi_home
 
-SCORER_VERSION = 1  # bump when a change to the scoring could change a cached number
+SCORER_VERSION = 2  # bump when a change to the scoring could change a cached number
 
 
 def cache_root() -> Path:

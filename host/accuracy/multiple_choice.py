@@ -13,6 +13,10 @@ reported, as the field does:
   llama-perplexity's HellaSwag and multiple-choice scores use.
 
 A tie goes to the first choice (llama.cpp's rule).
+
+Scoring evaluates an item's shared tokens once and branches the KV cache per choice, one
+item per llama.cpp batch (packing several is optional, `pack=True`) — see
+host/accuracy/branching.py; docs/accuracy.md states the logit differences this causes.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from epi.core.errors import UserError
+from host.accuracy.branching import Group
 from host.accuracy.items import Item
 from host.accuracy.scorer import Scorer, common_prefix_len
 from host.accuracy.stats import wilson_interval
@@ -53,29 +59,90 @@ def item_group(scorer: Scorer, item: Item) -> list[tuple[list[int], int]]:
     return list(zip(seqs, score_starts(scorer, item, seqs), strict=True))
 
 
-def score_item(scorer: Scorer, item: Item) -> list[list[float]]:
-    """[[logprob_sum, n_tokens, n_bytes], ...] for every choice of `item`.
+def item_groups(scorer: Scorer, item: Item) -> list[Group]:
+    """The item as one prefix-sharing group, or one group per choice when it does not fit."""
+    pairs = item_group(scorer, item)
+    for seq, _ in pairs:
+        if len(seq) > scorer.n_ctx:
+            raise UserError(f"{scorer.path}: a sequence of {len(seq)} tokens does not fit the "
+                            f"context of {scorer.n_ctx}")
+    whole = Group(tuple(tuple(q) for q, _ in pairs), tuple(s for _, s in pairs))
+    if whole.n_tokens <= scorer.n_ctx and len(pairs) <= scorer.branching().n_seq_max:
+        return [whole]
+    return [Group((tuple(q),), (s,)) for q, s in pairs]
 
-    Choice 0 is evaluated from scratch; later choices reuse the tokens they share with it.
-    """
-    scorer.reset()
+
+def _choice_scores(scorer: Scorer, groups: Sequence[Group],
+                   logprobs: Sequence[Sequence[Any]]) -> list[list[float]]:
     out = []
-    for seq, start in item_group(scorer, item):
-        lp = scorer.logprobs(seq, start)
-        n_bytes = sum(scorer.piece_bytes(t) for t in seq[start:])
-        out.append([float(lp.sum()), len(lp), n_bytes])
+    for group, lps in zip(groups, logprobs, strict=True):
+        for seq, start, lp in zip(group.seqs, group.starts, lps, strict=True):
+            n_bytes = sum(scorer.piece_bytes(t) for t in seq[start:])
+            out.append([float(lp.sum()), len(lp), n_bytes])
     return out
 
 
+def score_item(scorer: Scorer, item: Item) -> list[list[float]]:
+    """[[logprob_sum, n_tokens, n_bytes], ...] for every choice of `item`, scored alone."""
+    groups = item_groups(scorer, item)
+    ctx = scorer.branching()
+    lps: list[Any] = []
+    for g in groups:
+        lps.extend(ctx.score([g]))
+    return _choice_scores(scorer, groups, lps)
+
+
 def score_items(
-    scorer: Scorer, items: Sequence[Item], progress: Callable[[int], None] | None = None
+    scorer: Scorer,
+    items: Sequence[Item],
+    progress: Callable[[int], None] | None = None,
+    pack: bool = False,
 ) -> list[dict[str, Any]]:
-    """Per-item records {id, gold, scores} (the cacheable raw material of every metric)."""
+    """Per-item records {id, gold, scores} (the cacheable raw material of every metric).
+
+    Every item is one llama.cpp batch (its context once, the KV cache branched per choice),
+    as llama-perplexity does with 4 parallel sequences; with `pack`, consecutive items share
+    one batch while their tokens and choices fit the context (measured slower on the CPU, and
+    an item's figures then depend slightly on its neighbours: off by default).
+    """
+    if not pack:
+        records = []
+        for item in items:
+            records.append({"id": item.id, "gold": item.gold,
+                            "scores": score_item(scorer, item)})
+            if progress is not None:
+                progress(1)
+        return records
+    ctx = scorer.branching()
     records = []
+    pending: list[tuple[Item, list[Group]]] = []
+
+    def flush() -> None:
+        groups = [g for _, gs in pending for g in gs]
+        lps = ctx.score(groups) if groups else []
+        i = 0
+        for item, gs in pending:
+            scores = _choice_scores(scorer, gs, lps[i:i + len(gs)])
+            i += len(gs)
+            records.append({"id": item.id, "gold": item.gold, "scores": scores})
+            if progress is not None:
+                progress(1)
+        pending.clear()
+
     for item in items:
-        records.append({"id": item.id, "gold": item.gold, "scores": score_item(scorer, item)})
-        if progress is not None:
-            progress(1)
+        gs = item_groups(scorer, item)
+        if len(gs) > 1:  # too long to share the cache: alone, one choice at a time
+            flush()
+            lps = [lp for g in gs for lp in ctx.score([g])]
+            records.append({"id": item.id, "gold": item.gold,
+                            "scores": _choice_scores(scorer, gs, lps)})
+            if progress is not None:
+                progress(1)
+            continue
+        if pending and not ctx.fits([g for _, p in pending for g in p] + gs):
+            flush()
+        pending.append((item, gs))
+    flush()
     return records
 
 

@@ -3,11 +3,11 @@
 llama-cpp-python's `Llama(logits_all=True)` keeps the logits of every evaluated position in
 `Llama.scores`; `eval` continues from `Llama.n_tokens`, so a sequence that shares a prefix
 with what was evaluated last (the context of a multiple-choice item) reuses its KV cache and
-logits instead of recomputing them. Every choice is its own single-sequence evaluation, so
-an item's scores do not depend on which other items are evaluated with it. (llama-perplexity
-packs several sequences into one batch; llama.cpp's CPU kernels then give a sequence
-slightly different logits depending on its rows in the batch — measured up to 0.13 nats per
-token on a Q4_1 model — and packing was no faster here.)
+logits instead of recomputing them; perplexity windows use this path.
+
+Multiple-choice items use `branching()`: a second context on the same loaded model with
+many sequence ids, where an item's context is evaluated once and the KV cache branches per
+ending (host/accuracy/branching.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from epi.core.errors import UserError
+from host.accuracy.branching import BranchingContext
 
 
 def check_model_file(path: Path) -> None:
@@ -55,6 +56,8 @@ class Scorer:
     def __init__(self, model_path: Path, n_ctx: int, threads: int, n_batch: int = 512) -> None:
         check_model_file(model_path)
         self.path = Path(model_path)
+        self.threads = threads
+        self._branching: BranchingContext | None = None
         try:
             import llama_cpp
         except ImportError as exc:
@@ -130,8 +133,18 @@ class Scorer:
         rows = self.llm.scores[start - 1 : len(seq) - 1]
         return log_softmax_at(rows, seq[start:])
 
+    def branching(self) -> BranchingContext:
+        """The many-sequence context for multiple-choice scoring (created on first use)."""
+        if self._branching is None:
+            self._branching = BranchingContext(self._llama_cpp, self.llm.model, self.n_ctx,
+                                               self.threads, label=str(self.path))
+        return self._branching
+
     def close(self) -> None:
-        """Free the model and context now (instead of at garbage collection)."""
+        """Free the model and contexts now (instead of at garbage collection)."""
+        if getattr(self, "_branching", None) is not None:
+            self._branching.close()
+            self._branching = None
         llm = getattr(self, "llm", None)
         if llm is not None:
             llm.close()

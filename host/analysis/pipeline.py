@@ -57,6 +57,7 @@ from host.analysis.windows import (
     measure_run,
     repeat_table,
 )
+from host.run.cpu_features import run_notes as cpu_feature_notes
 
 
 # --------------------------------------------------------------------------- main entry
@@ -86,6 +87,7 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
     measurable = []
     for run, cfg in zip(runs, configs, strict=True):
         notes += [f"{run.path.name}: {n}" for n in run.notes]
+        notes += [f"{run.path.name}: {n}" for n in cpu_feature_notes(run.header)]
         if not run.placement or not (run.requests["warmup"] == 0).any():
             # No finished non-warm-up request (zero requests, or none generated a token):
             # no J/token to compute, whatever the idle windows hold.

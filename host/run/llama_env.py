@@ -17,7 +17,7 @@ from epi.core.errors import UserError
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 TOOLS = ("llama-quantize", "llama-perplexity", "ggml-rpc-server")
 SETUP_HINT = (
-    "run `make setup` (scripts/build_llama.sh builds llama.cpp with GGML_NATIVE=OFF, GGML_RPC=ON)"
+    "run `make setup` (scripts/build_llama.sh builds llama.cpp for this CPU, GGML_RPC=ON)"
 )
 
 

@@ -170,6 +170,7 @@ def plan_run(s: RunSettings) -> Plan:
 
 
 def _header_fields(plan: Plan) -> dict[str, Any]:
+    from host.run.cpu_features import cpu_features
     from host.run.llama_env import llama_info
 
     s, f = plan.settings, plan.facts
@@ -185,6 +186,7 @@ def _header_fields(plan: Plan) -> dict[str, Any]:
         "llama_cpp": {
             "version": info["llama_cpp_python"],
             "build_flags": info["build_flags"],
+            "cpu_features": cpu_features(),  # the build's next to the CPU's
             "rpc": bool(plan.endpoints),
         },
         "settings": {
