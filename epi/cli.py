@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "accuracy": "epi.commands.accuracy:accuracy",
     "data": "epi.commands.data:data",
     "analyze": "epi.commands.analyze:analyze",
+    "search": "epi.commands.search:search",
     "meter": "epi.commands.meter_group:meter",
 }
 
@@ -36,6 +37,7 @@ HELP = {
     "accuracy": "Perplexity and multiple-choice accuracy of models.",
     "data": "Prepare evaluation data (offline).",
     "analyze": "Joules per token, EPI and Pareto from traces and token logs.",
+    "search": "Search per-layer quantization maps that beat hand-made ones on EPI.",
     "meter": "The meter side: read, calibrate and run the daemon.",
 }
 
