@@ -1,0 +1,161 @@
+"""`epi search BASE.gguf`: per-layer quantization maps that beat the hand-made ones on EPI."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import click
+
+from epi.core.errors import UserError
+from epi.core.files import write_json_atomic
+from epi.core.text import format_table
+
+
+def _types(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    types = [t.strip().upper() for t in value.split(",") if t.strip()]
+    if not types:
+        raise UserError("--types: give at least two types, e.g. Q8_0,Q5_0,Q4_0")
+    return types
+
+
+def _fmt(x: float | None) -> str:
+    return "null" if x is None or not math.isfinite(x) else f"{x:.4g}"
+
+
+@click.command()
+@click.argument("base", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=Path("out/search"),
+              show_default=True, help="Search directory (resumable: run again to continue).")
+@click.option("--against", "against", multiple=True, type=click.Path(path_type=Path),
+              default=[Path("quantmaps/demo")], show_default=True,
+              help="Hand-made maps to beat (files or folders); measured in round 0.")
+@click.option("--types", "types_text", default=None,
+              help="Allowed tensor types, comma-separated (default: all that fit every tensor).")
+@click.option("--max-bpw", type=click.FloatRange(1, 32), default=None,
+              help="Budget: bits per weight of a candidate at most this.")
+@click.option("--max-size-mb", type=click.FloatRange(0, min_open=True), default=None,
+              help="Budget: file size of a candidate at most this.")
+@click.option("--min-accuracy", type=click.FloatRange(0, 1), default=None,
+              help="Budget: predicted composite accuracy at least this.")
+@click.option("--candidates", type=click.IntRange(1, 200), default=4, show_default=True,
+              help="Budget: search candidates measured in total.")
+@click.option("--per-round", type=click.IntRange(1, 50), default=2, show_default=True,
+              help="Candidates measured per round before the models are refitted.")
+@click.option("--objective", type=click.Choice(["epi", "pareto"]), default="epi",
+              show_default=True, help="Lowest predicted EPI, or spread along the front.")
+@click.option("--text", default="lambada", show_default=True,
+              help="Held-out text for the sensitivity proxy: a prepared text name or a file.")
+@click.option("--kl-windows", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="Windows of held-out text scored per probe.")
+@click.option("--kl-ctx", type=click.IntRange(16, 4096), default=256, show_default=True,
+              help="Tokens per held-out window.")
+@click.option("--meter", "meter_url", default=None,
+              help="A running meter daemon's URL (default: the campaign starts the emulator).")
+@click.option("--tokens", type=click.IntRange(1, 4096), default=16, show_default=True)
+@click.option("--repeats", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="Campaign rounds per configuration.")
+@click.option("--items", type=click.IntRange(10, 100000), default=50, show_default=True,
+              help="Items per benchmark (MMLU, ARC-Challenge, HellaSwag).")
+@click.option("--threads", type=click.IntRange(1, 256), default=None)
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | None,
+           max_bpw: float | None, max_size_mb: float | None, min_accuracy: float | None,
+           candidates: int, per_round: int, objective: str, text: str, kl_windows: int,
+           kl_ctx: int, meter_url: str | None, tokens: int, repeats: int, items: int,
+           threads: int | None, seed: int) -> None:
+    """Search per-layer quantization maps of BASE (an F16 GGUF) that beat hand-made ones.
+
+    Proxies (per-layer KL sensitivity, a fitted energy model) propose candidates; the most
+    promising are measured through `epi campaign`; the models are refitted and the loop
+    repeats until --candidates are measured. Only measured figures count.
+    """
+    import os
+
+    from host.accuracy.evaldata import data_dir, text_file
+    from host.accuracy.perplexity import read_text
+    from host.accuracy.scorer import Scorer
+    from host.quant.gguf_info import read_model
+    from host.quant.mixmap import collect_map_files
+    from host.search.driver import SearchSettings, run_search, summary
+    from host.search.figure import plot_search
+    from host.search.measure import CampaignSettings, campaign_measurer
+    from host.search.optimizer import Budget
+    from host.search.sensitivity import (
+        held_out_windows,
+        mean_kl,
+        measure_sensitivity,
+        model_logprobs,
+    )
+    from host.search.space import build_space
+
+    model = read_model(base)
+    if model.shape.n_layers < 1:
+        raise UserError(f"{base}: no transformer layers to search over")
+    space = build_space(model, _types(types_text))
+    against_files = collect_map_files(list(against))
+    if not against_files:
+        raise UserError("--against: no hand-made maps found to compare with")
+    threads = threads or os.cpu_count() or 1
+    out.mkdir(parents=True, exist_ok=True)
+    click.echo(f"search space: {space.n_layers} layers × {len(space.types)} types "
+               f"({', '.join(space.types)}); non-block {space.non_block}")
+
+    text_path = Path(text) if Path(text).is_file() else text_file(data_dir(), text)[0]
+    with Scorer(base, n_ctx=kl_ctx, threads=threads) as scorer:
+        toks = scorer.tokenize(read_text(text_path))
+        held = held_out_windows(toks, kl_ctx, kl_windows, str(text_path),
+                                scorer.bos if scorer.add_bos else None)
+    kl_table = measure_sensitivity(model, space.types, held, out / "sensitivity", threads,
+                                   progress=click.echo)
+    base_logp = None
+
+    def direct_kl(gguf_path: Path) -> float:
+        nonlocal base_logp
+        if base_logp is None:
+            base_logp = model_logprobs(base, held, threads)
+        return mean_kl(base_logp, model_logprobs(gguf_path, held, threads))
+
+    campaign = CampaignSettings(
+        base=base, emulate=meter_url is None, meter_url=meter_url, repeats=repeats,
+        tokens=tokens, threads=threads, seed=seed,
+        benchmarks={"mmlu": items, "arc_challenge": items, "hellaswag": items},
+    )
+    settings = SearchSettings(
+        out=out, budget=Budget(max_bpw, max_size_mb, min_accuracy), candidates=candidates,
+        per_round=per_round, objective=objective, against=against_files, seed=seed,
+    )
+    state, path, predictor = run_search(space, kl_table, settings,
+                                        campaign_measurer(campaign, click.echo), direct_kl,
+                                        echo=click.echo)
+    hand_ids = {json.loads(p.read_text()).get("id") or p.stem for p in against_files}
+    doc = summary(state, path, predictor, space, hand_ids)
+    write_json_atomic(out / "summary.json", doc)
+    maps_dir = out / "maps"
+    for cfg in state.search_maps:
+        src = next(out.glob(f"round*/maps/{cfg}.json"), None)
+        if src is not None:
+            maps_dir.mkdir(exist_ok=True)
+            (maps_dir / src.name).write_text(src.read_text())
+    figures = plot_search(doc, out)
+    rows = []
+    for r in doc["configs"]:
+        m = r["measured"]
+        rows.append([r["config"], r["kind"], r.get("assignment", ""),
+                     _fmt(r.get("predicted_j_per_token")), _fmt(m["j_per_token"]),
+                     _fmt(r.get("predicted_accuracy")), _fmt(m["accuracy"]),
+                     _fmt(r.get("predicted_epi")), _fmt(m["epi"]),
+                     m["power_source"] or "?", m["reason"]])
+    click.echo(format_table(
+        ["config", "kind", "layers:type", "J/tok pred", "J/tok meas", "acc pred", "acc meas",
+         "EPI pred", "EPI meas", "power", "note"], rows))
+    em, am = doc["energy_model"], doc["accuracy_model"]
+    click.echo(f"energy model: J/token = {_fmt(em['intercept_j'])} + {_fmt(em['j_per_gb'])}·GB "
+               f"(n={em['n']}); accuracy model: acc = {_fmt(am['intercept'])} + "
+               f"{_fmt(am['per_nat'])}·KL (n={am['n']}); proxy rank correlation "
+               f"{_fmt(doc['proxy_rank_correlation'])}")
+    click.echo(f"verdict: {doc['verdict']['text']}")
+    click.echo(f"wrote {out}/summary.json, {out}/maps/, {figures[0]}")

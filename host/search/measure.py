@@ -1,0 +1,167 @@
+"""Measuring candidates: through `epi campaign`, so a search's figures are the campaign's
+(quantized, scored, metered and analysed exactly like the hand-made maps).
+
+Each search round is one campaign directory holding that round's maps plus the anchor (the
+first hand-made map), measured again every round so that drift between rounds is visible.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from epi.core.errors import UserError
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One configuration's measured figures (NaN where the campaign has none, with a reason)."""
+
+    config: str
+    round: int
+    gguf: str | None
+    size_bytes: int | None
+    j_per_token: float
+    j_per_token_ci: tuple[float, float]
+    accuracy: float
+    epi: float
+    epi_ci: tuple[float, float]
+    power_source: str
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def usable(self) -> bool:
+        return math.isfinite(self.j_per_token) and math.isfinite(self.accuracy)
+
+
+Measurer = Callable[[int, Path, Sequence[Path]], list["Measured"]]
+
+
+@dataclass(frozen=True)
+class CampaignSettings:
+    """What every round's study file says besides its maps (docs/campaign.md)."""
+
+    base: Path
+    emulate: bool = True
+    meter_url: str | None = None
+    meter_trace: Path | None = None
+    repeats: int = 3
+    tokens: int = 16
+    repeats_per_run: int = 3
+    threads: int | None = None
+    benchmarks: dict[str, int] | None = None
+    ppl: str | None = "lambada"
+    seed: int = 0
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(str(v))  # a TOML basic string is a JSON string
+
+
+def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out: Path) -> str:
+    """A campaign study file for one round."""
+    lines = ["[study]", f"name = {_toml_value(name)}", f"seed = {settings.seed}",
+             f"repeats = {settings.repeats}", f"out = {_toml_value(str(out.resolve()))}", "",
+             "[[models]]", f"name = {_toml_value(settings.base.stem)}",
+             f"path = {_toml_value(str(settings.base.resolve()))}",
+             f"maps = {_toml_value([str(m.resolve()) for m in maps])}", "",
+             "[run]", f"tokens = {settings.tokens}",
+             f"repeats_per_run = {settings.repeats_per_run}"]
+    if settings.threads:
+        lines.append(f"threads = {settings.threads}")
+    lines += ["", "[meter]"]
+    if settings.emulate:
+        lines.append("emulate = true")
+    else:
+        lines.append(f"url = {_toml_value(settings.meter_url)}")
+        if settings.meter_trace is not None:
+            lines.append(f"trace = {_toml_value(str(settings.meter_trace))}")
+    if settings.benchmarks or settings.ppl:
+        lines += ["", "[accuracy]"]
+        if settings.benchmarks:
+            lines.append(f"benchmarks = {_toml_value(settings.benchmarks)}")
+        if settings.ppl:
+            lines.append(f"ppl = {_toml_value(settings.ppl)}")
+    return "\n".join(lines) + "\n"
+
+
+def _float(row: dict[str, str], key: str) -> float:
+    try:
+        v = float(row.get(key) or "nan")
+    except ValueError:
+        return math.nan
+    return v
+
+
+def read_campaign_results(round_no: int, campaign_dir: Path) -> list[Measured]:
+    """Headline figures per configuration from a finished campaign's analysis."""
+    results = campaign_dir / "analysis" / "results.csv"
+    if not results.exists():
+        raise UserError(f"{results}: missing — the campaign did not finish its analysis")
+    out = []
+    with results.open(newline="") as f:
+        for row in csv.DictReader(f):
+            if (row.get("scope"), row.get("phase"), row.get("unit"), row.get("basis")) != (
+                "all", "request", "generated", "gross"
+            ):
+                continue
+            cfg = row["config"]
+            manifests = list((campaign_dir / "models").glob(f"*/{cfg}.manifest.json"))
+            gguf, size = None, None
+            if manifests:
+                gguf = str(manifests[0].with_name(f"{cfg}.gguf"))
+                try:
+                    size = int(json.loads(manifests[0].read_text()).get("file_size_bytes") or 0)
+                except (OSError, ValueError):
+                    size = None
+                if not size and Path(gguf).exists():
+                    size = Path(gguf).stat().st_size
+            j = _float(row, "j_per_token_median")
+            reason = row.get("reason") or ("" if math.isfinite(j) else "no valid runs")
+            out.append(Measured(
+                cfg, round_no, gguf, size, j,
+                (_float(row, "j_per_token_ci_lo"), _float(row, "j_per_token_ci_hi")),
+                _float(row, "accuracy"), _float(row, "epi"),
+                (_float(row, "epi_ci_lo"), _float(row, "epi_ci_hi")),
+                row.get("power_source") or "", reason,
+            ))
+    return out
+
+
+def campaign_measurer(settings: CampaignSettings, echo: Callable[[str], None]) -> Measurer:
+    """A measurer that runs `epi campaign` on each round's study file (resumable itself)."""
+
+    def measure(round_no: int, round_dir: Path, maps: Sequence[Path]) -> list[Measured]:
+        round_dir.mkdir(parents=True, exist_ok=True)
+        study = round_dir / "study.toml"
+        campaign_dir = round_dir / "campaign"
+        study.write_text(study_text(f"search-round{round_no}", settings, maps, campaign_dir))
+        argv = [sys.executable, "-m", "epi", "campaign", str(study)]
+        echo(f"$ epi campaign {study}")
+        proc = subprocess.run(argv)
+        if proc.returncode != 0:
+            raise UserError(
+                f"{study}: the campaign of search round {round_no} failed (exit "
+                f"{proc.returncode}); run `epi search` again to continue where it stopped"
+            )
+        return read_campaign_results(round_no, campaign_dir)
+
+    return measure

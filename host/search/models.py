@@ -1,0 +1,134 @@
+"""The two fitted models a search predicts with, and how well each holds.
+
+- Energy: J per generated token = a + b · (GB of weights in the file). Decode reads every weight
+  once per generated token, so its energy grows with the bytes read; prefill and the fixed
+  per-token work go into `a`. Fitted by least squares on every measured configuration, with its
+  residuals kept and shown.
+- Accuracy: composite accuracy = a + s · KL, where KL is a configuration's summed sensitivity
+  proxy (nats per token). Fitted on measured configurations; its validity is the Spearman rank
+  correlation between −KL and the measured composite, reported beside every prediction.
+
+With too few measured points a model says so (`fitted` is False) instead of inventing a slope:
+an unfitted energy model ranks by bytes alone and predicts no joules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """y = intercept + slope · x, with the residual spread and the points it came from."""
+
+    intercept: float
+    slope: float
+    residual_sd: float
+    n: int
+    x_mean: float
+    sxx: float
+    residuals: tuple[float, ...] = field(default=())
+
+    @property
+    def fitted(self) -> bool:
+        return self.n >= 2 and math.isfinite(self.slope)
+
+    def predict(self, x: float) -> float:
+        if not self.fitted:
+            return math.nan
+        return self.intercept + self.slope * x
+
+    def prediction_sd(self, x: float) -> float:
+        """Standard deviation of a new observation at x (residual + slope uncertainty)."""
+        if not self.fitted or self.n < 3 or self.sxx <= 0:
+            return math.nan
+        return self.residual_sd * math.sqrt(1 + 1 / self.n + (x - self.x_mean) ** 2 / self.sxx)
+
+
+def fit_line(x: Sequence[float], y: Sequence[float]) -> LinearFit:
+    """Ordinary least squares of y on x over the finite pairs; unfitted below two points or
+    when x does not vary."""
+    xs = np.asarray(x, dtype=np.float64)
+    ys = np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(xs) & np.isfinite(ys)
+    xs, ys = xs[ok], ys[ok]
+    n = len(xs)
+    if n < 2 or np.ptp(xs) == 0:
+        return LinearFit(math.nan, math.nan, math.nan, n, math.nan, 0.0)
+    x_mean = float(xs.mean())
+    sxx = float(np.sum((xs - x_mean) ** 2))
+    slope = float(np.sum((xs - x_mean) * (ys - ys.mean())) / sxx)
+    intercept = float(ys.mean() - slope * x_mean)
+    res = ys - (intercept + slope * xs)
+    sd = float(math.sqrt(np.sum(res**2) / (n - 2))) if n > 2 else math.nan
+    return LinearFit(intercept, slope, sd, n, x_mean, sxx, tuple(float(r) for r in res))
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties); NaN below three finite pairs."""
+    xs = np.asarray(x, dtype=np.float64)
+    ys = np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(xs) & np.isfinite(ys)
+    xs, ys = xs[ok], ys[ok]
+    if len(xs) < 3:
+        return math.nan
+
+    def ranks(v: np.ndarray) -> np.ndarray:
+        order = np.argsort(v, kind="mergesort")
+        r = np.empty(len(v))
+        r[order] = np.arange(len(v), dtype=np.float64)
+        for value in np.unique(v):  # ties get their average rank
+            tie = v == value
+            r[tie] = r[tie].mean()
+        return r
+
+    rx, ry = ranks(xs), ranks(ys)
+    if np.std(rx) == 0 or np.std(ry) == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """Predicted J/token, accuracy and EPI of a candidate from its bytes and summed KL."""
+
+    energy: LinearFit  # J per generated token on GB of weights
+    accuracy: LinearFit  # composite accuracy on summed KL (nats/token)
+    proxy_rank_correlation: float  # Spearman(−KL, measured accuracy)
+
+    def j_per_token(self, gb: float) -> float:
+        return self.energy.predict(gb)
+
+    def accuracy_of(self, kl: float) -> float:
+        a = self.accuracy.predict(kl)
+        return min(max(a, 0.0), 1.0) if math.isfinite(a) else math.nan
+
+    def epi(self, gb: float, kl: float) -> float:
+        """Predicted EPI; NaN when either model is unfitted or accuracy is not positive."""
+        j = self.j_per_token(gb)
+        a = self.accuracy_of(kl)
+        return j / a if math.isfinite(j) and math.isfinite(a) and a > 0 else math.nan
+
+    def epi_interval(self, gb: float, kl: float, z: float = 1.96) -> tuple[float, float]:
+        """Approximate prediction interval of EPI from the two models' prediction spreads
+        (independent, first order); NaN where a spread is unknown."""
+        j, a = self.j_per_token(gb), self.accuracy_of(kl)
+        sj, sa = self.energy.prediction_sd(gb), self.accuracy.prediction_sd(kl)
+        if not all(math.isfinite(v) for v in (j, a, sj, sa)) or a <= 0:
+            return (math.nan, math.nan)
+        e = j / a
+        rel = math.sqrt((sj / j) ** 2 + (sa / a) ** 2) if j > 0 else math.nan
+        return (e * (1 - z * rel), e * (1 + z * rel))
+
+
+def fit_predictor(gb: Sequence[float], j_per_token: Sequence[float], kl: Sequence[float],
+                  accuracy: Sequence[float]) -> Predictor:
+    """Both models from measured configurations (NaN entries are left out of each fit)."""
+    energy = fit_line(gb, j_per_token)
+    acc = fit_line(kl, accuracy)
+    rho = spearman([-k for k in kl], accuracy)
+    return Predictor(energy, acc, rho)

@@ -1,0 +1,293 @@
+"""epi search: search space bytes, fitted models, descent, candidate pick, the measure loop."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from epi.core.errors import UserError
+from host.search.driver import SearchSettings, run_search, summary, verdict
+from host.search.measure import Measured, read_campaign_results, study_text
+from host.search.models import fit_line, fit_predictor, spearman
+from host.search.optimizer import Budget, descent_path, pick_candidates
+from host.search.sensitivity import candidate_kl, log_softmax, mean_kl
+from host.search.space import (
+    LayerTensors,
+    SearchSpace,
+    assignment_groups,
+    bits_per_weight,
+    build_space,
+    mixmap_document,
+)
+
+TYPES = ("Q8_0", "Q5_0", "Q4_0")
+
+
+def synthetic_space(n_layers: int = 3, weights: int = 4096) -> SearchSpace:
+    layers = tuple(LayerTensors(i, ((f"blk.{i}.w", 256, weights),)) for i in range(n_layers))
+    return SearchSpace(n_layers, layers, TYPES, {"token_embd": "Q8_0", "output": "Q8_0"},
+                       fixed_bytes=1000, n_weights=n_layers * weights + 1000)
+
+
+def test_bits_per_weight_match_ggml_block_layouts() -> None:
+    # Q8_0: 32 int8 + one f16 scale = 34 bytes per 32 weights; Q4_0: 16 + 2 = 18 bytes.
+    assert bits_per_weight("Q8_0") == pytest.approx(34 * 8 / 32)
+    assert bits_per_weight("Q4_0") == pytest.approx(18 * 8 / 32)
+    assert bits_per_weight("Q6_K") == pytest.approx(210 * 8 / 256)
+
+
+def test_space_bytes_equal_the_tensor_data_an_independent_reader_finds(tmp_path: Path) -> None:
+    """Quantize a real model with a per-layer candidate and read the file back with gguf's own
+    reader: the search's byte count must equal the bytes of the file's quantized tensors."""
+    import gguf
+
+    from host.quant.gguf_info import read_model, sha256_file
+    from host.quant.mixmap import parse_mixmap
+    from host.quant.quantize import quantize_map
+    from host.quant.tiny_model import write_test_model
+
+    base = write_test_model(tmp_path / "tiny.gguf", n_layers=4)
+    model = read_model(base)
+    space = build_space(model, ["Q8_0", "Q5_0", "Q4_0"])
+    assignment = ("Q8_0", "Q4_0", "Q4_0", "Q5_0")
+    doc = mixmap_document("cand", assignment, space, "test")
+    path = tmp_path / "cand.json"
+    path.write_text(json.dumps(doc))
+    result = quantize_map(parse_mixmap(doc, path), model, sha256_file(base), tmp_path / "q",
+                          threads=2)
+    reader = gguf.GGUFReader(str(result.output))
+    file_bytes = sum(int(t.n_bytes) for t in reader.tensors)
+    assert space.bytes_of(assignment) == file_bytes
+    types = {t.name: t.tensor_type.name for t in reader.tensors}
+    assert types["blk.1.ffn_down.weight"] == "Q4_0"
+    assert types["blk.3.attn_q.weight"] == "Q5_0"
+
+
+def test_default_types_are_those_that_fit_every_block_tensor(tmp_path: Path) -> None:
+    from host.quant.gguf_info import read_model
+    from host.quant.tiny_model import write_test_model
+
+    wide = read_model(write_test_model(tmp_path / "w.gguf", n_layers=2, n_embd=256, n_ff=512))
+    narrow = read_model(write_test_model(tmp_path / "n.gguf", n_layers=2, n_embd=96, n_ff=192,
+                                         n_head=2))
+    assert "Q6_K" in build_space(wide).types
+    narrow_types = build_space(narrow).types
+    assert "Q6_K" not in narrow_types and "Q4_K" not in narrow_types  # 96 % 256 != 0
+    assert {"Q8_0", "Q4_0"} <= set(narrow_types)  # 96 % 32 == 0
+    with pytest.raises(UserError, match="do not fit"):
+        build_space(narrow, ["Q8_0", "Q6_K"])
+
+
+def test_fit_line_recovers_a_known_line_and_refuses_one_point() -> None:
+    x = [0.1, 0.2, 0.35, 0.5]
+    fit = fit_line(x, [0.02 + 0.3 * v for v in x])
+    assert fit.intercept == pytest.approx(0.02) and fit.slope == pytest.approx(0.3)
+    assert fit.predict(1.0) == pytest.approx(0.32)
+    assert not fit_line([0.1], [0.2]).fitted
+    assert math.isnan(fit_line([0.1], [0.2]).predict(1.0))
+
+
+def test_spearman_against_hand_computed_ranks() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # ranks x: 1 2 3 4 5, y: 2 1 4 3 5 -> d² = 1+1+1+1+0 = 4 -> 1 - 6·4/(5·24) = 0.8
+    assert spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)
+    assert math.isnan(spearman([1, 2], [1, 2]))
+
+
+def test_mean_kl_closed_form_and_zero_for_identical_rows() -> None:
+    p = np.log(np.array([[0.5, 0.5]]))
+    q = np.log(np.array([[0.9, 0.1]]))
+    expected = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
+    assert mean_kl(p, q) == pytest.approx(expected)
+    rows = log_softmax(np.random.default_rng(0).standard_normal((3, 7)))
+    assert mean_kl(rows, rows) == pytest.approx(0.0, abs=1e-12)
+    assert np.allclose(np.exp(rows).sum(axis=1), 1.0)
+
+
+def convex_kl(n_layers: int, scale: list[float]) -> dict[tuple[int, str], float]:
+    """Per-layer KL convex in bits saved: each notch down costs more than the one before."""
+    steps = {"Q8_0": 0.0, "Q5_0": 1.0, "Q4_0": 3.0}
+    return {(i, t): scale[i] * steps[t] for i in range(n_layers) for t in TYPES}
+
+
+def test_descent_states_lie_on_the_brute_force_front_for_convex_costs() -> None:
+    space = synthetic_space(3)
+    kl = convex_kl(3, [1.0, 0.2, 5.0])
+    path = descent_path(space, kl)
+    assert path[0].assignment == ("Q8_0",) * 3 and path[-1].assignment == ("Q4_0",) * 3
+    everything = [(space.bytes_of(a), candidate_kl(a, kl))
+                  for a in itertools.product(TYPES, repeat=3)]
+    for c in path:
+        dominated = any(b <= c.bytes and k <= c.kl and (b < c.bytes or k < c.kl)
+                        for b, k in everything)
+        assert not dominated, c
+    assert [c.bytes for c in path] == sorted((c.bytes for c in path), reverse=True)
+    # the least sensitive layer (1) is lowered first
+    assert path[1].assignment == ("Q8_0", "Q5_0", "Q8_0")
+
+
+def test_two_notch_look_ahead_crosses_a_poor_intermediate_type() -> None:
+    """Layer 0's first notch is expensive but its two-notch move is cheap per byte: a
+    one-notch greedy would lower layer 1 first; the look-ahead takes layer 0 to Q4_0.
+    Per byte saved (Q8_0 4352, Q5_0 2816, Q4_0 2304 bytes): layer 0 one notch 2.0/1536,
+    two notches 1.9/2048; layer 1 one notch 1.5/1536."""
+    space = synthetic_space(2)
+    kl = {(0, "Q8_0"): 0.0, (0, "Q5_0"): 2.0, (0, "Q4_0"): 1.9,
+          (1, "Q8_0"): 0.0, (1, "Q5_0"): 1.5, (1, "Q4_0"): 4.0}
+    path = descent_path(space, kl)
+    assert path[1].assignment == ("Q4_0", "Q8_0")
+
+
+def test_pick_respects_budget_exclusions_and_spacing() -> None:
+    space = synthetic_space(3)
+    path = descent_path(space, convex_kl(3, [1.0, 0.2, 5.0]))
+    budget = Budget(max_bpw=7.0)
+    picks = pick_candidates(path, None, budget, 3, exclude=set())
+    assert picks and all(c.bpw <= 7.0 for c in picks)
+    again = pick_candidates(path, None, budget, 3, exclude={c.assignment for c in picks})
+    assert not {c.assignment for c in again} & {c.assignment for c in picks}
+    fitted = fit_predictor([0.01, 0.02, 0.03], [1.0, 2.0, 3.0], [0.0, 1.0, 2.0], [0.5, 0.4, 0.3])
+    by_epi = pick_candidates(path, fitted, Budget(), 2, set(), min_gap_bpw=0.5)
+    assert len(by_epi) == 2 and abs(by_epi[0].bpw - by_epi[1].bpw) >= 0.5
+    epis = [fitted.epi(c.gb, c.kl) for c in path]
+    assert fitted.epi(by_epi[0].gb, by_epi[0].kl) == pytest.approx(min(epis))
+
+
+def fake_measurer(space: SearchSpace, kl_table: dict, calls: list[int]):
+    """Closed-form "measurements": J/token = 0.5 + 40·GB, accuracy = 0.6 − 0.05·KL."""
+    from host.search.measure import Measured
+
+    def measure(round_no: int, round_dir: Path, maps: list[Path]) -> list[Measured]:
+        calls.append(round_no)
+        out = []
+        for p in maps:
+            doc = json.loads(p.read_text())
+            assignment = ["Q8_0"] * space.n_layers
+            for g in doc["groups"]:
+                for layer in g["layers"]:
+                    assignment[layer] = g["type"]
+            size = space.bytes_of(assignment)
+            kl = candidate_kl(assignment, kl_table)
+            j, acc = 0.5 + 40 * size / 1e9, 0.6 - 0.05 * kl
+            gguf = round_dir / f"{doc['id']}.gguf"
+            gguf.parent.mkdir(parents=True, exist_ok=True)
+            gguf.write_text(json.dumps(assignment))
+            out.append(Measured(doc["id"], round_no, str(gguf), size, j, (j, j), acc, j / acc,
+                                (j / acc, j / acc), "modelled (test)", ""))
+        return out
+
+    return measure
+
+
+def test_search_loop_refits_measures_the_budget_and_resumes(tmp_path: Path) -> None:
+    space = synthetic_space(4, weights=1 << 20)
+    kl_table = convex_kl(4, [1.0, 0.2, 5.0, 0.5])
+    hand = tmp_path / "hand"
+    hand.mkdir()
+    for t in ("Q8_0", "Q4_0"):
+        doc = mixmap_document(f"uniform_{t.lower()}", (t,) * 4, space, "hand-made")
+        (hand / f"uniform_{t.lower()}.json").write_text(json.dumps(doc))
+    settings = SearchSettings(out=tmp_path / "s", candidates=3, per_round=2,
+                              against=sorted(hand.glob("*.json")))
+    calls: list[int] = []
+
+    def direct(p: Path) -> float:
+        return candidate_kl(json.loads(p.read_text()), kl_table)
+
+    state, path, pred = run_search(space, kl_table, settings,
+                                   fake_measurer(space, kl_table, calls), direct,
+                                   echo=lambda s: None)
+    assert len(state.search_maps) == 3 and calls == [0, 1]
+    assert pred.energy.intercept == pytest.approx(0.5) and pred.energy.slope == pytest.approx(40)
+    assert pred.accuracy.slope == pytest.approx(-0.05)
+    assert pred.proxy_rank_correlation == pytest.approx(1.0)
+    doc = summary(state, path, pred, space, {"uniform_q8_0", "uniform_q4_0"})
+    searched = [r for r in doc["configs"] if r["kind"] == "search"]
+    for r in searched:  # exact models: predictions equal the (closed-form) measurements
+        assert r["predicted_j_per_token"] == pytest.approx(r["measured"]["j_per_token"])
+    assert doc["verdict"]["best_search"] is not None
+    # the same command again: everything is in search.json, nothing is measured twice
+    calls.clear()
+    run_search(space, kl_table, settings, fake_measurer(space, kl_table, calls), direct,
+               echo=lambda s: None)
+    assert calls == []
+
+
+def test_verdict_says_so_when_nothing_beats_the_hand_made_maps() -> None:
+    from host.search.driver import SearchState
+
+    def m(cfg: str, j: float, a: float) -> Measured:
+        return Measured(cfg, 0, None, 1, j, (j, j), a, j / a, (j / a, j / a), "measured", "")
+
+    state = SearchState(measured=[m("hand", 1.0, 0.5), m("s1", 1.2, 0.45)],
+                        search_maps={"s1": ["Q4_0"]})
+    v = verdict(state, {"hand"})
+    assert "found nothing with a lower measured EPI" in v["text"]
+    assert v["on_or_beyond_frontier"] == []
+
+
+def test_study_file_round_trips_through_tomllib(tmp_path: Path) -> None:
+    tomllib = pytest.importorskip("tomllib")  # stdlib on 3.11+
+    from host.search.measure import CampaignSettings
+
+    text = study_text("r0", CampaignSettings(base=tmp_path / "b.gguf",
+                                             benchmarks={"mmlu": 10}),
+                      [tmp_path / 'a "quoted".json'], tmp_path / "c")
+    doc = tomllib.loads(text)
+    assert doc["meter"]["emulate"] is True
+    assert doc["models"][0]["maps"] == [str((tmp_path / 'a "quoted".json').resolve())]
+    assert doc["accuracy"]["benchmarks"] == {"mmlu": 10}
+
+
+def test_campaign_results_reader_takes_the_headline_row(tmp_path: Path) -> None:
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "analysis" / "results.csv").write_text(
+        "config,scope,phase,unit,basis,j_per_token_median,accuracy,epi,power_source\n"
+        "a,all,request,generated,gross,0.5,0.4,1.25,modelled\n"
+        "a,all,decode,generated,gross,0.3,0.4,0.75,modelled\n"
+        "b,all,request,generated,gross,,0.4,,modelled\n"
+    )
+    rows = {m.config: m for m in read_campaign_results(0, tmp_path)}
+    assert rows["a"].j_per_token == 0.5 and rows["a"].epi == 1.25
+    assert math.isnan(rows["b"].j_per_token) and rows["b"].reason == "no valid runs"
+
+
+def test_groups_compress_consecutive_layers() -> None:
+    assert assignment_groups(["Q8_0", "Q8_0", "Q4_0", "Q8_0"]) == [
+        ([0, 1], "Q8_0"), ([2], "Q4_0"), ([3], "Q8_0")]
+
+
+def test_held_out_windows_come_from_the_end_and_refuse_short_texts() -> None:
+    from host.search.sensitivity import held_out_windows
+
+    toks = list(range(100))
+    held = held_out_windows(toks, n_ctx=10, n_windows=3, source="t", bos=1)
+    assert held.windows[0] == (1, *range(71, 80))
+    assert held.windows[-1][-1] == 99 and held.n_scored == 27
+    with pytest.raises(UserError, match="needs 200"):
+        held_out_windows(toks, n_ctx=100, n_windows=2, source="t", bos=None)
+
+
+@pytest.mark.slow
+def test_sensitivity_probes_rank_fewer_bits_as_further_from_the_base(tmp_path: Path) -> None:
+    """Real probes through llama-quantize and llama.cpp: a layer at Q4_0 moves the next-token
+    distributions further from the F16 base than the same layer at Q8_0; cached on rerun."""
+    from host.quant.gguf_info import read_model
+    from host.quant.tiny_model import write_test_model
+    from host.search.sensitivity import held_out_windows, measure_sensitivity
+
+    base = read_model(write_test_model(tmp_path / "tiny.gguf", n_layers=2))
+    held = held_out_windows(list(range(10, 200)), n_ctx=64, n_windows=2, source="ids", bos=1)
+    table = measure_sensitivity(base, ["Q8_0", "Q4_0"], held, tmp_path / "s", threads=2)
+    for layer in (0, 1):
+        assert 0 < table[(layer, "Q8_0")] < table[(layer, "Q4_0")]
+    lines: list[str] = []
+    again = measure_sensitivity(base, ["Q8_0", "Q4_0"], held, tmp_path / "s", threads=2,
+                                progress=lines.append)
+    assert again == table and lines == []
