@@ -1,10 +1,10 @@
 """Every benchmark goal, in one place (issue 18: no hidden thresholds).
 
 `GOALS[key]`: `goal` (the number), `op` (how `measured` must compare to it: "<=", ">=", or
-"in" for a [low, high] goal), `unit`, and `text` (what is measured, in a line). Each bench/bench_*.py prints one
-`BENCH {json}` line per figure with the same key; bench/run_all.py (`make bench`) collects the
-lines and prints the table, marking a goal without a line as missing. docs/bench.md says how
-each figure is measured. Other lanes add their own keys.
+"in" for a [low, high] goal), `unit`, and `text` (what is measured, in a line). Each
+bench/bench_*.py prints one `BENCH {json}` line per figure with the same key;
+bench/run_all.py (`make bench`) collects the lines and prints the table, marking a goal
+without a line as missing. docs/bench.md says how each figure is measured.
 """
 
 from __future__ import annotations

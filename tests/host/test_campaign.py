@@ -28,15 +28,15 @@ MAPS = REPO / "quantmaps"
 def write_study(tmp_path: Path, extra: str = "", *, repeats: int = 3, maps: str | None = None
                 ) -> Path:
     (tmp_path / "base.gguf").write_bytes(b"GGUF")  # only its size is read by the plan
-    maps = maps or (f'["{MAPS}/uniform_q8_0.json", "{MAPS}/mix_high_early.json", '
-                    f'"{MAPS}/mix_high_late.json", "{MAPS}/uniform_q4_k_m.json"]')
+    maps = maps or (f'["{MAPS}/uniform_q8.json", "{MAPS}/mix_high_early.json", '
+                    f'"{MAPS}/mix_high_late.json", "{MAPS}/uniform_q4km.json"]')
     p = tmp_path / "study.toml"
     p.write_text(f"""
 [study]
 name = "t"
 seed = 7
 repeats = {repeats}
-baseline = "uniform_q8_0"
+baseline = "uniform_q8"
 
 [[models]]
 name = "tiny"
@@ -59,8 +59,8 @@ benchmarks = {{ arc_challenge = 20, mmlu = 30 }}
 def test_study_reads_and_resolves_paths(tmp_path):
     s = load_study(write_study(tmp_path))
     assert s.repeats == 3 and s.seed == 7 and s.out == tmp_path / "out/campaign-t"
-    assert [m.name for m in s.models[0].maps] == ["uniform_q8_0.json", "mix_high_early.json",
-                                                  "mix_high_late.json", "uniform_q4_k_m.json"]
+    assert [m.name for m in s.models[0].maps] == ["uniform_q8.json", "mix_high_early.json",
+                                                  "mix_high_late.json", "uniform_q4km.json"]
     assert s.accuracy.benchmarks == {"arc_challenge": 20, "mmlu": 30}
 
 
@@ -111,7 +111,7 @@ def test_hostile_values_never_traceback(tmp_path_factory, key, value):
     (d / "base.gguf").write_bytes(b"GGUF")
     section, _, name = key.partition(".")
     doc = {"study": {"repeats": 2}, "models": [{"name": "m", "path": "base.gguf",
-                                                 "maps": [str(MAPS / "uniform_q8_0.json")]}],
+                                                 "maps": [str(MAPS / "uniform_q8.json")]}],
            "meter": {"emulate": True}}
     if name:
         doc.setdefault(section, {})[name] = value
@@ -281,7 +281,7 @@ def test_dry_run_prints_plan_and_estimate_and_writes_nothing(tmp_path):
     r = CliRunner().invoke(cli, ["campaign", str(p), "--dry-run"])
     assert r.exit_code == 0, r.output
     assert "4 configurations × 3 rounds, seed 7" in r.output
-    assert "run:uniform_q8_0:1" in r.output and "accuracy:mix_high_late" in r.output
+    assert "run:uniform_q8:1" in r.output and "accuracy:mix_high_late" in r.output
     assert "estimate:" in r.output and "accuracy" in r.output.split("estimate:")[1]
     # projected accuracy time: 50 items × 1 s per item × 4 models = 3m20s
     assert "accuracy 3m20s" in r.output

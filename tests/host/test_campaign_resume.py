@@ -35,12 +35,12 @@ name = "resume"
 seed = 11
 repeats = 2
 out = "camp"
-baseline = "uniform_q8_0"
+baseline = "uniform_q8"
 
 [[models]]
 name = "tiny"
 path = "{model}"
-maps = ["{MAPS}/uniform_q8_0.json", "{MAPS}/mix_high_early.json"]
+maps = ["{MAPS}/uniform_q8.json", "{MAPS}/mix_high_early.json"]
 
 [run]
 tokens = 4
@@ -149,7 +149,7 @@ def test_killed_twice_counts_the_same_runs_as_uninterrupted(tmp_path):
 
     camp_a = tmp_path / "a" / "camp"
     runs_a, runs_b = _analysed(camp_a), _analysed(camp_b)
-    expected = sorted((c, f"round{k}", "completed") for c in ("uniform_q8_0", "mix_high_early")
+    expected = sorted((c, f"round{k}", "completed") for c in ("uniform_q8", "mix_high_early")
                       for k in (1, 2))
     assert runs_a == expected
     assert runs_b == expected  # same runs counted, each exactly once, all complete

@@ -207,7 +207,7 @@ def test_search_loop_refits_measures_the_budget_and_resumes(tmp_path: Path) -> N
     assert pred.energy.intercept == pytest.approx(0.5) and pred.energy.slope == pytest.approx(40)
     assert pred.accuracy.slope == pytest.approx(-0.05)
     assert pred.proxy_rank_correlation == pytest.approx(1.0)
-    doc = summary(state, path, pred, space, {"uniform_q8_0", "uniform_q4_0"})
+    doc = summary(state, path, pred, space, {"uniform_q8", "uniform_q4"})
     searched = [r for r in doc["configs"] if r["kind"] == "search"]
     for r in searched:  # exact models: predictions equal the (closed-form) measurements
         assert r["predicted_j_per_token"] == pytest.approx(r["measured"]["j_per_token"])
