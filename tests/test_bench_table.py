@@ -62,7 +62,13 @@ def test_parser_takes_only_bench_objects(text: str) -> None:
 
 def test_goal_verdicts_follow_the_comparison() -> None:
     for key, g in goals.GOALS.items():
-        assert g["op"] in ("<=", ">=") and g["text"]
+        assert g["op"] in ("<=", ">=", "in") and g["text"] and g["unit"]
+        if g["op"] == "in":
+            low, high = g["goal"]
+            assert goals.met(key, low) is True and goals.met(key, high) is True
+            assert goals.met(key, low - abs(low) - 1) is False
+            assert goals.met(key, high + abs(high) + 1) is False
+            continue
         assert goals.met(key, g["goal"]) is True
         worse = g["goal"] * 2 + 1 if g["op"] == "<=" else g["goal"] / 2 - 1
         assert goals.met(key, worse) is False

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from epi.commands.params import BoundedInt
 from epi.core.errors import UserError
 
 
@@ -45,9 +46,9 @@ def list_models() -> None:
     show_default=True,
     help="Dense llama, or mixture-of-experts (qwen2moe adds a shared expert).",
 )
-@click.option("--layers", type=click.IntRange(1, 256), default=8, show_default=True)
-@click.option("--experts", type=click.IntRange(1, 256), default=4, show_default=True)
-@click.option("--experts-used", type=click.IntRange(1, 256), default=2, show_default=True)
+@click.option("--layers", type=BoundedInt(1, 256), default=8, show_default=True)
+@click.option("--experts", type=BoundedInt(1, 256), default=4, show_default=True)
+@click.option("--experts-used", type=BoundedInt(1, 256), default=2, show_default=True)
 def tiny(out: Path, arch: str, layers: int, experts: int, experts_used: int) -> None:
     """Write a random-weight F16 test model OUT (256 wide, llama.cpp's own tokenizer)."""
     from host.quant.tiny_model import write_test_model

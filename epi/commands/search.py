@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from epi.commands.params import SEED, THREADS, BoundedInt, FiniteFloat
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.core.text import format_table
@@ -35,33 +36,33 @@ def _fmt(x: float | None) -> str:
               help="Hand-made maps to beat (files or folders); measured in round 0.")
 @click.option("--types", "types_text", default=None,
               help="Allowed tensor types, comma-separated (default: all that fit every tensor).")
-@click.option("--max-bpw", type=click.FloatRange(1, 32), default=None,
+@click.option("--max-bpw", type=FiniteFloat(1.0, 32.0), default=None,
               help="Budget: bits per weight of a candidate at most this.")
-@click.option("--max-size-mb", type=click.FloatRange(0, min_open=True), default=None,
+@click.option("--max-size-mb", type=FiniteFloat(0.0, 1e9, lo_open=True), default=None,
               help="Budget: file size of a candidate at most this.")
-@click.option("--min-accuracy", type=click.FloatRange(0, 1), default=None,
+@click.option("--min-accuracy", type=FiniteFloat(0.0, 1.0), default=None,
               help="Budget: predicted composite accuracy at least this.")
-@click.option("--candidates", type=click.IntRange(1, 200), default=4, show_default=True,
+@click.option("--candidates", type=BoundedInt(1, 200), default=4, show_default=True,
               help="Budget: search candidates measured in total.")
-@click.option("--per-round", type=click.IntRange(1, 50), default=2, show_default=True,
+@click.option("--per-round", type=BoundedInt(1, 50), default=2, show_default=True,
               help="Candidates measured per round before the models are refitted.")
 @click.option("--objective", type=click.Choice(["epi", "pareto"]), default="epi",
               show_default=True, help="Lowest predicted EPI, or spread along the front.")
 @click.option("--text", default="lambada", show_default=True,
               help="Held-out text for the sensitivity proxy: a prepared text name or a file.")
-@click.option("--kl-windows", type=click.IntRange(1, 64), default=2, show_default=True,
+@click.option("--kl-windows", type=BoundedInt(1, 64), default=2, show_default=True,
               help="Windows of held-out text scored per probe.")
-@click.option("--kl-ctx", type=click.IntRange(16, 4096), default=256, show_default=True,
+@click.option("--kl-ctx", type=BoundedInt(16, 4096), default=256, show_default=True,
               help="Tokens per held-out window.")
 @click.option("--meter", "meter_url", default=None,
               help="A running meter daemon's URL (default: the campaign starts the emulator).")
-@click.option("--tokens", type=click.IntRange(1, 4096), default=16, show_default=True)
-@click.option("--repeats", type=click.IntRange(1, 20), default=3, show_default=True,
+@click.option("--tokens", type=BoundedInt(1, 4096), default=16, show_default=True)
+@click.option("--repeats", type=BoundedInt(1, 20), default=3, show_default=True,
               help="Campaign rounds per configuration.")
-@click.option("--items", type=click.IntRange(10, 100000), default=50, show_default=True,
+@click.option("--items", type=BoundedInt(10, 100_000), default=50, show_default=True,
               help="Items per benchmark (MMLU, ARC-Challenge, HellaSwag).")
-@click.option("--threads", type=click.IntRange(1, 256), default=None)
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--threads", type=THREADS, default=None)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | None,
            max_bpw: float | None, max_size_mb: float | None, min_accuracy: float | None,
            candidates: int, per_round: int, objective: str, text: str, kl_windows: int,
@@ -92,6 +93,7 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
     )
     from host.search.space import build_space
 
+    check_output_dir(out, "--out")
     model = read_model(base)
     if model.shape.n_layers < 1:
         raise UserError(f"{base}: no transformer layers to search over")

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
+from epi.formats.fields import read_json_object
 
 FILES = ("results.json", "results.csv", "runs.csv", "repeats.csv", "windows.csv")
 TOKEN_UNIT = {"prefill": "n_prompt_tokens", "decode": "n_generated_tokens",
@@ -106,9 +107,10 @@ def _read_csv(path: Path) -> pd.DataFrame:
 def power_labels(doc: dict[str, Any], results: pd.DataFrame) -> tuple[str, str]:
     """("measured" | "modelled", detail) from the analysis column, else the trace metadata."""
     if "power_source" in results.columns and results["power_source"].notna().any():
-        src = str(results["power_source"].dropna().iloc[0])
-        kind = "modelled" if "model" in src or "emul" in src else "measured"
-        return kind, src
+        # Any modelled configuration makes the report modelled: never a measured banner over it.
+        srcs = list(dict.fromkeys(str(v) for v in results["power_source"].dropna()))
+        modelled = any("model" in src or "emul" in src for src in srcs)
+        return ("modelled" if modelled else "measured"), "; ".join(srcs)
     trace = doc.get("trace") or {}
     if trace.get("emulated") or trace.get("power_models"):
         kinds = set()
@@ -140,6 +142,47 @@ def ci_text(results: pd.DataFrame, doc: dict[str, Any]) -> str:
     return f"{level:.0%} bootstrap percentile CI over the repeats of valid runs"
 
 
+# The parts of results.json the report reads, and the JSON type each must have.
+_SHAPE: dict[str, tuple[type, ...]] = {
+    "options": (dict,), "trace": (dict,), "runs": (list,), "pareto": (list,),
+    "notes": (list,), "savings": (list,), "perplexity_matched_pairs": (list,),
+    "phase_breakdown": (list,), "layer_groups": (dict,), "models": (list,),
+}
+
+
+def _require_columns(table: pd.DataFrame, path: Path, columns: tuple[str, ...]) -> None:
+    """A non-empty analysis table must have the columns the report reads."""
+    missing = [c for c in columns if c not in table.columns]
+    if len(table.columns) and missing:
+        raise UserError(f"{path}: column {missing[0]!r} missing (not an `epi analyze` table)")
+
+
+def check_document_shape(doc: dict[str, Any], path: Path) -> None:
+    """Refuse, in one line, a results.json whose fields the report reads have the wrong type."""
+    for key, types in _SHAPE.items():
+        value = doc.get(key)
+        if value is not None and not isinstance(value, types):
+            raise UserError(f"{path}: field {key!r}: expected {types[0].__name__}, got "
+                            f"{type(value).__name__}")
+    runs = doc.get("runs")
+    if not isinstance(runs, list):
+        raise UserError(f"{path}: field 'runs': missing (expected a list of runs)")
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict) or not isinstance(run.get("config"), str) \
+                or not isinstance(run.get("run_id"), str):
+            raise UserError(f"{path}: field 'runs[{i}]': expected an object with string "
+                            "'config' and 'run_id'")
+    trace = doc.get("trace") or {}
+    if "path" in trace and not isinstance(trace["path"], str):
+        raise UserError(f"{path}: field 'trace.path': expected a string")
+    for key in ("emulated",):
+        if key in trace and not isinstance(trace[key], bool | None):
+            raise UserError(f"{path}: field 'trace.{key}': expected true or false")
+    if not isinstance(trace.get("power_models") or [], list) or not all(
+            isinstance(pm, dict | None) for pm in trace.get("power_models") or []):
+        raise UserError(f"{path}: field 'trace.power_models': expected a list of objects")
+
+
 def load(analysis_dir: Path | str) -> ReportData:
     d = Path(analysis_dir)
     if not d.is_dir():
@@ -147,13 +190,11 @@ def load(analysis_dir: Path | str) -> ReportData:
     for name in FILES:
         if not (d / name).is_file():
             raise UserError(f"{d / name}: missing — not an `epi analyze` output directory")
-    try:
-        doc = json.loads((d / "results.json").read_text())
-    except ValueError as exc:
-        raise UserError(f"{d / 'results.json'}: malformed JSON ({exc})") from None
+    doc = read_json_object(d / "results.json", "analysis results")
     if doc.get("format") != "epi-analysis":
         raise UserError(f"{d / 'results.json'}: field 'format': expected 'epi-analysis', got "
                         f"{doc.get('format')!r}")
+    check_document_shape(doc, d / "results.json")
     results = _read_csv(d / "results.csv")
     for col in ("config", "scope", "phase", "unit", "basis"):
         if col not in results.columns:
@@ -163,8 +204,12 @@ def load(analysis_dir: Path | str) -> ReportData:
     labels = Labels(kind, detail, str(opts.get("energy_basis", "gross")),
                     str(opts.get("energy_method", "counter")), str(opts.get("edge", "step")),
                     ci_text(results, doc))
-    rd = ReportData(d, doc, results, _read_csv(d / "runs.csv"), _read_csv(d / "repeats.csv"),
-                    _read_csv(d / "windows.csv"), labels)
+    runs, windows = _read_csv(d / "runs.csv"), _read_csv(d / "windows.csv")
+    _require_columns(runs, d / "runs.csv", ("run_id", "phase", "valid", "reasons", "cv"))
+    _require_columns(windows, d / "windows.csv",
+                     ("run_id", "config", "kind", "scope", "energy_j", "energy_net_j",
+                      "n_samples", "duration_s", "n_prompt_tokens", "n_generated_tokens"))
+    rd = ReportData(d, doc, results, runs, _read_csv(d / "repeats.csv"), windows, labels)
     rd.per_run = per_run_figures(rd)
     rd.models = model_facts(doc)
     rd.settles = campaign_settles(d.parent / "journal.jsonl", doc)

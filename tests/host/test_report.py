@@ -134,13 +134,20 @@ def test_measured_trace_is_labelled_measured(study_analysis):
     doc["trace"]["emulated"] = False
     doc["trace"]["power_models"] = []
     (adir / "results.json").write_text(json.dumps(doc))
-    assert report_data.load(adir).labels.power_source == "measured"
     res = pd.read_csv(adir / "results.csv")
+    # the analysis' own column decides first
+    assert (res["power_source"].str.startswith("modelled")).all()
+    res["power_source"] = "measured"
+    res.to_csv(adir / "results.csv", index=False)
+    assert report_data.load(adir).labels.power_source == "measured"
+    res.loc[res.index[-1], "power_source"] = "modelled (ActivityModel)"
+    res.to_csv(adir / "results.csv", index=False)
+    assert report_data.load(adir).labels.power_source == "modelled"  # one modelled row is enough
     res["power_source"] = "modelled: activity model"
     res["ci_method"] = "BCa bootstrap"
     res.to_csv(adir / "results.csv", index=False)
     lab = report_data.load(adir).labels
-    assert lab.power_source == "modelled" and lab.ci_text == "BCa bootstrap"
+    assert lab.power_source == "modelled" and lab.ci_text.startswith("BCa bootstrap")
 
 
 def test_cli_writes_report_atomically_and_errors_are_one_line(study_analysis, tmp_path):
@@ -167,6 +174,38 @@ def test_hostile_results_json_is_one_line_error(tmp_path_factory, text):
     with pytest.raises(UserError) as exc:
         report_data.load(d)
     assert "\n" not in str(exc.value) and "results" in str(exc.value)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(["options", "trace", "runs", "pareto", "notes", "savings",
+                            "layer_groups", "runs.0", "runs.0.config", "trace.path",
+                            "trace.emulated", "trace.power_models"]),
+       value=st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                          lambda inner: st.lists(inner, max_size=3)
+                          | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                          max_leaves=8))
+def test_hostile_results_json_fields_are_one_line_errors(tmp_path_factory, key, value):
+    """A results.json field of the wrong type: one line naming the file, never a traceback."""
+    d = tmp_path_factory.mktemp("badfield")
+    for name in report_data.FILES:
+        (d / name).write_text("")  # empty tables: only results.json can be wrong
+    (d / "results.csv").write_text("config,scope,phase,unit,basis\n")
+    doc = {"format": "epi-analysis", "options": {}, "trace": {"path": "t", "emulated": True,
+           "power_models": []}, "runs": [{"config": "c", "run_id": "r", "path": "p"}]}
+    *parents, last = key.split(".")
+    target = doc
+    for k in parents:
+        target = target[int(k)] if isinstance(target, list) else target[k]
+    if isinstance(target, list):
+        target[int(last)] = value
+    else:
+        target[last] = value
+    (d / "results.json").write_text(json.dumps(doc))
+    try:
+        report_data.load(d)
+    except UserError as exc:
+        assert "\n" not in str(exc) and "results.json" in str(exc)
 
 
 def test_report_in_headless_chromium(study_analysis, tmp_path):
