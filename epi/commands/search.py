@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from epi.commands.params import SEED, THREADS, BoundedInt, FiniteFloat
+from epi.commands.params import SEED, THREADS, BoundedInt, FiniteFloat, check_output_dir
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.core.text import format_table
