@@ -76,7 +76,7 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
     """
     import os
 
-    from host.accuracy.evaldata import data_dir, text_file
+    from host.accuracy.evaldata import TEXTS, data_dir, ensure_prepared, text_file
     from host.accuracy.perplexity import read_text
     from host.accuracy.scorer import Scorer
     from host.quant.gguf_info import read_model
@@ -106,7 +106,14 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
     click.echo(f"search space: {space.n_layers} layers × {len(space.types)} types "
                f"({', '.join(space.types)}); non-block {space.non_block}")
 
-    text_path = Path(text) if Path(text).is_file() else text_file(data_dir(), text)[0]
+    if Path(text).is_file():
+        text_path = Path(text)
+    elif text in TEXTS:
+        ensure_prepared(texts=[text], echo=click.echo)
+        text_path = text_file(data_dir(), text)[0]
+    else:
+        raise UserError(f"--text: {text!r} is neither a file nor a prepared text name "
+                        f"({', '.join(TEXTS)})")
     with Scorer(base, n_ctx=kl_ctx, threads=threads) as scorer:
         toks = scorer.tokenize(read_text(text_path))
         held = held_out_windows(toks, kl_ctx, kl_windows, str(text_path),

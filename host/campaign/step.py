@@ -49,15 +49,10 @@ def do_data(a: dict[str, Any]) -> dict[str, Any]:
     from host.accuracy import evaldata
 
     root = evaldata.data_dir()
-    manifest = evaldata.read_manifest(root)
-    benches = [b for b in a["benchmarks"] if b not in manifest["benchmarks"]]
-    texts = [t for t in a["texts"] if t not in manifest["texts"]]
-    if not benches and not texts:
+    prepared = evaldata.ensure_prepared(a["benchmarks"], a["texts"], root, echo=_echo)
+    if not prepared:
         _echo(f"evaluation data already prepared in {root}")
-        return {"prepared": [], "root": str(root)}
-    wheel = evaldata.download_wheel(evaldata.download_dir())
-    evaldata.prepare(root, wheel, benches, texts, echo=_echo)
-    return {"prepared": benches + texts, "root": str(root)}
+    return {"prepared": prepared, "root": str(root)}
 
 
 def do_accuracy(a: dict[str, Any]) -> dict[str, Any]:
