@@ -55,6 +55,7 @@ class CampaignSettings:
     emulate: bool = True
     meter_url: str | None = None
     meter_trace: Path | None = None
+    rate_hz: float | None = None  # the emulated meter's sample rate (None: the campaign's)
     repeats: int = 3
     tokens: int = 16
     repeats_per_run: int = 3
@@ -90,6 +91,8 @@ def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out:
     lines += ["", "[meter]"]
     if settings.emulate:
         lines.append("emulate = true")
+        if settings.rate_hz is not None:
+            lines.append(f"rate_hz = {settings.rate_hz!r}")
     else:
         lines.append(f"url = {_toml_value(settings.meter_url)}")
         if settings.meter_trace is not None:
