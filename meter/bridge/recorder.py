@@ -31,12 +31,12 @@ from meter.bridge.clockmap import ClockMapper, Mapping
 from meter.bridge.link import Link, LinkLost, wire_ns
 from meter.bridge.protocol import LineError, Message, Sweep, command, decode_line
 from meter.chip.calibration import joules_per_count
+from meter.daemon.event_budget import EventBudget
 from meter.daemon.trace import EVENT_KINDS, TraceWriter, gap_detail
 
 MAX_LINE_BYTES = 4096
 MAX_PENDING_SWEEPS = 3000  # sweeps held while the first clock mapping is being fitted
 INITIAL_PINGS = 8
-EVENTS_PER_SECOND = 5
 
 
 @dataclass
@@ -128,7 +128,7 @@ class BridgeRecorder:
         self._next_ping = 0
         self._next_fit = 0
         self._next_meta = 0
-        self._event_budget: dict[tuple[int | None, str], tuple[int, int, int]] = {}
+        self._event_budget = EventBudget()
         self._stop = threading.Event()
         self.ready = threading.Event()  # set when the first sample row is written
         self.on_sample: Callable[[dict[str, Any]], None] | None = None  # live state/stream
@@ -154,17 +154,11 @@ class BridgeRecorder:
         if kind not in ("gap", "start", "stop", "late"):
             self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
         if limit:
-            key = (channel, kind)
-            start, n, suppressed = self._event_budget.get(key, (t_mono, 0, 0))
-            if t_mono - start >= 1_000_000_000:
-                start, n = t_mono, 0
-            if n >= EVENTS_PER_SECOND:
-                self._event_budget[key] = (start, n, suppressed + 1)
+            admitted = self._event_budget.admit(channel, kind, t_mono, detail)
+            if admitted is None:
                 self.stats.suppressed_events += 1
                 return
-            if suppressed:
-                detail += f" (+{suppressed} similar events not written)"
-            self._event_budget[key] = (start, n + 1, 0)
+            detail = admitted
         self.writer.write_event(t_mono, t_real, channel, kind, detail)
 
     # ---- link -------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from meter.clock import Clock, is_simulated
+from meter.daemon.event_budget import EventBudget
 from meter.daemon.jitter import JitterStats
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import MeterState
@@ -71,7 +72,6 @@ _FAULT_KINDS: tuple[tuple[type[BaseException], str], ...] = (
 FAULT_EVENT_KINDS = frozenset(
     {"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "implausible"}
 )
-_EVENTS_PER_SECOND = 5  # per (channel, kind) from the driver; the rest are counted
 _BACKOFF_AFTER = 3  # consecutive failed reads before a channel is only retried now and then
 
 
@@ -171,7 +171,7 @@ class Sampler:
         self.stats = SamplerStats()
         self._runs = {ch.index: _ChannelRun() for ch in self.channels}
         self._names = {ch.index: ch.name for ch in self.channels}
-        self._event_budget: dict[tuple[int | None, str], tuple[int, int, int]] = {}
+        self._event_budget = EventBudget()
         self._late_pending = 0
         self._skipped_pending = 0
         self._late_max_ns = 0
@@ -208,17 +208,11 @@ class Sampler:
             self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
             if self.state is not None:
                 self.state.record_fault(channel, kind)
-        key = (channel, kind)
-        window_start, n, suppressed = self._event_budget.get(key, (t_mono, 0, 0))
-        if t_mono - window_start >= 1_000_000_000:
-            window_start, n = t_mono, 0
-        if n >= _EVENTS_PER_SECOND:
-            self._event_budget[key] = (window_start, n, suppressed + 1)
+        admitted = self._event_budget.admit(channel, kind, t_mono, detail)
+        if admitted is None:
             self.stats.suppressed_events += 1
             return
-        if suppressed:
-            detail = f"{detail} (+{suppressed} similar events not written)"
-        self._event_budget[key] = (window_start, n + 1, 0)
+        detail = admitted
         self._write_event(t_mono, t_real, channel, kind, detail)
 
     def _write_event(
