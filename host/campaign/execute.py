@@ -37,6 +37,15 @@ from host.campaign.thermal import settle
 
 LOCK = ".campaign.lock"
 
+# [analysis] fields of the study file → the `epi analyze` options they set
+ANALYZE_FLAGS = {"energy_basis": "--energy-basis", "energy_method": "--energy-method",
+                 "cv_threshold": "--cv-threshold", "max_offset_frac": "--max-offset-frac",
+                 "min_samples": "--min-samples", "lag": "--lag",
+                 "max_lag_error_frac": "--max-lag-error-frac",
+                 "ppl_tolerance": "--ppl-tolerance",
+                 "max_resolution_frac": "--max-resolution-frac"}
+
+
 
 class StepFailed(UserError):
     exit_code = 1
@@ -206,13 +215,8 @@ class Campaign:
             args += ["--accuracy", str(self.layout.accuracy)]
         if self.study.baseline:
             args += ["--baseline", self.study.baseline]
-        flags = {"energy_basis": "--energy-basis", "energy_method": "--energy-method",
-                 "cv_threshold": "--cv-threshold", "max_offset_frac": "--max-offset-frac",
-                 "min_samples": "--min-samples", "n_boot": "--bootstrap",
-                 "ppl_tolerance": "--ppl-tolerance",
-                 "max_resolution_frac": "--max-resolution-frac"}
         for key, value in self.study.analysis.items():
-            args += [flags[key], str(value)]
+            args += [ANALYZE_FLAGS[key], str(value)]
         return args
 
     def merge_accuracy(self, state: JournalState) -> None:

@@ -9,6 +9,7 @@ docs/campaign.md documents every field; `examples/study-demo.toml` and
 from __future__ import annotations
 
 import glob
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,12 +130,16 @@ class _Reader:
         return value
 
     def number(self, key: str, default: float | None, low: float, *, integer: bool = False,
-               strict: bool = False) -> Any:
+               strict: bool = False, high: float | None = None) -> Any:
         value = self.get(key, int if integer else (int, float), default)
         if value is None:
             return None
+        if not math.isfinite(value):
+            raise self.fail(key, f"{value} is not a finite number")
         if value < low or (strict and value == low):
             raise self.fail(key, f"{value} must be {'above' if strict else 'at least'} {low}")
+        if high is not None and value > high:
+            raise self.fail(key, f"{value} must be at most {high}")
         return value if integer else float(value)
 
     def finish(self) -> None:
@@ -292,15 +297,22 @@ def load_study(path: Path | str) -> Study:
 
     an = _table(path, doc, "analysis")
     analysis: dict[str, Any] = {}
-    for key, kind in (("energy_basis", str), ("energy_method", str), ("cv_threshold", float),
-                      ("max_offset_frac", float), ("min_samples", int), ("n_boot", int),
-                      ("ppl_tolerance", float), ("max_resolution_frac", float)):
-        value = an.get(key, (int, float) if kind is float else kind)
-        if value is not None:
-            analysis[key] = float(value) if kind is float else value
+    for key in ("energy_basis", "energy_method", "lag"):
+        if (text := an.get(key, str)) is not None:
+            analysis[key] = text
+    for key in ("cv_threshold", "max_offset_frac", "max_lag_error_frac", "ppl_tolerance",
+                "max_resolution_frac"):  # fractions, as `epi analyze` takes them
+        if (x := an.number(key, None, 0.0, high=1.0)) is not None:
+            analysis[key] = x
+    if (n := an.number("min_samples", None, 2, integer=True)) is not None:
+        analysis["min_samples"] = n
     an.finish()
     if analysis.get("energy_basis", "gross") not in ("gross", "net"):
         raise an.fail("energy_basis", "expected \"gross\" or \"net\"")
+    if analysis.get("energy_method", "counter") not in ("counter", "trapezoid"):
+        raise an.fail("energy_method", "expected \"counter\" or \"trapezoid\"")
+    if analysis.get("lag", "none") not in ("none", "auto"):
+        raise an.fail("lag", "expected \"none\" or \"auto\"")
 
     e = _table(path, doc, "estimate")
     d = Estimate()

@@ -76,6 +76,12 @@ def test_maps_from_folders_and_globs(tmp_path):
     ("[run]\nrepeats_per_run = 1", None),  # duplicate [run] table is invalid TOML
     ("[bogus]\nx = 1", "bogus"),
     ("[analysis]\nenergy_basis = \"both\"", "analysis.energy_basis"),
+    ("[analysis]\nn_boot = 1000", "analysis.n_boot"),  # epi analyze has no bootstrap any more
+    ("[analysis]\ncv_threshold = 1.5", "analysis.cv_threshold"),
+    ("[analysis]\nlag = \"sometimes\"", "analysis.lag"),
+    ("[analysis]\nmin_samples = 1", "analysis.min_samples"),
+    ("[thermal]\ntolerance = nan", "thermal.tolerance"),
+    ("[thermal]\ntimeout_s = inf", "thermal.timeout_s"),
 ])
 def test_bad_fields_are_one_line_naming_file_and_field(tmp_path, extra, field):
     p = write_study(tmp_path, extra)
@@ -300,3 +306,22 @@ def test_bad_study_on_the_command_line_is_exit_2(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "thermal.rule" in proc.stderr
     assert main  # the console entry point is what `-m epi` runs
+
+
+def test_every_analysis_field_sets_a_real_epi_analyze_option(tmp_path):
+    """Each [analysis] field the study accepts reaches `epi analyze` as an option it has."""
+    from epi.commands.analyze import analyze
+    from host.campaign.execute import ANALYZE_FLAGS
+
+    p = write_study(tmp_path, "[analysis]\nenergy_basis = \"net\"\nenergy_method = "
+                    "\"trapezoid\"\ncv_threshold = 0.05\nmax_offset_frac = 0.02\n"
+                    "min_samples = 3\nlag = \"auto\"\nmax_lag_error_frac = 0.02\n"
+                    "ppl_tolerance = 0.02\nmax_resolution_frac = 0.01")
+    accepted = load_study(p).analysis
+    assert set(accepted) == set(ANALYZE_FLAGS)
+    options = {o for param in analyze.params for o in param.opts}
+    for key, value in accepted.items():
+        assert ANALYZE_FLAGS[key] in options
+        ctx = analyze.make_context("analyze", ["run", "--trace", "t", ANALYZE_FLAGS[key],
+                                               str(value)])
+        assert ctx.params[key] == value
