@@ -239,9 +239,9 @@ def test_tensors_moved_off_a_worker_are_refused() -> None:
 
 @pytest.mark.slow
 def test_quantized_moe_runs_locally_and_across_two_workers(tmp_path: Path) -> None:
+    from epi.formats.tokenlog import read_token_log
     from host.cluster.workers import LocalWorker
     from host.run.runner import RunSettings, run
-    from host.run.tokenlog import read_token_log
 
     n_layers = 8
     model = write_test_model(tmp_path / "moe.gguf", n_layers=n_layers, arch="qwen3moe")
@@ -300,7 +300,8 @@ def test_quantized_moe_runs_locally_and_across_two_workers(tmp_path: Path) -> No
     for w in workers:
         assert w.activity().graphs_computed > 0
     # greedy decoding: the same tokens as the local run
-    ev, ev_local = log.events, local.events
-    assert list(ev[ev["event"] == "token"]["token_id"]) == list(
-        ev_local[ev_local["event"] == "token"]["token_id"]
-    )
+    def tokens(events: dict[str, list]) -> list[int]:
+        return [t for e, t in zip(events["event"], events["token_id"], strict=True)
+                if e == "token"]
+
+    assert tokens(log.events) == tokens(local.events) and tokens(log.events)
