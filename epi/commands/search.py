@@ -58,6 +58,8 @@ def _fmt(x: float | None) -> str:
               help="A running meter daemon's URL (default: the campaign starts the emulator).")
 @click.option("--meter-rate-hz", type=FiniteFloat(0.0, 1000.0, lo_open=True), default=None,
               help="Sample rate of the emulated meter (default: the campaign's, 20 Hz).")
+@click.option("--prompts", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Prompts file for the measured runs (default: the runner's own prompts).")
 @click.option("--tokens", type=BoundedInt(1, 4096), default=16, show_default=True)
 @click.option("--repeats", type=BoundedInt(1, 20), default=3, show_default=True,
               help="Campaign rounds per configuration.")
@@ -68,7 +70,8 @@ def _fmt(x: float | None) -> str:
 def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | None,
            max_bpw: float | None, max_size_mb: float | None, min_accuracy: float | None,
            candidates: int, per_round: int, objective: str, text: str, kl_windows: int,
-           kl_ctx: int, meter_url: str | None, meter_rate_hz: float | None, tokens: int,
+           kl_ctx: int, meter_url: str | None, meter_rate_hz: float | None,
+           prompts: Path | None, tokens: int,
            repeats: int, items: int,
            threads: int | None, seed: int) -> None:
     """Search per-layer quantization maps of BASE (an F16 GGUF) that beat hand-made ones.
@@ -97,6 +100,8 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
     from host.search.space import build_space
 
     check_output_dir(out, "--out")
+    if prompts is not None and not prompts.is_file():
+        raise UserError(f"--prompts: {prompts}: no such file")
     if meter_url is not None and meter_rate_hz is not None:
         raise UserError("--meter-rate-hz: only for the emulated meter (a real meter's rate is "
                         "its board's); leave it out with --meter")
@@ -136,7 +141,7 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
 
     campaign = CampaignSettings(
         base=base, emulate=meter_url is None, meter_url=meter_url, rate_hz=meter_rate_hz,
-        repeats=repeats,
+        repeats=repeats, prompts=prompts,
         tokens=tokens, threads=threads, seed=seed,
         benchmarks={"mmlu": items, "arc_challenge": items, "hellaswag": items},
     )

@@ -58,6 +58,7 @@ class CampaignSettings:
     rate_hz: float | None = None  # the emulated meter's sample rate (None: the campaign's)
     repeats: int = 3
     tokens: int = 16
+    prompts: Path | None = None  # an epi-prompts file (None: the runner's default prompts)
     repeats_per_run: int = 3
     threads: int | None = None
     benchmarks: dict[str, int] | None = None
@@ -86,6 +87,8 @@ def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out:
              f"maps = {_toml_value([str(m.resolve()) for m in maps])}", "",
              "[run]", f"tokens = {settings.tokens}",
              f"repeats_per_run = {settings.repeats_per_run}"]
+    if settings.prompts is not None:
+        lines.append(f"prompts = {_toml_value(str(settings.prompts.resolve()))}")
     if settings.threads:
         lines.append(f"threads = {settings.threads}")
     lines += ["", "[meter]"]

@@ -237,12 +237,15 @@ def test_study_file_round_trips_through_tomllib(tmp_path: Path) -> None:
     from host.search.measure import CampaignSettings
 
     text = study_text("r0", CampaignSettings(base=tmp_path / "b.gguf",
-                                             benchmarks={"mmlu": 10}),
+                                             benchmarks={"mmlu": 10}, rate_hz=40.0,
+                                             prompts=tmp_path / "p.json"),
                       [tmp_path / 'a "quoted".json'], tmp_path / "c")
     doc = tomllib.loads(text)
     assert doc["meter"]["emulate"] is True
     assert doc["models"][0]["maps"] == [str((tmp_path / 'a "quoted".json').resolve())]
     assert doc["accuracy"]["benchmarks"] == {"mmlu": 10}
+    assert doc["meter"]["rate_hz"] == 40.0
+    assert doc["run"]["prompts"] == str((tmp_path / "p.json").resolve())
 
 
 def test_campaign_results_reader_takes_the_headline_row(tmp_path: Path) -> None:
