@@ -144,6 +144,7 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
         repeats=repeats, prompts=prompts,
         tokens=tokens, threads=threads, seed=seed,
         benchmarks={"mmlu": items, "arc_challenge": items, "hellaswag": items},
+        accuracy_threads=os.cpu_count() or 1,
     )
     settings = SearchSettings(
         out=out, budget=Budget(max_bpw, max_size_mb, min_accuracy), candidates=candidates,

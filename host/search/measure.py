@@ -62,6 +62,7 @@ class CampaignSettings:
     repeats_per_run: int = 3
     threads: int | None = None
     benchmarks: dict[str, int] | None = None
+    accuracy_threads: int | None = None  # scoring is not metered: it may use every core
     ppl: str | None = "lambada"
     seed: int = 0
 
@@ -106,6 +107,8 @@ def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out:
             lines.append(f"benchmarks = {_toml_value(settings.benchmarks)}")
         if settings.ppl:
             lines.append(f"ppl = {_toml_value(settings.ppl)}")
+        if settings.accuracy_threads:
+            lines.append(f"threads = {settings.accuracy_threads}")
     return "\n".join(lines) + "\n"
 
 
