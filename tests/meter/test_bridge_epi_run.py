@@ -34,7 +34,9 @@ def test_emulate_bridge_then_epi_run_then_analyze(tiny_model: Path, tmp_path: Pa
         time.sleep(0.05)
     try:
         assert daemon.server is not None
-        run(RunSettings(model=tiny_model, out=tmp_path / "run", tokens=48, repeats=2, warmups=0,
+        # 256 tokens: each request spans ~1 s, many sweeps even when a loaded machine slows
+        # the emulated bridge well below its 20 Hz (48 tokens, ~0.15 s, could hold < 2 sweeps)
+        run(RunSettings(model=tiny_model, out=tmp_path / "run", tokens=256, repeats=2, warmups=0,
                         threads=1, idle_s=1.0, cooldown_s=0.2, meter=daemon.server.url),
             echo=lambda line: None)
         time.sleep(0.5)  # let the last sweeps after the run reach the trace
