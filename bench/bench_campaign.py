@@ -27,17 +27,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-from bench.goals import GOALS  # noqa: E402
-
-
-def bench_line(key: str, measured: float, unit: str, runs: int, spread: float,
-               lower_is_better: bool = True) -> str:
-    goal = GOALS[key]["goal"]
-    met = measured <= goal if lower_is_better else measured >= goal
-    return "BENCH " + json.dumps({"figure": key, "goal": goal, "measured": round(measured, 3),
-                                  "unit": unit, "met": met, "runs": runs,
-                                  "spread": round(spread, 3)})
+from benchlib import emit, machine_line  # noqa: E402
 
 
 def study_text(model: Path, rounds: int) -> str:
@@ -74,6 +66,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--renders", type=int, default=3)
     args = ap.parse_args()
+    print(machine_line("bench_campaign.py"), flush=True)
     from host.campaign.journal import Journal
     from host.campaign.meter import emulated_daemon
     from host.quant.tiny_model import write_test_model
@@ -122,8 +115,11 @@ def main() -> int:
     print(f"direct `epi run`:       median {d:.2f} s over {len(direct_s)} "
           f"({', '.join(f'{x:.2f}' for x in direct_s)})")
     print(f"overhead per run: {c - d:+.2f} s ({(c - d) / d:+.1%})")
-    spread = (max(camp_s) - min(camp_s)) + (max(direct_s) - min(direct_s))
-    print(bench_line("campaign-overhead-per-run-s", c - d, "s", len(camp_s), spread))
+    # spread: the widest difference of one campaign step and one direct run, each way
+    emit("campaign-overhead-per-run-s", round(c - d, 3), len(camp_s),
+         [round(min(camp_s) - max(direct_s), 3), round(max(camp_s) - min(direct_s), 3)],
+         f"median of {len(camp_s)} campaign run steps - median of {len(direct_s)} direct "
+         "`epi run`s; spread = min step - max direct .. max step - min direct")
 
     from host.report.build import write_report
 
@@ -135,7 +131,8 @@ def main() -> int:
     m = statistics.median(renders)
     print(f"report render: median {m:.2f} s over {len(renders)} "
           f"({', '.join(f'{x:.2f}' for x in renders)})")
-    print(bench_line("report-render-s", m, "s", len(renders), max(renders) - min(renders)))
+    emit("report-render-s", round(m, 3), len(renders),
+         [round(min(renders), 3), round(max(renders), 3)], "median of repeated renders")
     return 0
 
 

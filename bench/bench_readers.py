@@ -4,7 +4,8 @@ view (host.analysis.traces) against a bare `pandas.read_csv` of the same samples
 `pandas.read_csv` (C parser, no checks) is the floor any reader of this CSV must approach; the
 format reader also checks every field's type, range and finiteness and the per-channel time
 order in pure Python, so the meter side needs no numpy or pandas. Printed side by side in one
-run: rows per second of each, and the ratios to the floor. Default size: 4 channels at 20 Hz
+run: rows per second of each, and the ratios to the floor (best of `--repeat` rounds in process
+CPU time; the spread is the ratio of each round). Default size: 4 channels at 20 Hz
 for one hour (288 000 rows), a typical energy study's trace.
 """
 
@@ -12,13 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from goals import GOALS  # bench/goals.py (this directory is on sys.path)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import emit, machine_line  # bench/benchlib.py
 
 from epi.formats.trace import read_trace as read_trace_stdlib
 from host.analysis.traces import read_trace as read_trace_view
@@ -50,13 +54,14 @@ def write_trace(root: Path, n_sweeps: int, n_channels: int, period_s: float) -> 
     return n_sweeps * n_channels
 
 
-def best_of(fn, repeat: int) -> float:
+def timed(fn, repeat: int) -> list[float]:
+    """Process CPU time of each of `repeat` calls (the best is the figure)."""
     times = []
     for _ in range(repeat):
         t = time.process_time()
         fn()
         times.append(time.process_time() - t)
-    return min(times)
+    return times
 
 
 def main() -> None:
@@ -66,26 +71,29 @@ def main() -> None:
     ap.add_argument("--channels", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    print(machine_line("bench_readers.py"), flush=True)
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         rows = write_trace(root, int(args.seconds * args.rate_hz), args.channels,
                            1.0 / args.rate_hz)
         samples = root / "seg-000001.samples.csv"
-        floor = best_of(lambda: pd.read_csv(samples), args.repeat)
-        stdlib = best_of(lambda: read_trace_stdlib(root), args.repeat)
-        view = best_of(lambda: read_trace_view(root), args.repeat)
+        floor_t = timed(lambda: pd.read_csv(samples), args.repeat)
+        stdlib_t = timed(lambda: read_trace_stdlib(root), args.repeat)
+        view_t = timed(lambda: read_trace_view(root), args.repeat)
+    floor, stdlib, view = min(floor_t), min(stdlib_t), min(view_t)
     print(f"{rows} sample rows ({args.channels} channels, {args.rate_hz:g} Hz, "
           f"{args.seconds:g} s), best of {args.repeat} (process CPU time)")
     for name, t in (("pandas.read_csv (no checks, floor)", floor),
                     ("epi.formats.trace.read_trace (stdlib, checked)", stdlib),
                     ("host.analysis.traces.read_trace (view + invalid intervals)", view)):
         print(f"  {name:<58} {t:7.3f} s  {rows / t / 1e6:6.2f} M rows/s  {t / floor:5.1f}x floor")
-    for key, measured in (("trace-read-stdlib-vs-read_csv", stdlib / floor),
-                          ("trace-read-view-vs-read_csv", view / floor)):
-        goal = GOALS[key]["goal"]
-        print("BENCH " + json.dumps({"figure": key, "goal": goal, "measured": round(measured, 2),
-                                     "unit": "x pandas.read_csv time", "met": measured <= goal,
-                                     "runs": args.repeat, "spread": None}))
+    for key, times in (("trace-read-stdlib-vs-read_csv", stdlib_t),
+                       ("trace-read-view-vs-read_csv", view_t)):
+        per_round = [t / f for t, f in zip(times, floor_t, strict=True)]
+        emit(key, round(min(times) / floor, 2), args.repeat,
+             [round(min(per_round), 2), round(max(per_round), 2)],
+             f"{rows} rows; best / best of {args.repeat} (process CPU time); spread = the "
+             "ratio of each round")
 
 
 if __name__ == "__main__":

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
 import resource
 import shutil
 import sys
@@ -35,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from goals import GOALS
+from benchlib import emit, machine_line
 
 from epi.formats.trace import read_trace
 from meter.board import emulated_board, open_channels
@@ -202,13 +200,6 @@ def soak_part(seconds: float, tmp: Path) -> float:
     return lost / max(scheduled, 1)
 
 
-def bench(figure: str, measured: float, unit: str, met: bool | None, runs: int = 1,
-          spread: object = None) -> None:
-    goal = GOALS[figure]["goal"]
-    print("BENCH " + json.dumps({"figure": figure, "goal": goal, "measured": measured,
-                                 "unit": unit, "met": met, "runs": runs, "spread": spread}))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -217,13 +208,15 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-sampler-"))
     try:
-        print(f"host: {os.uname().machine}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+        print(machine_line("bench_sampler.py"), flush=True)
         ratio = None if args.skip_realtime else realtime_part(args.seconds, tmp)
         cpu_part(tmp)
         lost = soak_part(args.soak_seconds, tmp)
         if ratio is not None:
-            bench("sampler-daemon-bus-fraction", ratio, "fraction", ratio >= 0.9)
-        bench("sampler-soak-lost-fraction", lost, "fraction", lost == 0)
+            emit("sampler-daemon-bus-fraction", ratio, 1, None,
+                 f"one {args.seconds:g} s run on the system clock")
+        emit("sampler-soak-lost-fraction", lost, 1, None,
+             f"one {args.soak_seconds:g} s soak on the system clock")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -34,8 +34,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench.goals import GOALS
+from benchlib import emit, machine_line
+
 from meter.clock import SystemClock
 from meter.daemon.service import DaemonOptions, MeterDaemon
 from meter.sources.common import ChannelSpec, PowerSource, SourceError
@@ -53,19 +55,6 @@ from tests.meter.sources_fakes import (
 )
 
 
-def bench_line(key: str, measured: float, unit: str, runs: int, spread: float | None) -> None:
-    goal = GOALS[key]["goal"]
-    if isinstance(goal, list):
-        met = goal[0] <= measured <= goal[1]
-    elif key.startswith("sources-read-cost") or "ratio" in key or "poll-over" in key:
-        met = measured <= goal
-    else:
-        met = measured >= goal
-    print("BENCH " + json.dumps({"figure": key, "goal": goal, "measured": round(measured, 4),
-                                 "unit": unit, "met": met, "runs": runs,
-                                 "spread": None if spread is None else round(spread, 4)}))
-
-
 def read_costs(src: PowerSource, n: int) -> list[float]:
     out = []
     for _ in range(n):
@@ -78,6 +67,10 @@ def read_costs(src: PowerSource, n: int) -> list[float]:
 def quantiles(xs: list[float]) -> tuple[float, float]:
     xs = sorted(xs)
     return statistics.median(xs), xs[int(0.9 * (len(xs) - 1))]
+
+
+def p10(xs: list[float]) -> float:
+    return sorted(xs)[int(0.1 * (len(xs) - 1))]
 
 
 class StepNvml(FakeNvmlLib):
@@ -137,6 +130,7 @@ def main() -> None:
     ap.add_argument("--reads", type=int, default=2000)
     args = ap.parse_args()
     n = args.reads
+    print(machine_line("bench_sources.py"), flush=True)
     print("software power sources — all on synthetic trees / fakes (no real counters here)")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -158,7 +152,9 @@ def main() -> None:
     for key, name in (("sources-read-cost-rapl-us", "rapl"), ("sources-read-cost-hwmon-us",
                       "hwmon"), ("sources-read-cost-nvml-binding-us", "nvml-binding")):
         med, p90 = quantiles(results[name])
-        bench_line(key, med, "us", len(results[name]), p90 - med)
+        emit(key, round(med, 4), len(results[name]), [round(p10(results[name]), 4),
+                                                      round(p90, 4)],
+             "median of the reads; spread = p10-p90")
 
     print(f"\n2. achieved rate vs the counter's update rate ({args.seconds:g} s each)")
     poller, writer, el = run_poller(NvmlSource(NvmlBinding(StepNvml(0.1))), args.seconds)
@@ -166,22 +162,24 @@ def main() -> None:
     reads_hz = poller.trackers[0].stats.reads / el
     print(f"   NVML fake, counter updates at 10 Hz: {reads_hz:.2f} reads/s, {rows_hz:.2f} rows/s "
           f"(a row per counter update), poll interval {poller.interval_s:.3f} s")
-    bench_line("sources-achieved-over-update-rate-nvml", rows_hz / 10.0, "ratio", 1, None)
+    emit("sources-achieved-over-update-rate-nvml", round(rows_hz / 10.0, 4), 1, None,
+         f"one {args.seconds:g} s run")
     slow_s = max(args.seconds * 2, 8.0)
     poller, writer, el = run_poller(SlowSensor(update_s=1.0), slow_s)
     m = poller.measured()["0"]
     print(f"   sensor updating at 1 Hz, first polled at 10 Hz: settled to poll interval "
           f"{poller.interval_s:.3f} s after {m['reads']} reads ({m['unchanged_reads']} "
           f"unchanged); update interval measured {m['update_interval_s_measured']}")
-    bench_line("sources-poll-over-update-rate-slow-hwmon", 1.0 / poller.interval_s, "ratio", 1,
-               None)
+    emit("sources-poll-over-update-rate-slow-hwmon", round(1.0 / poller.interval_s, 4), 1, None,
+         f"one {slow_s:g} s run")
 
     print("\n3. wall meter (4 emulated channels, 20 Hz) alone vs with a 40 ms/read source")
     alone, late_a = lateness_p99_ms(args.seconds, [])
     beside, late_b = lateness_p99_ms(args.seconds, [SlowSensor(0.1, cost_s=0.04)])
     print(f"   p99 sweep lateness alone {alone:.3f} ms ({late_a} late sweeps), "
           f"with the slow source {beside:.3f} ms ({late_b} late sweeps)")
-    bench_line("sources-wall-sweep-lateness-ratio", beside / max(alone, 1e-3), "ratio", 1, None)
+    emit("sources-wall-sweep-lateness-ratio", round(beside / max(alone, 1e-3), 4), 1, None,
+         f"one {args.seconds:g} s run each, alone and with the slow source")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 Each bench's own output streams through unchanged; its `BENCH {json}` lines (the contract in
 bench/goals.py) are collected. The table has one row per figure: figure, goal, measured
-(median, spread over the runs, number of runs), verdict (met / missed / n/a). A goal in
+(median, spread over the runs, number of runs), verdict (met / missed / n/a). The verdict of a
+figure in bench/goals.py is recomputed here with `goals.met` (a bench's own `met` is ignored),
+so no threshold lives anywhere but bench/goals.py. A goal in
 bench/goals.py that no bench reported is shown as missing, a bench that printed no BENCH line
 as "no figures", and a bench that failed as failed (exit status non-zero at the end).
 
@@ -23,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from benchlib import machine_line  # noqa: E402
-from goals import GOALS  # noqa: E402
+from goals import GOALS, met  # noqa: E402
 
 
 def parse_bench_lines(text: str) -> list[dict[str, Any]]:
@@ -63,14 +65,36 @@ def _fmt(x: Any) -> str:
     return "-" if x is None else str(x)
 
 
+def _number(x: Any) -> float | None:
+    """`x` as a float when it is a real number (not a bool), else None."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x)
+
+
+def spread_text(spread: Any) -> str:
+    """A spread in any form a bench may print: [low, high] (the contract), a list of values
+    (their min-max), a dict of values (per channel, say: their min-max), or one number (±)."""
+    if spread is None:
+        return ""
+    if isinstance(spread, dict):
+        spread = list(spread.values())
+    if isinstance(spread, list | tuple):
+        nums = [v for v in (_number(x) for x in spread) if v is not None]
+        if not nums:
+            return ""
+        return f" [{_fmt(min(nums))}-{_fmt(max(nums))}]"
+    num = _number(spread)
+    if num is not None:
+        return f" ±{_fmt(num)}"
+    return f" [{spread}]"
+
+
 def measured_text(obj: dict[str, Any]) -> str:
     """`median [lo-hi] unit (n runs)`."""
     if obj.get("error"):
         return obj["error"]
-    text = _fmt(obj.get("measured"))
-    spread = obj.get("spread")
-    if isinstance(spread, list) and len(spread) == 2:
-        text += f" [{_fmt(spread[0])}-{_fmt(spread[1])}]"
+    text = _fmt(obj.get("measured")) + spread_text(obj.get("spread"))
     if obj.get("unit"):
         text += f" {obj['unit']}"
     if obj.get("runs") is not None:
@@ -79,9 +103,18 @@ def measured_text(obj: dict[str, Any]) -> str:
 
 
 def verdict(obj: dict[str, Any]) -> str:
+    """met / missed / n/a: from bench/goals.py for a figure there (the bench's own `met` is
+    not trusted), from the line's `met` only for a figure without a goal."""
     if obj.get("error"):
         return "error"
-    return {True: "met", False: "missed"}.get(obj.get("met"), "n/a")
+    key = obj.get("figure")
+    ok = met(key, _number(obj.get("measured"))) if key in GOALS else obj.get("met")
+    return {True: "met", False: "missed"}.get(ok, "n/a")
+
+
+def goal_text(key: str) -> str:
+    g = GOALS[key]
+    return f"{g.get('op', '')} {g['goal']}".strip()
 
 
 def table_rows(results: dict[str, tuple[int, list[dict[str, Any]]]]) -> list[list[str]]:
@@ -95,15 +128,13 @@ def table_rows(results: dict[str, tuple[int, list[dict[str, Any]]]]) -> list[lis
         for obj in objs:
             key = str(obj.get("figure"))
             seen.add(key)
-            goal = obj.get("goal")
-            if goal is None and key in GOALS:
-                goal = f"{GOALS[key].get('op', '')} {GOALS[key]['goal']}"
+            goal = goal_text(key) if key in GOALS else obj.get("goal")
             rows.append([key, _fmt(goal), measured_text(obj), verdict(obj), name])
         if rc != 0 and objs:
             rows.append([f"({name})", "-", f"failed (exit {rc})", "failed", name])
-    for key, g in GOALS.items():
+    for key in GOALS:
         if key not in seen:
-            rows.append([key, f"{g.get('op', '')} {g['goal']}".strip(), "missing", "missing", "-"])
+            rows.append([key, goal_text(key), "missing", "missing", "-"])
     return rows
 
 
