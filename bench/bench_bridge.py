@@ -19,15 +19,16 @@ ping filter recovers the MCU clock.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench.goals import GOALS
+from benchlib import emit, machine_line
+
 from meter.bridge.emulate import EmulatedBoard, SimLink
 from meter.bridge.protocol import Sweep, command, decode_line
 from meter.bridge.recorder import BridgeRecorder
@@ -36,13 +37,6 @@ from meter.daemon.trace import TraceLock, TraceWriter
 from meter.emulation.power_models import ConstantPower
 
 SPI_HZ = 160_000
-
-
-def bench_line(figure: str, measured: float, unit: str, met: bool | None, runs: int,
-               spread: float | None) -> None:
-    goal = GOALS[figure]["goal"]
-    print("BENCH " + json.dumps({"figure": figure, "goal": goal, "measured": measured,
-                                 "unit": unit, "met": met, "runs": runs, "spread": spread}))
 
 
 def sweep_rate(baud: int, encoding: str, seconds: float = 30.0) -> dict:
@@ -124,6 +118,7 @@ def clock_mapping(minutes: float = 10.0, seed: int = 1) -> dict:
 
 def main() -> None:
     assert command("ping")  # the bench uses the real protocol module
+    print(machine_line("bench_bridge.py"), flush=True)
     print("1. sustained sweep rate (emulated wire timing; MCU CPU time not modelled)")
     rows = []
     for baud in (115200, 921600):
@@ -136,9 +131,8 @@ def main() -> None:
                   f"{r['fraction']:.3f} of the lesser")
     fr = [r["fraction"] for r in rows]
     worst = min(fr)
-    goal = GOALS["bridge-sweep-rate-fraction"]["goal"]
-    bench_line("bridge-sweep-rate-fraction", round(worst, 4), "fraction (worst of 4)",
-               worst >= goal, len(rows), round(max(fr) - min(fr), 4))
+    emit("bridge-sweep-rate-fraction", round(worst, 4), len(rows),
+         [round(min(fr), 4), round(max(fr), 4)], "worst of the 4 baud/encoding cases")
     j115 = next(r for r in rows if r["baud"] == 115200 and r["encoding"] == "json")
     print(f"   JSON at 115200 baud reaches {j115['measured_hz']:.1f} of the "
           f"{j115['spi_limit_hz']:.1f} sweeps/s the SPI bus allows: "
@@ -152,9 +146,9 @@ def main() -> None:
               f"uncertainty {c['clock']['uncertainty_ns'] / 1e6:.3f} ms, {c['pings']} pings; "
               f"first minute (drift not yet fitted) max {c['first_minute_max_ms']:.3f} ms")
     worst_ms = max(c["max_ms"] for c in runs)
-    goal = GOALS["bridge-clock-map-error-ms"]["goal"]
-    bench_line("bridge-clock-map-error-ms", round(worst_ms, 4), "ms (max)", worst_ms <= goal,
-               len(runs), round(worst_ms - min(c["max_ms"] for c in runs), 4))
+    emit("bridge-clock-map-error-ms", round(worst_ms, 4), len(runs),
+         [round(min(c["max_ms"] for c in runs), 4), round(worst_ms, 4)],
+         "max error, worst of the seeded runs")
 
 
 if __name__ == "__main__":
