@@ -4,12 +4,21 @@ Prints, measured side by side in one run:
 * the aligner's time (window_energy on every channel: trapezoid + counter energy,
   sample counts and reasons for all windows) as a ratio to one numpy pass over the same samples
   (np.cumsum of every channel's power: one read and one write of each sample, the least any
-  exact integration must do; a read-only np.sum is printed too);
-* the speed-up over a per-window Python loop (searchsorted + np.trapezoid per window, the
-  obvious implementation), timed on a subset of windows and scaled to all of them;
-* peak memory (tracemalloc: numpy's allocations) as a multiple of the input size.
+  exact integration must do; a read-only np.sum is printed too). Pass and aligner are timed
+  back to back in each of `--repeat` paired rounds; the figure is the median ratio with its
+  [min, max] over the rounds;
+* the speed-up over the best straightforward per-window loop (window edges by one
+  np.searchsorted, float times once, then per window one np.trapezoid over slices of those
+  precomputed arrays): preparation timed on all windows, the loop on `--loop-windows` windows
+  per channel (best of 2) and scaled to all of them;
+* the speed-up over pandas as a user would write it (merge_asof labels every sample with its
+  window, groupby sums the trapezoid pieces): timed once on the first `--pandas-fraction` of
+  every channel's samples and scaled by the fraction;
+* agreement of both baselines with the aligner, and peak memory (tracemalloc: numpy's
+  allocations) as a multiple of the input size.
 
-Times are the best of several runs in process CPU time (all of it single-threaded).
+All times are process CPU time (everything here is single-threaded), so a shared machine's load
+inflates them less than wall time. The two speed-ups are one timing each (runs = 1).
 
 `--samples` and `--windows` scale it down for a quick run; the defaults are the issue's size.
 """
@@ -114,7 +123,8 @@ def main() -> None:
                     help="windows per channel timed with the per-window loop (then scaled)")
     ap.add_argument("--pandas-fraction", type=float, default=0.05,
                     help="fraction of the samples timed with the pandas baseline (then scaled)")
-    ap.add_argument("--repeat", type=int, default=3, help="timing repeats (best is kept)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="paired pass/aligner rounds (median and [min, max])")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     print(machine_line("bench_align.py"), flush=True)
