@@ -41,6 +41,8 @@ class EmulatedBoard:
         self.config["uart"]["baud"] = baud
         self.config["rate_hz"] = rate_hz
         self.config["encoding"] = encoding
+        # the emulated chips' first complete measurement comes one refresh after start-up
+        self.config["first_measurement_ms"] = refresh_period_s * 1000.0
         pins = list(self.config["channels"])
         if len(power_models) > len(pins):
             pins += [{"cs": 6 + i} for i in range(len(power_models) - len(pins))]

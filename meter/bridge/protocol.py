@@ -15,7 +15,7 @@ from typing import Any
 
 from meter.chip import registers as regs
 from meter.firmware.crc import seal, unseal
-from meter.firmware.telemetry import FAILED, PROTOCOL_VERSION
+from meter.firmware.telemetry import FAILED, NOT_READY, NOT_READY_FLAG, PROTOCOL_VERSION
 
 __all__ = ["PROTOCOL_VERSION", "ChannelReading", "LineError", "Message", "Sweep", "command",
            "decode_line"]
@@ -79,7 +79,8 @@ def _decode_compact(body: bytes) -> Sweep:
         ch, p = _uint(data, p, 1)
         counts, p = _uint(data, p, 6)
         if ch & FAILED:
-            chans.append(ChannelReading(ch & 0x7F, counts, fail="failed"))
+            fail = NOT_READY if ch & NOT_READY_FLAG else "failed"
+            chans.append(ChannelReading(ch & 0x3F, counts, fail=fail))
             continue
         status, p = _uint(data, p, 2)
         offset, p = _uint(data, p, 2)

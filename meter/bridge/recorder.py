@@ -4,7 +4,9 @@ What it guarantees (docs/bridge.md):
 
 * every sweep line becomes one sample row per channel that delivered, its time the MCU's
   energy-read time mapped onto this machine's CLOCK_MONOTONIC (`clockmap`); a failed reading
-  (the MCU sends `fail`) and a chip's not-ready readings after (re)start write no row;
+  (the MCU sends `fail`: a fault, `implausible`, or `not_ready` before a chip's first complete
+  measurement after a (re)start — the firmware decides that from the chip's state, the
+  recorder never guesses it from the values) writes no row;
 * `energy_j` = cumulative ATenergy counts × J per count, continued across MCU resets (a reset
   restarts the MCU's counts; the recorder keeps the trace's counter monotonic);
 * a gap in `seq` writes a `gap` event spanning the last line before to the first line after:
@@ -33,6 +35,7 @@ from meter.bridge.protocol import LineError, Message, Sweep, command, decode_lin
 from meter.chip.calibration import joules_per_count
 from meter.daemon.event_budget import EventBudget
 from meter.daemon.trace import EVENT_KINDS, TraceWriter, gap_detail
+from meter.firmware.telemetry import NOT_READY
 
 MAX_LINE_BYTES = 4096
 MAX_PENDING_SWEEPS = 3000  # sweeps held while the first clock mapping is being fitted
@@ -70,7 +73,6 @@ class _Channel:
     last_t_mono: int | None = None
     failing_since: tuple[int, int] | None = None
     fail_counts: dict[str, int] = field(default_factory=dict)
-    ready: bool = False
 
 
 class BridgeRecorder:
@@ -366,7 +368,6 @@ class BridgeRecorder:
         for ch in self.channels.values():
             ch.base_j = ch.last_energy_j
             ch.ref_counts = None
-            ch.ready = False
         if self.mapping is not None:
             self.clock_history.append({"boot": self.boot, **self.mapping.describe(),
                                        "ended": "MCU reset"})
@@ -444,21 +445,19 @@ class BridgeRecorder:
             if ch.ref_counts is None:
                 ch.ref_counts = r.counts
             energy_j = ch.base_j + (r.counts - ch.ref_counts) * ch.jpc
-            if r.fail is not None or (not ch.ready and not r.voltage_v and not r.frequency_hz):
-                why = f"reading failed ({r.fail})" if r.fail else "measurements not ready"
-                if r.fail:
-                    self.stats.failed_readings += 1
-                else:
+            if r.fail is not None:
+                if r.fail == NOT_READY:
+                    why = "measurements not ready"
                     self.stats.not_ready_readings += 1
+                else:
+                    why = f"reading failed ({r.fail})"
+                    self.stats.failed_readings += 1
                 if ch.failing_since is None:
                     ch.failing_since = (t_mono, t_real)
                     ch.fail_counts = {}
                 ch.fail_counts[why] = ch.fail_counts.get(why, 0) + 1
                 ch.last_energy_j = energy_j
-                if r.fail:
-                    ch.ready = False
                 continue
-            ch.ready = True
             if ch.failing_since is not None:
                 counts = ", ".join(f"{k} ×{n}" for k, n in ch.fail_counts.items())
                 self.event(r.channel, "gap", gap_detail(t_mono, t_real, f"data resumed; no "

@@ -25,6 +25,7 @@ from meter.firmware.chip import Chip, ChipFault
 from meter.firmware.config import CONFIG_FILE, channel_calibration
 from meter.firmware.crc import unseal
 from meter.firmware.mcutime import TickExtender
+from meter.firmware.telemetry import NOT_READY
 
 FIRMWARE_VERSION = "1.0.0"
 MAX_COMMAND_BYTES = 2048
@@ -59,9 +60,11 @@ class Firmware:
         self.sources = []
         self.failing = []  # type: list  # fault kind per channel, None when delivering
         self.retry_at = []
-        for entry in config["channels"]:
+        first_us = int(float(config.get("first_measurement_ms", 2000)) * 1000)
+        for n, entry in enumerate(config["channels"]):
             cal, source = channel_calibration(entry)
-            self.chips.append(Chip(hw.spi, hw.pin(entry["cs"]), cal, hw.sleep_us))
+            self.chips.append(Chip(hw.spi, hw.pin(entry["cs"]), cal, hw.sleep_us, self.now_us,
+                                   first_us, self._chip_event(n)))
             self.sources.append(source)
             self.failing.append(None)
             self.retry_at.append(0)
@@ -101,9 +104,14 @@ class Firmware:
         self.send(telemetry.event(self.seq, self.now_us(), channel, kind, detail))
 
     # ---- chips ------------------------------------------------------------------------------
+    def _chip_event(self, n):
+        def on_event(kind, detail):
+            self._event(n, kind, detail)
+        return on_event
+
     def _fault(self, n, exc):
-        if self.failing[n] != exc.kind:
-            self._event(n, exc.kind, exc.detail)
+        if self.failing[n] != exc.kind or exc.kind == "implausible":
+            self._event(n, exc.kind, exc.detail)  # each rejected reading says why
         self.failing[n] = exc.kind
         if exc.kind == "absent":
             self.retry_at[n] = self.now_us() + ABSENT_RETRY_US
@@ -123,8 +131,11 @@ class Firmware:
         except ChipFault as exc:
             self._fault(n, exc)
             return exc.kind
+        if raw is None:  # before the chip's first complete measurement: counts, no values
+            return NOT_READY
         if self.failing[n] is not None:
-            self._event(n, "reinit", "channel %d delivers again" % n)
+            if self.failing[n] != "implausible":
+                self._event(n, "reinit", "channel %d delivers again" % n)
             self.failing[n] = None
         return (status, t_energy - t0, raw)
 

@@ -4,12 +4,16 @@
      "uart": {"id": 0, "tx": 0, "rx": 1, "baud": 115200},
      "spi": {"id": 0, "sck": 18, "mosi": 19, "miso": 16, "baud": 160000},
      "channels": [{"cs": 17, "meter_constant_imp_per_kwh": 1e8, "calibration": {...}}, ...],
-     "rate_hz": 10, "encoding": "json"}
+     "rate_hz": 10, "encoding": "json", "first_measurement_ms": 2000}
 
 `calibration` is the epi calibration record (meter.chip.calibration, the same JSON as
 `epi meter calibrate` writes); a channel without one runs on design values (and says so in
 `hello`). A file that cannot be read or parsed leaves the defaults in force and the problem
 is reported in `hello` (`config_error`), so a bad file never bricks the board.
+`first_measurement_ms` is how long after start-up (or a re-start) a chip's measurement
+registers hold their first complete measurement (2 s for real chips, as the Pi's driver
+waits; the emulator's refresh period for emulated ones); readings before are sent as
+`fail: "not_ready"` (counts, no values).
 MicroPython subset.
 """
 
@@ -34,6 +38,7 @@ def default_config():
         "channels": [{"cs": pin} for pin in DEFAULT_CS_PINS],
         "rate_hz": 10.0,
         "encoding": "json",
+        "first_measurement_ms": 2000,
     }
 
 
@@ -46,7 +51,8 @@ def parse_config(text):
         return cfg, "%s: not valid JSON (%s)" % (CONFIG_FILE, exc)
     if not isinstance(data, dict) or data.get("format") != CONFIG_FORMAT:
         return cfg, "%s: format is not %r" % (CONFIG_FILE, CONFIG_FORMAT)
-    for key in ("board", "uart", "spi", "channels", "rate_hz", "encoding"):
+    for key in ("board", "uart", "spi", "channels", "rate_hz", "encoding",
+                "first_measurement_ms"):
         if key in data:
             cfg[key] = data[key]
     if cfg["spi"].get("baud", MAX_SPI_BAUD) > MAX_SPI_BAUD:

@@ -2,10 +2,13 @@
 
 `run()` exercises the line CRC, the tick extension past many `ticks_us` wraps, and a whole
 firmware (app, chip driver, telemetry, commands) on the `machine` stand-in with `FakeChip`s:
-sweeps in both encodings with cumulative counts, commands (ping, rate, read, write,
-malformed ones), an absent chip (an event and a `fail` entry, never a 0 reading) and a chip
-reset. The test suite runs it on MicroPython's WebAssembly port and on CPython
-(tests/meter/firmware/). Prints `SELFTEST OK <n>` on success, raises on the first failure.
+sweeps in both encodings with cumulative counts, readiness (no values before a chip's first
+complete measurement after start-up: `fail: "not_ready"`), the plausibility checks (a glitched
+register word re-read, an implausible reading sent as `fail: "implausible"` with an event that
+says why), commands (ping, rate, read, write, malformed ones), an absent chip (an event and a
+`fail` entry, never a 0 reading) and a chip reset. The test suite runs it on MicroPython's
+WebAssembly port and on CPython (tests/meter/firmware/). Prints `SELFTEST OK <n>` on success,
+raises on the first failure.
 MicroPython subset.
 """
 
@@ -26,6 +29,7 @@ class FakeChip:
     def __init__(self, energy_per_read=0):
         self.energy_per_read = energy_per_read
         self.energy_cleared = 0
+        self.glitch = {}  # address -> word the next read of it answers once (a misread)
         self.reset()
 
     def reset(self):
@@ -35,6 +39,8 @@ class FakeChip:
         self.regs[0x49] = 23000  # 230.00 V
         self.regs[0x4C] = 5000  # 50.00 Hz
         self.regs[0x4A] = 12  # 12 W
+        self.regs[0x48] = 52  # 0.052 A: U·I·PF = 11.96 W, consistent with Pmean
+        self.regs[0x4D] = 1000  # PF 1.000
         self.last = 0
 
     def spi_transfer(self, mosi):
@@ -51,6 +57,8 @@ class FakeChip:
                 v = checksum([self.regs[x] for x in regs.METERING_ADDRESSES])
             elif a == regs.CS2:
                 v = checksum([self.regs[x] for x in regs.MEASUREMENT_CAL_ADDRESSES])
+            elif a in self.glitch:
+                v = self.glitch.pop(a)
             else:
                 v = self.regs.get(a, 0)
             if a != regs.LAST_DATA:
@@ -160,11 +168,13 @@ def test_firmware(machine):
     hw = FakeHardware(machine, chips, ticks)
     cfg = default_config()
     cfg["channels"] = [{"cs": 17}, {"cs": 20}]
+    cfg["first_measurement_ms"] = 350
     fw = Firmware(hw, cfg)
     hello = json.loads(_lines(hw.uart)[0])
     check(hello["k"] == "hello" and hello["boot"] == "5e1f7e57", "hello at boot")
     check(hw.spi.polarity == 1 and hw.spi.phase == 1 and hw.spi.baudrate <= 160000, "mode 3")
     n_sweeps = 0
+    not_ready = 0
     last_counts = [0, 0]
     for i in range(40):
         if i == 20:
@@ -180,9 +190,14 @@ def test_firmware(machine):
                 n_sweeps += 1
                 counts = [c["e"] for c in msg["c"]]
                 check(counts[0] >= last_counts[0] and counts[1] >= last_counts[1], "monotonic")
-                check(msg["c"][0]["p"] == 12.0 and msg["c"][0]["v"] == 230.0, "decoded values")
+                if msg["c"][0].get("fail") == "not_ready":
+                    check(n_sweeps <= 4 and "p" not in msg["c"][0], "not ready: no values")
+                    not_ready += 1
+                else:
+                    check(msg["c"][0]["p"] == 12.0 and msg["c"][0]["v"] == 230.0, "values")
                 last_counts = counts
     check(n_sweeps >= 30, "sweeps sent: %d" % n_sweeps)
+    check(3 <= not_ready <= 4, "first 350 ms not ready (%d sweeps)" % not_ready)
     check(fw.chips[0].counts == chips[17].energy_cleared - 40, "counts = energy read since start")
     # commands: ping, malformed lines, unknown command, bad argument, read, write
     for raw in (b'{"cmd":"ping","id":9}', b"not json", b'{"nocmd":1}', b'{"cmd":"fly"}',
@@ -211,8 +226,27 @@ def test_firmware(machine):
     ticks.advance(200000)
     fw.poll()
     check(any(p.startswith(b"S") for p in _lines(hw.uart)), "stream continues")
-    # an absent chip: an event, a failed entry with the counts, never a 0 reading
+    # plausibility: a glitched Pmean word is re-read (an event, the reading kept); a chip
+    # whose Urms reads 50 V twice is an implausible reading: an event and a fail entry
     fw.handle_line(b'{"cmd":"encoding","enc":"json"}')
+    _lines(hw.uart)
+    chips[17].glitch[0x4A] = 900
+    ticks.advance(200000)
+    fw.poll()
+    msgs = [json.loads(p) for p in _lines(hw.uart)]
+    check([m["kind"] for m in msgs if m["k"] == "ev"] == ["implausible"], "re-read event")
+    check([m for m in msgs if m["k"] == "s"][-1]["c"][0]["p"] == 12.0, "re-read value")
+    chips[17].regs[0x49] = 5000
+    ticks.advance(200000)
+    fw.poll()
+    msgs = [json.loads(p) for p in _lines(hw.uart)]
+    events = [m for m in msgs if m["k"] == "ev"]
+    check(events and events[0]["kind"] == "implausible" and "voltage 50.00 V" in events[0]["d"],
+          "implausible event with the reason")
+    entry = [m for m in msgs if m["k"] == "s"][-1]["c"][0]
+    check(entry.get("fail") == "implausible" and "p" not in entry, "implausible: no values")
+    chips[17].regs[0x49] = 23000
+    # an absent chip: an event, a failed entry with the counts, never a 0 reading
     machine.attach(20, _Absent())
     ticks.advance(200000)
     fw.poll()

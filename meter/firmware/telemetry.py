@@ -6,14 +6,18 @@ Every line is `PAYLOAD*CCCC\\n` with CCCC the CRC-16/CCITT-FALSE of PAYLOAD in h
   `s` sweep, `ev` event, `hello`, `pong`, `r` (reply), `err`.
 * compact (sweeps only; events and replies stay JSON): PAYLOAD is `S` + base64 of a
   little-endian record: seq u32, t_us u64, n_channels u8, then per channel
-  ch u8 (bit 7 set: the reading failed, only the counts follow), counts u48,
+  ch u8 (bit 7 set: no reading, only the counts follow; bit 6 too: not ready, i.e. before
+  the chip's first complete measurement after a (re)start), counts u48,
   and for a good reading: status u16, energy offset u16 (µs after t_us), Pmean u16,
   LSB high byte u8, Urms u16, Irms u16, PowerF u16, Freq u16 (register words, decoded on
   the Pi with meter.chip.registers).
 
 A sweep carries per channel its cumulative ATenergy count (never wraps), so a lost line loses
 time resolution, never energy. A failed reading is never sent as 0: JSON gives
-`"fail": kind`, compact sets bit 7. MicroPython subset.
+`"fail": kind` (`not_ready` before a chip's first complete measurement after a (re)start,
+`implausible` for a reading that failed the plausibility checks twice, or the fault kind),
+compact sets bit 7 (and bit 6 for not ready). Protocol version 2 (1 had no not-ready state:
+the Pi guessed it from the values). MicroPython subset.
 """
 
 import json
@@ -26,9 +30,11 @@ except ImportError:  # pragma: no cover - very old MicroPython ports
 from meter.firmware.chip import decode_raw
 from meter.firmware.crc import seal
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 ENCODINGS = ("json", "compact")
 FAILED = 0x80
+NOT_READY_FLAG = 0x40  # with FAILED: the chip's first measurement is still to come
+NOT_READY = "not_ready"
 
 
 def _put(buf, value, n):
@@ -69,7 +75,7 @@ def sweep_compact(seq, t_us, channels):
     buf.append(len(channels))
     for ch, counts, reading in channels:
         if reading is None or isinstance(reading, str):
-            buf.append(ch | FAILED)
+            buf.append(ch | FAILED | (NOT_READY_FLAG if reading == NOT_READY else 0))
             _put(buf, counts, 6)
             continue
         status, offset, raw = reading
