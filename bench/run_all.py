@@ -83,7 +83,9 @@ def spread_text(spread: Any) -> str:
         nums = [v for v in (_number(x) for x in spread) if v is not None]
         if not nums:
             return ""
-        return f" [{_fmt(min(nums))}-{_fmt(max(nums))}]"
+        low, high = min(nums), max(nums)
+        sep = " to " if low < 0 or high < 0 else "-"  # [-0.4 to 0.5], not [-0.4-0.5]
+        return f" [{_fmt(low)}{sep}{_fmt(high)}]"
     num = _number(spread)
     if num is not None:
         return f" ±{_fmt(num)}"
@@ -98,7 +100,7 @@ def measured_text(obj: dict[str, Any]) -> str:
     if obj.get("unit"):
         text += f" {obj['unit']}"
     if obj.get("runs") is not None:
-        text += f" ({obj['runs']} runs)"
+        text += f" ({obj['runs']} run{'' if obj['runs'] == 1 else 's'})"
     return text
 
 

@@ -73,6 +73,7 @@ def test_goal_with_no_line_is_missing() -> None:
     ([0.3, 0.5, 0.9], "0.5 [0.3-0.9] s (3 runs)"),
     ({"0": 0.001, "1": 0.0004}, "0.5 [0.0004-0.001] s (3 runs)"),
     (0.25, "0.5 ±0.25 s (3 runs)"),
+    ([-0.4, 0.6], "0.5 [-0.4 to 0.6] s (3 runs)"),
     (None, "0.5 s (3 runs)"),
     ([], "0.5 s (3 runs)"),
 ])
@@ -80,6 +81,11 @@ def test_spread_forms(spread: object, text: str) -> None:
     obj = {"figure": "report-render-s", "measured": 0.5, "unit": "s", "runs": 3,
            "spread": spread}
     assert run_all.measured_text(obj) == text
+
+
+def test_one_run_is_singular() -> None:
+    obj = {"figure": "report-render-s", "measured": 0.5, "unit": "s", "runs": 1}
+    assert run_all.measured_text(obj) == "0.5 s (1 run)"
 
 
 def test_emit_line_round_trips_through_the_table(capsys: pytest.CaptureFixture[str]) -> None:
