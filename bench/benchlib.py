@@ -4,6 +4,8 @@
 machine are only comparable with the load next to them); `emit()` prints one
 `BENCH {json}` line per headline figure (the contract in bench/goals.py), with the number of
 runs behind it and their spread; `summary()` gives median and spread of repeated runs.
+`emit()` is the only BENCH printer of bench/; bench/run_all.py judges each line again with
+`goals.met`, so the `met` in a line is informational.
 """
 
 from __future__ import annotations
