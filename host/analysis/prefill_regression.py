@@ -16,6 +16,11 @@ curvature would show in the residuals); requests independent.
 b is a marginal figure: equal to the direct prefill J/prompt-token when prefill energy is
 proportional to prompt length, smaller when each prefill also carries a fixed cost (then in a).
 Where the direct figure exists both are reported and compared.
+
+Real runs suppress end-of-sequence and generate exactly `--tokens` per request, so
+n_generated has no spread and the three-term design is singular. Then the generated-token term
+is dropped (its constant energy falls into a): E_request = a + b · n_prompt, Student-t with
+n − 2 degrees of freedom, and `method` says the term was dropped and why.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from host.analysis.intervals import student_t_ppf
 
 METHOD = ("estimate: OLS of request energy on prompt and generated tokens across requests "
           "(slope = marginal J per prompt token); 95 % interval from HC3 robust SE, t(n − 3)")
+METHOD_PROMPT_ONLY = (
+    "estimate: OLS of request energy on prompt tokens across requests (slope = marginal J per "
+    "prompt token; every request generated the same number of tokens, so that term is "
+    "dropped and its energy is in the intercept); 95 % interval from HC3 robust SE, t(n − 2)")
 COLUMNS = ["config", "n_requests", "j_per_prompt_token", "ci_lo", "ci_hi",
            "j_per_generated_token", "gen_ci_lo", "gen_ci_hi", "intercept_j", "r2",
            "prompt_tokens_min", "prompt_tokens_max", "direct_j_per_prompt_token",
@@ -76,19 +85,25 @@ def prefill_regression(win: pd.DataFrame, verdicts: pd.DataFrame, results: pd.Da
                    if (req["config"] == cfg).any() else "",
                    prompt_tokens_min=float(npr.min()) if len(npr) else nan,
                    prompt_tokens_max=float(npr.max()) if len(npr) else nan)
-        x = np.column_stack([np.ones(len(y)), npr, ngen])
-        if len(y) < 5:
-            row["reason"] = f"{len(y)} valid requests: a regression on 3 terms needs at least 5"
+        gen_varies = len(ngen) > 0 and np.ptp(ngen) > 0
+        x = np.column_stack([np.ones(len(y)), npr, ngen] if gen_varies
+                            else [np.ones(len(y)), npr])
+        p = x.shape[1]
+        row["method"] = METHOD if gen_varies else METHOD_PROMPT_ONLY
+        if len(y) < p + 2:
+            row["reason"] = (f"{len(y)} valid requests: a regression on {p} terms needs at "
+                             f"least {p + 2}")
         elif np.ptp(npr) == 0:
             row["reason"] = "every request has the same prompt length: no slope to estimate"
-        elif np.linalg.matrix_rank(x) < 3:
+        elif np.linalg.matrix_rank(x) < p:
             row["reason"] = "prompt and generated token counts are collinear"
         else:
             beta, lo, hi, r2 = ols_hc3(x, y, level)
             row.update(j_per_prompt_token=float(beta[1]), ci_lo=float(lo[1]),
-                       ci_hi=float(hi[1]), j_per_generated_token=float(beta[2]),
-                       gen_ci_lo=float(lo[2]), gen_ci_hi=float(hi[2]),
-                       intercept_j=float(beta[0]), r2=r2)
+                       ci_hi=float(hi[1]), intercept_j=float(beta[0]), r2=r2)
+            if gen_varies:
+                row.update(j_per_generated_token=float(beta[2]), gen_ci_lo=float(lo[2]),
+                           gen_ci_hi=float(hi[2]))
             if np.isfinite(direct):
                 row["direct_minus_regression_rel"] = (direct - beta[1]) / beta[1]
                 row["agrees_with_direct"] = bool(lo[1] <= direct <= hi[1])
