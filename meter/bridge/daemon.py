@@ -21,7 +21,7 @@ from epi.core.errors import UserError
 from meter.board import BoardConfig, emulated_board, load_board
 from meter.bridge.board import BridgeConfig
 from meter.bridge.emulate import EmulatedBoard, PtyBridge, SimLink
-from meter.bridge.faults import FaultyLink, parse_uart_faults
+from meter.bridge.faults import FaultyLink, parse_bridge_faults
 from meter.bridge.link import SerialLink
 from meter.bridge.recorder import BridgeRecorder
 from meter.daemon.trace import TraceLock, TraceWriter
@@ -56,8 +56,8 @@ def run_bridge(daemon: Any) -> Any:
         port="(emulated)", baud=115200, encoding="json",
         rate_hz=o.rate_hz or DEFAULT_EMULATED_RATE_HZ)
     rate = o.rate_hz or cfg.rate_hz
-    faults = parse_uart_faults(o.faults) if o.faults else []
-    if faults and not emulate:
+    faults, chip_faults = parse_bridge_faults(o.faults) if o.faults else ([], [])
+    if (faults or chip_faults) and not emulate:
         raise UserError("--fault-injection: bridge faults are injected into the emulated board "
                         "only (add --emulate-bridge)")
     lock = TraceLock(o.out_dir)
@@ -77,8 +77,8 @@ def run_bridge(daemon: Any) -> Any:
             else:
                 pty = PtyBridge(emu).start()
                 link = SerialLink(pty.port, cfg.baud)
-            if faults:
-                link = FaultyLink(link, clock, faults, board=pty or emu)
+            if faults or chip_faults:
+                link = FaultyLink(link, clock, faults, board=pty or emu, chip_faults=chip_faults)
         else:
             link = SerialLink(cfg.port, cfg.baud)
         url = None
@@ -106,7 +106,8 @@ def run_bridge(daemon: Any) -> Any:
             "board": {**board.describe(), "bus": "bridge", "bridge": cfg.describe()},
             "clock": clock.describe() if hasattr(clock, "describe") else {},
             "listen": url,
-            "fault_injection": [f.describe() for f in faults] or None,
+            "fault_injection": [f.describe() for f in faults]
+            + [f.describe() for f in chip_faults] or None,
             "emulated_mcu": emu.describe() if emu else None,
             "stats": {"clean_stop": False},
             **o.extra_meta,

@@ -1,6 +1,7 @@
-"""Faults injected at the UART layer, between the emulated MCU and the bridge recorder.
+"""Faults injected into an emulated bridge: at the UART layer between the emulated MCU and the
+bridge recorder, and at the chips behind the MCU.
 
-Spec: `KIND@START[+DURATION]` (seconds from the start of the recording), comma-separated:
+UART spec: `KIND@START[+DURATION]` (seconds from the start of the recording), comma-separated:
 
 * `drop-bytes@S+D` — while active, every chunk read loses one byte;
 * `flip-bits@S+D` — while active, one bit of every chunk read is flipped;
@@ -8,8 +9,13 @@ Spec: `KIND@START[+DURATION]` (seconds from the start of the recording), comma-s
 * `unplug@S+D` — the port disappears: reads, writes and re-opening fail until S+D;
 * `mcu-reset@S` — the MCU reboots (new boot id, seq and counts from 0).
 
+Chip spec: `KIND:CHANNEL@START[+DURATION][=VALUE]`, the direct path's emulator faults
+(meter.emulation.faults: `reset`, `checksum`, `absent`, `stuck`, `bit-errors`,
+`partial-frames`) applied to the emulated chips the firmware reads (CHANNEL: the firmware's
+channel index). The firmware must report each as an event, never send a wrong value.
+
 Every one of them must show up in the trace as an event or a gap
-(tests/meter/test_bridge_faults.py).
+(tests/meter/test_bridge_faults.py, tests/meter/test_bridge_chip_faults.py).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 
 from epi.core.errors import UserError
 from meter.bridge.link import LinkLost
+from meter.emulation.faults import FaultInjector, FaultSpec, parse_fault_specs
 
 KINDS = ("drop-bytes", "flip-bits", "lose-lines", "unplug", "mcu-reset")
 _SPEC = re.compile(r"^([a-z-]+)@(\d+(?:\.\d+)?)(?:\+(\d+(?:\.\d+)?))?$")
@@ -50,7 +57,8 @@ def parse_uart_faults(specs: Any) -> list[UartFault]:
             m = _SPEC.match(part)
             if not m or m.group(1) not in KINDS:
                 raise UserError(f"--fault-injection {part!r}: expected KIND@START[+DURATION] "
-                                f"with KIND one of {', '.join(KINDS)} (bridge faults)")
+                                f"with KIND one of {', '.join(KINDS)} (bridge faults), or "
+                                "KIND:CHANNEL@START[+DURATION][=VALUE] (a chip fault)")
             dur = float(m.group(3) or 0.0)
             if m.group(1) != "mcu-reset" and dur <= 0:
                 raise UserError(f"--fault-injection {part!r}: {m.group(1)} needs +DURATION")
@@ -58,11 +66,35 @@ def parse_uart_faults(specs: Any) -> list[UartFault]:
     return out
 
 
+def parse_bridge_faults(specs: Any) -> tuple[list[UartFault], list[FaultSpec]]:
+    """(UART faults, chip faults) of `--fault-injection` values for an emulated bridge."""
+    uart: list[UartFault] = []
+    chip: list[FaultSpec] = []
+    for spec in specs:
+        for part in str(spec).split(","):
+            part = part.strip()
+            if ":" in part.split("@")[0]:
+                chip += parse_fault_specs([part])
+            elif part:
+                uart += parse_uart_faults([part])
+    return uart, chip
+
+
+class _ChipChannel:
+    """What meter.emulation.faults.FaultInjector needs to know of a channel."""
+
+    def __init__(self, index: int, emulator: Any) -> None:
+        self.index = index
+        self.name = f"ch{index}"
+        self.emulator = emulator
+
+
 class FaultyLink:
-    """Wraps a link; corrupts or cuts it on schedule. `board` receives `mcu-reset`."""
+    """Wraps a link; corrupts or cuts it on schedule. `board` (an EmulatedBoard, or a
+    PtyBridge around one) receives `mcu-reset`, its chips the `chip_faults`."""
 
     def __init__(self, inner: Any, clock: Any, faults: list[UartFault], *, board: Any = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, chip_faults: list[FaultSpec] | None = None) -> None:
         self.inner = inner
         self.clock = clock
         self.faults = faults
@@ -71,6 +103,12 @@ class FaultyLink:
         self.rng = random.Random(seed)
         self.resets_done: set[int] = set()
         self.injected: dict[str, int] = {}
+        self.chip_faults = list(chip_faults or [])
+        self.chip_injector: FaultInjector | None = None
+        if self.chip_faults:
+            emulated = getattr(board, "board", board)  # a PtyBridge holds its EmulatedBoard
+            chips = [_ChipChannel(i, c) for i, c in enumerate(emulated.chips.values())]
+            self.chip_injector = FaultInjector(self.chip_faults, chips, self.t0)
 
     def _t(self) -> float:
         return (self.clock.monotonic_ns() - self.t0) / 1e9
@@ -83,6 +121,8 @@ class FaultyLink:
         self.injected[kind] = self.injected.get(kind, 0) + 1
 
     def _resets(self) -> None:
+        if self.chip_injector is not None:
+            self.chip_injector(self.clock.monotonic_ns())
         t = self._t()
         for i, f in enumerate(self.faults):
             if f.kind == "mcu-reset" and t >= f.start_s and i not in self.resets_done:
@@ -136,4 +176,5 @@ class FaultyLink:
         return bytes(buf)
 
     def describe(self) -> dict:
-        return {**self.inner.describe(), "faults": [f.describe() for f in self.faults]}
+        return {**self.inner.describe(), "faults": [f.describe() for f in self.faults],
+                "chip_faults": [f.describe() for f in self.chip_faults]}

@@ -130,6 +130,9 @@ class Firmware:
             status, t_energy, raw = chip.read_sample(self.now_us)
         except ChipFault as exc:
             self._fault(n, exc)
+            if not chip.ready and exc.kind != "absent":
+                # re-start at once: the chip meters again from now, not from the next sweep
+                self._start_chip(n)
             return exc.kind
         if raw is None:  # before the chip's first complete measurement: counts, no values
             return NOT_READY

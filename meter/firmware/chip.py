@@ -77,6 +77,7 @@ class Chip:
         self._ld = None  # the word LastData holds after our last verified access
         self._t_energy = None  # MCU µs of the last ATenergy read
         self._last_power = None  # W of the last accepted reading
+        self._rejected = []  # type: list  # words of this reading rejected as misreads
         self._rx = bytearray(3)
         self.limits = plausibility.Limits.for_frontend(calibration.frontend or EMULATED_FRONTEND)
         cs.value(1)
@@ -229,6 +230,7 @@ class Chip:
         reasons = plausibility.check_measurements(_values(raw), self.limits, _QUANTA)
         if not reasons:
             return raw, decode_raw(raw)[0], None
+        self._rejected.append(raw[0])
         self.stats["implausible_rereads"] += 1
         again = self._read_raw()
         reasons2 = plausibility.check_measurements(_values(again), self.limits, _QUANTA)
@@ -248,6 +250,7 @@ class Chip:
         """
         if not self.ready:
             self.start()
+        self._rejected = []
         ready = self.measurement_ready(now_us())
         func_en = self.read(regs.FUNC_EN)
         status = self.read_clear(regs.SYS_STATUS)
@@ -281,6 +284,8 @@ class Chip:
             except ChipFault:
                 again = None
             if again is not None and again[0] == configured and again[1] == regs.CHECK_CODE:
+                self._rejected.append(func_en)
+                self._rejected.append(cal_start)
                 self.stats["misreads"] += 1
                 self._notify("implausible", "FuncEn/CalStart read 0x%04X/0x%04X, then "
                              "0x%04X/0x8765 at once: a misread, the chip is as configured"
@@ -347,7 +352,7 @@ class Chip:
                 powers.append(self._last_power)
             bound = plausibility.energy_bound_counts(powers, dt_s, jpc, self.limits)
         if counts <= bound:
-            return counts
+            return self._recovered_counts(counts, dt_s, power_w, jpc)
         self.stats["energy_misreads"] += 1
         again = self.read_clear(regs.AT_ENERGY)
         residue = plausibility.energy_bound_counts([power_w or 0.0], (now_us() - t_us) / 1e6,
@@ -363,6 +368,25 @@ class Chip:
                          "discarded, %d counted (at most this interval's energy is lost)"
                          % (first, again, again))
         return again
+
+
+    def _recovered_counts(self, counts, dt_s, power_w, jpc):
+        """A read that a MOSI bit error redirected to ATenergy (FuncEn 02H and Pmean 4AH are
+        one bit away from 42H) cleared it and returned the counts as a misread word: when the
+        counts fall short of the power by about such a word, that word is the missing energy."""
+        if power_w is None or not self._rejected:
+            return counts
+        last = self._last_power if self._last_power is not None else power_w
+        expected = (abs(power_w) + abs(last)) / 2 * dt_s / jpc
+        if expected < 20 or counts >= expected / 2:
+            return counts
+        for w in self._rejected:
+            if abs(counts + w - expected) <= expected / 4:
+                self._notify("implausible", "ATenergy read %d counts where the power says %d; "
+                             "a misread word of this reading was %d (a read redirected to "
+                             "ATenergy clears it): counted" % (counts, int(expected), w))
+                return counts + w
+        return counts
 
 
 def _values(raw):
