@@ -6,11 +6,12 @@ rounds, so what they share cancels in the per-item or per-round difference.
 
 Energy (`energy_difference`): the repeats of A and B are paired by round when the rounds are
 interleaved in time (a round = one run of each configuration, or one repeat; the r-th round of
-each starts before the (r+1)-th of either; `round_pairs`); the
-per-round differences d_r = B_r − A_r (and the relative saving (A_r − B_r)/A_r) get a
-Student-t interval of their mean (exact for normal differences at any n ≥ 2). When the repeats
-are not interleaved (one configuration measured after the other) they cannot be paired: the
-difference of means gets Welch's t interval, labelled unpaired.
+each starts before the (r+1)-th of either; `round_pairs`). A round's value is the mean of its
+repeats (repeats inside one run are not independent), so n = rounds; the per-round
+differences d_r = B_r − A_r (and the relative saving (A_r − B_r)/A_r) get a Student-t
+interval of their mean with n − 1 degrees of freedom (exact for normal differences at any
+n ≥ 2). When the repeats are not interleaved (one configuration measured after the other)
+they cannot be paired: the difference of means gets Welch's t interval, labelled unpaired.
 
 Accuracy (`accuracy_difference`): per-item outcomes of A and B on the same items give the
 discordant counts b (A right, B wrong) and c (A wrong, B right). Δ = (c − b)/n; its 95 %
@@ -32,30 +33,33 @@ import numpy as np
 from host.analysis.intervals import student_t_ppf, t_interval
 
 Z95 = 1.959963984540054
-PAIRED_ROUNDS = "paired by round (repeats interleaved); Student-t on per-round differences"
+PAIRED_ROUNDS = ("paired by round (repeats interleaved; each round = mean of its repeats); "
+                 "Student-t on per-round differences, df = rounds − 1")
 UNPAIRED = "unpaired: repeats not interleaved in time; Welch t on the difference of means"
 
 
 def round_pairs(va: np.ndarray, ta: np.ndarray, vb: np.ndarray, tb: np.ndarray,
                 block_a: np.ndarray | None = None, block_b: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """(A values, B values) paired by round, or None when the rounds do not interleave.
+    """(A per-round values, B per-round values) paired by round, or None when the rounds do
+    not interleave.
 
     A round is a block of repeats measured together (one run of each configuration, as a
-    campaign measures them; without blocks every repeat is its own round). Blocks pair in time
-    order when A's and B's alternate (`interleaved` on the blocks' start times, ≥ 2 rounds)
-    and the paired blocks hold equally many repeats; inside a block, repeats pair in time
-    order.
+    campaign measures them; without blocks every repeat is its own round). Only rounds are
+    independent: the repeats inside one run share its warm-up, thermal state and background
+    load. So each block is first averaged (the mean of its repeats), and the pairs are the
+    blocks' means: the t interval then has (number of rounds − 1) degrees of freedom, not
+    (number of repeats − 1). Blocks pair in time order when A's and B's alternate
+    (`interleaved` on the blocks' start times, ≥ 2 rounds).
     """
     ba = np.arange(len(va)) if block_a is None else np.asarray(block_a)
     bb = np.arange(len(vb)) if block_b is None else np.asarray(block_b)
 
-    def blocks(v: np.ndarray, t: np.ndarray, b: np.ndarray) -> list[tuple[float, np.ndarray]]:
+    def blocks(v: np.ndarray, t: np.ndarray, b: np.ndarray) -> list[tuple[float, float]]:
         out = []
         for key in dict.fromkeys(b.tolist()):
             sel = b == key
-            order = np.argsort(t[sel], kind="stable")
-            out.append((float(np.min(t[sel])), v[sel][order]))
+            out.append((float(np.min(t[sel])), float(np.mean(v[sel]))))
         return sorted(out, key=lambda x: x[0])
 
     xa, xb = blocks(va, ta, ba), blocks(vb, tb, bb)
@@ -63,9 +67,7 @@ def round_pairs(va: np.ndarray, ta: np.ndarray, vb: np.ndarray, tb: np.ndarray,
         return None
     if not interleaved(np.array([x[0] for x in xa]), np.array([x[0] for x in xb])):
         return None
-    if any(len(x[1]) != len(y[1]) for x, y in zip(xa, xb, strict=True)):
-        return None
-    return (np.concatenate([x[1] for x in xa]), np.concatenate([y[1] for y in xb]))
+    return np.array([x[1] for x in xa]), np.array([y[1] for y in xb])
 
 
 def interleaved(t_a: np.ndarray, t_b: np.ndarray) -> bool:

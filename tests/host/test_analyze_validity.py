@@ -301,7 +301,8 @@ def test_paired_savings_and_accuracy_resolve_what_separate_intervals_hide(tmp_pa
     assert h.loc["q8", "j_per_token_ci_lo"] < h.loc["q4", "j_per_token_ci_hi"]
     # ... the per-round pairs resolve q8's 3 % extra energy
     s = a.savings.set_index("config").loc["q8"]
-    assert s["energy_ci_method"].startswith("paired by round") and s["n_pairs"] == 6
+    # 3 rounds of 2 repeats: the rounds are the pairs (df = 2), not the 6 repeats
+    assert s["energy_ci_method"].startswith("paired by round") and s["n_pairs"] == 3
     assert s["energy_saving_pct"] == pytest.approx(-3.0, abs=0.3)
     assert s["energy_saving_pct_ci_hi"] < 0 and s["energy_distinguishable"]
     # accuracy per item: 10 more right, all 10 discordant → McNemar p = 2/2¹⁰

@@ -102,6 +102,27 @@ def test_paired_rounds_resolve_what_independent_intervals_hide():
     assert d["saving_pct_ci_lo"] > 1.5 and d["saving_pct_ci_hi"] < 2.5
 
 
+def test_repeats_inside_a_round_are_averaged_and_t_has_rounds_minus_one_df():
+    """2 rounds × 3 repeats: only the rounds are independent, so n = 2 pairs and df = 1.
+
+    By hand: round means A = (0.30, 0.33), B = (0.29, 0.31); d = (−0.01, −0.02), mean
+    −0.015, s = 0.00707107, half-width t(0.975, 1) · s/√2 = 12.7062047 · 0.005 = 0.0635310.
+    """
+    a = np.array([0.29, 0.30, 0.31, 0.32, 0.33, 0.34])
+    b = np.array([0.28, 0.29, 0.30, 0.30, 0.31, 0.32])
+    t_a = np.array([0.0, 1, 2, 100, 101, 102])
+    t_b = t_a + 10
+    runs_a = np.array(["a1", "a1", "a1", "a2", "a2", "a2"], dtype=object)
+    runs_b = np.array(["b1", "b1", "b1", "b2", "b2", "b2"], dtype=object)
+    d = paired.energy_difference(a, t_a, b, t_b, block_a=runs_a, block_b=runs_b)
+    assert d["method"] == paired.PAIRED_ROUNDS and d["n_pairs"] == 2
+    assert d["delta"] == pytest.approx(-0.015)
+    half = 12.7062047 * 0.005
+    assert d["delta_ci_lo"] == pytest.approx(-0.015 - half, rel=1e-6)
+    assert d["delta_ci_hi"] == pytest.approx(-0.015 + half, rel=1e-6)
+    assert d["distinguishable"] is False  # two rounds cannot resolve it, honestly
+
+
 def test_repeats_measured_one_config_after_the_other_are_not_paired():
     a, b = np.array([0.30, 0.31, 0.29]), np.array([0.25, 0.26, 0.24])
     d = paired.energy_difference(a, np.array([0.0, 1, 2]), b, np.array([10.0, 11, 12]))
