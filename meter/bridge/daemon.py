@@ -11,6 +11,7 @@ the same `SerialLink`; on a SimulatedClock (tests, benchmarks) the in-process `S
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from pathlib import Path
@@ -132,6 +133,7 @@ def run_bridge(daemon: Any) -> Any:
                 hub.publish(msg)
 
             recorder.on_sample = publish
+            recorder.on_fault = state.record_fault
             state.info.update({"daemon_version": __version__, "bridged": True,
                                "host": meta["host"], "boot_id": meta["boot_id"],
                                "clock_kind": meta["clock"].get("kind", "system"),
@@ -157,9 +159,12 @@ def run_bridge(daemon: Any) -> Any:
         daemon.log(f"epi meter: stopped: {stats.sweeps} sweeps, {stats.samples_written} samples")
         return RunResult(Path(o.out_dir), writer.segment, stats, None, rate or 0.0)  # type: ignore[arg-type]
     except BaseException:
+        # a crash, or the trace directory removed under us (TraceLostError): keep the
+        # statistics, flagged as not a clean stop, where the files can still be written
         if writer is not None:
-            writer.close(stats={"clean_stop": False,
-                                **(recorder.stats.as_dict() if recorder else {})})
+            with contextlib.suppress(OSError):
+                writer.close(stats={"clean_stop": False,
+                                    **(recorder.stats.as_dict() if recorder else {})})
         raise
     finally:
         if daemon.server is not None:

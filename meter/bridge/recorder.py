@@ -15,7 +15,11 @@ What it guarantees (docs/bridge.md):
 * an MCU reset (new boot id in `hello`, or `seq` going back) writes a `gap` event, starts a
   new clock mapping, and asks the firmware for `hello` again;
 * a lost serial port is retried every `reconnect_s`; when lines come back a `gap` event covers
-  the outage. Nothing of this stops the recorder.
+  the outage. Nothing of this stops the recorder;
+* storage, as on the direct-SPI path: a full disk is counted once per episode as a
+  `disk_full` fault (stats and /metrics; the writer records the event and the gap), and a
+  trace directory removed under the recorder (`--out` deleted) stops it within
+  `STORAGE_CHECK_S` with the writer's one-line TraceLostError (exit status 2, restartable).
 
 The clock mapping (offset, drift, uncertainty) of each MCU boot is written into the segment's
 meta.json under `bridge.clock`; every refit that moved it by more than its uncertainty is
@@ -40,6 +44,7 @@ from meter.firmware.telemetry import NOT_READY
 MAX_LINE_BYTES = 4096
 MAX_PENDING_SWEEPS = 3000  # sweeps held while the first clock mapping is being fitted
 INITIAL_PINGS = 8
+STORAGE_CHECK_S = 0.5  # how often the trace directory's presence and the disk are checked
 
 
 @dataclass
@@ -134,6 +139,9 @@ class BridgeRecorder:
         self._stop = threading.Event()
         self.ready = threading.Event()  # set when the first sample row is written
         self.on_sample: Callable[[dict[str, Any]], None] | None = None  # live state/stream
+        self.on_fault: Callable[[int | None, str], None] | None = None  # /metrics fault counter
+        self._next_storage = 0
+        self._disk_full_seen = False
 
     # ---- control ----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -226,6 +234,9 @@ class BridgeRecorder:
             now = self.clock.monotonic_ns()
             if end is not None and now >= end:
                 break
+            if now >= self._next_storage:  # connected or not
+                self._next_storage = now + round(STORAGE_CHECK_S * 1e9)
+                self._check_storage()
             if not self.connected:
                 if now < next_try or not self._connect():
                     next_try = max(next_try, now) + self.reconnect_ns if now >= next_try \
@@ -255,6 +266,17 @@ class BridgeRecorder:
             idle(t_mono_ns)
         else:
             self.clock.sleep_until(t_mono_ns)
+
+    def _check_storage(self) -> None:
+        """Count a full disk once per episode; raise TraceLostError when the trace directory
+        was removed (the daemon stops with its one-line message)."""
+        full = self.writer.disk_full
+        if full and not self._disk_full_seen:
+            self.stats.faults["disk_full"] = self.stats.faults.get("disk_full", 0) + 1
+            if self.on_fault is not None:
+                self.on_fault(None, "disk_full")
+        self._disk_full_seen = full
+        self.writer.check_present()
 
     def _housekeeping(self, now: int, stats_callback: Any) -> None:
         if self.connected and self.boot is not None and now >= self._next_ping:
