@@ -14,7 +14,9 @@ ping filter recovers the MCU clock.
    sweep-line bytes. Measured = sweep lines decoded on the Pi per second.
 2. Clock mapping: an MCU crystal 50 ppm fast, host-side latency jittered (exponential, mean
    2 ms, both directions), 10 minutes at 10 sweeps/s through the recorder; error = mapped
-   t_mono_ns of every sweep minus the true host time of the MCU stamp.
+   t_mono_ns of every sweep minus the true host time of the MCU stamp; the headline maximum
+   covers the whole run, its first minute included (the recorder pings 10× as often for the
+   first 30 s of a boot so the drift is fitted within seconds).
 """
 
 from __future__ import annotations
@@ -109,8 +111,10 @@ def clock_mapping(minutes: float = 10.0, seed: int = 1) -> dict:
             errors.append(abs(mapped - truth))
         else:
             early.append(abs(mapped - truth))
-    return {"max_ms": max(errors) / 1e6, "p99_ms": sorted(errors)[int(0.99 * len(errors))] / 1e6,
+    whole = errors + early  # the headline: the whole run, its first minute included
+    return {"max_ms": max(whole) / 1e6, "p99_ms": sorted(whole)[int(0.99 * len(whole))] / 1e6,
             "first_minute_max_ms": max(early) / 1e6,
+            "after_first_minute_max_ms": max(errors) / 1e6,
             "mean_ms": statistics.fmean(errors) / 1e6, "n": len(errors),
             "clock": rec.mapping.describe() if rec.mapping else None,
             "pings": rec.stats.pings}

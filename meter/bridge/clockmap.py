@@ -83,7 +83,7 @@ class ClockMapper:
     """Collects pings of one MCU boot and fits the mapping."""
 
     def __init__(self, *, window_s: float = 600.0, keep_fraction: float = 0.5,
-                 buckets: int = 32, min_for_drift: int = 4, min_span_s: float = 8.0,
+                 buckets: int = 32, min_for_drift: int = 4, min_span_s: float = 2.0,
                  max_pings: int = 2000) -> None:
         self.buckets = buckets
         self.window_us = round(window_s * 1e6)

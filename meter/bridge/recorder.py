@@ -44,6 +44,7 @@ from meter.firmware.telemetry import NOT_READY
 MAX_LINE_BYTES = 4096
 MAX_PENDING_SWEEPS = 3000  # sweeps held while the first clock mapping is being fitted
 INITIAL_PINGS = 8
+DENSE_PINGS_S = 30.0  # after a boot's first ping, ping 10× as often: drift is fitted sooner
 STORAGE_CHECK_S = 0.5  # how often the trace directory's presence and the disk are checked
 
 
@@ -130,6 +131,7 @@ class BridgeRecorder:
         self._waiting_logged = False
         self._buf = bytearray()
         self._ping_id = 0
+        self._dense_until: int | None = None  # end of this boot's dense ping phase
         self._ping_req_bytes = 0
         self._pings: dict[int, int] = {}
         self._next_ping = 0
@@ -281,7 +283,10 @@ class BridgeRecorder:
     def _housekeeping(self, now: int, stats_callback: Any) -> None:
         if self.connected and self.boot is not None and now >= self._next_ping:
             self._ping(now)
-            initial = self.mapper.mapping is None or len(self.mapper.pings) < INITIAL_PINGS
+            if self._dense_until is None:
+                self._dense_until = now + round(DENSE_PINGS_S * 1e9)
+            initial = self.mapper.mapping is None or len(self.mapper.pings) < INITIAL_PINGS \
+                or now < self._dense_until
             self._next_ping = now + (self.ping_interval_ns // 10 if initial
                                      else self.ping_interval_ns)
         if now >= self._next_fit and self.mapper.pings:
@@ -342,8 +347,9 @@ class BridgeRecorder:
                 self.mapper.add(t_send, t_us, t_recv,
                                 wire_req_ns=wire_ns(self._ping_req_bytes, self.baud) if wire else 0,
                                 wire_reply_ns=wire_ns(n_bytes, self.baud) if wire else 0)
-                if self.mapper.mapping is None or len(self.mapper.pings) <= INITIAL_PINGS:
-                    self._refit()
+                if self.mapper.mapping is None or len(self.mapper.pings) <= INITIAL_PINGS or (
+                        self._dense_until is not None and t_recv < self._dense_until):
+                    self._refit()  # every pong while the mapping is young
         elif msg.kind == "ev":
             ch = f.get("n")
             kind = str(f.get("kind"))
@@ -394,6 +400,7 @@ class BridgeRecorder:
             self.clock_history.append({"boot": self.boot, **self.mapping.describe(),
                                        "ended": "MCU reset"})
         self.mapper = ClockMapper()
+        self._dense_until = None
         self.mapping = None
         self.last_seq = None
         self.pending = []
