@@ -3,9 +3,9 @@
 A small campaign (examples/study-demo.toml): prepare the real SmolLM2-135M model, quantize it
 with four mix maps, start the meter daemon on the ATM90E26 emulator (channel 0 follows this
 machine's real CPU activity, modelled as a Pi 5's wall power), score accuracy, run every
-configuration with token logs (interleaved over three rounds, thermal settle before each run),
-analyse, and write the HTML report, whose path it prints last. Interrupted, the same command
-continues where it stopped.
+configuration with token logs (interleaved over the study's two rounds, thermal settle before
+each run), analyse, and write the HTML report, whose path it prints last. Interrupted, the same
+command continues where it stopped.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from epi.core.errors import UserError
-from host.campaign import procs
+from host.campaign import accuracy_projection, procs
 from host.campaign.journal import Journal, JournalState
 from host.campaign.meter import emulated_daemon
 from host.campaign.plan import Plan, Step, base_path, build_plan, format_duration, plan_text
@@ -144,7 +144,8 @@ class Campaign:
         self.journal = Journal(study.out)
         self.stream = stream or sys.stderr
         self.python = python
-        self.plan = build_plan(study)
+        # a projection measured by an earlier session (same accuracy settings) is reused
+        self.plan = build_plan(study, accuracy_projection.load(study))
         self.meter_url: str | None = study.meter.url
 
     # -- output
@@ -302,6 +303,39 @@ class Campaign:
             tail = []
         return (tail[-1] if tail else "no output") + f" (log {log})"
 
+    # -- the accuracy stage's projection
+    def project_accuracy(self, state: JournalState, progress: Progress) -> None:
+        """Before the accuracy stage: measure its time on this machine (a short probe of the
+        first configuration's model, host.campaign.accuracy_projection) unless a measured
+        figure for these settings is already kept or the stage is too small for a probe to
+        be worth its cost; print it, and let the ETA use it."""
+        left = [s for s in self.plan.steps if s.kind == "accuracy" and s.step_id not in state.done]
+        if not left:
+            return
+        proj = self.plan.accuracy
+        items = accuracy_projection.stage_items(self.study) * len(left)
+        if proj is None or not proj.measured:
+            if items >= accuracy_projection.MIN_STAGE_ITEMS:
+                progress.line(f"measuring the accuracy stage's time: a short probe of "
+                              f"{len(self.study.accuracy.benchmarks)} benchmark(s)")
+                proj = accuracy_projection.measured_or_assumed(
+                    self.study, [self.plan.config(s.config).gguf for s in left
+                                 if s.config is not None], len(left))
+                if proj.measured:
+                    accuracy_projection.save(self.layout.root, proj)
+            else:
+                proj = accuracy_projection.assumed(
+                    self.study, f"not probed: {items} items in all, under "
+                    f"{accuracy_projection.MIN_STAGE_ITEMS}, so a probe would cost a large "
+                    "share of the stage")
+        progress.line(f"accuracy stage: {len(left)} configuration(s), projected "
+                      f"~{format_duration(proj.seconds * len(left))} "
+                      f"(~{format_duration(proj.seconds)} each; {proj.basis}; cached results "
+                      "take no time)")
+        step_est = left[0].estimate_s
+        if step_est > 0 and proj.seconds > 0:
+            progress.ratio["accuracy"] = [proj.seconds / step_est]  # the ETA follows it
+
     # -- the whole campaign
     def run(self) -> Path:
         try:
@@ -331,6 +365,7 @@ class Campaign:
             ctx = (emulated_daemon(self.layout.root, self.layout.trace, self.study.meter.rate_hz)
                    if self.study.meter.emulate and needs_meter else nullcontext(self.meter_url))
             t0 = time.monotonic()
+            projected = False
             with ctx as url:
                 self.meter_url = url
                 if url and self.study.meter.emulate:
@@ -341,6 +376,9 @@ class Campaign:
                         continue  # after the daemon has stopped and flushed its trace
                     if step.kind == "report":
                         continue
+                    if step.kind == "accuracy" and not projected:
+                        self.project_accuracy(state, progress)
+                        projected = True
                     progress.start(step)
                     result = self.run_step(step, state, progress)
                     progress.finish(step, summary(step, result))
@@ -381,9 +419,19 @@ def summary(step: Step, r: dict[str, Any]) -> str:
     return str(r.get("out", ""))
 
 
-def dry_run(study: Study, echo: Callable[[str], None]) -> None:
-    """Print the plan and the estimate; touch nothing."""
-    plan = build_plan(study)
+def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool = False
+            ) -> None:
+    """Print the plan and the estimate; touch nothing. The accuracy figure is one measured
+    earlier in this campaign directory, or (`probe_accuracy`) measured now with a short probe
+    where a model file is on this host, or else the study file's assumption, said as such."""
+    proj = accuracy_projection.load(study)
+    if probe_accuracy:
+        plan0 = build_plan(study)
+        models = [c.gguf for c in plan0.configs] + [base_path(study, m.name)
+                                                    for m in study.models]
+        echo("measuring the accuracy stage's time: a short probe on this machine")
+        proj = accuracy_projection.measured_or_assumed(study, models, len(plan0.configs))
+    plan = build_plan(study, proj)
     state = Journal(study.out).read()
     for line in resume_lines(plan, state, Layout(study.out)):
         echo(line)

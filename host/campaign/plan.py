@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from epi.core.errors import UserError
+from host.campaign.accuracy_projection import AccuracyProjection, assumed
 from host.campaign.study import Study
 
 
@@ -37,6 +38,7 @@ class Step:
     round: int | None = None
     estimate_s: float = 0.0
     detail: str = ""
+    estimate_known: bool = True  # False: no basis for a figure (estimate_s is 0), said so
 
 
 @dataclass
@@ -44,6 +46,7 @@ class Plan:
     study: Study
     configs: list[Config]
     steps: list[Step] = field(default_factory=list)
+    accuracy: AccuracyProjection | None = None  # per configuration; measured or assumed
 
     def config(self, config_id: str) -> Config:
         return next(c for c in self.configs if c.config_id == config_id)
@@ -101,17 +104,18 @@ def settle_seconds(study: Study) -> float:
 
 
 def accuracy_seconds(study: Study) -> float:
-    """Projected scoring time of one model: every item of every benchmark, plus perplexity."""
-    a, e = study.accuracy, study.estimate
-    items = sum(a.benchmarks.values()) + ((a.ppl_windows or 0) if a.ppl else 0)
-    return items * e.accuracy_s_per_item
+    """Assumed scoring time of one model: every item of every benchmark, plus perplexity, at
+    the study file's `accuracy_s_per_item` (host.campaign.accuracy_projection measures it)."""
+    return assumed(study).seconds
 
 
-def build_plan(study: Study) -> Plan:
+def build_plan(study: Study, accuracy: AccuracyProjection | None = None) -> Plan:
+    """The plan; `accuracy` is the projected scoring time per configuration (default: the
+    study file's assumption)."""
     from host.run.prompts import load_prompt_set
 
     configs = configurations(study)
-    plan = Plan(study, configs)
+    plan = Plan(study, configs, accuracy=accuracy or assumed(study))
     prompts = load_prompt_set(study.run.prompts)
     n_prompts = len(prompts.prompts)
     prompt_tokens = sum(p.n_tokens for p in prompts.prompts)
@@ -123,19 +127,23 @@ def build_plan(study: Study) -> Plan:
                               estimate_s=30.0))
     for c in configs:
         if c.map_path is not None:
-            size_mb = 0.0
             base = base_path(study, c.model)
-            if base.is_file():
-                size_mb = base.stat().st_size / 1e6
-            steps.append(Step(f"quantize:{c.config_id}", "quantize", c.config_id,
-                              estimate_s=size_mb / e.quantize_mb_s + 1.0,
-                              detail=c.map_path.name))
+            if base.is_file() or spec_prepared(study, c.model):
+                # a prepared model's file appears with its `prepare` step: size unknown yet
+                size_mb = base.stat().st_size / 1e6 if base.is_file() else 0.0
+                steps.append(Step(f"quantize:{c.config_id}", "quantize", c.config_id,
+                                  estimate_s=size_mb / e.quantize_mb_s + 1.0,
+                                  detail=c.map_path.name))
+            else:  # no size to scale by: say so instead of a made-up 1 s
+                steps.append(Step(f"quantize:{c.config_id}", "quantize", c.config_id,
+                                  detail=f"{c.map_path.name} (time unknown: base {base} "
+                                  "not on this host)", estimate_known=False))
     a = study.accuracy
     if a.benchmarks or a.ppl:
         steps.append(Step("data", "data", estimate_s=5.0, detail="evaluation data (offline)"))
         for c in configs:
             steps.append(Step(f"accuracy:{c.config_id}", "accuracy", c.config_id,
-                              estimate_s=accuracy_seconds(study),
+                              estimate_s=plan.accuracy.seconds,
                               detail=", ".join(f"{b} {n}" for b, n in a.benchmarks.items())))
     per_run = run_seconds(study, n_prompts, prompt_tokens) + settle_seconds(study)
     for k in range(1, study.repeats + 1):
@@ -147,6 +155,14 @@ def build_plan(study: Study) -> Plan:
     steps.append(Step("analysis", "analysis", estimate_s=10.0 + 2.0 * len(plan.run_steps)))
     steps.append(Step("report", "report", estimate_s=15.0))
     return plan
+
+
+UNKNOWN_WHY = {"quantize": "the base model file is not on this host: no size to scale by"}
+
+
+def spec_prepared(study: Study, model_name: str) -> bool:
+    """Whether a [[models]] entry is a model the campaign prepares itself (no `path`)."""
+    return next(m for m in study.models if m.name == model_name).path is None
 
 
 def format_duration(seconds: float) -> str:
@@ -168,17 +184,27 @@ def plan_text(plan: Plan, done: set[str] | None = None) -> list[str]:
     lines.append("steps (in order; * = already finished):")
     for i, s in enumerate(plan.steps, 1):
         mark = "*" if s.step_id in done else " "
-        lines.append(f" {mark}{i:>4}. {s.step_id:<40} ~{format_duration(s.estimate_s):>8}"
+        est = format_duration(s.estimate_s) if s.estimate_known else "?"
+        lines.append(f" {mark}{i:>4}. {s.step_id:<40} ~{est:>8}"
                      + (f"  {s.detail}" if s.detail else ""))
     by_kind: dict[str, float] = {}
+    unknown: dict[str, int] = {}
     for s in plan.steps:
         if s.step_id not in done:
             by_kind[s.kind] = by_kind.get(s.kind, 0.0) + s.estimate_s
+            if not s.estimate_known:
+                unknown[s.kind] = unknown.get(s.kind, 0) + 1
     total = sum(by_kind.values())
-    parts = ", ".join(f"{k} {format_duration(v)}" for k, v in by_kind.items())
-    lines.append(f"estimate: {format_duration(total)} left ({parts}); accuracy scoring is "
-                 f"projected at {st.estimate.accuracy_s_per_item:g} s per item "
-                 "(cached results take no time)")
+    parts = ", ".join(
+        f"{k} ?" if v == 0 and k in unknown else
+        f"{k} {format_duration(v)}" + (" + ?" if k in unknown else "") for k, v in by_kind.items())
+    lines.append(f"estimate: {format_duration(total)} left ({parts})"
+                 + ("" if not unknown else "; NOT included: " + ", ".join(
+                     f"{n} {k} step(s) ({UNKNOWN_WHY.get(k, 'no basis for an estimate')})"
+                     for k, n in unknown.items())))
+    if plan.accuracy is not None and any(s.kind == "accuracy" for s in plan.steps):
+        lines.append(f"accuracy scoring: ~{format_duration(plan.accuracy.seconds)} per "
+                     f"configuration, {plan.accuracy.basis}; cached results take no time")
     t = st.thermal
     rule = (f"fixed wait {t.wait_s:g} s" if t.rule == "fixed" else
             f"idle power stable within ±{t.tolerance:.1%} for {t.window_s:g} s "
