@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import glob
 import importlib.util
-import json
 import platform
 import sys
 from dataclasses import dataclass
+
+from epi.core.errors import UserError
+from epi.formats.fields import read_json_object
+from epi.formats.manifests import read_model_manifest
 
 
 @dataclass
@@ -116,7 +119,12 @@ def _model_checks() -> list[Check]:
         path = model_path(name)
         manifest = path.with_suffix(".manifest.json")
         if path.is_file() and manifest.is_file():
-            m = json.loads(manifest.read_text())
+            try:
+                m = read_model_manifest(manifest)
+            except UserError as exc:
+                checks.append(Check("models", name, False, f"corrupt manifest: {exc}",
+                                    f"epi model prepare {name} --force"))
+                continue
             detail = f"{path} ({m['n_params'] / 1e6:.1f} M params, {m['n_layers']} layers)"
             checks.append(Check("models", name, True, detail))
         else:
@@ -133,8 +141,8 @@ def _data_checks() -> list[Check]:
     checks = []
     for path in manifests:
         try:
-            m = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            m = read_json_object(path, "data manifest")
+        except UserError:
             checks.append(
                 Check("eval data", str(path), False, "unreadable manifest", "epi data prepare")
             )

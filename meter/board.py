@@ -15,7 +15,6 @@ board whose chips do not answer.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import socket
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from epi.core.errors import UserError
+from epi.core.files import write_json_atomic
+from epi.formats.fields import decode_utf8, parse_json_bytes, read_bytes
 from meter.bus.base import ABS_MAX_SPEED_HZ, MAX_SPEED_HZ, Bus, BusError
 from meter.chip.calibration import EMULATED_FRONTEND, Calibration, CalibrationError
 from meter.chip_factory import ChipFactory, chip_factory, real_bus
@@ -212,6 +213,9 @@ def _positive(value: object, path: Path | None, key: str) -> float:
     return float(value)
 
 
+# spidev numbers (/dev/spidev<bus>.<device>): a Pi 5 has buses 0..6; 31 leaves room for others.
+MAX_SPI_BUS = 31
+MAX_SPI_DEVICE = 9  # the GPIO-CS device is chosen among 0..9 (see load_board)
 # Documented ranges of the board file's numbers (docs/meter.md): (exclusive low, inclusive high)
 RANGES: dict[str, tuple[float, float]] = {
     "period_s": (0.0005, 3600.0),
@@ -246,15 +250,9 @@ def _refuse_unknown(table: object, kind: str, where: str, path: Path | None) -> 
 
 
 def load_calibration_file(path: Path) -> Calibration:
-    """A calibration JSON file; UserError naming the file and field on any problem."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: calibration file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: line {exc.lineno}: not valid JSON: {exc.msg}") from None
+    """A calibration JSON file; UserError naming the file and field on any problem
+    (missing, unreadable, not UTF-8, not JSON, nested too deep, bad values)."""
+    data = parse_json_bytes(read_bytes(path, "calibration file not found"), str(path))
     try:
         return Calibration.from_dict(data)
     except CalibrationError as exc:
@@ -262,16 +260,14 @@ def load_calibration_file(path: Path) -> Calibration:
 
 
 def save_calibration_file(path: Path, cal: Calibration) -> None:
-    """Write a calibration file atomically (temp file + rename)."""
+    """Write a calibration file atomically (a reader sees the old or the new file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(cal.to_dict(), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_json_atomic(path, cal.to_dict())
 
 
-def load_board(path: str | Path) -> BoardConfig:
-    """Read and validate a board TOML file."""
-    path = Path(path)
+def _parse_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's tables; a missing, unreadable, non-UTF-8, malformed or absurdly nested
+    file is a one-line UserError."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -279,14 +275,19 @@ def load_board(path: str | Path) -> BoardConfig:
             import tomli as tomllib  # type: ignore[no-redef]
         except ModuleNotFoundError:
             raise UserError(f"{path}: reading TOML needs Python 3.11+ or tomli") from None
+    text = decode_utf8(read_bytes(path, "board file not found"), str(path))
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: board file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read: {exc}") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UserError(f"{path}: not valid TOML: nested too deeply") from None
+
+
+def load_board(path: str | Path) -> BoardConfig:
+    """Read and validate a board TOML file."""
+    path = Path(path)
+    data = _parse_toml(path)
 
     _refuse_unknown(data, "", "", path)
     for table in ("spi", "sampling", "emulator", "frontend"):
@@ -311,6 +312,9 @@ def load_board(path: str | Path) -> BoardConfig:
 
     spi = _get(data, "spi", dict, {}, path, "")
     spi_bus = _get(spi, "bus", int, 0, path, "spi.")
+    if not 0 <= spi_bus <= MAX_SPI_BUS:
+        raise _err(path, "spi.bus", f"{spi_bus}: expected an SPI bus number 0..{MAX_SPI_BUS} "
+                   "(/dev/spidev<bus>.<device>)")
     speed = _get(spi, "speed_hz", int, MAX_SPEED_HZ, path, "spi.")
     if not 200 <= speed <= ABS_MAX_SPEED_HZ:
         raise _err(path, "spi.speed_hz", f"{speed} Hz: the ATM90E26 takes 200..{MAX_SPEED_HZ} Hz "
@@ -319,6 +323,9 @@ def load_board(path: str | Path) -> BoardConfig:
     if mode != 3:
         raise _err(path, "spi.mode", f"{mode}: the ATM90E26 works in SPI mode 3 only")
     gpio_dev = _get(spi, "gpio_cs_device", int, None, path, "spi.")
+    if gpio_dev is not None and not 0 <= gpio_dev <= MAX_SPI_DEVICE:
+        raise _err(path, "spi.gpio_cs_device", f"{gpio_dev}: expected a spidev device number "
+                   f"0..{MAX_SPI_DEVICE}")
 
     sampling = _get(data, "sampling", dict, {}, path, "")
     period = _positive(sampling.get("period_s", DEFAULT_SAMPLE_PERIOD_S), path,

@@ -38,12 +38,36 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def parse_json_bytes(raw: bytes, where: str) -> Any:
-    """Decode strict UTF-8 JSON; NaN/Infinity and nesting deeper than 64 are refused."""
+def decode_utf8(raw: bytes, where: str) -> str:
+    """Strict UTF-8 text of a whole file; anything else is a one-line `UserError`."""
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UserError(f"{where}: not UTF-8 text (byte {exc.start})") from None
+
+
+def decode_complete_lines(data: bytes, where: str, *, garbage_tail: bool = False
+                          ) -> tuple[str, int]:
+    """The UTF-8 text of the newline-terminated part of an append-only file, and how many
+    lines were dropped. A final record without its newline (cut by a crash) is dropped; with
+    `garbage_tail`, so is a last line that is not UTF-8 (a power-cut tail). Non-UTF-8 anywhere
+    else is damage: a one-line `UserError` naming the line."""
+    dropped = 0
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        dropped = 1
+    try:
+        return data.decode("utf-8"), dropped
+    except UnicodeDecodeError as exc:
+        if not garbage_tail or data.find(b"\n", exc.start) != len(data) - 1:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise UserError(f"{where}: line {line}: not UTF-8 text") from None
+        return data[: data.rfind(b"\n", 0, exc.start) + 1].decode("utf-8"), dropped + 1
+
+
+def parse_json_bytes(raw: bytes, where: str) -> Any:
+    """Decode strict UTF-8 JSON; NaN/Infinity and nesting deeper than 64 are refused."""
+    text = decode_utf8(raw, where)
     try:
         data = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:

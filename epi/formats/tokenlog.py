@@ -36,6 +36,7 @@ from epi.formats.fields import (
     check_id,
     check_int,
     check_str,
+    decode_complete_lines,
     read_bytes,
     read_json_object,
 )
@@ -171,16 +172,7 @@ def _check_clock_sync(h: dict[str, Any], path: Path) -> None:
 # ------------------------------------------------------------------------------- CSV files
 def _read_records(path: Path, columns: tuple[str, ...]) -> tuple[list[list[str]], int]:
     """CSV records after the header; a final line without newline is dropped (counted)."""
-    data = read_bytes(path, "file missing")
-    cut = 0
-    if data and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]
-        cut = 1
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise UserError(f"{path}: line {line}: not UTF-8 text") from None
+    text, cut = decode_complete_lines(read_bytes(path, "file missing"), str(path))
     if not text:
         raise UserError(f"{path}: empty file (no header line)")
     try:

@@ -41,6 +41,7 @@ from epi.formats.fields import (
     check_format,
     check_int,
     check_str,
+    decode_complete_lines,
     read_bytes,
     read_json_object,
 )
@@ -339,20 +340,8 @@ def _read_complete_lines(path: Path) -> tuple[list[str], int]:
     """Lines that end with a newline; a cut final record (or NUL-filled tail) is dropped."""
     data = read_bytes(path, "missing (a segment with a meta.json has both CSV files; its "
                             "data or faults would be lost)")
-    dropped = 0
-    if data and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]
-        dropped = 1
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # Only a power-cut tail may be garbage; elsewhere, non-UTF-8 is damage.
-        line_start = data.rfind(b"\n", 0, exc.start) + 1
-        if data.find(b"\n", exc.start) != len(data) - 1:
-            line = data.count(b"\n", 0, exc.start) + 1
-            raise UserError(f"{path}: line {line}: not UTF-8 text") from None
-        text = data[:line_start].decode("utf-8")
-        dropped += 1
+    # Only a power-cut tail may be garbage; elsewhere, non-UTF-8 is damage.
+    text, dropped = decode_complete_lines(data, str(path), garbage_tail=True)
     lines = text.split("\n")[:-1]
     while len(lines) > 1 and "\x00" in lines[-1]:
         lines.pop()

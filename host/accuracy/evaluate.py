@@ -9,7 +9,6 @@ computed it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 from epi import __version__
 from epi.core.errors import UserError
+from epi.formats.manifests import quant_manifest_beside
 from host.accuracy import cache, crosscheck
 from host.accuracy import multiple_choice as mc
 from host.accuracy import perplexity as ppl
@@ -115,18 +115,10 @@ def load_benchmarks(settings: Settings) -> dict[str, BenchData]:
 
 
 def read_map_id(model: Path) -> str | None:
-    """`map_id` (or `id`) of the quantization manifest `<stem>.manifest.json` beside the model."""
-    path = model.with_name(model.stem + ".manifest.json")
-    if not path.is_file():
-        return None
-    try:
-        manifest = json.loads(path.read_text())
-    except ValueError as exc:
-        raise UserError(f"{path}: malformed JSON ({exc})") from exc
-    value = manifest.get("map_id", manifest.get("id")) if isinstance(manifest, dict) else None
-    if value is not None and not isinstance(value, str):
-        raise UserError(f"{path}: field 'map_id': expected text, got {value!r}")
-    return value
+    """`map_id` of the quantization manifest `<stem>.manifest.json` beside the model (None
+    when there is none, or it is a model manifest); a corrupt one is a one-line `UserError`."""
+    manifest = quant_manifest_beside(model)
+    return None if manifest is None else str(manifest["map_id"])
 
 
 def _llama_version() -> str:

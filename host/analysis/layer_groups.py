@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
-from epi.formats.fields import parse_json_bytes
+from epi.formats.manifests import read_any_manifest
 from host.analysis import statistics as epimod
 from host.analysis.model import Options, RunInfo
 from host.analysis.verdicts import valid_repeats
@@ -32,15 +32,10 @@ def _manifest(info: RunInfo, opts: Options, corrupt: list[str] | None = None) ->
     for c in cands:
         if c.is_file():
             try:
-                data = parse_json_bytes(c.read_bytes(), str(c))
-            except (OSError, UserError) as exc:
+                data = read_any_manifest(c)
+            except UserError as exc:
                 if corrupt is not None:
                     corrupt.append(f"quantization manifest {c} is corrupt ({exc})")
-                continue
-            if not isinstance(data, dict) or data.get("format") != "epi-quant-manifest":
-                if corrupt is not None:
-                    corrupt.append(f"quantization manifest {c} is corrupt (not an "
-                                   "epi-quant-manifest JSON object)")
                 continue
             if data.get("layer_groups"):
                 return data

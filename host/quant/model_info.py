@@ -7,13 +7,13 @@ path is found before a run directory is created.
 from __future__ import annotations
 
 import io
-import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from epi.core.errors import UserError
+from epi.formats.manifests import quant_manifest_beside
 from host.quant.gguf_info import sha256_file
 
 GGUF_MAGIC = b"GGUF"
@@ -52,18 +52,13 @@ def check_gguf(path: Path) -> Path:
 
 
 def manifest_map_id(model: Path) -> str | None:
-    """The map id from `epi quantize`'s manifest next to the model (`STEM.manifest.json`)."""
-    manifest = model.with_name(model.stem + ".manifest.json")
-    if not manifest.is_file():
-        return None
+    """The map id from `epi quantize`'s manifest next to the model (`STEM.manifest.json`);
+    None when there is none or it is a model manifest."""
     try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise UserError(f"{manifest}: not readable JSON; fix it or pass --map-id") from None
-    if not isinstance(data, dict) or data.get("format") != "epi-quant-manifest":
-        return None
-    map_id = data.get("map_id")
-    return map_id if isinstance(map_id, str) and map_id else None
+        manifest = quant_manifest_beside(model)
+    except UserError as exc:
+        raise UserError(f"{exc}; fix it or pass --map-id") from None
+    return None if manifest is None else str(manifest["map_id"])
 
 
 # GGUF value types (gguf spec): id → struct format of one scalar; 8 = string, 9 = array.

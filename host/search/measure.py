@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from epi.core.errors import UserError
+from epi.formats.manifests import read_quant_manifest
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out:
     else:
         lines.append(f"url = {_toml_value(settings.meter_url)}")
         if settings.meter_trace is not None:
-            lines.append(f"trace = {_toml_value(str(settings.meter_trace))}")
+            lines.append(f"trace = {_toml_value(str(settings.meter_trace.resolve()))}")
     if settings.benchmarks or settings.ppl:
         lines += ["", "[accuracy]"]
         if settings.benchmarks:
@@ -110,6 +111,23 @@ def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out:
         if settings.accuracy_threads:
             lines.append(f"threads = {settings.accuracy_threads}")
     return "\n".join(lines) + "\n"
+
+
+def check_study(settings: CampaignSettings, maps: Sequence[Path], work_dir: Path) -> None:
+    """Load the study file a round would use with the campaign's own checker, before any probe
+    or round has run, so a setting the campaign refuses (e.g. a meter URL without its trace
+    directory) fails at once instead of after the probes."""
+    from host.campaign.study import load_study
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    probe = work_dir / "study-check.toml"
+    probe.write_text(study_text("search-check", settings, maps, work_dir / "unused"))
+    try:
+        load_study(probe)
+    except UserError as exc:
+        raise UserError(f"the campaign would refuse the search's study: {exc}") from None
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def _float(row: dict[str, str], key: str) -> float:
@@ -137,10 +155,7 @@ def read_campaign_results(round_no: int, campaign_dir: Path) -> list[Measured]:
             gguf, size = None, None
             if manifests:
                 gguf = str(manifests[0].with_name(f"{cfg}.gguf"))
-                try:
-                    size = int(json.loads(manifests[0].read_text()).get("file_size_bytes") or 0)
-                except (OSError, ValueError):
-                    size = None
+                size = read_quant_manifest(manifests[0]).get("output", {}).get("size_bytes")
                 if not size and Path(gguf).exists():
                     size = Path(gguf).stat().st_size
             j = _float(row, "j_per_token_median")

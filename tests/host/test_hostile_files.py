@@ -244,3 +244,68 @@ def test_benchmark_json_data_files(suffix: str, raw: bytes) -> None:
         p.write_bytes(raw)
         records = _refused(read_table, p)
     assert records is None or all(isinstance(r, dict) for r in records)
+
+
+# -------------------------------------------------------- quantization manifest (§3)
+def _quant_manifest() -> dict[str, Any]:
+    return {"format": "epi-quant-manifest", "format_version": 1, "map_id": "q4-mix",
+            "output": {"path": "/m/q4-mix.gguf", "sha256": "ab" * 32, "size_bytes": 1234},
+            "total": {"n_weights": 100, "bits_per_weight": 4.5, "tensor_bytes": 56},
+            "inputs": {"map_sha256": "x"},
+            "layer_groups": [{"name": "early", "layers": [0, 1], "n_weights": 100,
+                              "bits_per_weight": 4.5, "map_type": "Q4_K_M",
+                              "effective_types": {"Q4_K": 14}}]}
+
+
+QUANT_MANIFEST_KEYS = ["format", "format_version", "map_id", "output", "output.size_bytes",
+                       "output.sha256", "total", "total.bits_per_weight", "inputs",
+                       "layer_groups", "layer_groups.0", "layer_groups.0.name",
+                       "layer_groups.0.layers", "layer_groups.0.layers.0",
+                       "layer_groups.0.n_weights", "layer_groups.0.bits_per_weight",
+                       "layer_groups.0.map_type", "layer_groups.0.effective_types",
+                       "layer_groups.0.effective_types.Q4_K"]
+
+
+def _load_quant_manifest(raw: bytes) -> Any:
+    """Every reader of the manifest beside a model: the checked document, the map id that
+    `epi accuracy` and `epi run` record, or one and the same one-line refusal."""
+    from epi.formats.manifests import read_quant_manifest
+    from host.accuracy.evaluate import read_map_id
+    from host.quant.model_info import manifest_map_id
+
+    with tempfile.TemporaryDirectory() as d:
+        model = Path(d) / "q4-mix.gguf"
+        (Path(d) / "q4-mix.manifest.json").write_bytes(raw)
+        m = _refused(read_quant_manifest, Path(d) / "q4-mix.manifest.json")
+        ids = [_refused(read_map_id, model), _refused(manifest_map_id, model)]
+    if m is None:
+        assert ids == [None, None]
+        return None
+    assert ids == [m["map_id"]] * 2 and SAFE_ID.match(m["map_id"])
+    size = m.get("output", {}).get("size_bytes")
+    assert size is None or (type(size) is int and size >= 0)
+    for g in m.get("layer_groups", []):
+        assert all(type(x) is int and x >= 0 for x in g["layers"])
+        assert type(g["n_weights"]) is int and g["n_weights"] >= 0
+        bpw = g["bits_per_weight"]
+        assert bpw is None or (math.isfinite(bpw) and 0 <= bpw <= 64)
+        assert all(type(c) is int and c >= 0 for c in g["effective_types"].values())
+    return m
+
+
+@pytest.mark.parametrize("key", QUANT_MANIFEST_KEYS)
+@FUZZ
+@given(value=HOSTILE_JSON)
+def test_quant_manifest_fields(key: str, value: Any) -> None:
+    _load_quant_manifest(json.dumps(_set(_quant_manifest(), key, value)).encode())
+
+
+@FUZZ
+@given(raw=st.one_of(BYTES, st.sampled_from([b'{"format": "epi-quant-manifest", "a": '
+                                             + b"[" * 100_000, b"\xff\xfe{}"])))
+def test_quant_manifest_bytes(raw: bytes) -> None:
+    _load_quant_manifest(raw)
+
+
+def test_valid_quant_manifest_is_accepted() -> None:
+    assert _load_quant_manifest(json.dumps(_quant_manifest()).encode())["map_id"] == "q4-mix"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from epi.commands.meter_options import Finite
 from epi.core.errors import UserError
-from meter.board import RANGES, load_board
+from meter.board import RANGES, load_board, load_calibration_file
 from meter.chip.calibration import Calibration, CalibrationError
 
 SETTINGS = settings(max_examples=40, deadline=None,
@@ -194,3 +194,93 @@ def test_nan_and_inf_options_are_usage_errors(tmp_path: Path, args: list[str]) -
     res = CliRunner().invoke(meter, args)
     assert res.exit_code == 2, res.output
     assert "finite" in res.output and "Traceback" not in res.output
+
+
+# ------------------------------------------------------------------ raw bytes (issue 12)
+RAW_BYTES = st.one_of(
+    st.binary(max_size=96),
+    st.sampled_from([b"[" * 100_000, b"a = " + b"[" * 100_000, b"a = " + b"{b=" * 5_000,
+                     b"\xff\xfe", b"format = \"epi-board\"\n\xff = 1\n", b'{"x": NaN}',
+                     b"{" * 100_000, b"[]", b"null", b""]),
+)
+
+
+def _one_line(exc: UserError, path: Path) -> None:
+    assert str(path) in str(exc) and "\n" not in str(exc)
+
+
+@SETTINGS
+@given(raw=RAW_BYTES)
+def test_board_file_of_any_bytes_loads_or_is_one_line_error(tmp_path: Path, raw: bytes) -> None:
+    p = tmp_path / "board.toml"
+    p.write_bytes(raw)
+    try:
+        load_board(p)
+    except UserError as exc:
+        _one_line(exc, p)
+
+
+@SETTINGS
+@given(raw=RAW_BYTES)
+def test_calibration_file_of_any_bytes_loads_or_is_one_line_error(
+    tmp_path: Path, raw: bytes
+) -> None:
+    p = tmp_path / "cal.json"
+    p.write_bytes(raw)
+    try:
+        cal = load_calibration_file(p)
+    except UserError as exc:
+        _one_line(exc, p)
+        return
+    assert math.isfinite(cal.meter_constant_imp_per_kwh)  # pragma: no cover (random bytes)
+
+
+def test_deeply_nested_board_and_calibration_are_one_line_errors(tmp_path: Path) -> None:
+    board = tmp_path / "deep.toml"
+    board.write_text("format = " + "[" * 100_000)
+    with pytest.raises(UserError, match="not valid TOML"):
+        load_board(board)
+    cal = tmp_path / "cal.json"
+    cal.write_text("[" * 100_000)
+    with pytest.raises(UserError, match="nested deeper"):
+        load_calibration_file(cal)
+
+
+def _epi(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+         capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Run the real entry point (`epi.cli.main`); its exit code and stderr."""
+    import sys
+
+    from epi.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["epi", *argv])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    return int(exc.value.code or 0), capsys.readouterr().err
+
+
+def test_deep_calibration_via_meter_read_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = _base()
+    doc["channel"][0]["calibration"] = "cal.json"
+    (tmp_path / "cal.json").write_text("[" * 100_000)
+    code, err = _epi(["meter", "read", "--emulate", "--board", str(_write(tmp_path, doc))],
+                     monkeypatch, capsys)
+    assert code == 2, err
+    assert "cal.json" in err and "nested deeper" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("key,value", [("bus", -5), ("bus", 32), ("gpio_cs_device", -1),
+                                       ("gpio_cs_device", 10)])
+def test_spi_numbers_out_of_range_are_refused(tmp_path: Path, key: str, value: int) -> None:
+    doc = _base()
+    doc["spi"][key] = value
+    with pytest.raises(UserError, match=rf"spi\.{key}: {value}: expected"):
+        load_board(_write(tmp_path, doc))
+
+
+def test_spi_bus_in_range_is_kept(tmp_path: Path) -> None:
+    doc = _base()
+    doc["spi"]["bus"] = 6
+    assert load_board(_write(tmp_path, doc)).spi_bus == 6

@@ -228,16 +228,23 @@ def test_model_sha256_is_remembered(tmp_path: Path) -> None:
     assert cache.model_sha256(f) != first
 
 
+def _quant_manifest(map_id: str) -> str:
+    return json.dumps({"format": "epi-quant-manifest", "format_version": 1, "map_id": map_id})
+
+
 def test_map_id_from_quant_manifest(tmp_path: Path) -> None:
     model = tmp_path / "q4-mix.gguf"
     assert read_map_id(model) is None
-    (tmp_path / "q4-mix.manifest.json").write_text(json.dumps({"map_id": "q4-mix"}))
+    (tmp_path / "q4-mix.manifest.json").write_text(_quant_manifest("q4-mix"))
     assert read_map_id(model) == "q4-mix"
-    (tmp_path / "q4-mix.manifest.json").write_text(json.dumps({"id": "other"}))
-    assert read_map_id(model) == "other"
-    (tmp_path / "q4-mix.manifest.json").write_text("{")
-    with pytest.raises(UserError, match="malformed JSON"):
-        read_map_id(model)
+    (tmp_path / "q4-mix.manifest.json").write_text(
+        json.dumps({"format": "epi-model-manifest", "format_version": 1}))
+    assert read_map_id(model) is None  # `epi model prepare` names its manifest the same way
+    for bad, message in (("{", "not valid JSON"), ("[" * 100_000, "nested deeper"),
+                         (_quant_manifest("../x"), "map_id"), ('{"map_id": "x"}', "format")):
+        (tmp_path / "q4-mix.manifest.json").write_text(bad)
+        with pytest.raises(UserError, match=message):
+            read_map_id(model)
 
 
 # --- the command --------------------------------------------------------------------------
@@ -262,7 +269,7 @@ def _link_model(tiny_model: Path, tmp_path: Path, name: str = "tiny-q.gguf") -> 
 def test_accuracy_command_end_to_end_and_cached(tiny_model: Path, prepared: Path,
                                                 ppl_text: Path, tmp_path: Path) -> None:
     model = _link_model(tiny_model, tmp_path)
-    (tmp_path / "tiny-q.manifest.json").write_text(json.dumps({"map_id": "tiny-q"}))
+    (tmp_path / "tiny-q.manifest.json").write_text(_quant_manifest("tiny-q"))
     out = tmp_path / "acc.json"
     args = [str(model), "--n", "5", "--bench", "hellaswag,arc_challenge,mmlu,winogrande",
             "--ppl", str(ppl_text), "--ctx", "128", "--ppl-windows", "3", "--threads", "2",
