@@ -19,7 +19,16 @@ import numpy as np
 import pandas as pd
 from matplotlib.transforms import blended_transform_factory
 
-from host.report.data import ReportData
+from epi.core.errors import UserError
+from epi.formats.tokenlog import parse_events
+from host.analysis.intervals import pct
+from host.analysis.power_source import COMPONENT
+from host.report.data import (
+    ReportData,
+    accuracy_interval_text,
+    epi_interval_text,
+    interval_text,
+)
 
 VALID_COLOR = "#1f77b4"
 FRONT_COLOR = "#d62728"
@@ -46,6 +55,8 @@ def _stamp(ax: plt.Axes, rd: ReportData) -> None:
     """A corner label on the plot itself: modelled power can never be mistaken for measured."""
     text = ("MODELLED POWER (emulator)" if rd.labels.power_source == "modelled"
             else "measured power")
+    if COMPONENT in rd.labels.power_detail:
+        text += f" · {COMPONENT.upper()}"
     ax.text(0.99, 0.01, f"{text} · {rd.basis}", transform=ax.transAxes, ha="right",
             va="bottom", fontsize=7, color="#a00" if rd.labels.power_source == "modelled"
             else "#333", alpha=0.85)
@@ -107,7 +118,8 @@ def accuracy_vs_energy(rd: ReportData) -> Figure:
     _stamp(ax, rd)
     cap = ("Medians over the repeats of valid runs with their intervals (both axes); red = on "
            "the Pareto frontier (no other configuration is both cheaper and more accurate); "
-           "hollow grey = an invalid run's own measured figure. " + rd.labels.line(_counts(rd)))
+           "hollow grey = an invalid run's own measured figure. "
+           + rd.labels.line(_counts(rd), ci=f"{interval_text(h)}; {accuracy_interval_text(h)}"))
     return Figure("accuracy_vs_energy", "Accuracy vs J per generated token", cap, fig)
 
 
@@ -149,7 +161,8 @@ def epi_sorted(rd: ReportData) -> Figure:
     ax.grid(axis="x", alpha=0.3)
     _stamp(ax, rd)
     cap = ("EPI per configuration, best first, with its interval (J/token interval divided "
-           "by the accuracy interval); null EPIs say why. " + rd.labels.line(_counts(rd)))
+           "by the accuracy interval); null EPIs say why. "
+           + rd.labels.line(_counts(rd), ci=epi_interval_text(h)))
     return Figure("epi_sorted", "EPI per configuration", cap, fig)
 
 
@@ -213,7 +226,8 @@ def phase_energy(rd: ReportData) -> Figure:
     cap = ("Median energy per request split into prefill and decode (stacked); the hatched "
            "bar is the part of the request's energy the idle machine would have drawn anyway "
            "(idle baseline power × request duration). Faded bars with 'invalid runs' come from "
-           "invalid runs only. Gross energy. " + rd.labels.line(_counts(rd)))
+           "invalid runs only. Gross energy. "
+           + rd.labels.line(_counts(rd), ci="none (medians per request)"))
     return Figure("phase_energy", "Per-phase energy (prefill / decode / idle share)", cap, fig)
 
 
@@ -292,17 +306,19 @@ def power_trace(rd: ReportData) -> Figure:
            f"(shaded) and every generated token's time (blue lines, mapped to the meter clock "
            f"by the run's clock offset). {len(sweep)} sweeps shown; the window integrals use "
            f"{int(parts['n_samples'].fillna(0).sum())} samples. "
-           + rd.labels.line())
+           + rd.labels.line(ci="none (one request's readings)"))
     return Figure("power_trace", title, cap, fig)
 
 
 def _token_times(run_dir: Path, request_id: int) -> list[int]:
+    """The request's token times (t_mono_ns) from the run's events.csv, read by the one
+    token-log reader; none when the file is gone or refused (the figure then shows none)."""
     try:
-        ev = pd.read_csv(run_dir / "events.csv")
-    except (OSError, ValueError):
+        ev, _ = parse_events(run_dir / "events.csv")
+    except UserError:
         return []
-    t = ev[(ev["event"] == "token") & (ev["request_id"] == request_id)]
-    return [int(x) for x in t["t_mono_ns"]]
+    return [t for kind, rid, t in zip(ev["event"], ev["request_id"], ev["t_mono_ns"],
+                                      strict=True) if kind == "token" and rid == request_id]
 
 
 def layer_groups(rd: ReportData) -> Figure:
@@ -366,11 +382,30 @@ def layer_groups(rd: ReportData) -> Figure:
         ax.grid(alpha=0.3)
     _stamp(a2, rd)
     fig.tight_layout()
+    ci = [interval_text(nodes, "per-node J/token")] if len(nodes) else []
+    if len(diff):
+        ci.append("differential: " + "; ".join(
+            f"{a} vs {b}: {_diff_interval(row)}" for a, b, row in
+            zip(diff["config_a"], diff["config_b"], diff.to_dict("records"), strict=True)))
     cap = ("Left: J per generated token measured on each node's own meter channels (the layers "
            "that node holds). Right: the energy attributed to one layer group by two maps that "
-           "differ only in that group's type (median difference with a bootstrap interval; "
-           "valid runs only). " + rd.labels.line(_counts(rd)))
+           "differ only in that group's type: the mean difference B − A of J per generated "
+           "token, with a paired-t interval over rounds when their repeats were interleaved, "
+           "else Welch's unpaired interval (valid runs only). "
+           + rd.labels.line(_counts(rd), ci="; ".join(ci) or "none"))
     return Figure("layer_groups", "Per-layer-group energy", cap, fig)
+
+
+def _diff_interval(row: dict) -> str:
+    """'95 % paired by round' / '95 % Welch (unpaired), n=3/3' for one differential row."""
+    cov = row.get("ci_coverage")
+    if not _finite(cov):
+        return f"no interval ({row.get('reason') or 'too few repeats'})"
+    method = str(row.get("ci_method") or "")
+    kind = "paired by round" if method.startswith("paired") else "Welch (unpaired)"
+    n = (f", n={int(row['n_a'])}/{int(row['n_b'])} repeats" if _finite(row.get("n_a"))
+         and _finite(row.get("n_b")) else "")
+    return f"{pct(float(cov))} {kind}{n}"
 
 
 def energy_vs_size(rd: ReportData) -> Figure:

@@ -147,7 +147,8 @@ def test_measured_trace_is_labelled_measured(study_analysis):
     res["ci_method"] = "BCa bootstrap"
     res.to_csv(adir / "results.csv", index=False)
     lab = report_data.load(adir).labels
-    assert lab.power_source == "modelled" and lab.ci_text.startswith("BCa bootstrap")
+    assert lab.power_source == "modelled"
+    assert lab.ci_text.startswith("J/token: BCa bootstrap, coverage 75 % n=3 (q4, q8)")
 
 
 def test_cli_writes_report_atomically_and_errors_are_one_line(study_analysis, tmp_path):
@@ -231,3 +232,18 @@ def test_browser_check_sees_broken_images_and_console_errors(tmp_path):
     res = check_page(page)
     assert res.images[0]["natural_width"] == 0
     assert any("boom" in e for e in res.console_errors)
+
+
+def test_token_times_come_from_the_token_log_reader(tmp_path: Path) -> None:
+    from epi.formats.tokenlog import EVENT_COLUMNS
+    from host.report.figures import _token_times
+
+    rows = [[0, 0, 0, "p", "request_start", "", "", 100, 1], [0, 0, 0, "p", "token", 0, 5, 110, 2],
+            [1, 0, 0, "p", "token", 0, 7, 115, 3], [0, 0, 0, "p", "token", 1, 6, 120, 4]]
+    (tmp_path / "events.csv").write_text(
+        ",".join(EVENT_COLUMNS) + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    assert _token_times(tmp_path, 0) == [110, 120]
+    assert _token_times(tmp_path, 1) == [115]
+    (tmp_path / "events.csv").write_text("request_id\n\xff")  # refused: no token lines drawn
+    assert _token_times(tmp_path, 0) == []
+    assert _token_times(tmp_path / "gone", 0) == []
