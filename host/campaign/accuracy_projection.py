@@ -107,6 +107,8 @@ def measure(study: Study, model: Path, n_configs: int) -> AccuracyProjection:
 
 
 def save(root: Path, projection: AccuracyProjection) -> None:
+    """Keep a projection in the campaign directory (atomically), for later sessions."""
+    root.mkdir(parents=True, exist_ok=True)
     write_json_atomic(root / FILE, {"format": "epi-accuracy-projection", "format_version": 1,
                                     "t_real_ns": time.time_ns(), **asdict(projection)})
 
