@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from urllib.parse import urlparse
 
 import click
 
@@ -25,6 +26,35 @@ def _types(value: str | None) -> list[str] | None:
 
 def _fmt(x: float | None) -> str:
     return "null" if x is None or not math.isfinite(x) else f"{x:.4g}"
+
+
+def _ci(v: float | None, lo: float | None, hi: float | None) -> str:
+    """'1.23 [1.1, 1.4]', or the value alone where the interval is unknown."""
+    if _fmt(lo) == "null" or _fmt(hi) == "null":
+        return _fmt(v)
+    return f"{_fmt(v)} [{_fmt(lo)}, {_fmt(hi)}]"
+
+
+def check_meter_options(meter_url: str | None, meter_trace: Path | None,
+                        meter_rate_hz: float | None) -> None:
+    """Refuse meter options the campaign would refuse, before any probe or round runs."""
+    if meter_url is None:
+        if meter_trace is not None:
+            raise UserError("--meter-trace: only with --meter URL (the emulated meter's trace "
+                            "is the campaign's own)")
+        return
+    parsed = urlparse(meter_url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise UserError(f"--meter: {meter_url!r} is not a daemon URL such as "
+                        "http://meter:8757")
+    if meter_rate_hz is not None:
+        raise UserError("--meter-rate-hz: only for the emulated meter (a real meter's rate is "
+                        "its board's); leave it out with --meter")
+    if meter_trace is None:
+        raise UserError("--meter: also give --meter-trace DIR, where this host reads that "
+                        "daemon's trace (the campaign cuts each run from it)")
+    if not meter_trace.is_dir():
+        raise UserError(f"--meter-trace: {meter_trace}: no such directory")
 
 
 @click.command()
@@ -56,6 +86,9 @@ def _fmt(x: float | None) -> str:
               help="Tokens per held-out window.")
 @click.option("--meter", "meter_url", default=None,
               help="A running meter daemon's URL (default: the campaign starts the emulator).")
+@click.option("--meter-trace", type=click.Path(path_type=Path), default=None,
+              help="With --meter: the directory where this host reads that daemon's trace "
+                   "(a copy or a network mount); the campaign needs it to cut the runs.")
 @click.option("--meter-rate-hz", type=FiniteFloat(0.0, 1000.0, lo_open=True), default=None,
               help="Sample rate of the emulated meter (default: the campaign's, 20 Hz).")
 @click.option("--prompts", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -65,15 +98,20 @@ def _fmt(x: float | None) -> str:
               help="Campaign rounds per configuration.")
 @click.option("--items", type=BoundedInt(10, 100_000), default=50, show_default=True,
               help="Items per benchmark (MMLU, ARC-Challenge, HellaSwag).")
-@click.option("--threads", type=THREADS, default=None)
+@click.option("--threads", type=THREADS, default=None,
+              help="Threads for the sensitivity probes and scoring (default: every core).")
+@click.option("--run-threads", type=THREADS, default=None,
+              help="Threads of the metered runs (default: 1 with the emulated meter, leaving a "
+                   "core to its daemon as the demo does; else --threads).")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | None,
            max_bpw: float | None, max_size_mb: float | None, min_accuracy: float | None,
            candidates: int, per_round: int, objective: str, text: str, kl_windows: int,
-           kl_ctx: int, meter_url: str | None, meter_rate_hz: float | None,
+           kl_ctx: int, meter_url: str | None, meter_trace: Path | None,
+           meter_rate_hz: float | None,
            prompts: Path | None, tokens: int,
            repeats: int, items: int,
-           threads: int | None, seed: int) -> None:
+           threads: int | None, run_threads: int | None, seed: int) -> None:
     """Search per-layer quantization maps of BASE (an F16 GGUF) that beat hand-made ones.
 
     Proxies (per-layer KL sensitivity, a fitted energy model) propose candidates; the most
@@ -89,8 +127,9 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
     from host.quant.mixmap import collect_map_files
     from host.search.driver import SearchSettings, run_search, summary
     from host.search.figure import plot_search
-    from host.search.measure import CampaignSettings, campaign_measurer
+    from host.search.measure import CampaignSettings, campaign_measurer, check_study
     from host.search.optimizer import Budget
+    from host.search.page import write_page
     from host.search.sensitivity import (
         held_out_windows,
         mean_kl,
@@ -102,9 +141,7 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
     check_output_dir(out, "--out")
     if prompts is not None and not prompts.is_file():
         raise UserError(f"--prompts: {prompts}: no such file")
-    if meter_url is not None and meter_rate_hz is not None:
-        raise UserError("--meter-rate-hz: only for the emulated meter (a real meter's rate is "
-                        "its board's); leave it out with --meter")
+    check_meter_options(meter_url, meter_trace, meter_rate_hz)
     model = read_model(base)
     if model.shape.n_layers < 1:
         raise UserError(f"{base}: no transformer layers to search over")
@@ -113,7 +150,18 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
     if not against_files:
         raise UserError("--against: no hand-made maps found to compare with")
     threads = threads or os.cpu_count() or 1
+    if run_threads is None:
+        run_threads = 1 if meter_url is None else threads
+    campaign = CampaignSettings(
+        base=base, emulate=meter_url is None, meter_url=meter_url, meter_trace=meter_trace,
+        rate_hz=meter_rate_hz,
+        repeats=repeats, prompts=prompts,
+        tokens=tokens, threads=run_threads, seed=seed,
+        benchmarks={"mmlu": items, "arc_challenge": items, "hellaswag": items},
+        accuracy_threads=os.cpu_count() or 1,
+    )
     out.mkdir(parents=True, exist_ok=True)
+    check_study(campaign, against_files, out)
     click.echo(f"search space: {space.n_layers} layers × {len(space.types)} types "
                f"({', '.join(space.types)}); non-block {space.non_block}")
 
@@ -139,13 +187,6 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
             base_logp = model_logprobs(base, held, threads)
         return mean_kl(base_logp, model_logprobs(gguf_path, held, threads))
 
-    campaign = CampaignSettings(
-        base=base, emulate=meter_url is None, meter_url=meter_url, rate_hz=meter_rate_hz,
-        repeats=repeats, prompts=prompts,
-        tokens=tokens, threads=threads, seed=seed,
-        benchmarks={"mmlu": items, "arc_challenge": items, "hellaswag": items},
-        accuracy_threads=os.cpu_count() or 1,
-    )
     settings = SearchSettings(
         out=out, budget=Budget(max_bpw, max_size_mb, min_accuracy), candidates=candidates,
         per_round=per_round, objective=objective, against=against_files, seed=seed,
@@ -156,28 +197,58 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
     hand_ids = {json.loads(p.read_text()).get("id") or p.stem for p in against_files}
     doc = summary(state, path, predictor, space, hand_ids)
     write_json_atomic(out / "summary.json", doc)
-    maps_dir = out / "maps"
+    rows_by_cfg = {r["config"]: r for r in doc["configs"]}
     for cfg in state.search_maps:
         src = next(out.glob(f"round*/maps/{cfg}.json"), None)
         if src is not None:
-            maps_dir.mkdir(exist_ok=True)
-            (maps_dir / src.name).write_text(src.read_text())
+            write_found_map(src, out / "maps" / src.name, rows_by_cfg.get(cfg))
     figures = plot_search(doc, out)
+    pages = write_page(doc, out, figures[0])
     rows = []
     for r in doc["configs"]:
         m = r["measured"]
+        lo, hi = r.get("predicted_epi_interval") or (None, None)
         rows.append([r["config"], r["kind"], r.get("assignment", ""),
-                     _fmt(r.get("predicted_j_per_token")), _fmt(m["j_per_token"]),
+                     _fmt(r.get("proxy_kl_nats")),
+                     _fmt(r.get("predicted_j_per_token")), _ci(m["j_per_token"],
+                                                               *m["j_per_token_ci"]),
+                     _fmt(r.get("energy_residual_j")),
                      _fmt(r.get("predicted_accuracy")), _fmt(m["accuracy"]),
-                     _fmt(r.get("predicted_epi")), _fmt(m["epi"]),
+                     _ci(r.get("predicted_epi"), lo, hi), _ci(m["epi"], *m["epi_ci"]),
                      m["power_source"] or "?", m["reason"]])
     click.echo(format_table(
-        ["config", "kind", "layers:type", "J/tok pred", "J/tok meas", "acc pred", "acc meas",
-         "EPI pred", "EPI meas", "power", "note"], rows))
+        ["config", "kind", "layers:type", "proxy KL", "J/tok pred", "J/tok meas [CI]",
+         "J resid", "acc pred", "acc meas", "EPI pred [PI]", "EPI meas [CI]", "power", "note"],
+        rows))
+    click.echo("pred = predicted when picked, before measuring (round 0 picks: no fitted model "
+               "yet); J resid = measured − final energy fit")
     em, am = doc["energy_model"], doc["accuracy_model"]
     click.echo(f"energy model: J/token = {_fmt(em['intercept_j'])} + {_fmt(em['j_per_gb'])}·GB "
-               f"(n={em['n']}); accuracy model: acc = {_fmt(am['intercept'])} + "
-               f"{_fmt(am['per_nat'])}·KL (n={am['n']}); proxy rank correlation "
-               f"{_fmt(doc['proxy_rank_correlation'])}")
+               f"(n={em['n']}, residual sd {_fmt(em['residual_sd_j'])} J; prefill is in the "
+               f"intercept); accuracy model: acc = {_fmt(am['intercept'])} + "
+               f"{_fmt(am['per_nat'])}·KL (n={am['n']}, KL of the whole file)")
+    click.echo(f"rank correlation with the composite: summed per-layer proxy "
+               f"{_fmt(doc['proxy_rank_correlation'])} (n={doc['proxy_rank_correlation_n']}), "
+               f"direct whole-file KL {_fmt(doc['direct_kl_rank_correlation'])}")
+    click.echo(f"frontier: {doc['verdict']['frontier']['text']}")
     click.echo(f"verdict: {doc['verdict']['text']}")
-    click.echo(f"wrote {out}/summary.json, {out}/maps/, {figures[0]}")
+    click.echo(f"wrote {out}/summary.json, {out}/maps/, {figures[0]}, {pages[0]}, {pages[1]}")
+
+
+def write_found_map(src: Path, dst: Path, row: dict | None) -> None:
+    """Copy a found map into OUT/maps with its measured and pick-time predicted EPI appended to
+    its free-text `description` (the only free-text field the map format has), so the file
+    carries its own figures. The round's copy, which the campaign measured, is left as it is."""
+    doc = json.loads(src.read_text())
+    if row is not None:
+        m = row["measured"]
+        lo, hi = row.get("predicted_epi_interval") or (None, None)
+        doc["description"] = (
+            f"{doc.get('description', '')}. Measured EPI {_ci(m['epi'], *m['epi_ci'])} "
+            f"(J/token {_ci(m['j_per_token'], *m['j_per_token_ci'])}, accuracy "
+            f"{_fmt(m['accuracy'])}; power: {m['power_source'] or 'not stated'}"
+            + (f"; {m['reason']}" if m["reason"] else "") + "); predicted when picked: EPI "
+            f"{_ci(row.get('predicted_epi'), lo, hi)}"
+        )
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text(json.dumps(doc, indent=2) + "\n")

@@ -21,7 +21,14 @@ from epi.core.files import write_json_atomic
 from host.search.measure import Measured, Measurer
 from host.search.models import Predictor, fit_predictor
 from host.search.optimizer import Budget, Candidate, descent_path, pick_candidates
-from host.search.space import SearchSpace, assignment_text, mixmap_document, write_mixmap
+from host.search.sensitivity import candidate_kl
+from host.search.space import (
+    SearchSpace,
+    assignment_of_map,
+    assignment_text,
+    mixmap_document,
+    write_mixmap,
+)
 
 SEARCH_FORMAT = "epi-search"
 SEARCH_FORMAT_VERSION = 1
@@ -48,6 +55,10 @@ class SearchState:
     measured: list[Measured] = field(default_factory=list)
     direct_kl: dict[str, float] = field(default_factory=dict)  # config -> KL of its file
     search_maps: dict[str, list[str]] = field(default_factory=dict)  # config -> assignment
+    # config -> the prediction made when it was picked (before it was measured), with interval
+    predictions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # config -> summed per-layer proxy KL (search maps; hand-made maps expressible in the space)
+    proxy_kl: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +67,8 @@ class SearchState:
             "measured": [m.as_dict() for m in self.measured],
             "direct_kl_nats": self.direct_kl,
             "search_maps": self.search_maps,
+            "predictions": self.predictions,
+            "proxy_kl_nats": self.proxy_kl,
         }
 
     @classmethod
@@ -75,17 +88,30 @@ class SearchState:
             m["epi_ci"] = tuple(m["epi_ci"])
             measured.append(Measured(**m))
         return cls(doc.get("rounds", []), measured, dict(doc.get("direct_kl_nats", {})),
-                   {k: list(v) for k, v in doc.get("search_maps", {}).items()})
+                   {k: list(v) for k, v in doc.get("search_maps", {}).items()},
+                   {k: dict(v) for k, v in doc.get("predictions", {}).items()},
+                   {k: float(v) for k, v in doc.get("proxy_kl_nats", {}).items()})
 
 
-def fit_from(state: SearchState) -> Predictor:
-    """Refit both models on every usable measured configuration (latest round per config)."""
+def latest_measured(state: SearchState) -> dict[str, Measured]:
+    """The latest measurement of each configuration (the anchor is measured every round)."""
     latest: dict[str, Measured] = {}
     for m in state.measured:
         latest[m.config] = m
-    pts = [m for m in latest.values() if m.usable and m.size_bytes and m.config in state.direct_kl]
+    return latest
+
+
+def fit_from(state: SearchState) -> Predictor:
+    """Refit both models on every usable measured configuration (latest round per config).
+
+    The accuracy fit's x is the directly measured whole-file KL; the proxy's rank correlation
+    is computed on the summed per-layer proxy where a configuration has one (NaN elsewhere).
+    """
+    pts = [m for m in latest_measured(state).values()
+           if m.usable and m.size_bytes and m.config in state.direct_kl]
     return fit_predictor([m.size_bytes / 1e9 for m in pts], [m.j_per_token for m in pts],
-                         [state.direct_kl[m.config] for m in pts], [m.accuracy for m in pts])
+                         [state.direct_kl[m.config] for m in pts], [m.accuracy for m in pts],
+                         [state.proxy_kl.get(m.config, math.nan) for m in pts])
 
 
 def dominated(point: tuple[float, float], others: Sequence[tuple[float, float]]) -> bool:
@@ -94,11 +120,67 @@ def dominated(point: tuple[float, float], others: Sequence[tuple[float, float]])
     return any(oj <= j and oa >= a and (oj < j or oa > a) for oj, oa in others)
 
 
+def frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The non-dominated (J/token, accuracy) points, cheapest first."""
+    return sorted({p for p in points if not dominated(p, points)})
+
+
+def frontier_shift(hand: Sequence[Measured], found: Sequence[Measured]) -> dict[str, Any]:
+    """How far the measured search maps move the measured hand-made frontier, if at all.
+
+    For each found map not dominated by a hand-made one: the J/token it saves against the
+    cheapest hand-made map at least as accurate (a fraction of that map's J/token), or, when no
+    hand-made map is that accurate, the accuracy it adds above the most accurate one. Point
+    figures only: whether a shift exceeds the J/token intervals is stated beside it.
+    """
+    hand_pts = [(m.j_per_token, m.accuracy) for m in hand]
+    moves = []
+    for m in found:
+        if dominated((m.j_per_token, m.accuracy), hand_pts):
+            continue
+        better = [h for h in hand if h.accuracy >= m.accuracy]
+        move: dict[str, Any] = {"config": m.config, "j_per_token": m.j_per_token,
+                                "accuracy": m.accuracy}
+        if better:
+            ref = min(better, key=lambda h: h.j_per_token)
+            move.update(against=ref.config,
+                        j_saving_frac=(ref.j_per_token - m.j_per_token) / ref.j_per_token,
+                        intervals_overlap=_overlap(m.j_per_token_ci, ref.j_per_token_ci))
+        else:
+            ref = max(hand, key=lambda h: h.accuracy)
+            move.update(against=ref.config, accuracy_gain=m.accuracy - ref.accuracy,
+                        intervals_overlap=None)
+        moves.append(move)
+    if not hand or not found:
+        text = "no frontier comparison: measured points are missing on one side"
+    elif not moves:
+        text = "the frontier did not move: every measured search map is dominated by a " \
+               "hand-made map"
+    else:
+        parts = []
+        for mv in moves:
+            if "j_saving_frac" in mv:
+                parts.append(f"{mv['config']} uses {100 * mv['j_saving_frac']:.1f} % less "
+                             f"J/token than {mv['against']} at equal or better accuracy"
+                             + (" (J/token intervals overlap)" if mv["intervals_overlap"]
+                                else ""))
+            else:
+                parts.append(f"{mv['config']} is {mv['accuracy_gain']:+.3f} more accurate than "
+                             f"the most accurate hand-made map {mv['against']}")
+        text = "the frontier moved: " + "; ".join(parts)
+    return {"text": text, "moves": moves,
+            "hand_made_frontier": [list(p) for p in frontier(hand_pts)]}
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool | None:
+    if not all(math.isfinite(v) for v in (*a, *b)):
+        return None
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
 def verdict(state: SearchState, hand_made: set[str]) -> dict[str, Any]:
     """Measured search maps against the measured hand-made frontier."""
-    latest: dict[str, Measured] = {}
-    for m in state.measured:
-        latest[m.config] = m
+    latest = latest_measured(state)
     hand = [m for c, m in latest.items() if c in hand_made and m.usable]
     found = [m for c, m in latest.items() if c in state.search_maps and m.usable]
     hand_pts = [(m.j_per_token, m.accuracy) for m in hand]
@@ -111,9 +193,7 @@ def verdict(state: SearchState, hand_made: set[str]) -> dict[str, Any]:
     elif best_hand is None:
         text = "no hand-made map has valid measured figures to compare against"
     elif best_found is not None and best_found.epi < best_hand.epi:
-        hi = best_found.epi_ci[1]
-        overlap = math.isfinite(hi) and math.isfinite(best_hand.epi_ci[0]) and \
-            hi >= best_hand.epi_ci[0]
+        overlap = _overlap(best_found.epi_ci, best_hand.epi_ci)
         text = (f"{best_found.config} has a lower measured EPI ({best_found.epi:.4g}) than the "
                 f"best hand-made map {best_hand.config} ({best_hand.epi:.4g})"
                 + ("; their intervals overlap, so the two cannot be told apart" if overlap else ""))
@@ -122,7 +202,34 @@ def verdict(state: SearchState, hand_made: set[str]) -> dict[str, Any]:
                 f"{best_hand.config} ({best_hand.epi:.4g}) within its budget")
     return {"text": text, "on_or_beyond_frontier": on_or_beyond,
             "best_hand_made": best_hand.config if best_hand else None,
-            "best_search": best_found.config if best_found else None}
+            "best_search": best_found.config if best_found else None,
+            "frontier": frontier_shift(hand, found)}
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.4g}"
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def pick_prediction(predictor: Predictor | None, c: Candidate) -> dict[str, Any]:
+    """What the models said of candidate `c` when it was picked, before it was measured.
+
+    Stored in the search state and reported as "predicted": a prediction refitted afterwards
+    would include the candidate's own measurement and flatter the models. Round 0 picks have no
+    fitted models, so their prediction is empty (None figures), not invented.
+    """
+    if predictor is None:
+        return {"predicted_j_per_token": None, "predicted_accuracy": None,
+                "predicted_epi": None, "predicted_epi_interval": [None, None], "fit_n": 0}
+    lo, hi = predictor.epi_interval(c.gb, c.kl)
+    return {"predicted_j_per_token": _finite_or_none(predictor.j_per_token(c.gb)),
+            "predicted_accuracy": _finite_or_none(predictor.accuracy_of(c.kl)),
+            "predicted_epi": _finite_or_none(predictor.epi(c.gb, c.kl)),
+            "predicted_epi_interval": [_finite_or_none(lo), _finite_or_none(hi)],
+            "fit_n": predictor.energy.n}
 
 
 def run_search(
@@ -139,6 +246,15 @@ def run_search(
     path = descent_path(space, kl_table)
     echo(f"descent: {len(path)} states from {path[0].bpw:.3f} to {path[-1].bpw:.3f} bits/weight")
     anchor = settings.against[:1]
+    for p in settings.against:  # hand-made maps on the same summed proxy, where expressible
+        assignment, why = assignment_of_map(p, space)
+        map_id = json.loads(p.read_text()).get("id") or p.stem
+        if assignment is None:
+            echo(f"proxy: {map_id} has no summed per-layer proxy ({why})")
+        else:
+            state.proxy_kl[map_id] = candidate_kl(assignment, kl_table)
+    for cid, assignment in state.search_maps.items():
+        state.proxy_kl.setdefault(cid, candidate_kl(assignment, kl_table))
     while True:
         measured_search = len(state.search_maps)
         round_no = len(state.rounds)
@@ -155,11 +271,7 @@ def run_search(
         maps: list[Path] = list(settings.against) if round_no == 0 else list(anchor)
         for c in picks:
             cid = f"search_r{round_no}_s{c.step:03d}"
-            pred = {} if predictor is None else {
-                "predicted_j_per_token": predictor.j_per_token(c.gb),
-                "predicted_accuracy": predictor.accuracy_of(c.kl),
-                "predicted_epi": predictor.epi(c.gb, c.kl),
-            }
+            pred = pick_prediction(predictor, c)
             doc = mixmap_document(
                 cid, c.assignment, space,
                 f"epi search round {round_no}, descent step {c.step}: {c.bpw:.3f} bpw, "
@@ -169,8 +281,13 @@ def run_search(
             write_mixmap(map_path, doc)
             maps.append(map_path)
             state.search_maps[cid] = list(c.assignment)
+            state.predictions[cid] = pred
+            state.proxy_kl[cid] = c.kl
             echo(f"round {round_no}: {cid} {assignment_text(c.assignment)} ({c.bpw:.3f} bpw)"
-                 + (f", predicted EPI {pred['predicted_epi']:.4g}" if pred else ""))
+                 + (f", predicted EPI {_num(pred['predicted_epi'])} "
+                    f"[{_num(pred['predicted_epi_interval'][0])}, "
+                    f"{_num(pred['predicted_epi_interval'][1])}]"
+                    if pred.get("predicted_epi") is not None else ", no prediction (round 0)"))
         results = measure(round_no, round_dir, maps)
         for m in results:
             if m.gguf and m.config not in state.direct_kl and Path(m.gguf).exists():
@@ -186,39 +303,54 @@ def run_search(
 def summary(state: SearchState, path: list[Candidate], predictor: Predictor,
             space: SearchSpace, hand_made: set[str]) -> dict[str, Any]:
     """The search's result document: every measured configuration with its predicted and
-    measured figures side by side, both fitted models with their validity, and the verdict."""
+    measured figures side by side, both fitted models with their validity, and the verdict.
+
+    "Predicted" is the prediction made when the candidate was picked, before it was measured
+    (stored in the state), never one refitted on its own measurement. Energy residuals are the
+    final fit's, per configuration.
+    """
     by_assignment = {c.assignment: c for c in path}
     rows = []
-    latest: dict[str, Measured] = {}
-    for m in state.measured:
-        latest[m.config] = m
-    for cfg, m in latest.items():
+    for cfg, m in latest_measured(state).items():
         assignment = state.search_maps.get(cfg)
         c = by_assignment.get(tuple(assignment)) if assignment else None
-        row = {"config": cfg, "kind": "search" if assignment else "hand-made",
-               "measured": m.as_dict(), "direct_kl_nats": state.direct_kl.get(cfg)}
-        if c is not None:
-            row.update(assignment=assignment_text(c.assignment), bpw=c.bpw,
-                       proxy_kl_nats=c.kl,
-                       predicted_j_per_token=predictor.j_per_token(c.gb),
-                       predicted_accuracy=predictor.accuracy_of(c.kl),
-                       predicted_epi=predictor.epi(c.gb, c.kl),
-                       predicted_epi_interval=predictor.epi_interval(c.gb, c.kl))
+        resid = (m.j_per_token - predictor.j_per_token(m.size_bytes / 1e9)
+                 if m.usable and m.size_bytes else math.nan)
+        row: dict[str, Any] = {
+            "config": cfg, "kind": "search" if assignment else "hand-made",
+            "measured": m.as_dict(), "direct_kl_nats": state.direct_kl.get(cfg),
+            "proxy_kl_nats": state.proxy_kl.get(cfg),
+            "energy_residual_j": resid if math.isfinite(resid) else None,
+        }
+        if assignment is not None:
+            row["assignment"] = assignment_text(assignment)
+            if c is not None:
+                row["bpw"] = c.bpw
+            pred = state.predictions.get(cfg)
+            if pred is None:  # a state written before predictions were stored
+                row["prediction_note"] = "no pick-time prediction was stored"
+            else:
+                row.update(pred)
+                row["predicted_at"] = "pick time, before measuring"
         rows.append(row)
-    additivity = [(r["proxy_kl_nats"], r["direct_kl_nats"]) for r in rows
-                  if r.get("proxy_kl_nats") is not None and r.get("direct_kl_nats") is not None]
+    additivity = [(state.proxy_kl[r["config"]], r["direct_kl_nats"]) for r in rows
+                  if r["config"] in state.proxy_kl and r.get("direct_kl_nats") is not None]
     return {
         "format": SEARCH_FORMAT, "format_version": SEARCH_FORMAT_VERSION,
         "types": list(space.types),
         "energy_model": {"intercept_j": predictor.energy.intercept,
                          "j_per_gb": predictor.energy.slope, "n": predictor.energy.n,
+                         "residual_sd_j": predictor.energy.residual_sd,
                          "residuals_j": list(predictor.energy.residuals),
                          "fitted": predictor.energy.fitted},
         "accuracy_model": {"intercept": predictor.accuracy.intercept,
                            "per_nat": predictor.accuracy.slope, "n": predictor.accuracy.n,
+                           "x": "direct whole-file KL (nats/token)",
                            "residuals": list(predictor.accuracy.residuals),
                            "fitted": predictor.accuracy.fitted},
         "proxy_rank_correlation": predictor.proxy_rank_correlation,
+        "proxy_rank_correlation_n": predictor.proxy_n,
+        "direct_kl_rank_correlation": predictor.direct_kl_rank_correlation,
         "additivity_pairs_nats": additivity,
         "configs": rows,
         "verdict": verdict(state, hand_made),

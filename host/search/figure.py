@@ -1,15 +1,30 @@
 """The search's picture: hand-made and found maps on the accuracy–J/token plane.
 
-Left: measured figures only (what counts). Right: the same search candidates as predicted
-before they were measured, so a reader sees how far the models were off. Power is labelled with
-its source (measured or modelled) as the campaign's analysis reported it.
+Left: measured figures only (what counts): J/token with the campaign's interval bars, the
+hand-made frontier as a step line, and the frontier shift stated under it. Right: each search
+candidate's EPI as predicted when it was picked (before measuring, with its prediction
+interval) against its measured EPI (with the campaign's interval), so a reader sees how far the
+models were off. Power is labelled with its source (measured or modelled) as the campaign's
+analysis reported it.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
+
+
+def _finite(*xs: Any) -> bool:
+    return all(isinstance(x, (int, float)) and math.isfinite(x) for x in xs)
+
+
+def _err(v: float, ci: Any) -> list[list[float]] | None:
+    """Asymmetric error bar [[below], [above]] from an interval, None if unknown."""
+    if not ci or not _finite(v, *ci):
+        return None
+    return [[max(v - ci[0], 0.0)], [max(ci[1] - v, 0.0)]]
 
 
 def plot_search(summary: dict[str, Any], out: Path) -> list[Path]:
@@ -22,29 +37,71 @@ def plot_search(summary: dict[str, Any], out: Path) -> list[Path]:
     rows = summary["configs"]
     sources = sorted({r["measured"]["power_source"] for r in rows if r["measured"]["power_source"]})
     label = ", ".join(sources) if sources else "power source not stated"
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5.2))
     for r in rows:
         m = r["measured"]
         j, a = m["j_per_token"], m["accuracy"]
-        if not (math.isfinite(j) and math.isfinite(a)):
+        if not _finite(j, a):
             continue
         hand = r["kind"] == "hand-made"
-        ax.scatter([j], [a], marker="o" if hand else "*", s=40 if hand else 110,
-                   color="0.45" if hand else "tab:blue", zorder=3)
+        color = "0.45" if hand else "tab:blue"
+        ax.errorbar([j], [a], xerr=_err(j, m["j_per_token_ci"]), fmt="none", ecolor=color,
+                    elinewidth=1, capsize=3, zorder=2)
+        ax.scatter([j], [a], marker="o" if hand else "*", s=40 if hand else 110, color=color,
+                   zorder=3)
         ax.annotate(r["config"], (j, a), fontsize=7, xytext=(4, 3), textcoords="offset points")
-        if not hand and math.isfinite(r.get("predicted_j_per_token", math.nan)):
-            pj, pa = r["predicted_j_per_token"], r["predicted_accuracy"]
-            bx.scatter([pj], [pa], marker="*", s=110, facecolors="none", edgecolors="tab:blue")
-            bx.annotate(r["config"], (pj, pa), fontsize=7, xytext=(4, 3),
-                        textcoords="offset points")
+    front = summary["verdict"].get("frontier", {})
+    pts = front.get("hand_made_frontier") or []
+    if pts:
+        xs = [p[0] for p in pts]
+        ys = [p[1] for p in pts]
+        ax.step(xs, ys, where="post", color="0.3", linestyle="--", linewidth=1,
+                label="hand-made frontier", zorder=1)
+        ax.legend(fontsize=8, loc="lower right")
     ax.set_title(f"measured ({label})", fontsize=10)
-    bx.set_title("search candidates as predicted before measuring", fontsize=10)
-    for x in (ax, bx):
-        x.set_xlabel("J per generated token (gross, whole request)")
-        x.grid(alpha=0.3)
+    ax.set_xlabel("J per generated token (gross, whole request)")
     ax.set_ylabel("composite accuracy")
+    ax.grid(alpha=0.3)
+
+    k = 0
+    names: list[str] = []
+    labelled: set[str] = set()
+
+    def once(name: str) -> str | None:
+        if name in labelled:
+            return None
+        labelled.add(name)
+        return name
+
+    for r in rows:
+        if r["kind"] != "search":
+            continue
+        m = r["measured"]
+        pe = r.get("predicted_epi")
+        if _finite(pe):
+            bx.errorbar([k - 0.12], [pe], yerr=_err(pe, r.get("predicted_epi_interval")),
+                        fmt="*", mfc="none", mec="tab:blue", ecolor="tab:blue", ms=11,
+                        capsize=3, label=once("predicted at pick"))
+        if _finite(m["epi"]):
+            bx.errorbar([k + 0.12], [m["epi"]], yerr=_err(m["epi"], m["epi_ci"]), fmt="*",
+                        color="tab:blue", ms=11, capsize=3, label=once("measured"))
+        names.append(r["config"])
+        k += 1
+    best = summary["verdict"].get("best_hand_made")
+    best_row = next((r for r in rows if r["config"] == best), None)
+    if best_row is not None and _finite(best_row["measured"]["epi"]):
+        bx.axhline(best_row["measured"]["epi"], color="0.45", linestyle=":", linewidth=1,
+                   label=f"best hand-made ({best}), measured")
+    bx.set_xticks(range(len(names)), names, rotation=20, fontsize=7)
+    bx.set_ylabel("EPI (J per token / accuracy)")
+    bx.set_title("search candidates: EPI predicted before measuring vs measured", fontsize=10)
+    bx.grid(alpha=0.3)
+    if names:
+        bx.legend(fontsize=7)
+    shift = front.get("text") or ""
     fig.suptitle("epi search: ○ hand-made maps, ★ maps found by search")
-    fig.tight_layout()
+    fig.text(0.01, 0.01, "\n".join(textwrap.wrap(shift, 170)), fontsize=8, va="bottom")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     paths = [out / "search.png", out / "search.svg"]
     for p in paths:
         fig.savefig(p, dpi=110)

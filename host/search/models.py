@@ -4,9 +4,12 @@
   once per generated token, so its energy grows with the bytes read; prefill and the fixed
   per-token work go into `a`. Fitted by least squares on every measured configuration, with its
   residuals kept and shown.
-- Accuracy: composite accuracy = a + s · KL, where KL is a configuration's summed sensitivity
-  proxy (nats per token). Fitted on measured configurations; its validity is the Spearman rank
-  correlation between −KL and the measured composite, reported beside every prediction.
+- Accuracy: composite accuracy = a + s · KL. It is fitted on the KL measured directly on each
+  measured file (the whole file scored against the base: every measured map has one), and
+  applied to a candidate's summed per-layer proxy, so a prediction is only as good as the
+  proxy's additivity (shown beside it). Two rank correlations with the measured composite are
+  reported, labelled: the summed per-layer proxy's (the quantity the search ranks candidates
+  by; on every measured map whose layers all take allowed types) and the direct KL's.
 
 With too few measured points a model says so (`fitted` is False) instead of inventing a slope:
 an unfitted energy model ranks by bytes alone and predicts no joules.
@@ -98,7 +101,9 @@ class Predictor:
 
     energy: LinearFit  # J per generated token on GB of weights
     accuracy: LinearFit  # composite accuracy on summed KL (nats/token)
-    proxy_rank_correlation: float  # Spearman(−KL, measured accuracy)
+    proxy_rank_correlation: float  # Spearman(−summed per-layer proxy KL, measured accuracy)
+    direct_kl_rank_correlation: float = math.nan  # Spearman(−whole-file KL, measured accuracy)
+    proxy_n: int = 0  # measured maps with a summed proxy (the first correlation's points)
 
     def j_per_token(self, gb: float) -> float:
         return self.energy.predict(gb)
@@ -126,9 +131,20 @@ class Predictor:
 
 
 def fit_predictor(gb: Sequence[float], j_per_token: Sequence[float], kl: Sequence[float],
-                  accuracy: Sequence[float]) -> Predictor:
-    """Both models from measured configurations (NaN entries are left out of each fit)."""
+                  accuracy: Sequence[float],
+                  proxy_kl: Sequence[float] | None = None) -> Predictor:
+    """Both models from measured configurations (NaN entries are left out of each fit).
+
+    `kl` is each configuration's directly measured whole-file KL (the accuracy fit's x);
+    `proxy_kl` its summed per-layer proxy, NaN where it has none. Without `proxy_kl` the
+    proxy's correlation is unknown (NaN), never silently the direct KL's.
+    """
     energy = fit_line(gb, j_per_token)
     acc = fit_line(kl, accuracy)
-    rho = spearman([-k for k in kl], accuracy)
-    return Predictor(energy, acc, rho)
+    rho_direct = spearman([-k for k in kl], accuracy)
+    if proxy_kl is None:
+        return Predictor(energy, acc, math.nan, rho_direct, 0)
+    rho_proxy = spearman([-k for k in proxy_kl], accuracy)
+    n_proxy = sum(1 for k, a in zip(proxy_kl, accuracy, strict=True)
+                  if math.isfinite(k) and math.isfinite(a))
+    return Predictor(energy, acc, rho_proxy, rho_direct, n_proxy)

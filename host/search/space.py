@@ -177,3 +177,29 @@ def write_mixmap(path: Path, document: dict) -> None:
     """Write a mix map file (plain JSON, the form quantmaps/ uses)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def assignment_of_map(path: Path, space: SearchSpace) -> tuple[tuple[str, ...] | None, str]:
+    """The per-layer assignment a mix map file gives this space's model, or None with why.
+
+    Used to put a hand-made map on the same summed per-layer proxy the search ranks its
+    candidates by. A map has one only when it is expressible in the search space: every layer
+    at one allowed type, no per-tensor overrides, and the space's non-block types (the proxy
+    does not see the embedding or output tensors).
+    """
+    from host.quant.mixmap import assign_layers, load_mixmap
+
+    mixmap = load_mixmap(path)
+    if any(g.overrides for g in mixmap.groups) or mixmap.moe:
+        return None, "per-tensor overrides"
+    if dict(mixmap.non_block) != dict(space.non_block):
+        return None, f"non-block types {mixmap.non_block} differ from the space's"
+    types: dict[str, str] = {g.name: g.type for g in mixmap.groups}
+    assignment: list[str | None] = [None] * space.n_layers
+    for name, layers in assign_layers(mixmap, space.n_layers):
+        for layer in layers:
+            assignment[layer] = types[name]
+    outside = sorted({t for t in assignment if t not in space.types}, key=str)
+    if outside:
+        return None, f"types {', '.join(map(str, outside))} are not in the allowed set"
+    return tuple(t for t in assignment if t is not None), ""

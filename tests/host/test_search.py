@@ -26,6 +26,7 @@ from host.search.space import (
 )
 
 TYPES = ("Q8_0", "Q5_0", "Q4_0")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def synthetic_space(n_layers: int = 3, weights: int = 4096) -> SearchSpace:
@@ -159,8 +160,9 @@ def test_pick_respects_budget_exclusions_and_spacing() -> None:
     assert fitted.epi(by_epi[0].gb, by_epi[0].kl) == pytest.approx(min(epis))
 
 
-def fake_measurer(space: SearchSpace, kl_table: dict, calls: list[int]):
-    """Closed-form "measurements": J/token = 0.5 + 40·GB, accuracy = 0.6 − 0.05·KL."""
+def fake_measurer(space: SearchSpace, kl_table: dict, calls: list[int], noise: float = 0.0):
+    """Closed-form "measurements": J/token = 0.5 + 40·GB, accuracy = 0.6 − 0.05·KL; `noise`
+    adds a deterministic per-configuration offset to J/token so refits move."""
     from host.search.measure import Measured
 
     def measure(round_no: int, round_dir: Path, maps: list[Path]) -> list[Measured]:
@@ -175,6 +177,7 @@ def fake_measurer(space: SearchSpace, kl_table: dict, calls: list[int]):
             size = space.bytes_of(assignment)
             kl = candidate_kl(assignment, kl_table)
             j, acc = 0.5 + 40 * size / 1e9, 0.6 - 0.05 * kl
+            j += noise * ((sum(map(ord, doc["id"])) % 7) - 3)
             gguf = round_dir / f"{doc['id']}.gguf"
             gguf.parent.mkdir(parents=True, exist_ok=True)
             gguf.write_text(json.dumps(assignment))
@@ -207,10 +210,24 @@ def test_search_loop_refits_measures_the_budget_and_resumes(tmp_path: Path) -> N
     assert pred.energy.intercept == pytest.approx(0.5) and pred.energy.slope == pytest.approx(40)
     assert pred.accuracy.slope == pytest.approx(-0.05)
     assert pred.proxy_rank_correlation == pytest.approx(1.0)
-    doc = summary(state, path, pred, space, {"uniform_q8", "uniform_q4"})
-    searched = [r for r in doc["configs"] if r["kind"] == "search"]
-    for r in searched:  # exact models: predictions equal the (closed-form) measurements
-        assert r["predicted_j_per_token"] == pytest.approx(r["measured"]["j_per_token"])
+    doc = summary(state, path, pred, space, {"uniform_q8_0", "uniform_q4_0"})
+    searched = {r["config"]: r for r in doc["configs"] if r["kind"] == "search"}
+    for cfg, r in searched.items():
+        assert r["predicted_epi"] == state.predictions[cfg]["predicted_epi"]
+        if cfg.startswith("search_r0_"):  # round 0 picks: no model was fitted yet
+            assert r["predicted_epi"] is None and r["predicted_epi_interval"] == [None, None]
+        else:  # picked on round 0's fit (2 hand-made + 2 search points); exact models
+            assert state.predictions[cfg]["fit_n"] == 4
+            assert r["predicted_j_per_token"] == pytest.approx(r["measured"]["j_per_token"])
+            assert r["predicted_at"].startswith("pick time")
+    # hand-made maps sit on the same summed per-layer proxy as the candidates
+    rows = {r["config"]: r for r in doc["configs"]}
+    assert rows["uniform_q4_0"]["proxy_kl_nats"] == pytest.approx(
+        candidate_kl(("Q4_0",) * 4, kl_table))
+    assert doc["proxy_rank_correlation_n"] == 5  # 2 hand-made + 3 search maps
+    assert doc["direct_kl_rank_correlation"] == pytest.approx(1.0)
+    assert len(doc["energy_model"]["residuals_j"]) == 5
+    assert all(abs(r["energy_residual_j"]) < 1e-9 for r in rows.values())
     assert doc["verdict"]["best_search"] is not None
     # the same command again: everything is in search.json, nothing is measured twice
     calls.clear()
@@ -294,3 +311,167 @@ def test_sensitivity_probes_rank_fewer_bits_as_further_from_the_base(tmp_path: P
     again = measure_sensitivity(base, ["Q8_0", "Q4_0"], held, tmp_path / "s", threads=2,
                                 progress=lines.append)
     assert again == table and lines == []
+
+
+def test_predicted_is_the_pick_time_prediction_not_the_final_refit(tmp_path: Path) -> None:
+    """With noisy measurements the final fit includes each candidate's own point; the summary
+    must report what the models said before the candidate was measured."""
+    from host.search.driver import pick_prediction
+
+    space = synthetic_space(4, weights=1 << 20)
+    kl_table = convex_kl(4, [1.0, 0.2, 5.0, 0.5])
+    hand = tmp_path / "hand"
+    hand.mkdir()
+    for t in ("Q8_0", "Q5_0", "Q4_0"):
+        doc = mixmap_document(f"uniform_{t.lower()}", (t,) * 4, space, "hand-made")
+        (hand / f"uniform_{t.lower()}.json").write_text(json.dumps(doc))
+    settings = SearchSettings(out=tmp_path / "s", candidates=3, per_round=2,
+                              against=sorted(hand.glob("*.json")))
+    state, path, final = run_search(
+        space, kl_table, settings, fake_measurer(space, kl_table, [], noise=0.05),
+        lambda p: candidate_kl(json.loads(p.read_text()), kl_table), echo=lambda s: None)
+    doc = summary(state, path, final, space, {"uniform_q8_0", "uniform_q5_0", "uniform_q4_0"})
+    later = [r for r in doc["configs"] if r["config"].startswith("search_r1_")]
+    assert later
+    by_assignment = {c.assignment: c for c in path}
+    for r in later:
+        c = by_assignment[tuple(state.search_maps[r["config"]])]
+        assert r["predicted_j_per_token"] == state.predictions[r["config"]][
+            "predicted_j_per_token"]
+        assert r["predicted_j_per_token"] != pytest.approx(final.j_per_token(c.gb), abs=1e-9)
+        assert r["predicted_j_per_token"] == pytest.approx(
+            pick_prediction(final, c)["predicted_j_per_token"], abs=1.0)  # same scale
+    # the stored prediction survives a reload of search.json
+    from host.search.driver import SearchState
+
+    again = SearchState.load(tmp_path / "s" / "search.json")
+    assert again.predictions == json.loads(json.dumps(state.predictions))
+
+
+def test_frontier_shift_states_the_move_or_that_there_is_none() -> None:
+    from host.search.driver import frontier_shift
+
+    def m(cfg: str, j: float, a: float) -> Measured:
+        return Measured(cfg, 0, None, 1, j, (j * 0.99, j * 1.01), a, j / a,
+                        (j / a, j / a), "modelled", "")
+
+    hand = [m("h_big", 2.0, 0.50), m("h_small", 1.0, 0.40), m("h_bad", 2.5, 0.45)]
+    moved = frontier_shift(hand, [m("s", 1.5, 0.50)])
+    assert moved["moves"][0]["against"] == "h_big"
+    assert moved["moves"][0]["j_saving_frac"] == pytest.approx(0.25)
+    assert "25.0 % less J/token than h_big" in moved["text"]
+    assert moved["hand_made_frontier"] == [[1.0, 0.40], [2.0, 0.50]]  # h_bad is dominated
+    above = frontier_shift(hand, [m("s", 3.0, 0.55)])
+    assert above["moves"][0]["accuracy_gain"] == pytest.approx(0.05)
+    still = frontier_shift(hand, [m("s", 2.2, 0.45)])
+    assert still["moves"] == [] and "did not move" in still["text"]
+
+
+def test_hand_made_map_assignment_in_the_search_space(tmp_path: Path) -> None:
+    from host.search.space import assignment_of_map
+
+    space = synthetic_space(4)
+    frac = {"format": "epi-mixmap", "format_version": 1, "id": "bookend", "base_type": "Q4_0",
+            "groups": [{"name": "early", "fraction": 0.25, "type": "Q8_0"},
+                       {"name": "middle", "fraction": 0.5, "type": "Q4_0"},
+                       {"name": "late", "fraction": 0.25, "type": "Q8_0"}],
+            "non_block": {"token_embd": "Q8_0", "output": "Q8_0"}}
+    (tmp_path / "b.json").write_text(json.dumps(frac))
+    assert assignment_of_map(tmp_path / "b.json", space) == (
+        ("Q8_0", "Q4_0", "Q4_0", "Q8_0"), "")
+    frac["groups"][1]["type"] = "Q4_1"
+    (tmp_path / "c.json").write_text(json.dumps(frac))
+    assignment, why = assignment_of_map(tmp_path / "c.json", space)
+    assert assignment is None and "Q4_1" in why
+    frac["groups"][1]["type"] = "Q4_0"
+    frac["non_block"] = {"token_embd": "Q4_0", "output": "Q8_0"}
+    (tmp_path / "d.json").write_text(json.dumps(frac))
+    assert assignment_of_map(tmp_path / "d.json", space)[0] is None
+
+
+def test_meter_options_are_refused_before_any_work(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from epi.commands.search import check_meter_options, search
+
+    with pytest.raises(UserError, match="--meter-trace DIR"):
+        check_meter_options("http://meter:8757", None, None)
+    with pytest.raises(UserError, match="no such directory"):
+        check_meter_options("http://meter:8757", tmp_path / "nope", None)
+    with pytest.raises(UserError, match="not a daemon URL"):
+        check_meter_options("meter:8757", tmp_path, None)
+    with pytest.raises(UserError, match="only with --meter"):
+        check_meter_options(None, tmp_path, None)
+    with pytest.raises(UserError, match="--meter-rate-hz"):
+        check_meter_options("http://meter:8757", tmp_path, 40.0)
+    check_meter_options("http://meter:8757", tmp_path, None)
+    check_meter_options(None, None, 40.0)
+    # through the command: refused before the model is even read (the base does not exist)
+    result = CliRunner().invoke(search, [str(tmp_path / "missing.gguf"), "--out",
+                                         str(tmp_path / "o"), "--meter", "http://m:8757"])
+    assert result.exit_code != 0 and "--meter-trace" in str(result.exception or result.output)
+    assert not (tmp_path / "o").exists()
+
+
+def test_study_check_uses_the_campaigns_own_checker(tmp_path: Path) -> None:
+    from host.search.measure import CampaignSettings, check_study
+
+    maps = [REPO / "quantmaps" / "demo" / "demo_q8_0.json"]
+    base = tmp_path / "b.gguf"
+    work = tmp_path / "work"
+    check_study(CampaignSettings(base=base), maps, work)
+    with pytest.raises(UserError, match="meter.trace"):
+        check_study(CampaignSettings(base=base, emulate=False, meter_url="http://m:8757"),
+                    maps, work)
+    with pytest.raises(UserError, match="not found"):
+        check_study(CampaignSettings(base=base), [tmp_path / "missing.json"], work)
+    check_study(CampaignSettings(base=base, emulate=False, meter_url="http://m:8757",
+                                 meter_trace=tmp_path), maps, work)
+    assert list(work.iterdir()) == []  # the probe study file is removed
+
+
+def test_found_map_carries_its_figures_and_still_validates(tmp_path: Path) -> None:
+    from epi.commands.search import write_found_map
+    from host.quant.mixmap import load_mixmap
+
+    space = synthetic_space(2)
+    src = tmp_path / "r" / "search_r1_s003.json"
+    src.parent.mkdir()
+    src.write_text(json.dumps(mixmap_document("search_r1_s003", ("Q8_0", "Q4_0"), space, "x")))
+    row = {"measured": {"epi": 1.2, "epi_ci": [1.1, 1.3], "j_per_token": 0.6,
+                        "j_per_token_ci": [0.55, 0.65], "accuracy": 0.5,
+                        "power_source": "modelled (emulated meter)", "reason": ""},
+           "predicted_epi": 1.25, "predicted_epi_interval": [1.0, 1.5]}
+    write_found_map(src, tmp_path / "maps" / src.name, row)
+    found = load_mixmap(tmp_path / "maps" / src.name)
+    assert "Measured EPI 1.2 [1.1, 1.3]" in found.description
+    assert "modelled (emulated meter)" in found.description
+    assert "predicted when picked: EPI 1.25 [1, 1.5]" in found.description
+    assert json.loads(src.read_text())["description"] == "x"  # the measured copy is untouched
+
+
+def test_figure_and_page_show_frontier_intervals_and_models(tmp_path: Path) -> None:
+    from host.search.figure import plot_search
+    from host.search.page import write_page
+
+    space = synthetic_space(4, weights=1 << 20)
+    kl_table = convex_kl(4, [1.0, 0.2, 5.0, 0.5])
+    hand = tmp_path / "hand"
+    hand.mkdir()
+    for t in ("Q8_0", "Q4_0"):
+        doc = mixmap_document(f"uniform_{t.lower()}", (t,) * 4, space, "hand-made")
+        (hand / f"uniform_{t.lower()}.json").write_text(json.dumps(doc))
+    settings = SearchSettings(out=tmp_path / "s", candidates=3, per_round=2,
+                              against=sorted(hand.glob("*.json")))
+    state, path, pred = run_search(
+        space, kl_table, settings, fake_measurer(space, kl_table, [], noise=0.02),
+        lambda p: candidate_kl(json.loads(p.read_text()), kl_table), echo=lambda s: None)
+    doc = summary(state, path, pred, space, {"uniform_q8_0", "uniform_q4_0"})
+    figs = plot_search(doc, tmp_path)
+    html_path, md_path = write_page(doc, tmp_path, figs[0])
+    page = html_path.read_text()
+    assert "data:image/png;base64," in page and "MODELLED" in page
+    assert doc["verdict"]["frontier"]["text"] in page
+    md = md_path.read_text()
+    assert "![search](search.png)" in md and "residuals" in md and "intercept" in md
+    assert "EPI pred [PI]" in md and "summed per-layer proxy" in md
