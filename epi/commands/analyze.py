@@ -27,6 +27,7 @@ from epi.core.errors import UserError
 from epi.core.text import format_table
 from host.analysis import components
 from host.analysis import pipeline as analysis_mod
+from host.analysis.intervals import format_interval, pct
 from host.analysis.model import Analysis, Options
 
 RESULT_FORMAT = "epi-analysis"
@@ -209,21 +210,13 @@ def _num(x: float, fmt: str = ".4g") -> str:
 
 
 def _pct(x: float) -> str:
-    p = 100.0 * x
-    return f"{p:.0f} %" if abs(p - round(p)) < 0.05 else f"{p:.1f} %"
+    return pct(x)
 
 
 def _ci(med: float, lo: float, hi: float, coverage: float | None = None,
         at_least: bool = False, n: object = None) -> str:
-    """"value [lo, hi] 75 % n=3": every interval printed with the coverage it has (and n)."""
-    if not np.isfinite(med):
-        return "null"
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return f"{med:.4g}"
-    cov = "" if coverage is None or not np.isfinite(coverage) else \
-        (" ≥" if at_least else " ") + _pct(coverage)
-    n_txt = f" n={int(n)}" if n is not None and not pd.isna(n) else ""
-    return f"{med:.4g} [{lo:.4g}, {hi:.4g}]{cov}{n_txt}"
+    """"value [lo, hi] 75 % n=3" (host.analysis.intervals.format_interval)."""
+    return format_interval(med, lo, hi, coverage, at_least=at_least, n=n)
 
 
 def modelled_banner(a: Analysis) -> str | None:

@@ -172,3 +172,33 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> Interval:
     se = float(np.std(v, ddof=1)) / math.sqrt(n)
     half = student_t_ppf(0.5 + level / 2.0, n - 1) * se
     return Interval(mean - half, mean + half, T_METHOD, level, n, level, True)
+
+
+# --------------------------------------------------------------------------- text
+def _finite(x: object) -> bool:
+    try:
+        return math.isfinite(float(x))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+def format_interval(value: object, lo: object, hi: object, coverage: object = None, *,
+                    at_least: bool = False, n: object = None, fmt: str = ".4g") -> str:
+    """"value [lo, hi] 75 % n=3": an interval printed with the coverage it has, and n.
+
+    Shared by the analyze summary and the report, so both say the same thing: `coverage` is
+    the achieved coverage (a fraction, printed as a percent; "≥" when it is a lower bound,
+    as for EPI), `n` the repeats or pairs behind it. "null" when there is no value; the value
+    alone when there is no interval.
+    """
+    if not _finite(value):
+        return "null"
+    v = format(float(value), fmt)  # type: ignore[arg-type]
+    if not (_finite(lo) and _finite(hi)):
+        return v
+    lo_t = format(float(lo), fmt)  # type: ignore[arg-type]
+    hi_t = format(float(hi), fmt)  # type: ignore[arg-type]
+    cov = (" ≥" if at_least else " ") + pct(float(coverage)) \
+        if _finite(coverage) else ""  # type: ignore[arg-type]
+    n_txt = f" n={int(float(n))}" if _finite(n) else ""  # type: ignore[arg-type]
+    return f"{v} [{lo_t}, {hi_t}]{cov}{n_txt}"

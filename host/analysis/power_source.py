@@ -1,7 +1,10 @@
 """Where a channel's power figures come from: measured, or modelled (and by which model).
 
 Derived from the trace's segment metadata (formats.md §1): `emulated` and `power_model`, which
-is one model for every channel or `{"kind": "per_channel", "channels": {"N": model}}`. Every
+is one model for every channel or `{"kind": "per_channel", "channels": {"N": model}}`. A
+software-source channel (RAPL, hwmon, NVML, PMIC: a `scope` other than `wall`, docs/sources.md)
+is a measurement of a component, not of the wall — also in a trace whose wall channel is
+emulated — so its label says so: "measured: component power, not wall power (rapl package)". Every
 figure the analysis shows carries the label of the channels behind it, so a modelled J/token
 never reads as a measurement.
 """
@@ -13,6 +16,7 @@ from collections.abc import Iterable
 from host.analysis.traces import Trace
 
 MEASURED = "measured"
+COMPONENT = "component power, not wall power"
 MODEL_NAMES = {
     "activity": "ActivityModel: this machine's CPU activity mapped to power",
     "scripted": "scripted profile",
@@ -42,10 +46,19 @@ def _segment_channel_label(meta: dict, channel: int) -> str:
     return model_label(model)
 
 
+def component_label(source: str | None, scope: str) -> str:
+    """The label of a software-source channel: measured, but a component's power."""
+    return f"{MEASURED}: {COMPONENT} ({source or 'software source'} {scope})"
+
+
 def channel_sources(trace: Trace) -> dict[int, str]:
     """channel → power source over all segments ("a + b" when segments differ)."""
     out: dict[int, str] = {}
     for ch in sorted(trace.channels):
+        info = trace.channels[ch]
+        if info.scope != "wall":
+            out[ch] = component_label(info.source, info.scope)
+            continue
         labels = [_segment_channel_label(s.meta, ch) for s in trace.segments]
         out[ch] = " + ".join(dict.fromkeys(labels)) or MEASURED
     return out
@@ -59,3 +72,7 @@ def combined(labels: Iterable[str]) -> str:
 
 def is_modelled(label: str) -> bool:
     return "modelled" in label
+
+
+def is_component(label: str) -> bool:
+    return COMPONENT in label

@@ -182,7 +182,7 @@ def _groups(rows: pd.DataFrame, cov_col: str, n_col: str | None, *, at_least: bo
 def _texts(rows: pd.DataFrame, col: str) -> list[str]:
     if col not in rows.columns:
         return []
-    return [m for m in dict.fromkeys(rows[col].fillna("").astype(str)) if m]
+    return [m for m in dict.fromkeys(rows[col].dropna().astype(str)) if m]
 
 
 def interval_text(rows: pd.DataFrame, what: str = "J/token") -> str:

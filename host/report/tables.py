@@ -1,8 +1,12 @@
 """The report's tables: the study's results table, savings against the baseline,
-perplexity-matched pairs, and every run's verdict with its measured figures and reasons.
+perplexity-matched pairs, the paired comparisons (comparisons.csv), component power beside wall
+power, and every run's verdict with its measured figures and reasons.
 
 A table is (title, caption, headers, rows of strings); the renderers turn it into HTML and
-Markdown. Missing numbers are shown as "null" with the reason, never as 0.
+Markdown. Missing numbers are shown as "null" with the reason, never as 0. Every interval in a
+cell carries its own coverage (a percent; "≥" for a lower bound) and n, as the analyze summary
+prints it (host.analysis.intervals.format_interval): configurations with 6 and with 3 repeats
+sit in one table with different coverages.
 """
 
 from __future__ import annotations
@@ -12,7 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from host.report.data import ReportData
+from host.analysis.intervals import format_interval
+from host.report.data import (
+    ReportData,
+    accuracy_interval_text,
+    epi_interval_text,
+    interval_text,
+)
 
 
 @dataclass
@@ -33,13 +43,40 @@ def num(x: object, fmt: str = ".4g") -> str:
     return format(v, fmt) if np.isfinite(v) else "null"
 
 
-def with_ci(v: object, lo: object, hi: object, fmt: str = ".4g") -> str:
-    s = num(v, fmt)
-    if s == "null":
-        return s
-    if num(lo) == "null" or num(hi) == "null":
-        return s
-    return f"{s} [{num(lo, fmt)}, {num(hi, fmt)}]"
+def with_ci(v: object, lo: object, hi: object, fmt: str = ".4g", coverage: object = None, *,
+            n: object = None, at_least: bool = False) -> str:
+    """"v [lo, hi] 75 % n=3": the value with its interval, the interval's coverage and n."""
+    return format_interval(v, lo, hi, coverage, at_least=at_least, n=n, fmt=fmt)
+
+
+def _pairing(method: object) -> str:
+    """'paired by round' / 'unpaired (Welch)' / '-' from an energy_ci_method."""
+    if not isinstance(method, str) or not method:
+        return "-"
+    return "paired by round" if method.startswith("paired") else "unpaired (Welch)"
+
+
+def _energy_verdict(dist: object, delta: object, a: str, b: str) -> str:
+    if dist is None or (isinstance(dist, float) and np.isnan(dist)):
+        return "no interval"
+    if not dist:
+        return "cannot be told apart"
+    return f"{b} uses {'less' if float(delta) < 0 else 'more'} than {a}"  # type: ignore[arg-type]
+
+
+def _accuracy_cell(r: dict, prefix: str = "accuracy_") -> str:
+    d = r.get(f"{prefix}delta")
+    if num(d) == "null":
+        return "not compared per item"
+    cell = with_ci(d, r.get(f"{prefix}delta_ci_lo"), r.get(f"{prefix}delta_ci_hi"), "+.3f",
+                   0.95)
+    p = r.get(f"{prefix}mcnemar_p")
+    if num(p) != "null":
+        cell += f", McNemar p={num(p, '.3g')}"
+    dist = r.get(f"{prefix}distinguishable")
+    if dist is False:
+        cell += " — cannot be told apart"
+    return cell
 
 
 def _invalid_figure(rd: ReportData, cfg: str, col: str = "j_per_token") -> str:
@@ -67,7 +104,8 @@ def results_table(rd: ReportData) -> Table:
         power = use["power_w"] if len(use) else pd.Series(dtype=float)
         mark = "" if len(valid) else " (invalid runs)"
         jpt = with_ci(r["j_per_token_median"], r["j_per_token_ci_lo"],
-                      r["j_per_token_ci_hi"]) if r is not None else "null"
+                      r["j_per_token_ci_hi"], coverage=r.get("ci_coverage"),
+                      n=r.get("n_repeats")) if r is not None else "null"
         if jpt == "null":
             jpt = f"null — {_invalid_figure(rd, cfg)}"
         size = facts["size_bytes"] if facts is not None else np.nan
@@ -77,9 +115,10 @@ def results_table(rd: ReportData) -> Table:
             num(float(size) / 1e6, ".1f") + " MB" if num(size) != "null" else "null",
             num(r["perplexity"], ".3f") if r is not None else "null",
             jpt,
-            with_ci(r["accuracy"], r["accuracy_ci_lo"], r["accuracy_ci_hi"], ".3f")
+            with_ci(r["accuracy"], r["accuracy_ci_lo"], r["accuracy_ci_hi"], ".3f", 0.95)
             if r is not None else "null",
-            with_ci(r["epi"], r["epi_ci_lo"], r["epi_ci_hi"]) if r is not None else "null",
+            with_ci(r["epi"], r["epi_ci_lo"], r["epi_ci_hi"], coverage=r.get("epi_ci_coverage"),
+                    n=r.get("n_repeats"), at_least=True) if r is not None else "null",
             (num(np.nanmedian(tok_s), ".1f") + mark) if tok_s.notna().any() else "null",
             (num(np.nanmedian(power), ".2f") + mark) if power.notna().any() else "null",
             f"{len(valid)}/{len(req)}",
@@ -90,46 +129,138 @@ def results_table(rd: ReportData) -> Table:
            "valid, the invalid runs' own median is shown and marked. Accuracy: composite "
            "(mean of the benchmarks). EPI = J/Token / Accuracy. Size: model file. Perplexity: "
            "from the accuracy file. tok/s and average power: generated tokens per second of "
-           "request time and mean power during requests (all of the run's channels). "
-           + rd.labels.line(rd.counts()))
+           "request time and mean power during requests (all of the run's channels). Each "
+           "interval shows its own coverage and n. "
+           + rd.labels.line(rd.counts(), ci="; ".join([
+               interval_text(h), accuracy_interval_text(h), epi_interval_text(h)])))
     return Table("results", "Results per configuration",
                  cap, ["Config", "Early", "Middle", "Late", "Size", "Perplexity", "J/Token",
                        "Accuracy", "EPI", "tok/s", "Avg power W", "valid runs"], rows, classes)
 
 
 def savings_table(rd: ReportData) -> Table:
+    """Each configuration against the baseline: the paired energy saving with its interval
+    and verdict, latency, and the paired accuracy change (savings.csv)."""
     s = pd.DataFrame(rd.doc.get("savings") or [])
     rows = []
     base = ""
+    methods: list[str] = []
     if not s.empty:
         base = str(s["baseline"].iloc[0])
-        for _, r in s.iterrows():
+        for r in s.to_dict("records"):
+            if r["config"] == base:
+                continue
+            n = r.get("n_pairs") or None
             rows.append([str(r["config"]), num(r["j_per_token"]),
-                         num(r["energy_saving_pct"], "+.1f"), num(r["latency_s"], ".3f"),
-                         num(r["latency_saving_pct"], "+.1f")])
+                         with_ci(r["energy_saving_pct"], r.get("energy_saving_pct_ci_lo"),
+                                 r.get("energy_saving_pct_ci_hi"), "+.2f",
+                                 r.get("energy_ci_coverage"), n=n),
+                         _pairing(r.get("energy_ci_method")),
+                         _energy_verdict(r.get("energy_distinguishable"),
+                                         -float(r["energy_saving_pct"])
+                                         if num(r["energy_saving_pct"]) != "null" else 0.0,
+                                         base, str(r["config"])),
+                         num(r["latency_s"], ".3f"), num(r["latency_saving_pct"], "+.1f"),
+                         _accuracy_cell(r)])
+            methods += [m for m in (r.get("energy_ci_method"), r.get("accuracy_method"))
+                        if isinstance(m, str) and m]
     cap = (f"Against the baseline {base or '(none given: set study.baseline / --baseline)'}; "
-           "positive = saves. Energy: median J per generated token; latency: median request "
-           "duration; valid runs only (null where a configuration has none). "
-           + rd.labels.line(rd.counts()))
+           "positive = saves. Energy saving: mean per-round saving of J per generated token, "
+           "paired by round when the repeats were interleaved (n = rounds), else Welch's "
+           "unpaired interval (n blank); 'cannot be told apart' when the interval holds 0. "
+           "Latency: median request duration (point figure). Δ accuracy: B − baseline, paired "
+           "over the items both were scored on. Valid runs only. "
+           + rd.labels.line(rd.counts(), ci="; ".join(dict.fromkeys(methods)) or "none"))
     return Table("savings", "Savings against the baseline", cap,
-                 ["Config", "J/Token", "energy saving %", "latency s", "latency saving %"],
-                 rows)
+                 ["Config", "J/Token", "energy saving % [interval]", "pairing",
+                  "energy verdict", "latency s", "latency saving %", "Δ accuracy"], rows)
 
 
 def pairs_table(rd: ReportData) -> Table:
+    """Perplexity-matched pairs with their paired J/token difference and verdict."""
     rows = []
+    methods: list[str] = []
     for p in rd.doc.get("perplexity_matched_pairs") or []:
         rows.append([str(p.get("cheaper")), str(p.get("dearer")),
                      num(p.get("ppl_cheaper"), ".3f"), num(p.get("ppl_dearer"), ".3f"),
                      num(p.get("j_per_token_cheaper")), num(p.get("j_per_token_dearer")),
-                     num(p.get("saving_pct"), ".1f")])
+                     with_ci(p.get("saving_pct"), p.get("saving_pct_ci_lo"),
+                             p.get("saving_pct_ci_hi"), ".2f", p.get("ci_coverage"),
+                             n=p.get("n_pairs") or None),
+                     _pairing(p.get("ci_method")),
+                     "cannot be told apart" if p.get("distinguishable") is False else
+                     "different" if p.get("distinguishable") else
+                     f"no interval ({p.get('reason') or 'too few repeats'})"])
+        if p.get("ci_method"):
+            methods.append(str(p["ci_method"]))
     tol = (rd.doc.get("options") or {}).get("ppl_tolerance", 0.01)
-    cap = (f"Same perplexity (within {tol:.0%} relative), different joules: pairs whose "
-           "J/token intervals do not overlap (valid runs only). " + rd.labels.line(rd.counts())
+    cap = (f"Same perplexity (within {tol:.0%} relative), different joules? Every pair of "
+           "configurations whose perplexities agree, with the saving of the cheaper one and "
+           "its paired interval (per round when the repeats were interleaved, else Welch); "
+           "'cannot be told apart' when the interval holds 0 (valid runs only). "
+           + rd.labels.line(rd.counts(), ci="; ".join(dict.fromkeys(methods)) or "none")
            + ("" if rows else " — no such pair in this study (or no perplexity measured)."))
     return Table("pairs", "Perplexity-matched pairs", cap,
                  ["cheaper", "dearer", "ppl cheaper", "ppl dearer", "J/Token cheaper",
-                  "J/Token dearer", "saving %"], rows)
+                  "J/Token dearer", "saving % [interval]", "pairing", "verdict"], rows)
+
+
+def comparisons_table(rd: ReportData) -> Table:
+    """comparisons.csv: every pairwise difference the analysis made (savings vs the baseline,
+    perplexity-matched pairs, neighbours on the Pareto frontier), paired, with a verdict."""
+    rows = []
+    methods: list[str] = []
+    for r in rd.doc.get("comparisons") or []:
+        a, b = str(r.get("config_a")), str(r.get("config_b"))
+        rows.append([str(r.get("comparison")), a, b,
+                     with_ci(r.get("energy_delta_j_per_token"), r.get("energy_delta_ci_lo"),
+                             r.get("energy_delta_ci_hi"), "+.4g", r.get("energy_ci_coverage"),
+                             n=r.get("n_pairs") or None),
+                     _pairing(r.get("energy_ci_method")),
+                     _energy_verdict(r.get("energy_distinguishable"),
+                                     r.get("energy_delta_j_per_token"), a, b),
+                     _accuracy_cell(r), str(r.get("verdict") or "")])
+        methods += [m for m in (r.get("energy_ci_method"), r.get("accuracy_method"))
+                    if isinstance(m, str) and m]
+    cap = ("Every pairwise difference B − A (comparisons.csv): savings against the baseline, "
+           "perplexity-matched pairs and neighbours on the Pareto frontier. Δ energy in J per "
+           "generated token, paired by round when the repeats were interleaved (n = rounds), "
+           "else Welch's unpaired interval; Δ accuracy paired over items (Newcombe interval, "
+           "McNemar exact p). 'cannot be told apart' = the interval holds 0. "
+           + rd.labels.line(rd.counts(), ci="; ".join(dict.fromkeys(methods)) or "none")
+           + ("" if rows else " — no comparison in this study (give a baseline, or a "
+              "frontier of ≥ 2 configurations)."))
+    return Table("comparisons", "Paired comparisons", cap,
+                 ["comparison", "A", "B", "Δ J/token (B − A) [interval]", "pairing",
+                  "energy verdict", "Δ accuracy (B − A)", "verdict"], rows)
+
+
+def components_table(rd: ReportData) -> Table | None:
+    """Component power (software counters) beside wall power, when the trace has any: each
+    row labelled with what it measures — never a component figure read as wall power."""
+    comp = rd.doc.get("components")
+    if not isinstance(comp, dict):
+        return None
+    rows = []
+    for r in comp.get("side_by_side") or []:
+        wall_label = r.get("wall_label") or "no wall channel"
+        rows.append([str(r.get("config")), str(r.get("node")), str(r.get("kind")),
+                     str(r.get("name")), str(r.get("scope") or "all"),
+                     str(r.get("label")), num(r.get("power_w")),
+                     num(r.get("j_per_generated_token")), wall_label, num(r.get("wall_power_w")),
+                     num(r.get("wall_j_per_generated_token")),
+                     num(r.get("wall_over_component"), ".3f"), num(r.get("unseen_power_w"))])
+    main = comp.get("main_figures") or {}
+    cap = ("Component power (software counters: RAPL, hwmon, NVML, PMIC) beside wall power, "
+           "over the same request and idle windows. Component power is not wall power: the "
+           "power supply, board, fans and disks are missing; unseen = wall − all components. "
+           "The main figures of each node measure: "
+           + (", ".join(f"{n}: {lab}" for n, lab in sorted(main.items())) or "?") + ". "
+           + rd.labels.line(rd.counts(), ci="none (point figures)"))
+    return Table("components", "Component power beside wall power", cap,
+                 ["config", "node", "window", "channel", "scope", "label", "component W",
+                  "component J/gen tok", "wall", "wall W", "wall J/gen tok", "wall/component",
+                  "unseen W"], rows)
 
 
 def verdicts_table(rd: ReportData) -> Table:
@@ -148,7 +279,8 @@ def verdicts_table(rd: ReportData) -> Table:
            "that have an energy; J per prompt token for prefill, per generated token "
            "otherwise), the repeat CV, windows measured, meter samples inside them, and the "
            "verdict's reasons. Invalid runs are shown with their numbers but are not in any "
-           "median, interval or frontier. " + rd.labels.line(rd.counts()))
+           "median, interval or frontier. "
+           + rd.labels.line(rd.counts(), ci="none in this table (per-run figures)"))
     return Table("verdicts", "Every run's verdict", cap,
                  ["run", "config", "run dir", "phase", "verdict", "J/token", "CV %",
                   "windows", "samples", "reasons"], rows, classes)
@@ -169,14 +301,19 @@ def settle_table(rd: ReportData) -> Table:
     cap = ("Thermal settle before each analysed run, as the campaign journal recorded it: the "
            "rule, the seconds waited, and for the stable rule the idle power (all channels "
            "summed) and the largest relative deviation over the window. A run that did not "
-           "settle still ran; its verdict is the analysis'. " + rd.labels.line())
+           "settle still ran; its verdict is the analysis'. "
+           + rd.labels.line(ci="none in this table"))
     return Table("settle", "Thermal settle before each run", cap,
                  ["step", "run", "rule", "waited s", "settled", "idle W", "max deviation",
                   "reason"], rows, ["" if r[4] == "yes" else "invalid" for r in rows])
 
 
 def build_all(rd: ReportData) -> list[Table]:
-    tables = [results_table(rd), savings_table(rd), pairs_table(rd), verdicts_table(rd)]
+    tables = [results_table(rd), savings_table(rd), comparisons_table(rd), pairs_table(rd),
+              verdicts_table(rd)]
+    comp = components_table(rd)
+    if comp is not None:
+        tables.append(comp)
     if rd.settles:
         tables.append(settle_table(rd))
     return tables
