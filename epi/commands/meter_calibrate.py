@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from epi.commands.meter_options import Finite
+from epi.commands.params import BoundedInt, FiniteFloat, check_output_file
 from epi.core.errors import UserError
 from meter.board import emulated_board, load_board, open_channels, save_calibration_file
 from meter.bus.base import BusError
@@ -37,20 +37,21 @@ def _pct(measured: float, reference: float | None) -> str:
               help="Board file; the calibration is saved to the channel's calibration file.")
 @click.option("--emulate", is_flag=True,
               help="Calibrate an emulated chip that carries exactly the reference load.")
-@click.option("--emulate-gain-error", type=Finite(-0.5, 0.5), default=0.0, show_default=True,
+@click.option("--emulate-gain-error", type=FiniteFloat(-0.5, 0.5), default=0.0, show_default=True,
               help="With --emulate: the emulated front end reads (1 + this) × true "
                    "voltage, current and energy, so there is something to correct.")
-@click.option("--emulate-offset-ma", type=Finite(-1000, 1000), default=0.0, show_default=True,
+@click.option("--emulate-offset-ma", type=FiniteFloat(-1000, 1000), default=0.0, show_default=True,
               help="With --emulate: a current offset of the emulated front end, mA.")
-@click.option("--emulate-offset-w", type=Finite(-1000, 1000), default=0.0, show_default=True,
+@click.option("--emulate-offset-w", type=FiniteFloat(-1000, 1000), default=0.0, show_default=True,
               help="With --emulate: an active-power offset of the emulated front end, W.")
-@click.option("--volts", type=Finite(0, 1000, lo_open=True), help="Reference RMS voltage, V.")
-@click.option("--amps", type=Finite(0, 100, lo_open=True), help="Reference RMS current, A.")
-@click.option("--watts", type=Finite(0, 100_000, lo_open=True),
+@click.option("--volts", type=FiniteFloat(0, 1000, lo_open=True), help="Reference RMS voltage, V.")
+@click.option("--amps", type=FiniteFloat(0, 100, lo_open=True), help="Reference RMS current, A.")
+@click.option("--watts", type=FiniteFloat(0, 100_000, lo_open=True),
               help="Reference active power, W (enables Lgain).")
-@click.option("--seconds", type=Finite(0, 86_400, lo_open=True), default=60.0, show_default=True,
+@click.option("--seconds", type=FiniteFloat(0, 86_400, lo_open=True), default=60.0,
+              show_default=True,
               help="Energy window for --watts.")
-@click.option("--readings", type=click.IntRange(1, 100), default=5, show_default=True,
+@click.option("--readings", type=BoundedInt(1, 100), default=5, show_default=True,
               help="Readings averaged for voltage and current.")
 @click.option("--zero", is_flag=True, help="Offsets instead: NO load current flowing.")
 @click.option("--output", type=click.Path(path_type=Path, dir_okay=False),
@@ -76,10 +77,16 @@ def calibrate(channel: str, board_path: Path | None, emulate: bool, emulate_gain
         raise UserError(f"epi meter calibrate: --watts {watts} exceeds --volts × --amps "
                         f"({va:.3f} VA): power factor above 1")
 
+    if output is not None:
+        check_output_file(output, "--output", make_parents=True)
+
     emulated = emulate or board_path is None
     clock = SimulatedClock() if emulated else SystemClock()
     board = load_board(board_path) if board_path else emulated_board(4, clock=clock)
     ch_cfg = board.channel(channel)
+    if output is None and ch_cfg.calibration_path is not None:  # the channel's own file
+        check_output_file(ch_cfg.calibration_path, f"channel {ch_cfg.name} calibration",
+                          make_parents=True)
     ch_cfg = dataclasses.replace(ch_cfg, enabled=True)
     one = dataclasses.replace(board, channels=[ch_cfg], clock=clock)
     model = None

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from epi.commands.params import BoundedInt, FiniteFloat
 from epi.core.errors import UserError
 
 
@@ -53,11 +54,13 @@ def deploy_cmd(port: str, config: Path | None, dry_run: bool) -> None:
 
 @firmware.command("console")
 @click.option("--port", help="The bridge UART [default: EPI_BRIDGE_PORT, /dev/ttyAMA0, ...].")
-@click.option("--baud", default=115200, show_default=True, type=int)
+@click.option("--baud", default=115200, show_default=True, type=BoundedInt(300, 4_000_000),
+              help="UART speed, baud (the bridge board's `baud`).")
 @click.option("--send", "sends", multiple=True, metavar="CMD",
               help='A command to send (`ping`, `hello`, or a JSON object); repeatable. Without '
               "it, commands are read from standard input.")
-@click.option("--seconds", type=float, help="Stop after this long [default: until EOF/Ctrl-C].")
+@click.option("--seconds", type=FiniteFloat(0, 86_400, lo_open=True),
+              help="Stop after this long [default: until EOF/Ctrl-C].")
 def console_cmd(port: str | None, baud: int, sends: tuple[str, ...], seconds: float | None
                 ) -> None:
     """Talk to the firmware over the bridge UART: print every line, decoded and CRC-checked."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from epi.commands.meter_options import Finite
+from epi.commands.params import BoundedInt, FiniteFloat
 from epi.core.errors import UserError
 from meter.board import emulated_board, load_board, open_channels
 from meter.bus.base import BusError
@@ -29,9 +29,9 @@ def _fmt(value: object, spec: str) -> str:
               help="Board file (e.g. hardware/epi-meter.toml).")
 @click.option("--emulate", is_flag=True,
               help="Emulated chips (with --board: that board's channels, emulated).")
-@click.option("--channels", "n_channels", type=click.IntRange(1, 16), default=4,
+@click.option("--channels", "n_channels", type=BoundedInt(1, 16), default=4,
               show_default=True, help="Channels of the emulated board (without --board).")
-@click.option("--settle", "settle_s", type=Finite(0, 3600), default=None,
+@click.option("--settle", "settle_s", type=FiniteFloat(0, 3600), default=None,
               help="Seconds between start-up and the reading [default: one measurement "
                    "refresh when emulated, 2 s for real chips].")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table.")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from epi.commands.meter_options import Finite
+from epi.commands.params import FiniteFloat
 from epi.core.errors import UserError
 from meter.daemon.http_server import DEFAULT_HOST, DEFAULT_PORT
 from meter.daemon.service import DaemonOptions, MeterDaemon
@@ -33,12 +33,12 @@ from meter.daemon.service import DaemonOptions, MeterDaemon
     help="Trace directory; a restarted daemon adds a new segment to it.",
 )
 @click.option(
-    "--rate", "rate_hz", type=Finite(0, 10_000, lo_open=True), metavar="HZ",
+    "--rate", "rate_hz", type=FiniteFloat(0, 10_000, lo_open=True), metavar="HZ",
     help="Sweeps per second over all channels [default: the board file's, else a round "
     "rate under 45% of what the bus sustains (20 Hz for 4 chips at 160 kHz)].",
 )
 @click.option(
-    "--duration", "duration_s", type=Finite(0, 1e7, lo_open=True), metavar="S",
+    "--duration", "duration_s", type=FiniteFloat(0, 1e7, lo_open=True), metavar="S",
     help="Stop after this many seconds [default: run until SIGTERM/Ctrl-C].",
 )
 @click.option(

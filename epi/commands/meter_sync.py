@@ -6,17 +6,18 @@ import json
 
 import click
 
+from epi.commands.params import BoundedInt, FiniteFloat
 from epi.core.clocksync import estimate_offset
 
 
 @click.command("sync")
 @click.argument("url")
 @click.option(
-    "--samples", default=16, show_default=True, type=click.IntRange(1, 1000),
+    "--samples", default=16, show_default=True, type=BoundedInt(1, 1000),
     help="Request/response exchanges to filter.",
 )
 @click.option(
-    "--timeout", "timeout_s", default=2.0, show_default=True, type=click.FloatRange(0.01, 60),
+    "--timeout", "timeout_s", default=2.0, show_default=True, type=FiniteFloat(0.01, 60),
     help="Seconds to wait for each reply.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the estimate as one JSON object.")

@@ -92,13 +92,19 @@ THREADS = BoundedInt(1, MAX_THREADS)
 SEED = BoundedInt(0, 2**32 - 1)
 
 
-def check_output_file(path: Path, option: str) -> Path:
+def check_output_file(path: Path, option: str, *, make_parents: bool = False) -> Path:
     """Refuse, before any work, an output file that cannot be written: an existing directory,
-    a missing or read-only parent directory."""
+    a missing or read-only parent directory. With `make_parents` (the writer creates missing
+    directories) the nearest existing ancestor must be a writable directory instead."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{option} {path}: is a directory, expected a file path")
     parent = path.parent if str(path.parent) else Path(".")
+    if make_parents:
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        raise UserError(f"{option} {path}: {parent} is a file, not a directory")
     if not parent.is_dir():
         raise UserError(f"{option} {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):

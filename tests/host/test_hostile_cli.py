@@ -1,4 +1,4 @@
-"""Every numeric or id option of every `epi` command (meter commands aside: meter lane) refuses
+"""Every numeric or id option of every `epi` command (the meter commands included) refuses
 hostile values with one line naming the option, and `epi.cli.main` keeps its promises:
 a user error exits 2 with one line, a bug exits 1 with one line and its traceback in a file."""
 
@@ -31,8 +31,6 @@ OPTION_TEXT = st.one_of(
 def _commands() -> list[tuple[str, click.Command]]:
     out = []
     for name, target in cli_mod.COMMANDS.items():
-        if name == "meter":  # the meter lane owns epi/commands/meter_*.py
-            continue
         module, attr = target.split(":")
         cmd = getattr(importlib.import_module(module), attr)
         stack = [(name, cmd)]
@@ -102,6 +100,12 @@ def _main(monkeypatch, capsys, *argv: str) -> tuple[int, str]:
     (["run", "m.gguf", "--out", "o", "--map-id", ".hidden"], "--map-id"),
     (["accuracy", "m.gguf", "--ctx", "1e3"], "--ctx"),
     (["worker", "--port", "70000"], "--port"),
+    (["meter", "sync", "http://127.0.0.1:9", "--timeout", "nan"], "--timeout"),
+    (["meter", "sync", "http://127.0.0.1:9", "--samples", "1e3"], "--samples"),
+    (["meter", "read", "--emulate", "--channels", "0"], "--channels"),
+    (["meter", "calibrate", "0", "--emulate", "--readings", "inf"], "--readings"),
+    (["meter", "firmware", "console", "--baud", "nan"], "--baud"),
+    (["meter", "firmware", "console", "--seconds", "nan"], "--seconds"),
 ])
 def test_bad_option_values_exit_2_with_one_line(monkeypatch, capsys, argv, option) -> None:
     code, err = _main(monkeypatch, capsys, *argv)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from epi.commands.meter_options import Finite
+from epi.commands.params import FiniteFloat as Finite
 from epi.core.errors import UserError
 from meter.board import RANGES, load_board, load_calibration_file
 from meter.chip.calibration import Calibration, CalibrationError
@@ -254,9 +254,11 @@ def _epi(argv: list[str], monkeypatch: pytest.MonkeyPatch,
     from epi.cli import main
 
     monkeypatch.setattr(sys, "argv", ["epi", *argv])
-    with pytest.raises(SystemExit) as exc:
+    try:
         main()
-    return int(exc.value.code or 0), capsys.readouterr().err
+    except SystemExit as exc:
+        return int(exc.code or 0), capsys.readouterr().err
+    return 0, capsys.readouterr().err  # success returns without sys.exit
 
 
 def test_deep_calibration_via_meter_read_exits_2(
@@ -284,3 +286,32 @@ def test_spi_bus_in_range_is_kept(tmp_path: Path) -> None:
     doc = _base()
     doc["spi"]["bus"] = 6
     assert load_board(_write(tmp_path, doc)).spi_bus == 6
+
+
+@pytest.mark.parametrize("kind", ["directory", "under a file"])
+def test_calibrate_refuses_an_unusable_output_before_calibrating(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    kind: str
+) -> None:
+    from meter.driver import calibration_procedures as procedures
+
+    def never(*a: Any, **k: Any) -> None:
+        raise AssertionError("calibrated although the output cannot be written")
+
+    monkeypatch.setattr(procedures, "calibrate_gains", never)
+    (tmp_path / "file").write_text("")
+    out = tmp_path if kind == "directory" else tmp_path / "file" / "cal.json"
+    code, err = _epi(["meter", "calibrate", "0", "--emulate", "--volts", "230", "--amps", "1",
+                      "--output", str(out)], monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("epi: error: --output") and str(out) in err
+
+
+def test_calibrate_creates_missing_output_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "new" / "dir" / "cal.json"
+    code, err = _epi(["meter", "calibrate", "0", "--emulate", "--volts", "230", "--amps", "1",
+                      "--readings", "1", "--output", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    assert load_calibration_file(out).meter_constant_imp_per_kwh > 0
