@@ -9,6 +9,7 @@ import pytest
 
 from epi.core.errors import UserError
 from host.analysis.tokenlog_reader import read_run
+from host.run import tokenlog
 
 NS = 1_000_000_000
 
@@ -28,8 +29,9 @@ def test_reads_a_valid_run(run_dir):
 
 
 def test_real_writer_output_reads_back(tmp_path):
-    """host/tokenlog.py (the runner's writer) and this reader agree on the contract."""
-    tokenlog = pytest.importorskip("host.run.tokenlog")
+    """host/run/tokenlog.py (the runner's writer) and this reader agree on the contract.
+
+    A plain import: a first-party module that fails to import is a failure, not a skip."""
     hdr = tokenlog.RunHeader.create(tmp_path / "real", {
         "model": {"path": "m.gguf", "sha256": "c" * 64, "map_id": "demo_q8_0", "n_layers": 8,
                   "n_params": 1},
