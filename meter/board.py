@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
-from epi.formats.fields import decode_utf8, parse_json_bytes, read_bytes
+from epi.formats.fields import parse_json_bytes, read_bytes, read_toml_file
 from meter.bus.base import ABS_MAX_SPEED_HZ, MAX_SPEED_HZ, Bus, BusError
 from meter.chip.calibration import EMULATED_FRONTEND, Calibration, CalibrationError
 from meter.chip_factory import ChipFactory, chip_factory, real_bus
@@ -265,29 +265,10 @@ def save_calibration_file(path: Path, cal: Calibration) -> None:
     write_json_atomic(path, cal.to_dict())
 
 
-def _parse_toml(path: Path) -> dict[str, Any]:
-    """A TOML file's tables; a missing, unreadable, non-UTF-8, malformed or absurdly nested
-    file is a one-line UserError."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ModuleNotFoundError:
-            raise UserError(f"{path}: reading TOML needs Python 3.11+ or tomli") from None
-    text = decode_utf8(read_bytes(path, "board file not found"), str(path))
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: not valid TOML: {exc}") from None
-    except RecursionError:
-        raise UserError(f"{path}: not valid TOML: nested too deeply") from None
-
-
 def load_board(path: str | Path) -> BoardConfig:
     """Read and validate a board TOML file."""
     path = Path(path)
-    data = _parse_toml(path)
+    data = read_toml_file(path, "board file")
 
     _refuse_unknown(data, "", "", path)
     for table in ("spi", "sampling", "emulator", "frontend"):

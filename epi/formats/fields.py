@@ -92,6 +92,26 @@ def read_bytes(path: Path, missing: str) -> bytes:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
 
 
+def read_toml_file(path: Path, what: str = "file") -> dict[str, Any]:
+    """A TOML file's tables (tomllib, or tomli on Python 3.10). A missing, unreadable,
+    non-UTF-8, malformed or absurdly nested file is a one-line `UserError` (`what` names the
+    file's role in the missing-file message)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise UserError(f"{path}: reading TOML needs Python 3.11+ or tomli") from None
+    text = decode_utf8(read_bytes(path, f"{what} not found"), str(path))
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UserError(f"{path}: not valid TOML: nested too deeply") from None
+
+
 def read_json_object(path: Path, what: str = "file") -> dict[str, Any]:
     """Read a file holding one JSON object (one-line `UserError` for anything else)."""
     data = parse_json_bytes(read_bytes(path, f"{what} not found"), str(path))

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from epi.core.errors import UserError
+from epi.formats.fields import check_id, read_toml_file
 
 THERMAL_RULES = ("fixed", "stable")
 KNOWN_SECTIONS = {"study", "models", "run", "meter", "accuracy", "thermal", "analysis",
@@ -201,6 +200,7 @@ def _models(path: Path, doc: dict[str, Any]) -> tuple[ModelSpec, ...]:
             raise UserError(f"{path}: field 'models[{i}]': expected a table")
         r = _Reader(path, entry, f"models[{i}]")
         name = r.get("name", str, required=True)
+        check_id(name, f"{path}: field 'models[{i}].name'")  # becomes OUT/models/NAME
         p = r.get("path", str)
         maps = r.get("maps", list, [])
         include_base = r.get("include_base", bool, False)
@@ -218,19 +218,15 @@ def _models(path: Path, doc: dict[str, Any]) -> tuple[ModelSpec, ...]:
 def load_study(path: Path | str) -> Study:
     """Read and check a study file; raise one-line UserErrors."""
     path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: study file not found") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not valid TOML ({exc})") from None
+    doc = read_toml_file(path, "study file")
     unknown = sorted(set(doc) - KNOWN_SECTIONS)
     if unknown:
         raise UserError(f"{path}: field {unknown[0]!r}: unknown section (see docs/campaign.md)")
     s = _table(path, doc, "study")
     name = s.get("name", str, path.stem)
+    # The name becomes a directory name (out/campaign-NAME); the default is the file's stem.
+    check_id(name, f"{path}: field 'study.name'" + ("" if "name" in s.table else
+                                                    " (default: the file's name)"))
     seed = s.number("seed", 0, 0, integer=True)
     repeats = s.number("repeats", 3, 1, integer=True)
     out_text = s.get("out", str, f"out/campaign-{name}")

@@ -325,3 +325,50 @@ def test_every_analysis_field_sets_a_real_epi_analyze_option(tmp_path):
         ctx = analyze.make_context("analyze", ["run", "--trace", "t", ANALYZE_FLAGS[key],
                                                str(value)])
         assert ctx.params[key] == value
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ('name = "tiny"', 'name = "../escape"', r"models\[0\]\.name"),
+    ('name = "tiny"', 'name = "/abs"', r"models\[0\]\.name"),
+    ('name = "tiny"', 'name = "-x"', r"models\[0\]\.name"),
+    ('name = "t"', 'name = "../../up"', r"study\.name"),
+    ('name = "t"', 'name = ".hidden"', r"study\.name"),
+])
+def test_ids_that_become_paths_are_checked(tmp_path: Path, old: str, new: str,
+                                           field: str) -> None:
+    p = write_study(tmp_path)
+    p.write_text(p.read_text().replace(old, new, 1))
+    with pytest.raises(UserError, match=rf"{field}.*expected an id"):
+        load_study(p)
+
+
+def test_default_study_name_from_an_unsafe_file_name_is_refused(tmp_path: Path) -> None:
+    p = write_study(tmp_path)
+    odd = tmp_path / "my study.toml"
+    odd.write_text(p.read_text().replace('name = "t"\n', "", 1))
+    with pytest.raises(UserError, match=r"study\.name' \(default: the file's name\)"):
+        load_study(odd)
+
+
+def test_study_toml_falls_back_to_tomli_without_tomllib(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.10 has no tomllib: the study reader uses tomli, or says what is needed."""
+    import sys
+    import types
+
+    import tomllib
+
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # import tomllib → ModuleNotFoundError
+    monkeypatch.setitem(sys.modules, "tomli", types.SimpleNamespace(
+        loads=tomllib.loads, TOMLDecodeError=tomllib.TOMLDecodeError))
+    assert load_study(write_study(tmp_path)).name == "t"
+    monkeypatch.setitem(sys.modules, "tomli", None)
+    with pytest.raises(UserError, match=r"needs Python 3\.11\+ or tomli"):
+        load_study(write_study(tmp_path))
+
+
+def test_deeply_nested_study_is_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "deep.toml"
+    p.write_text("x = " + "[" * 100_000)
+    with pytest.raises(UserError, match="not valid TOML"):
+        load_study(p)
