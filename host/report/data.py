@@ -389,7 +389,9 @@ def thirds(n_layers: int) -> dict[str, set[int]]:
 
 def model_facts(doc: dict[str, Any]) -> pd.DataFrame:
     """Per configuration: file size, bits per weight, and the types of its early, middle
-    and late layers (from the quantization manifest; '?' where there is none)."""
+    and late layers (from the quantization manifest; '?' where there is none). A corrupt
+    manifest is not "no manifest": its cells say "corrupt manifest" and `manifest_problem`
+    holds the reader's one-line error, which names the file."""
     rows = []
     seen = set()
     for run in doc["runs"]:
@@ -398,11 +400,15 @@ def model_facts(doc: dict[str, Any]) -> pd.DataFrame:
             continue
         seen.add(cfg)
         model = run.get("model") or {}
-        man = _manifest_for(model)
+        problem = ""
+        try:
+            man = _manifest_for(model)
+        except UserError as exc:
+            man, problem = None, f"corrupt manifest: {exc}"
         size = np.nan
         bpw = np.nan
         n_layers = int(model.get("n_layers") or 0)
-        types = {"early": "?", "middle": "?", "late": "?"}
+        types = {k: "corrupt manifest" if problem else "?" for k in ("early", "middle", "late")}
         if man is not None:
             out = man.get("output") or {}
             size = out.get("size_bytes", man.get("size_bytes", np.nan))
@@ -420,5 +426,5 @@ def model_facts(doc: dict[str, Any]) -> pd.DataFrame:
         if (bpw is None or not np.isfinite(bpw)) and np.isfinite(size) and model.get("n_params"):
             bpw = float(size) * 8 / float(model["n_params"])
         rows.append({"config": cfg, "size_bytes": size, "bits_per_weight": bpw,
-                     "n_layers": n_layers, **types})
+                     "n_layers": n_layers, **types, "manifest_problem": problem})
     return pd.DataFrame(rows).set_index("config", drop=False) if rows else pd.DataFrame()

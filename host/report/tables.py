@@ -88,6 +88,15 @@ def _invalid_figure(rd: ReportData, cfg: str, col: str = "j_per_token") -> str:
     return f"invalid runs: {num(np.median(vals))}"
 
 
+def _manifest_problems(rd: ReportData) -> str:
+    """'Layer types unknown: <config>: corrupt manifest: <path>: ...' (empty when none)."""
+    m = rd.models
+    if m.empty or "manifest_problem" not in m.columns:
+        return ""
+    bad = [f"{c}: {p}" for c, p in zip(m["config"], m["manifest_problem"], strict=True) if p]
+    return ("Layer types unknown — " + "; ".join(bad) + ". ") if bad else ""
+
+
 def results_table(rd: ReportData) -> Table:
     h = rd.headline()
     m = rd.models
@@ -130,7 +139,7 @@ def results_table(rd: ReportData) -> Table:
            "(mean of the benchmarks). EPI = J/Token / Accuracy. Size: model file. Perplexity: "
            "from the accuracy file. tok/s and average power: generated tokens per second of "
            "request time and mean power during requests (all of the run's channels). Each "
-           "interval shows its own coverage and n. "
+           "interval shows its own coverage and n. " + _manifest_problems(rd)
            + rd.labels.line(rd.counts(), ci="; ".join([
                interval_text(h), accuracy_interval_text(h), epi_interval_text(h)])))
     return Table("results", "Results per configuration",

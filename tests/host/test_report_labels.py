@@ -204,3 +204,21 @@ def test_emulated_wall_and_software_channel_are_labelled_side_by_side(tmp_path: 
     md = render_files(adir)["report.md"].decode()
     assert "Component power beside wall power" in md
     assert f"| {COMPONENT} |" in md and "wall power (emulated: modelled, not measured)" in md
+
+
+# --------------------------------------------------------------------------- manifests
+def test_corrupt_manifest_is_said_corrupt_with_its_path(mixed_n: Path, tmp_path: Path) -> None:
+    doc = json.loads((mixed_n / "results.json").read_text())
+    for run in doc["runs"]:
+        if run["config"] == "q4":
+            run["model"]["path"] = str(tmp_path / "q4.gguf")
+    (mixed_n / "results.json").write_text(json.dumps(doc))
+    bad = tmp_path / "q4.manifest.json"
+    bad.write_text("{not json")
+    rd = report_data.load(mixed_n)  # the report still renders
+    t = report_tables.results_table(rd)
+    q4 = next(r for r in t.rows if r[0] == "q4")
+    assert q4[1:4] == ["corrupt manifest"] * 3  # not "?", which means "no manifest"
+    assert "corrupt manifest" in t.caption and str(bad) in t.caption
+    q8 = next(r for r in t.rows if r[0] == "q8")
+    assert q8[1:4] == ["?"] * 3  # no manifest at all
