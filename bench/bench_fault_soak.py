@@ -1,9 +1,10 @@
 """Soak the meter daemon on the system clock with every fault kind injected in turn.
 
-Four emulated chips on constant loads (closed-form truth), the daemon at its default rate,
-faults reset, checksum, absent, stuck, bit-errors, partial-frames one after the other
-(meter/emulation/fault_soak.py). Prints the per-channel energy error and the rows no event
-explains, then BENCH lines. ``--seconds`` (default 600).
+Four emulated chips on constant loads, the daemon at its default rate, faults reset, checksum,
+absent, stuck, bit-errors, partial-frames one after the other (meter/emulation/fault_soak.py).
+The trace is read back; per channel, its energy is compared with the emulator's true energy
+less exactly the intervals the trace declares unmetered. Prints that error, the declared
+intervals and the rows no event explains, then BENCH lines. ``--seconds`` (default 600).
 """
 
 from __future__ import annotations
@@ -37,10 +38,13 @@ def main() -> None:
               f"{res.rate_hz:g} Hz: {res.sweeps} sweeps, {res.skipped_sweeps} skipped, "
               f"{res.rows} rows")
         print("events: " + ", ".join(f"{k} {n}" for k, n in sorted(res.events.items())))
-        for ch, err in sorted(res.energy_rel_error.items()):
-            print(f"  ch{ch}: energy outside the bracket {err * 100:.4f} %, counted vs P·t "
-                  f"{res.energy_raw_error[ch] * 100:+.4f} % (unmetered {res.unmetered_s[ch]:.3f}"
-                  f" s, reported by events)")
+        for ch, e in sorted(res.energy.items()):
+            print(f"  ch{ch}: trace {e.trace_j:.3f} J vs truth {e.truth_j:.3f} J "
+                  f"({e.error * 100:+.4f} %); truth = emulator {e.model_j:.3f} J over "
+                  f"{(e.t1_mono_ns - e.t0_mono_ns) / 1e9:.1f} s − {e.declared_j:.3f} J over "
+                  f"{e.declared_s:.3f} s declared unmetered by {len(e.declared)} gap(s); "
+                  f"trace vs everything the load drew {e.raw_error * 100:+.4f} %; declared "
+                  f"away from any injected fault: {len(e.undeclared_fault)}")
         print(f"rows 0 W/0 V: {res.zero_rows}; rows off the load with no event: "
               f"{len(res.unexplained_rows)}")
         for r in res.unexplained_rows[:5]:
@@ -51,6 +55,9 @@ def main() -> None:
              f"one {args.seconds:g} s soak; max over channels, spread = min-max over channels")
         emit("fault-soak-unexplained-rows", len(res.unexplained_rows) + res.zero_rows, 1, None,
              f"one {args.seconds:g} s soak; rows off the load without an event + rows at 0 W/0 V")
+        if res.undeclared_fault_intervals:
+            print(f"FAIL: {res.undeclared_fault_intervals} unmetered interval(s) declared where "
+                  f"no fault was injected")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -45,6 +45,7 @@ class MeterState:
         self.late_sweeps_total = 0
         self.skipped_sweeps_total = 0
         self.jitter: dict[str, Any] = {}
+        self.sustainable_rate_hz: float | None = None  # None until the first sweep
         self.stream_clients: Callable[[], int] | None = None
 
     # -- updates (sampler thread) ----------------------------------------------------------
@@ -67,12 +68,21 @@ class MeterState:
                 if kind in ("bus_error", "absent", "chip_reset"):
                     ch.up = False
 
-    def record_sweep(self, *, late: bool, skipped: int, jitter: dict[str, Any]) -> None:
+    def record_sweep(
+        self,
+        *,
+        late: bool,
+        skipped: int,
+        jitter: dict[str, Any],
+        sustainable_rate_hz: float | None = None,
+    ) -> None:
         with self._lock:
             self.sweeps_total += 1
             self.late_sweeps_total += int(late)
             self.skipped_sweeps_total += skipped
             self.jitter = jitter
+            if sustainable_rate_hz is not None:
+                self.sustainable_rate_hz = sustainable_rate_hz
 
     # -- reads (server threads) ------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -84,6 +94,7 @@ class MeterState:
                 "late_sweeps_total": self.late_sweeps_total,
                 "skipped_sweeps_total": self.skipped_sweeps_total,
                 "schedule_lateness": dict(self.jitter),
+                "sustainable_rate_hz": self.sustainable_rate_hz,
                 "channels": [
                     {
                         "channel": c.info.index,
@@ -153,6 +164,7 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
             state.skipped_sweeps_total,
         )
         jitter = dict(state.jitter)
+        sustainable = state.sustainable_rate_hz
     out = _Exposition()
 
     out.family("epi_meter_info", "gauge", "Daemon build and run information (value 1).")
@@ -238,6 +250,15 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
     out.family("epi_meter_sample_period_seconds", "gauge", "Scheduled period of one sweep, s.")
     if period is not None:
         out.sample("epi_meter_sample_period_seconds", {}, float(period))
+
+    out.family(
+        "epi_meter_sustainable_rate_hertz",
+        "gauge",
+        "Sweeps per second the bus sustains as driven, measured as the daemon runs "
+        "(1 / p90 of the sweep durations); absent until the first sweep.",
+    )
+    if sustainable is not None:
+        out.sample("epi_meter_sustainable_rate_hertz", {}, float(sustainable))
 
     out.family(
         "epi_meter_schedule_lateness_seconds",

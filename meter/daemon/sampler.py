@@ -38,7 +38,7 @@ from meter.daemon.event_budget import EventBudget
 from meter.daemon.jitter import JitterStats
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import MeterState
-from meter.daemon.trace import TraceWriter, gap_detail
+from meter.daemon.trace import UNMETERED_GAP_REASON, TraceWriter, gap_detail
 from meter.driver.atm90e26 import (
     BusError,
     ChecksumError,
@@ -83,6 +83,12 @@ def fault_kind(exc: BaseException) -> str:
     return "bus_error"
 
 
+def _unmetered(driver: Any) -> list[dict[str, Any]]:
+    """The driver's list of intervals it could not meter (empty for drivers without one)."""
+    lost = getattr(driver, "unmetered", None)
+    return lost if isinstance(lost, list) else []
+
+
 def _value(sample: Any, name: str) -> Any:
     v = getattr(sample, name, None)
     if isinstance(v, float) and not math.isfinite(v):
@@ -121,6 +127,13 @@ class SamplerStats:
     lateness: JitterStats = field(default_factory=JitterStats)
     sweep_duration: JitterStats = field(default_factory=JitterStats)
 
+    @property
+    def sustainable_rate_hz(self) -> float | None:
+        """Sweeps per second the bus kept up as driven, measured as the run goes:
+        1 / (p90 of the sweep durations so far); None before the first sweep (never 0)."""
+        p90 = self.sweep_duration.quantile_ns(0.9)
+        return 1e9 / p90 if p90 else None
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "sweeps": self.sweeps,
@@ -135,6 +148,7 @@ class SamplerStats:
             "suppressed_events": self.suppressed_events,
             "schedule_lateness_ns": self.lateness.as_dict(),
             "sweep_duration_ns": self.sweep_duration.as_dict(),
+            "sustainable_rate_hz": self.sustainable_rate_hz,
         }
 
 
@@ -182,6 +196,8 @@ class Sampler:
         self._disk_full_seen = False
         self.checkpoint_requested = threading.Event()
         self._held: list[tuple[str, str]] = []
+        # unmetered intervals the drivers reported before this run are not this trace's
+        self._unmetered_seen = {ch.index: len(_unmetered(ch.driver)) for ch in self.channels}
 
     # -- control ------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -315,6 +331,31 @@ class Sampler:
         run.consecutive_failures = 0
         run.retry_at_mono = None
 
+    def _declare_unmetered(self, ch: ChannelLike) -> None:
+        """Write a ``gap`` event for each interval the driver newly reports as not metered.
+
+        The driver's ``energy_j`` leaves out the energy of a re-initialisation window (from
+        its last good energy read to the restart of metering): the chip's counter was lost
+        (reset, unplugged) or stopped (checksum error, stuck). The gap gives its exact ends,
+        so a reader can subtract exactly that interval from a reference energy.
+        """
+        lost = _unmetered(ch.driver)
+        seen = self._unmetered_seen.get(ch.index, 0)
+        if len(lost) <= seen:
+            return
+        offset = self.clock.realtime_ns() - self.clock.monotonic_ns()
+        for u in lost[seen:]:
+            t0, t1 = int(u["t0_mono_ns"]), int(u["t1_mono_ns"])
+            est = u.get("estimate_j")
+            est_text = "unknown" if est is None else f"≈{est:.3f} J at the last power"
+            reason = (
+                f"{UNMETERED_GAP_REASON}: {u.get('reason', 'chip re-initialised')}; "
+                f"{(t1 - t0) / 1e9:.3f} s ({est_text}) not in energy_j"
+            )
+            self._write_event(t0, t0 + offset, ch.index, "gap",
+                              gap_detail(t1, t1 + offset, reason))
+        self._unmetered_seen[ch.index] = len(lost)
+
     # -- sweeping -----------------------------------------------------------------------------
     def _sweep(self, seq: int) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = []
@@ -337,6 +378,7 @@ class Sampler:
                     (t0m + t1m) // 2, (t0r + t1r) // 2, t0m,
                 )
                 self._release_held(ch.index, kind, repeated)
+                self._declare_unmetered(ch)
                 continue
             finally:
                 self._reading = None
@@ -346,6 +388,7 @@ class Sampler:
             t_real = _value(sample, "t_real_ns") or (t0r + t1r) // 2
             run.consecutive_failures = 0
             self._release_held(ch.index, None, False)
+            self._declare_unmetered(ch)
             if not getattr(sample, "ready", True):
                 self._book_not_ready(ch.index, t_mono, t_real)
                 continue
@@ -410,13 +453,13 @@ class Sampler:
             self._flush_late(now_mono)
         if self.state is not None:
             self.state.record_sweep(
-                late=late, skipped=skipped, jitter=self.stats.lateness.as_dict()
+                late=late, skipped=skipped, jitter=self.stats.lateness.as_dict(),
+                sustainable_rate_hz=self.stats.sustainable_rate_hz,
             )
 
     def sustainable_rate_hz(self) -> float | None:
         """The sweep rate the bus kept up so far, as driven (1 / p90 sweep duration)."""
-        p90 = self.stats.sweep_duration.as_dict().get("p90_ns")
-        return 1e9 / p90 if p90 else None
+        return self.stats.sustainable_rate_hz
 
     def _flush_late(self, now_mono: int) -> None:
         if not (self._late_pending or self._skipped_pending):

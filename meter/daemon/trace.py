@@ -96,6 +96,12 @@ def gap_detail(end_mono_ns: int | None, end_real_ns: int | None, reason: str) ->
     return f"end_mono_ns={_fmt(end_mono_ns)} end_real_ns={_fmt(end_real_ns)}; {reason}"
 
 
+# A channel gap whose reason begins with this declares an interval whose energy is not in
+# ``energy_j`` (the chip's counter was lost or not running: reset, absent, re-initialised).
+# Energy checks subtract exactly these intervals; every other gap only means "no rows".
+UNMETERED_GAP_REASON = "energy not metered"
+
+
 @dataclass
 class LastSample:
     """The last complete sample row of a segment (for the restart gap)."""
@@ -211,6 +217,7 @@ class TraceWriter:
         self.meta_write_failures = 0
         self._recovered: list[str] = []  # disk_full/gap event lines to write once space returns
         self._lost: str | None = None  # set by the sync thread when the files were unlinked
+        self._rows_seen_present = 0  # rows_written when a check last found the files in place
         self.stale_files_removed: list[str] = []
         self._open()
 
@@ -335,18 +342,29 @@ class TraceWriter:
         return self.disk_full_since is not None
 
     def check_present(self) -> None:
-        """Raise TraceLostError if the segment's files were unlinked (``--out`` removed)."""
+        """Raise TraceLostError if the segment's files were unlinked (``--out`` removed).
+
+        Each check that finds the files in place remembers how many rows were written by
+        then, so the error can say how many went to deleted files after the removal (rows
+        written since the last check that still saw the files: the removal happened between
+        that check and the next).
+        """
         if self._lost is None:
+            rows = self.rows_written  # before the check: these rows went into the files seen
             try:
                 if os.fstat(self._samples_fd).st_nlink == 0 or not self.samples_path.exists():
                     self._lost = f"{self.samples_path} was removed while the daemon wrote to it"
+                else:
+                    self._rows_seen_present = max(self._rows_seen_present, rows)
             except OSError as exc:
                 self._lost = f"{self.samples_path}: {exc}"
         if self._lost is not None:
+            after = self.rows_written - self._rows_seen_present
             raise TraceLostError(
-                f"{self.trace_dir}: trace lost: {self._lost}; the {self.rows_written} row(s) "
-                f"of segment {self.segment} written since the removal went to deleted files "
-                f"(the daemon checks twice a second). Stopping; a restart begins a new trace"
+                f"{self.trace_dir}: trace lost: {self._lost}; {after} row(s) of segment "
+                f"{self.segment} written after the last check that still found the files "
+                f"(the daemon checks twice a second) went to deleted files. Stopping; a "
+                f"restart begins a new trace"
             )
 
     def write_event(

@@ -235,3 +235,67 @@ def test_stop_ends_a_real_time_run_promptly(tmp_path: Path) -> None:
     writer.close()
     assert time.monotonic() - t < 1.5  # the 2 s wait between sweeps is interruptible
     assert stats.sweeps == 1
+
+
+def test_sustainable_rate_measured_as_it_runs_is_in_stats_and_metrics(tmp_path: Path) -> None:
+    """Three channels whose reads take 2 ms each: every sweep lasts 6 ms, so the bus as driven
+    sustains 1 / 6 ms = 166.67 sweeps/s; stats, meta and /metrics all say so."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from meter.daemon.metrics import render_prometheus
+
+    clock = SimulatedClock()
+    drivers = [ScriptedDriver(clock, 4.0, read_ns=2 * MS) for _ in range(3)]
+    state = MeterState([ChannelInfo(i, f"ch{i}", None) for i in range(3)], {})
+    before = render_prometheus(state, 0, 0)
+    assert "\nepi_meter_sustainable_rate_hertz " not in before  # unknown: absent, never 0
+    sampler, _ = _run(tmp_path, drivers, clock, period_s=0.01, duration_s=1.0, state=state)
+    expected = 1e9 / (3 * 2 * MS)
+    assert sampler.stats.as_dict()["sustainable_rate_hz"] == pytest.approx(expected, rel=1e-12)
+    fams = {f.name: f for f in text_string_to_metric_families(render_prometheus(state, 0, 0))}
+    (sample,) = fams["epi_meter_sustainable_rate_hertz"].samples
+    assert sample.value == pytest.approx(expected, rel=1e-12)
+    assert state.snapshot()["sustainable_rate_hz"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_sustainable_rate_follows_a_bus_that_slows_down(tmp_path: Path) -> None:
+    """Sweeps of 2 ms, then (from the 20th read on) of 8 ms for most of the run: the rate
+    measured as it runs drops from 500/s to the slow sweeps' 125/s."""
+    clock = SimulatedClock()
+    drivers = [ScriptedDriver(clock, 4.0, slow=lambda n: 2 * MS if n < 20 else 8 * MS)]
+    sampler, _ = _run(tmp_path, drivers, clock, period_s=0.01, duration_s=2.0)
+    # 200 sweeps, 180 of them slow: the 90th percentile is a slow sweep
+    assert sampler.stats.sustainable_rate_hz == pytest.approx(1e9 / (8 * MS), rel=1e-12)
+
+
+def test_unmetered_intervals_of_a_driver_become_gaps_with_exact_ends(tmp_path: Path) -> None:
+    """A driver that reports (as ATM90E26Driver.unmetered does) an interval its energy count
+    leaves out gets one channel gap with exactly those ends, marked as energy not metered."""
+    from meter.daemon.trace import UNMETERED_GAP_REASON
+
+    clock = SimulatedClock()
+
+    class Losing(ScriptedDriver):
+        def __init__(self, *a: object, **kw: object) -> None:
+            super().__init__(*a, **kw)  # type: ignore[arg-type]
+            self.unmetered: list[dict] = [
+                {"t0_mono_ns": 1, "t1_mono_ns": 2, "reason": "before the run"}
+            ]
+
+        def read_sample(self) -> Reading:
+            if self.n == 7:
+                t = self.clock.monotonic_ns()
+                self.unmetered.append({"t0_mono_ns": t - 30 * MS, "t1_mono_ns": t + MS,
+                                       "reason": "chip reset", "estimate_j": 0.124})
+            return super().read_sample()
+
+    drivers = [Losing(clock, 4.0), ScriptedDriver(clock, 4.0)]
+    _, trace = _run(tmp_path, drivers, clock, period_s=0.1, duration_s=1.0)
+    want = drivers[0].unmetered[1]
+    gaps = [g for g in trace.gaps if g.reason.startswith(UNMETERED_GAP_REASON)]
+    assert [(g.channel, g.start_mono_ns, g.end_mono_ns) for g in gaps] == [
+        (0, want["t0_mono_ns"], want["t1_mono_ns"])
+    ]
+    assert "chip reset" in gaps[0].reason and "0.031 s" in gaps[0].reason
+    # the rows themselves are untouched: this is about energy, not missing readings
+    assert len([r for r in trace.samples() if r["channel"] == 0]) == 10

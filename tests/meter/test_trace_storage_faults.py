@@ -95,6 +95,25 @@ def test_removed_out_dir_stops_with_a_clear_error(tmp_path: Path) -> None:
     w._stop_sync.set()
 
 
+def test_trace_lost_error_counts_only_the_rows_written_after_the_removal(tmp_path: Path) -> None:
+    """7 rows go into the files while they exist (a check sees them), 3 after the removal: the
+    error says 3, not the segment's 10."""
+    out = tmp_path / "trace"
+    w = TraceWriter(out, {})
+    w._stop_sync.set()  # only the checks this test makes
+    w._sync_thread.join()
+    for k in range(7):
+        w.write_samples([_row(k)])
+    w.check_present()  # finds the files: 7 rows are in them
+    shutil.rmtree(out)
+    for k in range(7, 10):
+        w.write_samples([_row(k)])
+    with pytest.raises(TraceLostError) as err:
+        w.check_present()
+    assert w.rows_written == 10
+    assert "; 3 row(s) of segment 1 written after the last check" in str(err.value)
+
+
 def test_stale_temporaries_of_a_killed_writer_are_removed(tmp_path: Path) -> None:
     TraceWriter(tmp_path, {}).close()
     stale = tmp_path / ".seg-000001.meta.json.tmp-99999"
