@@ -272,7 +272,8 @@ def summary_text(a: Analysis) -> str:
             pre, _num(d["j_per_token_median"]),
             _num(g["j_per_token_cv"] * 100, ".2f"),
             _num(h["accuracy"], ".3f"),
-            _ci(h["epi"], h["epi_ci_lo"], h["epi_ci_hi"], h["epi_ci_coverage"], at_least=True),
+            _ci(h["epi"], h["epi_ci_lo"], h["epi_ci_hi"], h["epi_ci_coverage"], at_least=True,
+                n=h["n_repeats"]),
         ])
     out = []
     banner = modelled_banner(a)
