@@ -18,6 +18,7 @@ from epi.commands.params import (
     check_output_file,
 )
 from epi.core.errors import UserError
+from host.accuracy.evaldata import resolve_ppl
 from host.accuracy.evaluate import COMPOSITE_METRICS, DEFAULT_BENCHES, Settings, evaluate
 from host.accuracy.items import BENCHMARKS
 from host.accuracy.results import write_results
@@ -58,22 +59,6 @@ def parse_weights(value: str) -> dict[str, float]:
     if sum(weights.values()) <= 0:
         raise UserError("--weights: the weights sum to 0 (at least one must be positive)")
     return weights
-
-
-def resolve_ppl(value: str | None, data_dir: Path | None) -> tuple[Path | None, str | None]:
-    """--ppl: an existing text file, or the name of a prepared text such as 'lambada'."""
-    if value is None:
-        return None, None
-    path = Path(value)
-    if path.is_file():
-        return path, None
-    from host.accuracy import evaldata
-
-    if value in evaldata.TEXTS:
-        text, _ = evaldata.text_file(data_dir or evaldata.data_dir(), value)
-        return text, value
-    raise UserError(f"--ppl: {value}: file not found (and not a prepared text: "
-                    f"{', '.join(evaldata.TEXTS)})")
 
 
 @contextlib.contextmanager

@@ -393,3 +393,18 @@ def text_file(root: Path, name: str) -> tuple[Path, dict[str, Any]]:
         raise UserError(f"{root / 'manifest.json'}: text {name!r} is not prepared "
                         "(run `epi data prepare`)")
     return _checked_files(root, entry, name)[0], entry
+
+
+def resolve_ppl(value: str | None, root: Path | None) -> tuple[Path | None, str | None]:
+    """A perplexity text (`epi accuracy --ppl`, a study's `accuracy.ppl`): an existing text
+    file, or the name of a prepared text such as 'lambada'; (path, prepared name or None)."""
+    if value is None:
+        return None, None
+    path = Path(value)
+    if path.is_file():
+        return path, None
+    if value in TEXTS:
+        text, _ = text_file(root or data_dir(), value)
+        return text, value
+    raise UserError(f"--ppl: {value}: file not found (and not a prepared text: "
+                    f"{', '.join(TEXTS)})")

@@ -58,7 +58,7 @@ def do_data(a: dict[str, Any]) -> dict[str, Any]:
 def do_accuracy(a: dict[str, Any]) -> dict[str, Any]:
     """Score one model; benchmarks with different item counts are scored per count and
     merged, with the composite recomputed over all of them."""
-    from epi.commands.accuracy import resolve_ppl
+    from host.accuracy.evaldata import resolve_ppl
     from host.accuracy.evaluate import Settings, composite_block, evaluate
     from host.accuracy.results import write_results
 
