@@ -20,7 +20,13 @@ registers hold their reset zeros until its first measurement cycle ends; the dri
 when it started that cycle and marks earlier readings ``ready = False`` (the chip's state,
 not the values, decides). Such readings are missing data, written as a gap, never as 0 W
 rows. Readings that fail the driver's plausibility checks twice (``ImplausibleReadingError``)
-are faults of kind ``implausible``: no row, an event with the reasons, a gap.
+are faults of kind ``implausible``: no row, an event with the reasons, a gap. An interval
+the driver could not meter (``driver.unmetered``: a re-initialisation lost the chip's counter)
+becomes a channel ``gap`` with its exact ends and a reason beginning ``UNMETERED_GAP_REASON``,
+so energy checks can subtract exactly what the trace declares lost.
+
+The sweep rate the bus sustains as driven is measured as the sampler runs (1 / p90 sweep
+duration): in ``skipped`` events, ``stats.sustainable_rate_hz`` and the live state (/metrics).
 
 Works with a ``SimulatedClock``: ``sleep_until`` then jumps, so an hour runs in seconds.
 """
