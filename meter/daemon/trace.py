@@ -25,7 +25,6 @@ import csv
 import errno
 import fcntl
 import io
-import json
 import os
 import re
 import socket
@@ -37,6 +36,7 @@ from typing import Any
 
 from epi.core.errors import UserError
 from epi.core.files import read_boot_id, write_json_atomic
+from epi.formats.fields import read_json_object
 from epi.formats.trace import (
     EVENT_COLUMNS,
     EVENT_KINDS,
@@ -119,11 +119,12 @@ def last_sample_of(trace_dir: Path, segment: int) -> LastSample | None:
     last = last_complete_sample(samples_path)
     if last is None:
         return None
+    # The format's JSON reader (UTF-8, no NaN, depth ≤ 64), leniently: a damaged meta means
+    # "boot unknown, no clean stop", never a daemon that cannot restart. Not check_meta: it
+    # refuses the whole file for any bad field and would drop a usable boot_id.
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError):
-        meta = {}
-    if not isinstance(meta, dict):
+        meta = read_json_object(meta_path, "segment meta.json")
+    except UserError:
         meta = {}
     stats = meta.get("stats") if isinstance(meta.get("stats"), dict) else {}
     boot = meta.get("boot_id")

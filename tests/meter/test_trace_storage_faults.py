@@ -167,3 +167,30 @@ def test_a_sync_that_does_nothing_fails_the_fsync_check(
     """The check above must catch a writer whose sync() is a no-op."""
     monkeypatch.setattr(TraceWriter, "sync", lambda self: None)
     assert _fsynced_within(tmp_path, monkeypatch, 0.3) == set()
+
+
+@pytest.mark.parametrize("meta", [b"[" * 100_000, b"\xff\xfe", b'{"boot_id": NaN}', b"[]"])
+def test_last_sample_of_a_damaged_meta_is_boot_unknown_not_a_crash(tmp_path: Path,
+                                                                   meta: bytes) -> None:
+    """A restarting daemon reads the last segment's meta.json through the format's JSON
+    reader: deep nesting or non-UTF-8 there means "boot unknown", never a traceback."""
+    from epi.formats.trace import SAMPLE_COLUMNS, segment_paths
+    from meter.daemon.trace import last_sample_of
+
+    meta_path, samples_path, _ = segment_paths(tmp_path, 1)
+    meta_path.write_bytes(meta)
+    samples_path.write_text(",".join(SAMPLE_COLUMNS) + "\n1,0,5,7,1,230,0.1,1,50,0,ok\n")
+    last = last_sample_of(tmp_path, 1)
+    assert last is not None and (last.t_mono_ns, last.t_real_ns) == (5, 7)
+    assert last.boot_id is None and last.clean_stop is False
+
+
+def test_last_sample_of_keeps_the_boot_id_and_clean_stop(tmp_path: Path) -> None:
+    from epi.formats.trace import SAMPLE_COLUMNS, segment_paths
+    from meter.daemon.trace import last_sample_of
+
+    meta_path, samples_path, _ = segment_paths(tmp_path, 1)
+    meta_path.write_text(json.dumps({"boot_id": "b1", "stats": {"clean_stop": True}}))
+    samples_path.write_text(",".join(SAMPLE_COLUMNS) + "\n1,0,5,7,1,230,0.1,1,50,0,ok\n")
+    last = last_sample_of(tmp_path, 1)
+    assert last is not None and last.boot_id == "b1" and last.clean_stop is True
