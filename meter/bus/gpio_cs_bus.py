@@ -14,24 +14,18 @@ toggle its own CE line; where the controller refuses `no_cs`, that CE must be le
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from meter.bus.base import MAX_SPEED_HZ, BusError, SpiFrameBus, check_spi_settings
-from meter.bus.spidev_bus import import_spidev
+from meter.bus.spidev_bus import import_spidev, open_spidev
 
 
 class _SharedSpidev:
     """One spidev handle shared by the GPIO-CS buses on a device, with a lock and refcount."""
 
     def __init__(self, module: object, bus: int, device: int, speed_hz: int, mode: int) -> None:
-        self.dev = module.SpiDev()  # type: ignore[attr-defined]
+        self.dev: Any = open_spidev(module, bus, device, speed_hz, mode)
         self.key = (module, bus, device)
-        try:
-            self.dev.open(bus, device)
-            self.dev.mode = mode
-            self.dev.max_speed_hz = speed_hz
-            self.dev.bits_per_word = 8
-        except OSError as exc:
-            raise BusError(f"cannot open /dev/spidev{bus}.{device}: {exc}") from exc
         try:
             self.dev.no_cs = True
             self.no_cs = True

@@ -9,6 +9,7 @@ goes high between frames (the chip needs CS high→low for every access). `delay
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 from meter.bus.base import MAX_SPEED_HZ, BusError, SpiFrameBus, check_spi_settings
 
@@ -23,6 +24,20 @@ def import_spidev(spidev_module: ModuleType | object | None) -> object:
             "the Python module 'spidev' is missing: pip install -e '.[meter]' on the meter Pi"
         ) from exc
     return spidev
+
+
+def open_spidev(module: object, bus: int, device: int, speed_hz: int, mode: int) -> object:
+    """A `SpiDev` opened on /dev/spidev<bus>.<device> in `mode` at `speed_hz` with 8-bit
+    words (the ATM90E26's frame settings); a BusError naming the device if that fails."""
+    dev = module.SpiDev()  # type: ignore[attr-defined]
+    try:
+        dev.open(bus, device)
+        dev.mode = mode
+        dev.max_speed_hz = speed_hz
+        dev.bits_per_word = 8
+    except OSError as exc:
+        raise BusError(f"cannot open /dev/spidev{bus}.{device}: {exc}") from exc
+    return dev
 
 
 class SpidevBus(SpiFrameBus):
@@ -44,14 +59,7 @@ class SpidevBus(SpiFrameBus):
         module = import_spidev(spidev_module)
         self.bus, self.device = bus, device
         self.speed_hz, self.mode, self.delay_us = speed_hz, mode, delay_us
-        self._dev = module.SpiDev()  # type: ignore[attr-defined]
-        try:
-            self._dev.open(bus, device)
-            self._dev.mode = mode
-            self._dev.max_speed_hz = speed_hz
-            self._dev.bits_per_word = 8
-        except OSError as exc:
-            raise BusError(f"cannot open /dev/spidev{bus}.{device}: {exc}") from exc
+        self._dev: Any = open_spidev(module, bus, device, speed_hz, mode)
         self._closed = False
 
     def transfer(self, frame: bytes) -> bytes:
