@@ -8,12 +8,12 @@ import json
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from epi.cli import main
 from host.analysis.model import Options
 from host.analysis.pipeline import analyze
+from host.analysis.tokenlog_reader import read_run
 from meter.sources.common import SYSFS_ROOT_ENV
 from tests.meter.sources_fakes import AdvancingRapl
 
@@ -61,7 +61,7 @@ def test_run_power_rapl_then_analyze_gives_component_j_per_token(
     assert code == 0, err
     assert "COMPONENT POWER, NOT WALL POWER" in out
     # expected from the powers the fake was given and the token log's own times
-    rq = pd.read_csv(run_dir / "requests.csv")
+    rq = read_run(run_dir).requests  # the token-log reader's pandas view
     rq = rq[rq["warmup"] == 0]
     per_rep = [(PACKAGE_W + DRAM_W) * ((g["t_end_mono_ns"] - g["t_start_mono_ns"]).sum() / 1e9)
                / g["n_generated_tokens"].sum() for _, g in rq.groupby("repeat")]
