@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from epi import __version__
 from epi.core.errors import UserError
@@ -49,6 +49,9 @@ from meter.daemon.sampler import Sampler, SamplerStats
 from meter.daemon.trace import TraceLock, TraceWriter, gap_detail
 from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.faults import FaultInjector, parse_fault_specs
+
+if TYPE_CHECKING:
+    from meter.sources.recorder import SourceRecorder
 
 MIN_DEFAULT_RATE_HZ = 10.0
 BUS_MARGIN = 0.45  # the default rate leaves more than half of the bus time free
@@ -516,7 +519,8 @@ class MeterDaemon:
             )
 
 
-def _source_recorder(o: DaemonOptions, channels: Sequence[Channel], clock: Any) -> Any:
+def _source_recorder(o: DaemonOptions, channels: Sequence[Channel], clock: Clock
+                     ) -> SourceRecorder | None:
     """A SourceRecorder for the software sources, numbered after the board's channels."""
     if not o.sources:
         return None

@@ -22,6 +22,8 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from meter.clock import Clock
+
 NS_PER_S = 1_000_000_000
 
 
@@ -243,7 +245,7 @@ class ActivityModel(_Piecewise):
 
     def __init__(
         self,
-        clock: object,
+        clock: Clock,
         *,
         idle_w: float = 2.7,
         max_w: float = 9.5,
@@ -266,7 +268,7 @@ class ActivityModel(_Piecewise):
         self._cpu_times = cpu_times or (lambda: read_cpu_times(proc_stat))
         self._max_points = int(max_points)
         self._busy, self._total = self._cpu_times()
-        self._append(clock.monotonic_ns(), self._idle_w)  # type: ignore[attr-defined]
+        self._append(clock.monotonic_ns(), self._idle_w)
 
     def _prepare(self, t_mono_ns: int) -> None:
         """Read the activity since the last reading and give its power to that interval."""

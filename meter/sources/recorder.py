@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from epi import __version__
+from meter.clock import Clock, describe_clock
 from meter.daemon.trace import TraceWriter, gap_detail
 from meter.sources.common import COMPONENT_LABEL, NullSource, PowerSource
 from meter.sources.counters import ChannelTracker
@@ -35,7 +36,7 @@ _Writer = Any  # a TraceWriter (or a test double with the same write methods)
 class SourcePoller:
     """One source on its own thread and schedule."""
 
-    def __init__(self, source: PowerSource, first_channel: int, clock: Any,
+    def __init__(self, source: PowerSource, first_channel: int, clock: Clock,
                  *, freeze_after_s: float | None = None,
                  interval_s: float | None = None) -> None:
         self.source = source
@@ -177,7 +178,7 @@ class SourcePoller:
 class SourceRecorder:
     """Several sources, channel numbers after ``first_channel``, one thread each."""
 
-    def __init__(self, sources: Sequence[PowerSource], first_channel: int, clock: Any,
+    def __init__(self, sources: Sequence[PowerSource], first_channel: int, clock: Clock,
                  node: str | None, *, freeze_after_s: float | None = None) -> None:
         self.node = node
         self.pollers: list[SourcePoller] = []
@@ -234,7 +235,7 @@ class SourceRecorder:
                          for s in p.specs)
 
 
-def record_sources(out_dir: str | Path, sources: Sequence[PowerSource], *, clock: Any,
+def record_sources(out_dir: str | Path, sources: Sequence[PowerSource], *, clock: Clock,
                    stop: threading.Event, duration_s: float | None = None,
                    node: str | None = None, log: Callable[[str], None] = lambda _l: None,
                    freeze_after_s: float | None = None,
@@ -260,7 +261,7 @@ def record_sources(out_dir: str | Path, sources: Sequence[PowerSource], *, clock
         "emulated": False, "power_model": None,
         "sample_period_s": min(p.interval_s for p in rec.pollers),
         "channels": rec.channel_meta(), "board": None,
-        "clock": clock.describe() if hasattr(clock, "describe") else {},
+        "clock": describe_clock(clock),
         "listen": None, "fault_injection": None,
         "stats": {"clean_stop": False}, **(extra_meta or {}),
     }
