@@ -309,3 +309,17 @@ def test_quant_manifest_bytes(raw: bytes) -> None:
 
 def test_valid_quant_manifest_is_accepted() -> None:
     assert _load_quant_manifest(json.dumps(_quant_manifest()).encode())["map_id"] == "q4-mix"
+
+
+@pytest.mark.parametrize("key", ["models.0.benchmarks.hellaswag.ci95",
+                                 "models.0.benchmarks.hellaswag.ci95_norm",
+                                 "models.0.composite.ci95"])
+def test_contradictory_ci_is_a_fixed_one_line_error(tmp_path: Path, key: str) -> None:
+    """Regression (issue 12): an interval with lo 0.9 > hi 0.1 reached the analysis (KeyError /
+    a silently wrong EPI interval); the reader refuses it, naming the file and the field."""
+    p = tmp_path / "acc.json"
+    p.write_text(json.dumps(_set(_accuracy(), key, [0.9, 0.1])))
+    with pytest.raises(UserError) as info:
+        read_results(p)
+    msg = str(info.value)
+    assert "\n" not in msg and str(p) in msg and key.rsplit(".", 1)[-1] in msg

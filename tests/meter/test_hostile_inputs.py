@@ -315,3 +315,26 @@ def test_calibrate_creates_missing_output_directories(
                       "--readings", "1", "--output", str(out)], monkeypatch, capsys)
     assert code == 0, err
     assert load_calibration_file(out).meter_constant_imp_per_kwh > 0
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_meter_read_settle_0_shows_no_values_only_an_error(tmp_path: Path,
+                                                            as_json: bool) -> None:
+    """Regression (issue 12): a reading taken before the chip's first measurement was shown
+    as 0 V / 0 W / 0 Hz with error null. A 30 s emulated refresh makes "too early" certain."""
+    from epi.commands.meter_group import meter
+
+    doc = _base()
+    doc["emulator"]["refresh_period_s"] = 30.0
+    argv = ["read", "--emulate", "--board", str(_write(tmp_path, doc)), "--settle", "0"]
+    res = CliRunner().invoke(meter, argv + (["--json"] if as_json else []))
+    assert res.exit_code == 0, res.output
+    if as_json:
+        (row,) = [json.loads(line) for line in res.output.splitlines() if line.startswith("{")]
+        assert row["error"].startswith("not ready") and row["ready"] is False
+        for key in ("voltage_v", "current_a", "power_w", "power_factor", "frequency_hz"):
+            assert row[key] is None, key
+    else:
+        (line,) = [x for x in res.output.splitlines() if x.startswith("0 ")]
+        assert "error: not ready" in line and " V" not in line
+        assert not {"0.00", "0.000", "0.0000"} & set(line.split())
