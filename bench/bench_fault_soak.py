@@ -42,7 +42,8 @@ def main() -> None:
             print(f"  ch{ch}: trace {e.trace_j:.3f} J vs truth {e.truth_j:.3f} J "
                   f"({e.error * 100:+.4f} %); truth = emulator {e.model_j:.3f} J over "
                   f"{(e.t1_mono_ns - e.t0_mono_ns) / 1e9:.1f} s − {e.declared_j:.3f} J over "
-                  f"{e.declared_s:.3f} s declared unmetered by {len(e.declared)} gap(s); "
+                  f"{e.declared_s:.3f} s declared unmetered by {len(e.declared)} gap(s), "
+                  f"{e.declared_counted_s:.3f} s of it metered before a checksum fault; "
                   f"trace vs everything the load drew {e.raw_error * 100:+.4f} %; declared "
                   f"away from any injected fault: {len(e.undeclared_fault)}")
         print(f"rows 0 W/0 V: {res.zero_rows}; rows off the load with no event: "

@@ -213,6 +213,7 @@ class MeterDaemon:
         self.ready = threading.Event()  # set once sampling has begun (for tests)
         self.rate_note: str | None = None  # why the asked rate was lowered, if it was
         self.channels: list[Channel] = []  # the opened channels (kept after the run: tests)
+        self.injector: FaultInjector | None = None  # its `applied` log: when each fault acted
 
     def stop(self) -> None:
         self._stop.set()
@@ -377,6 +378,7 @@ class MeterDaemon:
             started = (clock.monotonic_ns(), clock.realtime_ns())
             sched0 = started[0] + SCHEDULE_LEAD_NS
             injector = FaultInjector(specs, channels, sched0) if specs else None
+            self.injector = injector
             hub = LiveHub()
             url = None
             if listen is not None:

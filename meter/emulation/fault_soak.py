@@ -13,10 +13,14 @@ trace reader (``epi.formats.trace``) and checked:
   energy the emulated chip meters while it is running) − the emulator's true energy over
   exactly the intervals the trace declares unmetered (``gap`` events whose reason begins
   ``UNMETERED_GAP_REASON``: the chip's counter was lost or stopped, from the last good energy
-  read to the restart of metering). ``trace_j`` must lie within ``ENERGY_TOLERANCE`` of
-  ``truth_j``. Nothing else is subtracted: energy the chip kept metering through a fault
-  (stuck reads, bit errors, cut frames, absent spans before the counter was lost) must be in
-  ``trace_j``, and energy the driver discards as implausible counts against it.
+  read to the restart of metering). One correction comes from the emulator's side: a
+  checksum fault stops the chip's metering at the instant the bit flips (the injector logs
+  it), and the driver counts what the chip metered before; the part of a declared interval
+  before that instant was metered and counted, so it is not subtracted (it is reported as
+  ``declared_counted_s``: the declaration overstates the loss by that much). ``trace_j`` must
+  lie within ``ENERGY_TOLERANCE`` of ``truth_j``. Nothing else is subtracted: energy the chip
+  kept metering through a fault that needs no re-initialisation (bit errors, cut frames) must
+  be in ``trace_j``, and energy the driver discards as implausible counts against it.
 * every declared unmetered interval overlaps an injected fault on that channel (within
   ``EXPLAIN_WINDOW_S``): the daemon cannot hide a loss by declaring it where nothing happened.
 
@@ -74,8 +78,10 @@ class ChannelEnergy:
     trace_j: float  # last row's energy_j − first row's, read back from the trace
     model_j: float  # the emulator's true energy over [t0, t1]
     declared: list[tuple[int, int]]  # unmetered intervals the trace declares, clipped, merged
-    declared_j: float  # the emulator's true energy over the declared intervals
+    declared_j: float  # the emulator's true energy over the declared intervals, less the
+    #                    parts the chip metered before a checksum fault stopped it
     undeclared_fault: list[tuple[int, int]]  # declared intervals with no injected fault near
+    declared_counted_s: float = 0.0  # declared lost, but metered and counted (checksum)
 
     @property
     def truth_j(self) -> float:
@@ -108,6 +114,7 @@ class SoakResult:
     events: dict[str, int] = field(default_factory=dict)
     skipped_sweeps: int = 0
     sweeps: int = 0
+    metering_stopped: dict[int, list[int]] = field(default_factory=dict)  # checksum instants
 
     @property
     def energy_rel_error(self) -> dict[int, float]:
@@ -161,8 +168,18 @@ def fault_windows(trace: Trace, specs: Sequence[str]) -> dict[int, list[tuple[in
     return windows
 
 
+def _lost_part(a: int, b: int, metering_stopped: Sequence[int]) -> tuple[int, int]:
+    """The part of a declared interval whose energy the chip really lost: from the instant a
+    checksum fault stopped its metering, when one falls inside; else all of it."""
+    for t in metering_stopped:
+        if a <= t < b:
+            return t, b
+    return a, b
+
+
 def channel_energy(trace: Trace, channel: int, true_energy: TrueEnergy,
-                   faults: Sequence[tuple[int, int]]) -> ChannelEnergy:
+                   faults: Sequence[tuple[int, int]],
+                   metering_stopped: Sequence[int] = ()) -> ChannelEnergy:
     """Energy of one channel over the span of its rows, against the emulator's truth."""
     rows = sorted((r["t_mono_ns"], r["energy_j"]) for r in trace.samples()
                   if r["channel"] == channel and r["energy_j"] is not None)
@@ -174,18 +191,27 @@ def channel_energy(trace: Trace, channel: int, true_energy: TrueEnergy,
     slack = round(EXPLAIN_WINDOW_S * 1e9)
     undeclared = [(a, b) for a, b in declared
                   if not any(a <= fe + slack and b >= fs - slack for fs, fe in faults)]
+    lost = [_lost_part(a, b, metering_stopped) for a, b in declared]
     return ChannelEnergy(
         channel=channel, t0_mono_ns=t0, t1_mono_ns=t1, trace_j=e1 - e0,
         model_j=true_energy(channel, t0, t1),
         declared=declared,
-        declared_j=sum(true_energy(channel, a, b) for a, b in declared),
+        declared_j=sum(true_energy(channel, a, b) for a, b in lost),
         undeclared_fault=undeclared,
+        declared_counted_s=sum(la - a for (a, _), (la, _) in zip(declared, lost, strict=True))
+        / 1e9,
     )
 
 
 def check_trace(trace_dir: Path, true_energy: TrueEnergy, specs: Sequence[str],
-                loads_w: Sequence[float] = LOADS_W) -> tuple[Trace, dict[str, Any]]:
-    """Read a soak's trace back and check its rows and energy (see the module docstring)."""
+                loads_w: Sequence[float] = LOADS_W,
+                metering_stopped: dict[int, list[int]] | None = None,
+                ) -> tuple[Trace, dict[str, Any]]:
+    """Read a soak's trace back and check its rows and energy (see the module docstring).
+
+    ``metering_stopped``: per channel, the instants a checksum fault stopped the emulated
+    chip's metering (the injector's log); None: no such correction.
+    """
     trace = read_trace(trace_dir)
     events = list(trace.events())
     explain: dict[int | None, list[int]] = {}
@@ -210,10 +236,23 @@ def check_trace(trace_dir: Path, true_energy: TrueEnergy, specs: Sequence[str],
                            for t in explain.get(r["channel"], []) + explain.get(None, [])):
             unexplained.append(r)
     faults = fault_windows(trace, specs)
-    energy = {ch: channel_energy(trace, ch, true_energy, faults.get(ch, []))
+    stopped = metering_stopped or {}
+    energy = {ch: channel_energy(trace, ch, true_energy, faults.get(ch, []), stopped.get(ch, []))
               for ch in range(len(loads_w))}
     return trace, {"rows": len(rows), "zero_rows": zero, "unexplained_rows": unexplained,
                    "energy": energy, "events": counts}
+
+
+def checksum_instants(daemon: MeterDaemon) -> dict[int, list[int]]:
+    """Per channel, when the injector flipped a calibration bit (the chip stops metering)."""
+    out: dict[int, list[int]] = {}
+    if daemon.injector is None:
+        return out
+    for a in daemon.injector.applied:
+        kind, _, rest = a["spec"].partition(":")
+        if kind == "checksum":
+            out.setdefault(int(rest.split("@")[0]), []).append(int(a["t_mono_ns"]))
+    return out
 
 
 def run_fault_soak(out: Path, duration_s: float, clock: Clock | None = None,
@@ -232,8 +271,9 @@ def run_fault_soak(out: Path, duration_s: float, clock: Clock | None = None,
     def true_energy(channel: int, t0: int, t1: int) -> float:
         return float(chips[channel].true_energy_j(t0, t1))
 
-    _, found = check_trace(out, true_energy, specs)
+    stopped = checksum_instants(daemon)
+    _, found = check_trace(out, true_energy, specs, metering_stopped=stopped)
     return SoakResult(
-        duration_s=duration_s, rate_hz=result.rate_hz, **found,
+        duration_s=duration_s, rate_hz=result.rate_hz, metering_stopped=stopped, **found,
         skipped_sweeps=result.stats.skipped_sweeps, sweeps=result.stats.sweeps,
     )

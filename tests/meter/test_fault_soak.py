@@ -35,16 +35,23 @@ def soak(tmp_path_factory: pytest.TempPathFactory) -> tuple[SoakResult, Path]:
     return run_fault_soak(out, duration_s=DURATION_S), out
 
 
-def _closed_form(out: Path, channel: int) -> tuple[float, float, float]:
-    """(trace energy, P·(span − declared), declared s) of one channel, from the trace alone."""
+def _closed_form(out: Path, channel: int, stopped: list[int]) -> tuple[float, float, float]:
+    """(trace energy, P·(span − lost), declared s) of one channel, from the trace and the
+    instants a checksum fault stopped the chip (before those, a declared interval was metered
+    and counted: only the rest is lost)."""
     trace = read_trace(out)
     rows = sorted((r["t_mono_ns"], r["energy_j"]) for r in trace.samples()
                   if r["channel"] == channel)
     (t0, e0), (t1, e1) = rows[0], rows[-1]
-    declared_ns = sum(min(g.end_mono_ns, t1) - max(g.start_mono_ns, t0) for g in trace.gaps
-                      if g.channel == channel and g.reason.startswith(UNMETERED_GAP_REASON)
-                      and g.end_mono_ns > t0 and g.start_mono_ns < t1)
-    return e1 - e0, LOADS_W[channel] * (t1 - t0 - declared_ns) / 1e9, declared_ns / 1e9
+    declared = [(max(g.start_mono_ns, t0), min(g.end_mono_ns, t1)) for g in trace.gaps
+                if g.channel == channel and g.reason.startswith(UNMETERED_GAP_REASON)
+                and g.end_mono_ns > t0 and g.start_mono_ns < t1]
+    lost_ns = 0
+    for a, b in declared:
+        a = max([a] + [t for t in stopped if a <= t < b])
+        lost_ns += b - a
+    declared_s = sum(b - a for a, b in declared) / 1e9
+    return e1 - e0, LOADS_W[channel] * (t1 - t0 - lost_ns) / 1e9, declared_s
 
 
 def test_every_fault_in_turn_leaves_no_zero_and_no_unexplained_row(
@@ -65,7 +72,7 @@ def test_trace_energy_is_within_0_2_percent_of_the_truth_on_every_channel(
 ) -> None:
     res, out = soak
     for ch in range(len(LOADS_W)):
-        trace_j, truth_j, declared_s = _closed_form(out, ch)
+        trace_j, truth_j, declared_s = _closed_form(out, ch, res.metering_stopped.get(ch, []))
         assert abs(trace_j / truth_j - 1) <= ENERGY_TOLERANCE, (ch, trace_j, truth_j)
         # the soak's own figures agree with the closed form (its truth is the emulator's)
         e = res.energy[ch]
@@ -83,6 +90,10 @@ def test_energy_is_declared_lost_only_where_a_fault_lost_it(
     slot_s = DURATION_S / (len(FAULT_KINDS) + 1)
     # reset (ch0), checksum (ch1): a re-initialisation each, well under a second lost
     assert 0 < res.energy[0].declared_s < 1.0 and 0 < res.energy[1].declared_s < 1.0
+    # the checksum's declared interval begins at the last good read, before the bit flipped
+    (flipped,) = res.metering_stopped[1]
+    (declared,) = [d for d in res.energy[1].declared if d[0] <= flipped < d[1]]
+    assert res.energy[1].declared_counted_s == pytest.approx((flipped - declared[0]) / 1e9)
     # absent (ch2): the counter is lost for at least the time the chip was away
     assert slot_s / 2 <= res.energy[2].declared_s < slot_s / 2 + 2.0
     # stuck (ch3): the re-initialisation after it clears what the chip metered meanwhile
