@@ -109,7 +109,7 @@ def test_emulated_board_channels_read_and_describe_themselves() -> None:
     models = [ConstantPower(3.0), ScriptedProfile([(0, 4.0)], start_mono_ns=t0)]
     board = emulated_board(2, models, clock=clock)
     events: list = []
-    chans = open_channels(board, emulate=True, on_event=lambda *e: events.append(e))
+    chans = open_channels(board, "emulated", on_event=lambda *e: events.append(e))
     clock.advance(1_000_000_000)
     assert [round(c.driver.read_sample().power_w, 2) for c in chans] == [3.0, 4.0]
     d = chans[1].describe()
@@ -129,7 +129,7 @@ def test_emulated_board_channels_read_and_describe_themselves() -> None:
 
 def test_the_real_board_file_can_run_emulated() -> None:
     clock = SimulatedClock()
-    chans = open_channels(load_board(BOARD), emulate=True, clock=clock,
+    chans = open_channels(load_board(BOARD), "emulated", clock=clock,
                           power_model=ConstantPower(5.0))
     clock.advance(1_000_000_000)
     assert [c.name for c in chans] == ["node0", "node1", "node2", "node3"]
@@ -140,12 +140,12 @@ def test_the_real_board_file_can_run_emulated() -> None:
 def test_a_real_board_without_calibration_files_is_refused(tmp_path: Path) -> None:
     board = load_board(BOARD)  # hardware/calibration/*.json are not shipped
     with pytest.raises(UserError, match=r"channel\[0\]\.calibration: .*epi meter calibrate"):
-        open_channels(board, emulate=False)
+        open_channels(board, "real")
 
 
 def test_a_real_board_whose_chips_do_not_answer_is_refused(tmp_path: Path) -> None:
     # no /dev/spidev0.0 (and no GPIO) on the test machine: the board must refuse, not fake
     board = load_board(_write(tmp_path, MINIMAL))
     with pytest.raises(UserError) as info:
-        open_channels(board, emulate=False, allow_uncalibrated=True)
+        open_channels(board, "real", allow_uncalibrated=True)
     assert str(info.value).startswith(f"{board.path}: channel a")
