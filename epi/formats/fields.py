@@ -193,6 +193,17 @@ def check_id(value: Any, where: str, *, null_ok: bool = False) -> str | None:
                     f"with a letter or digit, got {_short(value)}")
 
 
+def check_object_list(value: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
+    """A JSON list of objects, as (``where[i]``, object) pairs for checking each one's fields;
+    anything else is a one-line `UserError`."""
+    if not isinstance(value, list):
+        raise UserError(f"{where}: expected a list, got {_short(value)}")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise UserError(f"{where}[{i}]: expected an object, got {_short(item)}")
+    return [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -18,6 +18,7 @@ from epi.formats.fields import (
     check_format,
     check_id,
     check_int,
+    check_object_list,
     check_str,
     read_json_object,
 )
@@ -35,12 +36,7 @@ def manifest_beside(model: Path) -> Path:
 
 
 def _check_layer_groups(groups: Any, where: str) -> None:
-    if not isinstance(groups, list):
-        raise UserError(f"{where}: field layer_groups: expected a list, got {groups!r:.40}")
-    for i, g in enumerate(groups):
-        at = f"{where}: field layer_groups[{i}]"
-        if not isinstance(g, dict):
-            raise UserError(f"{at}: expected an object, got {g!r:.40}")
+    for at, g in check_object_list(groups, f"{where}: field layer_groups"):
         check_str(g.get("name"), f"{at}.name")
         layers = g.get("layers")
         if not isinstance(layers, list):

@@ -35,6 +35,7 @@ from epi.formats.fields import (
     check_format,
     check_id,
     check_int,
+    check_object_list,
     check_str,
     decode_complete_lines,
     read_bytes,
@@ -149,13 +150,7 @@ def _check_placement(h: dict[str, Any], path: Path, status: str) -> None:
 
 
 def _check_clock_sync(h: dict[str, Any], path: Path) -> None:
-    sync = h.get("clock_sync", [])
-    if not isinstance(sync, list):
-        raise UserError(f"{path}: field clock_sync: expected a list, got {sync!r}")
-    for i, e in enumerate(sync):
-        w = f"{path}: field clock_sync[{i}]"
-        if not isinstance(e, dict):
-            raise UserError(f"{w}: expected an object")
+    for w, e in check_object_list(h.get("clock_sync", []), f"{path}: field clock_sync"):
         check_int(e.get("t_local_mono_ns"), f"{w}.t_local_mono_ns", lo=0)
         check_int(e.get("offset_ns"), f"{w}.offset_ns", lo=-INT64_MAX)
         check_int(e.get("uncertainty_ns"), f"{w}.uncertainty_ns", lo=0)

@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from epi.core.errors import UserError
-from epi.formats.fields import check_format, check_int, check_str, read_json_object
+from epi.formats.fields import (
+    check_format,
+    check_int,
+    check_object_list,
+    check_str,
+    read_json_object,
+)
 from host.accuracy.cache import atomic_write_json, file_sha256
 from host.accuracy.items import BENCHMARKS
 from host.accuracy.readers import data_files, load_items
@@ -227,13 +233,7 @@ def _check_entry(entry: Any, where: str, count_keys: tuple[str, ...]) -> None:
         check_str(entry["split"], f"{where}.split")
     if not isinstance(entry.get("source"), dict):
         raise UserError(f"{where}.source: expected an object")
-    files = entry.get("files")
-    if not isinstance(files, list):
-        raise UserError(f"{where}.files: expected a list")
-    for i, f in enumerate(files):
-        w = f"{where}.files[{i}]"
-        if not isinstance(f, dict):
-            raise UserError(f"{w}: expected an object")
+    for w, f in check_object_list(entry.get("files"), f"{where}.files"):
         rel = check_str(f.get("path"), f"{w}.path")
         parts = Path(str(rel)).parts
         if Path(str(rel)).is_absolute() or ".." in parts:
