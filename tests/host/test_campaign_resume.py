@@ -1,6 +1,14 @@
 """A small real campaign (tiny model, emulated meter daemon, real llama.cpp runs) killed twice
-with SIGKILL at random moments ends with the same runs counted as an uninterrupted one: every
-(configuration, round) exactly once, no duplicates, no half-finished run, nothing left running.
+with SIGKILL ends with the same report as an uninterrupted one: every (configuration, round)
+counted exactly once, no duplicates, no half-finished run, nothing left running.
+
+The kill points cover every step kind the study has (quantize, data, accuracy, run, analysis,
+report): each case kills the campaign twice, each time inside a step of a given kind. The test
+waits until the journal shows such a step started and not finished, freezes the campaign
+(SIGSTOP, so it cannot journal the step as done any more), checks the journal again, then lets
+the step's own process run on for a seeded random delay and kills the campaign with SIGKILL.
+So every kill lands inside its step by construction, not by timing luck; the delay only decides
+how far the step got (sometimes to its end, unjournaled).
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ from host.report import data as report_data
 REPO = Path(__file__).resolve().parents[2]
 MAPS = REPO / "quantmaps"
 TIMEOUT_S = 900
+KINDS = ("quantize", "data", "accuracy", "run", "analysis", "report")  # this study's, in order
+# two kills per campaign, in plan order; together the cases cover every kind
+CASES = [("quantize", "run"), ("data", "analysis"), ("accuracy", "report")]
 
 
 def _study(d: Path, model: Path) -> Path:
@@ -78,21 +89,6 @@ def _wait_for(pred, proc: subprocess.Popen, what: str) -> None:
         time.sleep(0.05)
 
 
-def _run_starts(journal: Journal) -> int:
-    try:
-        lines = journal.path.read_text().splitlines()
-    except FileNotFoundError:
-        return 0
-    n = 0
-    for line in lines:
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue
-        n += ev.get("event") == "started" and str(ev.get("step", "")).startswith("run:")
-    return n
-
-
 def _analysed(camp: Path) -> list[tuple[str, str, str]]:
     doc = json.loads((camp / "analysis" / "results.json").read_text())
     return sorted((r["config"], Path(r["path"]).name.split("-")[0], r["status"])
@@ -115,58 +111,116 @@ def _leftovers(camp: Path) -> list[int]:
     return out
 
 
+def _open_step(journal: Journal, kind: str) -> dict | None:
+    """The journal's `started` event of a step of `kind` that has no `done` line yet."""
+    state = journal.read()
+    return next((ev for sid, ev in state.interrupted.items() if sid.split(":")[0] == kind),
+                None)
+
+
+def _kill_inside(kind: str, proc: subprocess.Popen, journal: Journal,
+                 rng: random.Random) -> dict:
+    """SIGKILL the campaign while a step of `kind` is running (see the module docstring);
+    returns that step's `started` event."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        assert proc.poll() is None, f"campaign ended before a {kind} step started"
+        assert time.monotonic() < deadline, f"timed out waiting for a {kind} step"
+        if _open_step(journal, kind) is not None:
+            os.kill(proc.pid, signal.SIGSTOP)  # frozen: it can no longer journal `done`
+            ev = _open_step(journal, kind)
+            if ev is not None:
+                break
+            os.kill(proc.pid, signal.SIGCONT)  # it finished in between: wait for the next
+        time.sleep(0.02)
+    time.sleep(rng.uniform(0.0, 1.0))  # the step's process runs on meanwhile
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return ev
+
+
+def _table(camp: Path) -> list[list[str]]:
+    """The report's results table, without the measured columns that vary run to run
+    (J/Token, EPI, tok/s, power) and with the valid count replaced by the run count."""
+    from host.report.tables import results_table
+
+    t = results_table(report_data.load(camp / "analysis"))
+    keep = [t.headers.index(h) for h in ("Config", "Early", "Middle", "Late", "Size",
+                                          "Perplexity", "Accuracy")]
+    runs = t.headers.index("valid runs")
+    return sorted([row[i] for i in keep] + [row[runs].split("/")[1]] for row in t.rows)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny model and one campaign run without interruption (the reference)."""
+    base = tmp_path_factory.mktemp("resume")
+    model = write_test_model(base / "tiny.gguf")
+    a = _study(base / "a", model)
+    pa = _start(a, base / "a.log")
+    assert pa.wait(timeout=TIMEOUT_S) == 0, (base / "a.log").read_text()[-3000:]
+    return model, base / "a" / "camp"
+
+
+def test_cases_cover_every_step_kind_of_the_study(tmp_path: Path) -> None:
+    from host.campaign.plan import build_plan
+    from host.campaign.study import load_study
+
+    plan = build_plan(load_study(_study(tmp_path, tmp_path / "tiny.gguf")))
+    kinds = list(dict.fromkeys(s.kind for s in plan.steps))
+    assert tuple(kinds) == KINDS
+    assert {k for case in CASES for k in case} == set(KINDS)
+    for first, second in CASES:  # the second kill's kind comes after the first's
+        assert KINDS.index(first) < KINDS.index(second)
+
+
 @pytest.mark.slow
-def test_killed_twice_counts_the_same_runs_as_uninterrupted(tmp_path):
-    model = write_test_model(tmp_path / "tiny.gguf")
-    rng = random.Random(int(os.environ.get("EPI_TEST_SEED", "15")))
-
-    # uninterrupted
-    a = _study(tmp_path / "a", model)
-    pa = _start(a, tmp_path / "a.log")
-    assert pa.wait(timeout=TIMEOUT_S) == 0, (tmp_path / "a.log").read_text()[-3000:]
-
-    # killed twice with SIGKILL at random moments inside measured runs, then resumed
+@pytest.mark.parametrize("kill_in", CASES, ids=["-".join(c) for c in CASES])
+def test_killed_twice_gives_the_same_report_as_uninterrupted(
+        uninterrupted, kill_in: tuple[str, str], tmp_path: Path) -> None:
+    model, camp_a = uninterrupted
+    rng = random.Random(f"{os.environ.get('EPI_TEST_SEED', '15')}:{'-'.join(kill_in)}")
     b = _study(tmp_path / "b", model)
     camp_b = tmp_path / "b" / "camp"
     journal = Journal(camp_b)
     log_b = tmp_path / "b.log"
-    pb = _start(b, log_b)
-    _wait_for(lambda: _run_starts(journal) >= 1, pb, "the first run")
-    time.sleep(rng.uniform(0.0, 1.5))
-    pb.send_signal(signal.SIGKILL)
-    pb.wait()
-    first = _run_starts(journal)
-    pb = _start(b, log_b)
-    _wait_for(lambda: _run_starts(journal) >= first + 2, pb, "two more runs")
-    time.sleep(rng.uniform(0.0, 1.5))
-    pb.send_signal(signal.SIGKILL)
-    pb.wait()
+    killed = []
+    for kind in kill_in:
+        pb = _start(b, log_b)
+        killed.append(_kill_inside(kind, pb, journal, rng))
     pb = _start(b, log_b)
     assert pb.wait(timeout=TIMEOUT_S) == 0, log_b.read_text()[-3000:]
     out = log_b.read_text()
     assert out.count("resuming the campaign") == 2
-    assert "was interrupted" in out
+    for ev in killed:  # each resumed session said what it took up again
+        assert f"{ev['step']} was interrupted (attempt {ev['attempt']})" in out
+        if ev.get("run_dir") and Path(ev["run_dir"] + ".interrupted").exists():
+            assert f"its partial run {ev['run_dir']} is not counted" in out
 
-    camp_a = tmp_path / "a" / "camp"
-    runs_a, runs_b = _analysed(camp_a), _analysed(camp_b)
+    # no finished step was repeated: one `done` line per step, every step done
+    lines = [json.loads(x) for x in journal.path.read_text().splitlines()]
+    done = [e["step"] for e in lines if e["event"] == "done"]
+    assert len(done) == len(set(done)) == len(Journal(camp_a).read().done)
+    # the same runs counted, each exactly once, all complete
     expected = sorted((c, f"round{k}", "completed") for c in ("uniform_q8", "mix_high_early")
                       for k in (1, 2))
-    assert runs_a == expected
-    assert runs_b == expected  # same runs counted, each exactly once, all complete
+    assert _analysed(camp_a) == expected
+    assert _analysed(camp_b) == expected
     state = journal.read()
-    run_done = [s for s in state.done if s.startswith("run:")]
-    assert sorted(run_done) == sorted(f"run:{c}:{k}" for c, k, _ in
-                                      ((c, r[-1], s) for c, r, s in expected))
+    assert sorted(s for s in state.done if s.startswith("run:")) == sorted(
+        f"run:{c}:{k}" for c in ("uniform_q8", "mix_high_early") for k in (1, 2))
     doc_b = json.loads((camp_b / "analysis" / "results.json").read_text())
     ids = [r["run_id"] for r in doc_b["runs"]]
     assert len(ids) == len(set(ids)) == 4
-    # an interrupted run, if the kill hit one mid-way, was set aside and never analysed
+    # a run the kill cut short was set aside and never analysed
+    analysed = {r["path"] for r in doc_b["runs"]}
     for p in (camp_b / "runs").glob("*/*.interrupted*"):
-        assert str(p) not in {r["path"] for r in doc_b["runs"]}
-    # the final report data agree: same configurations, same runs, same verdict rows
+        assert str(p) not in analysed
+    # the final report agrees: same configurations, runs, table rows, one settle per run
     ra, rb = report_data.load(camp_a / "analysis"), report_data.load(camp_b / "analysis")
     assert sorted(ra.configs) == sorted(rb.configs)
     assert len(ra.per_run) == len(rb.per_run) == 4 * 3
+    assert _table(camp_b) == _table(camp_a)
     assert (camp_b / "report" / "report.html").is_file()
-    assert len(rb.settles) == 4 and all(x["settled"] for x in rb.settles)  # one per counted run
+    assert len(rb.settles) == 4 and all(x["settled"] for x in rb.settles)
     assert _leftovers(camp_b) == [] and _leftovers(camp_a) == []
