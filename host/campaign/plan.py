@@ -115,7 +115,8 @@ def build_plan(study: Study, accuracy: AccuracyProjection | None = None) -> Plan
     from host.run.prompts import load_prompt_set
 
     configs = configurations(study)
-    plan = Plan(study, configs, accuracy=accuracy or assumed(study))
+    acc = accuracy or assumed(study)
+    plan = Plan(study, configs, accuracy=acc)
     prompts = load_prompt_set(study.run.prompts)
     n_prompts = len(prompts.prompts)
     prompt_tokens = sum(p.n_tokens for p in prompts.prompts)
@@ -143,7 +144,7 @@ def build_plan(study: Study, accuracy: AccuracyProjection | None = None) -> Plan
         steps.append(Step("data", "data", estimate_s=5.0, detail="evaluation data (offline)"))
         for c in configs:
             steps.append(Step(f"accuracy:{c.config_id}", "accuracy", c.config_id,
-                              estimate_s=plan.accuracy.seconds,
+                              estimate_s=acc.seconds,
                               detail=", ".join(f"{b} {n}" for b, n in a.benchmarks.items())))
     per_run = run_seconds(study, n_prompts, prompt_tokens) + settle_seconds(study)
     for k in range(1, study.repeats + 1):
