@@ -246,6 +246,7 @@ def run_search(
     path = descent_path(space, kl_table)
     echo(f"descent: {len(path)} states from {path[0].bpw:.3f} to {path[-1].bpw:.3f} bits/weight")
     anchor = settings.against[:1]
+    hand_assignments: set[tuple[str, ...]] = set()
     for p in settings.against:  # hand-made maps on the same summed proxy, where expressible
         assignment, why = assignment_of_map(p, space)
         map_id = json.loads(p.read_text()).get("id") or p.stem
@@ -253,6 +254,7 @@ def run_search(
             echo(f"proxy: {map_id} has no summed per-layer proxy ({why})")
         else:
             state.proxy_kl[map_id] = candidate_kl(assignment, kl_table)
+            hand_assignments.add(assignment)
     for cid, assignment in state.search_maps.items():
         state.proxy_kl.setdefault(cid, candidate_kl(assignment, kl_table))
     while True:
@@ -261,7 +263,8 @@ def run_search(
         if round_no > 0 and measured_search >= settings.candidates:
             break
         predictor = fit_from(state) if state.measured else None
-        exclude = {tuple(v) for v in state.search_maps.values()}
+        # never spend a measured candidate on a map a hand-made one already is
+        exclude = {tuple(v) for v in state.search_maps.values()} | hand_assignments
         k = min(settings.per_round, settings.candidates - measured_search)
         picks = pick_candidates(path, predictor, settings.budget, k, exclude, settings.objective)
         if not picks and round_no > 0:

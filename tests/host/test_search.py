@@ -207,6 +207,8 @@ def test_search_loop_refits_measures_the_budget_and_resumes(tmp_path: Path) -> N
                                    fake_measurer(space, kl_table, calls), direct,
                                    echo=lambda s: None)
     assert len(state.search_maps) == 3 and calls == [0, 1]
+    # no measured candidate is spent on a map a hand-made one already is (the path's two ends)
+    assert not {tuple(a) for a in state.search_maps.values()} & {("Q8_0",) * 4, ("Q4_0",) * 4}
     assert pred.energy.intercept == pytest.approx(0.5) and pred.energy.slope == pytest.approx(40)
     assert pred.accuracy.slope == pytest.approx(-0.05)
     assert pred.proxy_rank_correlation == pytest.approx(1.0)
