@@ -62,8 +62,9 @@ GOALS: dict[str, dict[str, Any]] = {
     },
     "fault-soak-energy-error": {
         "goal": 0.002, "op": "<=", "unit": "fraction",
-        "text": "per-channel energy outside [P·(t - unmetered), P·t], relative to P·t, max over "
-                "4 channels, daemon on the system clock with every fault kind in turn",
+        "text": "|trace energy - emulator truth less the intervals the trace declares unmetered| "
+                "/ that truth, max over 4 channels, trace read back, daemon on the system "
+                "clock with every fault kind in turn",
     },
     "fault-soak-unexplained-rows": {
         "goal": 0, "op": "<=", "unit": "rows",
