@@ -83,7 +83,7 @@ class WireTimeBus(EmulatedSpiBus):
 def open_board(clock: object, *, timing: bool) -> list:
     models = [ConstantPower(3.0 + i, power_factor=0.6) for i in range(N_CHANNELS)]
     board = emulated_board(N_CHANNELS, models, clock)
-    return open_channels(board, emulate=True, clock=clock, model_bus_timing=timing), board
+    return open_channels(board, "emulated", clock=clock, model_bus_timing=timing), board
 
 
 def run_sampler(channels: list, clock: object, out: Path, period_s: float,

@@ -504,7 +504,6 @@ def open_channels(
     board: BoardConfig,
     chips: ChipFactory | str | None = None,
     *,
-    emulate: bool | None = None,
     clock: Clock | None = None,
     power_model: object | Sequence[object] | None = None,
     on_event: Callable[[int, str, str], None] | None = None,
@@ -518,7 +517,6 @@ def open_channels(
         chips: which chips (meter/chip_factory.py): a `ChipFactory`, ``"real"`` or
             ``"emulated"``; default: emulated for an `emulated_board`, else the
             ``EPI_METER_CHIPS`` environment variable, else real.
-        emulate: the earlier spelling of ``chips="emulated"`` (True) / ``"real"`` (False).
         clock: shared by drivers and emulators (default: the board's, else SystemClock).
         power_model, model_bus_timing, seed: options of an emulated factory built here.
         on_event: `on_event(channel_index, kind, detail)` for driver events. (A per-channel
@@ -532,11 +530,8 @@ def open_channels(
     if board.bridge is not None:  # issue 14: the chips answer the MCU, not this machine
         raise UserError(f"{board.path}: bus = \"bridge\": the chips are read by the board's MCU; "
                         "use `epi meter run` or `epi meter firmware console`")
-    if chips is None:
-        if board.emulated or emulate:
-            chips = "emulated"
-        elif emulate is False:
-            chips = "real"
+    if chips is None and board.emulated:
+        chips = "emulated"
     factory = chip_factory(chips, power_model=power_model, model_bus_timing=model_bus_timing,
                            seed=seed, allow_uncalibrated=allow_uncalibrated)
     clock = clock if clock is not None else (board.clock or SystemClock())
