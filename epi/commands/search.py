@@ -91,6 +91,9 @@ def check_meter_options(meter_url: str | None, meter_trace: Path | None,
                    "(a copy or a network mount); the campaign needs it to cut the runs.")
 @click.option("--meter-rate-hz", type=FiniteFloat(0.0, 1000.0, lo_open=True), default=None,
               help="Sample rate of the emulated meter (default: the campaign's, 20 Hz).")
+@click.option("--lag", type=click.Choice(["none", "auto"]), default=None,
+              help="The analysis' meter-lag handling (`epi analyze --lag`; default: the "
+                   "campaign's, none). auto estimates the meter's lag and shifts the windows.")
 @click.option("--prompts", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Prompts file for the measured runs (default: the runner's own prompts).")
 @click.option("--tokens", type=BoundedInt(1, 4096), default=16, show_default=True)
@@ -109,7 +112,7 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
            candidates: int, per_round: int, objective: str, text: str, kl_windows: int,
            kl_ctx: int, meter_url: str | None, meter_trace: Path | None,
            meter_rate_hz: float | None,
-           prompts: Path | None, tokens: int,
+           lag: str | None, prompts: Path | None, tokens: int,
            repeats: int, items: int,
            threads: int | None, run_threads: int | None, seed: int) -> None:
     """Search per-layer quantization maps of BASE (an F16 GGUF) that beat hand-made ones.
@@ -154,7 +157,7 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
         run_threads = 1 if meter_url is None else threads
     campaign = CampaignSettings(
         base=base, emulate=meter_url is None, meter_url=meter_url, meter_trace=meter_trace,
-        rate_hz=meter_rate_hz,
+        rate_hz=meter_rate_hz, lag=lag,
         repeats=repeats, prompts=prompts,
         tokens=tokens, threads=run_threads, seed=seed,
         benchmarks={"mmlu": items, "arc_challenge": items, "hellaswag": items},

@@ -66,6 +66,7 @@ class CampaignSettings:
     accuracy_threads: int | None = None  # scoring is not metered: it may use every core
     ppl: str | None = "lambada"
     seed: int = 0
+    lag: str | None = None  # the analysis' meter-lag handling ("auto"); None: the campaign's
 
 
 def _toml_value(v: Any) -> str:
@@ -110,6 +111,8 @@ def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out:
             lines.append(f"ppl = {_toml_value(settings.ppl)}")
         if settings.accuracy_threads:
             lines.append(f"threads = {settings.accuracy_threads}")
+    if settings.lag is not None:
+        lines += ["", "[analysis]", f"lag = {_toml_value(settings.lag)}"]
     return "\n".join(lines) + "\n"
 
 
