@@ -290,7 +290,8 @@ def run_search(
                  + (f", predicted EPI {_num(pred['predicted_epi'])} "
                     f"[{_num(pred['predicted_epi_interval'][0])}, "
                     f"{_num(pred['predicted_epi_interval'][1])}]"
-                    if pred.get("predicted_epi") is not None else ", no prediction (round 0)"))
+                    if pred.get("predicted_epi") is not None
+                    else ", no prediction (no fitted model)"))
         results = measure(round_no, round_dir, maps)
         for m in results:
             if m.gguf and m.config not in state.direct_kl and Path(m.gguf).exists():
@@ -320,7 +321,8 @@ def summary(state: SearchState, path: list[Candidate], predictor: Predictor,
         resid = (m.j_per_token - predictor.j_per_token(m.size_bytes / 1e9)
                  if m.usable and m.size_bytes else math.nan)
         row: dict[str, Any] = {
-            "config": cfg, "kind": "search" if assignment else "hand-made",
+            "config": cfg,
+            "kind": "search" if assignment else "hand-made" if cfg in hand_made else "other",
             "measured": m.as_dict(), "direct_kl_nats": state.direct_kl.get(cfg),
             "proxy_kl_nats": state.proxy_kl.get(cfg),
             "energy_residual_j": resid if math.isfinite(resid) else None,

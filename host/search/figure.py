@@ -44,11 +44,12 @@ def plot_search(summary: dict[str, Any], out: Path) -> list[Path]:
         if not _finite(j, a):
             continue
         hand = r["kind"] == "hand-made"
-        color = "0.45" if hand else "tab:blue"
+        other = r["kind"] == "other"  # measured in a round's campaign, neither kind: × only
+        color = "0.45" if hand else "0.7" if other else "tab:blue"
         ax.errorbar([j], [a], xerr=_err(j, m["j_per_token_ci"]), fmt="none", ecolor=color,
                     elinewidth=1, capsize=3, zorder=2)
-        ax.scatter([j], [a], marker="o" if hand else "*", s=40 if hand else 110, color=color,
-                   zorder=3)
+        ax.scatter([j], [a], marker="o" if hand else "x" if other else "*",
+                   s=40 if hand or other else 110, color=color, zorder=3)
         ax.annotate(r["config"], (j, a), fontsize=7, xytext=(4, 3), textcoords="offset points")
     front = summary["verdict"].get("frontier", {})
     pts = front.get("hand_made_frontier") or []

@@ -189,6 +189,28 @@ def campaign_measurer(settings: CampaignSettings, echo: Callable[[str], None]) -
                 f"{study}: the campaign of search round {round_no} failed (exit "
                 f"{proc.returncode}); run `epi search` again to continue where it stopped"
             )
-        return read_campaign_results(round_no, campaign_dir)
+        results = read_campaign_results(round_no, campaign_dir)
+        check_covered(results, maps, campaign_dir)
+        return results
 
     return measure
+
+
+def check_covered(results: Sequence[Measured], maps: Sequence[Path], campaign_dir: Path) -> None:
+    """Refuse a round whose analysis lacks one of its maps (e.g. a resumed campaign that kept
+    an analysis finished before that map's runs), instead of recording the map as unmeasured."""
+    have = {m.config for m in results}
+    missing = []
+    for p in maps:
+        try:
+            map_id = json.loads(p.read_text()).get("id") or p.stem
+        except (OSError, ValueError):
+            map_id = p.stem
+        if map_id not in have:
+            missing.append(map_id)
+    if missing:
+        raise UserError(
+            f"{campaign_dir / 'analysis' / 'results.csv'}: no row for {', '.join(missing)}; the "
+            "campaign's analysis predates their runs. Re-run its analysis (or give a new --out) "
+            "before continuing the search"
+        )

@@ -477,3 +477,18 @@ def test_figure_and_page_show_frontier_intervals_and_models(tmp_path: Path) -> N
     md = md_path.read_text()
     assert "![search](search.png)" in md and "residuals" in md and "intercept" in md
     assert "EPI pred [PI]" in md and "summed per-layer proxy" in md
+
+
+def test_a_round_whose_analysis_lacks_a_map_is_refused(tmp_path: Path) -> None:
+    from host.search.measure import check_covered
+
+    m = tmp_path / "search_r0_s001.json"
+    m.write_text(json.dumps({"id": "search_r0_s001"}))
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "analysis" / "results.csv").write_text(
+        "config,scope,phase,unit,basis,j_per_token_median,accuracy,epi,power_source\n"
+        "a,all,request,generated,gross,0.5,0.4,1.25,modelled\n")
+    results = read_campaign_results(0, tmp_path)
+    with pytest.raises(UserError, match="no row for search_r0_s001"):
+        check_covered(results, [m], tmp_path)
+    check_covered(results, [], tmp_path)

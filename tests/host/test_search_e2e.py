@@ -36,7 +36,7 @@ def _search(model: Path, out: Path, text: Path) -> subprocess.CompletedProcess[s
             "--types", "Q8_0,Q4_0", "--candidates", "2", "--per-round", "1",
             "--text", str(text), "--kl-windows", "1", "--kl-ctx", "64",
             "--tokens", "256", "--meter-rate-hz", "40", "--repeats", "2", "--items", "10",
-            "--threads", "2", "--run-threads", "1"]
+            "--threads", "2", "--run-threads", "1", "--lag", "auto"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=1500, cwd=REPO)
 
 
