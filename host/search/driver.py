@@ -107,8 +107,10 @@ def fit_from(state: SearchState) -> Predictor:
     The accuracy fit's x is the directly measured whole-file KL; the proxy's rank correlation
     is computed on the summed per-layer proxy where a configuration has one (NaN elsewhere).
     """
+    # accuracy is scored whether or not the metered runs were valid: every configuration with
+    # a measured composite is an accuracy point; J/token NaN drops it from the energy fit only
     pts = [m for m in latest_measured(state).values()
-           if m.usable and m.size_bytes and m.config in state.direct_kl]
+           if math.isfinite(m.accuracy) and m.size_bytes and m.config in state.direct_kl]
     return fit_predictor([m.size_bytes / 1e9 for m in pts], [m.j_per_token for m in pts],
                          [state.direct_kl[m.config] for m in pts], [m.accuracy for m in pts],
                          [state.proxy_kl.get(m.config, math.nan) for m in pts])
@@ -257,6 +259,12 @@ def run_search(
             hand_assignments.add(assignment)
     for cid, assignment in state.search_maps.items():
         state.proxy_kl.setdefault(cid, candidate_kl(assignment, kl_table))
+    lacking = [m for m in latest_measured(state).values()
+               if m.gguf and m.config not in state.direct_kl and Path(m.gguf).exists()]
+    for m in lacking:  # e.g. a round whose analysis was redone after the search stopped
+        state.direct_kl[m.config] = direct_kl(Path(m.gguf))
+    if lacking:
+        write_json_atomic(state_path, state.to_json())
     while True:
         measured_search = len(state.search_maps)
         round_no = len(state.rounds)
