@@ -225,13 +225,14 @@ def pick_prediction(predictor: Predictor | None, c: Candidate) -> dict[str, Any]
     """
     if predictor is None:
         return {"predicted_j_per_token": None, "predicted_accuracy": None,
-                "predicted_epi": None, "predicted_epi_interval": [None, None], "fit_n": 0}
+                "predicted_epi": None, "predicted_epi_interval": [None, None], "fit_n": 0,
+                "accuracy_fit_n": 0}
     lo, hi = predictor.epi_interval(c.gb, c.kl)
     return {"predicted_j_per_token": _finite_or_none(predictor.j_per_token(c.gb)),
             "predicted_accuracy": _finite_or_none(predictor.accuracy_of(c.kl)),
             "predicted_epi": _finite_or_none(predictor.epi(c.gb, c.kl)),
             "predicted_epi_interval": [_finite_or_none(lo), _finite_or_none(hi)],
-            "fit_n": predictor.energy.n}
+            "fit_n": predictor.energy.n, "accuracy_fit_n": predictor.accuracy.n}
 
 
 def run_search(

@@ -422,7 +422,7 @@ def test_study_check_uses_the_campaigns_own_checker(tmp_path: Path) -> None:
     base = tmp_path / "b.gguf"
     work = tmp_path / "work"
     check_study(CampaignSettings(base=base), maps, work)
-    with pytest.raises(UserError, match="meter.trace"):
+    with pytest.raises(UserError, match=r"meter\.trace"):
         check_study(CampaignSettings(base=base, emulate=False, meter_url="http://m:8757"),
                     maps, work)
     with pytest.raises(UserError, match="not found"):
