@@ -452,7 +452,8 @@ class ATM90E26Driver:
         """The measurement registers, re-read once when they fail the plausibility checks.
 
         Returns (values, problem): problem is None for values that passed (first or second
-        time; a first failure is reported as an ``implausible`` event), else the reasons of
+        time; a first failure is reported as a ``misread`` event: the reading kept is valid),
+        else the reasons of
         the second failure (the caller writes no reading).
         """
         values = self._read_values()
@@ -464,7 +465,7 @@ class ATM90E26Driver:
         reasons2 = plausibility.check_measurements(again, self.limits)
         if not reasons2:
             self._event(
-                "implausible",
+                "misread",
                 f"measurement read rejected ({'; '.join(reasons)}); the re-read is consistent",
             )
             return again, None
@@ -558,8 +559,9 @@ class ATM90E26Driver:
         genuine read cleared the register, so the re-read finds next to nothing: the first
         first word is not believable either way (a real node's power cannot outrun the bound,
         which allows ``LAG_FACTOR`` times the power read plus a floor, within one interval):
-        it is discarded, at the cost of at most that interval's energy. Every case is
-        reported as an ``implausible`` event.
+        it is discarded, at the cost of at most that interval's energy: an ``implausible``
+        event (a fault: energy may be missing). The cases where the counts taken are exact
+        are ``misread`` events (informational: nothing was lost).
         """
         if self._t_energy_ns is None:
             return counts
@@ -579,7 +581,7 @@ class ATM90E26Driver:
             expected = (abs(power_w) + abs(last)) / 2 * dt_s / jpc
             if abs(other - expected) < abs(counts - expected):
                 self._event(
-                    "implausible",
+                    "misread",
                     f"ATenergy read {other} but LastData then held {counts}; {expected:.0f} "
                     f"expected from the power: {other} counted",
                 )
@@ -597,7 +599,7 @@ class ATM90E26Driver:
         if again > residue:
             self.stats["energy_misreads"] += 1
             self._event(
-                "implausible",
+                "misread",
                 f"{first}; the register still held {again} counts, so the first read did not "
                 f"reach ATenergy: discarded, {again} counted",
             )
@@ -605,7 +607,7 @@ class ATM90E26Driver:
         if other is not None and other <= bound:
             self.stats["energy_misreads"] += 1
             self._event(
-                "implausible",
+                "misread",
                 f"{first}; the register read {other} but LastData then said {counts} (a "
                 f"redirected LastData read overwrites it): {other} counted",
             )
@@ -634,7 +636,7 @@ class ATM90E26Driver:
                 again = None
             if again == (configured, regs.CHECK_CODE):
                 self._event(
-                    "implausible",
+                    "misread",
                     f"FuncEn/CalStart read 0x{func_en:04X}/0x{cal_start:04X}, then "
                     f"0x{configured:04X}/0x8765 at once: a misread, the chip is as configured",
                 )
@@ -667,7 +669,7 @@ class ATM90E26Driver:
             again = self.read_clear(regs.SYS_STATUS)
             if not again & err_bits:
                 self._event(
-                    "implausible",
+                    "misread",
                     f"SysStatus read 0x{status:04X} (checksum error bits) but 0x{again:04X} "
                     f"at once after: a misread, not a checksum error",
                 )

@@ -21,8 +21,9 @@ its counts with no values (`raw` None), decided from the chip's state, never fro
 Plausibility (meter.chip.plausibility): the values must be in the channel's physical ranges
 and P must equal U·I·PF; a failure is re-read once (a refresh straddled between two register
 reads, or a read a bit error redirected, passes the second time: reported through `on_event`
-as `implausible`), a second failure raises ChipFault("implausible", reasons). The ATenergy
-word is checked against the power over the interval and re-read when it cannot be right.
+as `misread`, the reading kept), a second failure raises ChipFault("implausible", reasons).
+The ATenergy word is checked against the power over the interval and re-read when it cannot
+be right.
 
 A fault raises `ChipFault(kind, detail)` with kind `absent`, `chip_reset`, `checksum_error`,
 `bus_error` or `implausible`; the caller reports it as an event and sends no reading.
@@ -235,7 +236,7 @@ class Chip:
         again = self._read_raw()
         reasons2 = plausibility.check_measurements(_values(again), self.limits, _QUANTA)
         if not reasons2:
-            self._notify("implausible", "measurement read rejected (%s); the re-read is "
+            self._notify("misread", "measurement read rejected (%s); the re-read is "
                          "consistent" % "; ".join(reasons))
             return again, decode_raw(again)[0], None
         self.stats["implausible_rejected"] += 1
@@ -287,7 +288,7 @@ class Chip:
                 self._rejected.append(func_en)
                 self._rejected.append(cal_start)
                 self.stats["misreads"] += 1
-                self._notify("implausible", "FuncEn/CalStart read 0x%04X/0x%04X, then "
+                self._notify("misread", "FuncEn/CalStart read 0x%04X/0x%04X, then "
                              "0x%04X/0x8765 at once: a misread, the chip is as configured"
                              % (func_en, cal_start, configured))
                 func_en, cal_start = again
@@ -311,7 +312,7 @@ class Chip:
             again = self.read_clear(regs.SYS_STATUS)
             if not again & err_bits:
                 self.stats["misreads"] += 1
-                self._notify("implausible", "SysStatus read 0x%04X (checksum error bits) but "
+                self._notify("misread", "SysStatus read 0x%04X (checksum error bits) but "
                              "0x%04X at once after: a misread" % (status, again))
             status = again
         if status & err_bits:
@@ -337,8 +338,8 @@ class Chip:
         channel's ranges allows) are re-read at once. A redirected read (a MOSI bit error
         sent it to another register) did not clear ATenergy: the re-read finds the interval's
         counts, which are taken. A genuine read found next to nothing left: the first word is
-        not believable, it is discarded (at most that interval's energy is lost). Either way
-        an `implausible` event says what was done.
+        not believable, it is discarded (at most that interval's energy is lost): an
+        `implausible` event. Where the counts taken are exact the event is a `misread`.
         """
         if self._t_energy is None:
             return counts
@@ -360,7 +361,7 @@ class Chip:
         first = "ATenergy read %d counts in %.3f s where the power allows %d" % (
             counts, dt_s, int(bound))
         if again > residue:
-            self._notify("implausible", "%s; the register still held %d counts, so the first "
+            self._notify("misread", "%s; the register still held %d counts, so the first "
                          "read did not reach ATenergy: discarded, %d counted"
                          % (first, again, again))
         else:
@@ -382,7 +383,7 @@ class Chip:
             return counts
         for w in self._rejected:
             if abs(counts + w - expected) <= expected / 4:
-                self._notify("implausible", "ATenergy read %d counts where the power says %d; "
+                self._notify("misread", "ATenergy read %d counts where the power says %d; "
                              "a misread word of this reading was %d (a read redirected to "
                              "ATenergy clears it): counted" % (counts, int(expected), w))
                 return counts + w

@@ -234,7 +234,7 @@ def test_firmware(machine):
     ticks.advance(200000)
     fw.poll()
     msgs = [json.loads(p) for p in _lines(hw.uart)]
-    check([m["kind"] for m in msgs if m["k"] == "ev"] == ["implausible"], "re-read event")
+    check([m["kind"] for m in msgs if m["k"] == "ev"] == ["misread"], "re-read event")
     check([m for m in msgs if m["k"] == "s"][-1]["c"][0]["p"] == 12.0, "re-read value")
     chips[17].regs[0x49] = 5000
     ticks.advance(200000)

@@ -281,3 +281,20 @@ def test_token_log_with_nothing_to_measure_is_one_line(synth_run, what):
     with pytest.raises(UserError, match="nothing to measure") as info:
         analyze([rdir], tdir, Options())
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("kind", "counted"), [("misread", True), ("implausible", False)])
+def test_a_recovered_misread_keeps_its_window_an_implausible_reading_does_not(flat, kind,
+                                                                              counted):
+    """A `misread` (a word rejected and re-read consistently: the row written is valid) is
+    informational; an `implausible` reading (no row, energy possibly missing) is a fault that
+    invalidates the time around it (docs/formats.md §1)."""
+    root = flat()
+    with (root / "seg-000001.events.csv").open("a") as f:
+        f.write(f"{int(12.5 * NS)},{int(12.5 * NS) + 1},0,{kind},measurement read rejected\n")
+    r = window_energy(read_trace(root).series(0, BOOT), np.array([12 * NS]),
+                      np.array([13 * NS]))
+    if counted:
+        assert r.energy_j[0] == pytest.approx(5.0, rel=0.05)  # 5 W for 1 s
+    else:
+        assert np.isnan(r.energy_j[0])

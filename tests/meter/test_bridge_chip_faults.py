@@ -139,7 +139,8 @@ def test_bit_errors_and_partial_frames_give_no_wrong_row_and_exact_energy(
     assert meta["bridge"]["stats"]["sweeps"] >= 1150
     assert {f["kind"] for f in meta["fault_injection"]} == {"bit-errors", "partial-frames"}
     events = list(trace.events())
-    assert sum(e["kind"] == "implausible" for e in events) >= 20  # the checks were exercised
+    # the checks were exercised (recovered words are misreads, the rest implausible)
+    assert sum(e["kind"] in ("implausible", "misread") for e in events) >= 20
     for ch, model in enumerate(models):
         rows = [r for r in trace.samples() if r["channel"] == ch]
         assert len(rows) >= 1100

@@ -75,7 +75,8 @@ def test_every_injected_fault_is_in_the_trace_and_sampling_goes_on(tmp_path: Pat
     assert fault_events(1, "checksum_error", 8, 8.2) and fault_events(1, "reinit", 8, 8.2)
     assert fault_events(2, "absent", 10, 10.2)
     assert fault_events(3, "bus_error", 15, 15.2)  # a stuck chip: every register one word
-    assert any(fault_events(0, k, 20, 23) for k in ("bus_error", "checksum_error", "implausible"))
+    assert any(fault_events(0, k, 20, 23)
+               for k in ("bus_error", "checksum_error", "implausible", "misread"))
     # every fault left a gap that closed again: the channel delivered afterwards
     gaps = [g for g in trace.gaps if g.source == "event"]
     for ch, t_s in ((0, 5), (1, 8), (2, 10), (3, 15)):
