@@ -94,6 +94,9 @@ def check_meter_options(meter_url: str | None, meter_trace: Path | None,
 @click.option("--lag", type=click.Choice(["none", "auto"]), default=None,
               help="The analysis' meter-lag handling (`epi analyze --lag`; default: the "
                    "campaign's, none). auto estimates the meter's lag and shifts the windows.")
+@click.option("--cv-threshold", type=FiniteFloat(0.0, 1.0, lo_open=True), default=None,
+              help="The analysis' repeat-CV limit for a valid run (`epi analyze "
+                   "--cv-threshold`; default: the campaign's, 0.03).")
 @click.option("--prompts", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Prompts file for the measured runs (default: the runner's own prompts).")
 @click.option("--tokens", type=BoundedInt(1, 4096), default=16, show_default=True)
@@ -112,7 +115,7 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
            candidates: int, per_round: int, objective: str, text: str, kl_windows: int,
            kl_ctx: int, meter_url: str | None, meter_trace: Path | None,
            meter_rate_hz: float | None,
-           lag: str | None, prompts: Path | None, tokens: int,
+           lag: str | None, cv_threshold: float | None, prompts: Path | None, tokens: int,
            repeats: int, items: int,
            threads: int | None, run_threads: int | None, seed: int) -> None:
     """Search per-layer quantization maps of BASE (an F16 GGUF) that beat hand-made ones.
@@ -157,7 +160,7 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
         run_threads = 1 if meter_url is None else threads
     campaign = CampaignSettings(
         base=base, emulate=meter_url is None, meter_url=meter_url, meter_trace=meter_trace,
-        rate_hz=meter_rate_hz, lag=lag,
+        rate_hz=meter_rate_hz, lag=lag, cv_threshold=cv_threshold,
         repeats=repeats, prompts=prompts,
         tokens=tokens, threads=run_threads, seed=seed,
         benchmarks={"mmlu": items, "arc_challenge": items, "hellaswag": items},

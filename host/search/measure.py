@@ -67,6 +67,7 @@ class CampaignSettings:
     ppl: str | None = "lambada"
     seed: int = 0
     lag: str | None = None  # the analysis' meter-lag handling ("auto"); None: the campaign's
+    cv_threshold: float | None = None  # the analysis' repeat-CV limit; None: the campaign's
 
 
 def _toml_value(v: Any) -> str:
@@ -111,8 +112,13 @@ def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out:
             lines.append(f"ppl = {_toml_value(settings.ppl)}")
         if settings.accuracy_threads:
             lines.append(f"threads = {settings.accuracy_threads}")
+    analysis = []
     if settings.lag is not None:
-        lines += ["", "[analysis]", f"lag = {_toml_value(settings.lag)}"]
+        analysis.append(f"lag = {_toml_value(settings.lag)}")
+    if settings.cv_threshold is not None:
+        analysis.append(f"cv_threshold = {_toml_value(settings.cv_threshold)}")
+    if analysis:
+        lines += ["", "[analysis]", *analysis]
     return "\n".join(lines) + "\n"
 
 

@@ -432,6 +432,21 @@ def test_study_check_uses_the_campaigns_own_checker(tmp_path: Path) -> None:
     assert list(work.iterdir()) == []  # the probe study file is removed
 
 
+def test_analysis_settings_reach_the_rounds_study(tmp_path: Path) -> None:
+    """--lag and --cv-threshold become the round's [analysis] table, which the campaign's
+    own checker accepts (and refuses out of range)."""
+    from host.search.measure import CampaignSettings, check_study
+
+    maps = [REPO / "quantmaps" / "demo" / "demo_q8_0.json"]
+    base = tmp_path / "b.gguf"
+    settings = CampaignSettings(base=base, lag="auto", cv_threshold=0.5)
+    text = study_text("r0", settings, maps, tmp_path / "c")
+    assert '[analysis]\nlag = "auto"\ncv_threshold = 0.5\n' in text
+    check_study(settings, maps, tmp_path / "work")
+    with pytest.raises(UserError, match="cv_threshold"):
+        check_study(CampaignSettings(base=base, cv_threshold=2.0), maps, tmp_path / "work")
+
+
 def test_found_map_carries_its_figures_and_still_validates(tmp_path: Path) -> None:
     from epi.commands.search import write_found_map
     from host.quant.mixmap import load_mixmap

@@ -3,8 +3,9 @@ rounds of real campaigns on the emulated meter, a refit in between, maps in the 
 measured figures taken from the campaign's own results (read here with the csv module), the
 power labelled as modelled, and a second invocation that resumes without measuring again.
 
-Its metered runs use one thread beside the emulated meter's daemon, as the demo does, so the
-campaign's validity checks can pass on two cores; every configuration must then have measured
+Its metered runs use one thread beside the emulated meter's daemon, as the demo does, with the
+repeat-CV limit raised (the modelled power follows this machine's load) so the campaign's
+validity checks pass on a shared 2-core machine; every configuration must then have measured
 figures, and the test checks the predictions and the verdict against them.
 """
 
@@ -36,7 +37,12 @@ def _search(model: Path, out: Path, text: Path) -> subprocess.CompletedProcess[s
             "--types", "Q8_0,Q4_0", "--candidates", "2", "--per-round", "1",
             "--text", str(text), "--kl-windows", "1", "--kl-ctx", "64",
             "--tokens", "256", "--meter-rate-hz", "40", "--repeats", "2", "--items", "10",
-            "--threads", "2", "--run-threads", "1", "--lag", "auto"]
+            "--threads", "2", "--run-threads", "1", "--lag", "auto",
+            # the search's mechanics are under test here, not the meter's validity rules
+            # (tested in tests/host/test_analyze*.py): the modelled power follows the whole
+            # machine's CPU, whose load a shared 2-core CI machine does not hold to the 3 %
+            # repeat CV the analysis asks by default, so the limit is raised for this test
+            "--cv-threshold", "0.5"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=1500, cwd=REPO)
 
 
