@@ -5,16 +5,15 @@ sysfs RAPL tree (counters advancing at known powers) beside a real run of the te
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from epi.cli import main
 from host.analysis.model import Options
 from host.analysis.pipeline import analyze
 from host.analysis.tokenlog_reader import read_run
 from meter.sources.common import SYSFS_ROOT_ENV
+from tests.cli_run import run_epi as _epi
 from tests.meter.sources_fakes import AdvancingRapl
 
 PACKAGE_W, DRAM_W = 30.0, 6.0
@@ -23,18 +22,6 @@ PROMPTS = {
     "prompts": [{"id": "p", "n_tokens": 24,
                  "text": " ".join(["A small town wants a bridge."] * 8)}],
 }
-
-
-def _epi(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-         ) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["epi", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.mark.slow

@@ -5,31 +5,18 @@ out (not one left out on purpose)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from epi.cli import main
 from host.run import cpu_features as cf
 from host.run.runner import RunSettings, run
+from tests.cli_run import run_epi as _epi
 
 PROMPTS = {
     "format": "epi-prompts", "format_version": 1, "name": "t", "version": "t-v1",
     "prompts": [{"id": "p", "n_tokens": 8, "text": "The quick brown fox jumps over the dog."}],
 }
-
-
-def _epi(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-         ) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["epi", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_real_run_json_records_build_and_cpu_features(tiny_model: Path, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -13,22 +12,9 @@ from epi.core.errors import UserError
 from epi.core.net import free_port
 from host.analysis.tokenlog_reader import read_run as read_token_log
 from host.run.runner import RunSettings, plan_run, run
+from tests.cli_run import run_epi as _epi
 
 TOKENS = 12
-
-
-def _epi(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str):
-    """Run the real `epi` entry point in-process; (exit code, stdout, stderr)."""
-    from epi.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["epi", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def _fake_sync():

@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from epi.cli import main
 from host.analysis.traces import read_trace
 from meter.sources.common import SYSFS_ROOT_ENV
+from tests.cli_run import run_epi as _epi
 from tests.meter.sources_fakes import AdvancingRapl, rapl_tree
-
-
-def _epi(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-         ) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["epi", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_emulated_board_and_rapl_in_one_trace(tmp_path: Path, monkeypatch, capsys) -> None:
