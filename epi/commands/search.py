@@ -99,7 +99,9 @@ def check_meter_options(meter_url: str | None, meter_trace: Path | None,
                    "--cv-threshold`; default: the campaign's, 0.03).")
 @click.option("--prompts", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Prompts file for the measured runs (default: the runner's own prompts).")
-@click.option("--tokens", type=BoundedInt(1, 4096), default=16, show_default=True)
+@click.option("--tokens", type=BoundedInt(1, 4096), default=256, show_default=True,
+              help="Tokens generated per measured request: the decode window must span many "
+                   "meter samples (256 at ~100 tok/s is ~2.5 s, ~50 samples at 20 Hz).")
 @click.option("--repeats", type=BoundedInt(1, 20), default=3, show_default=True,
               help="Campaign rounds per configuration.")
 @click.option("--items", type=BoundedInt(10, 100_000), default=50, show_default=True,
@@ -232,10 +234,15 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
     click.echo(f"energy model: J/token = {_fmt(em['intercept_j'])} + {_fmt(em['j_per_gb'])}·GB "
                f"(n={em['n']}, residual sd {_fmt(em['residual_sd_j'])} J; prefill is in the "
                f"intercept); accuracy model: acc = {_fmt(am['intercept'])} + "
-               f"{_fmt(am['per_nat'])}·KL (n={am['n']}, KL of the whole file)")
+               f"{_fmt(am['per_nat'])}·KL (n={am['n']}, KL of the whole file"
+               + ("; slope held at 0: the free fit's was positive" if am.get("clamped") else "")
+               + ")")
     click.echo(f"rank correlation with the composite: summed per-layer proxy "
                f"{_fmt(doc['proxy_rank_correlation'])} (n={doc['proxy_rank_correlation_n']}), "
-               f"direct whole-file KL {_fmt(doc['direct_kl_rank_correlation'])}")
+               f"direct whole-file KL {_fmt(doc['direct_kl_rank_correlation'])}; with the "
+               f"perplexity: direct KL {_fmt(doc['direct_kl_ppl_rank_correlation'])}, summed "
+               f"proxy {_fmt(doc['proxy_ppl_rank_correlation'])} "
+               f"(n={doc['ppl_rank_correlation_n']})")
     click.echo(f"frontier: {doc['verdict']['frontier']['text']}")
     click.echo(f"verdict: {doc['verdict']['text']}")
     click.echo(f"wrote {out}/summary.json, {out}/maps/, {figures[0]}, {pages[0]}, {pages[1]}")

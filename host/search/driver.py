@@ -113,7 +113,8 @@ def fit_from(state: SearchState) -> Predictor:
            if math.isfinite(m.accuracy) and m.size_bytes and m.config in state.direct_kl]
     return fit_predictor([m.size_bytes / 1e9 for m in pts], [m.j_per_token for m in pts],
                          [state.direct_kl[m.config] for m in pts], [m.accuracy for m in pts],
-                         [state.proxy_kl.get(m.config, math.nan) for m in pts])
+                         [state.proxy_kl.get(m.config, math.nan) for m in pts],
+                         [m.perplexity for m in pts])
 
 
 def dominated(point: tuple[float, float], others: Sequence[tuple[float, float]]) -> bool:
@@ -361,10 +362,14 @@ def summary(state: SearchState, path: list[Candidate], predictor: Predictor,
                            "per_nat": predictor.accuracy.slope, "n": predictor.accuracy.n,
                            "x": "direct whole-file KL (nats/token)",
                            "residuals": list(predictor.accuracy.residuals),
-                           "fitted": predictor.accuracy.fitted},
+                           "fitted": predictor.accuracy.fitted,
+                           "clamped": predictor.accuracy.clamped},
         "proxy_rank_correlation": predictor.proxy_rank_correlation,
         "proxy_rank_correlation_n": predictor.proxy_n,
         "direct_kl_rank_correlation": predictor.direct_kl_rank_correlation,
+        "direct_kl_ppl_rank_correlation": predictor.direct_kl_ppl_rank_correlation,
+        "proxy_ppl_rank_correlation": predictor.proxy_ppl_rank_correlation,
+        "ppl_rank_correlation_n": predictor.ppl_n,
         "additivity_pairs_nats": additivity,
         "configs": rows,
         "verdict": verdict(state, hand_made),

@@ -36,6 +36,7 @@ class Measured:
     epi_ci: tuple[float, float]
     power_source: str
     reason: str
+    perplexity: float = math.nan  # the campaign's perplexity (NaN where it scored none)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -174,7 +175,7 @@ def read_campaign_results(round_no: int, campaign_dir: Path) -> list[Measured]:
                 (_float(row, "j_per_token_ci_lo"), _float(row, "j_per_token_ci_hi")),
                 _float(row, "accuracy"), _float(row, "epi"),
                 (_float(row, "epi_ci_lo"), _float(row, "epi_ci_hi")),
-                row.get("power_source") or "", reason,
+                row.get("power_source") or "", reason, _float(row, "perplexity"),
             ))
     return out
 

@@ -4,12 +4,17 @@
   once per generated token, so its energy grows with the bytes read; prefill and the fixed
   per-token work go into `a`. Fitted by least squares on every measured configuration, with its
   residuals kept and shown.
-- Accuracy: composite accuracy = a + s · KL. It is fitted on the KL measured directly on each
-  measured file (the whole file scored against the base: every measured map has one), and
-  applied to a candidate's summed per-layer proxy, so a prediction is only as good as the
-  proxy's additivity (shown beside it). Two rank correlations with the measured composite are
-  reported, labelled: the summed per-layer proxy's (the quantity the search ranks candidates
-  by; on every measured map whose layers all take allowed types) and the direct KL's.
+- Accuracy: composite accuracy = a + s · KL, with s ≤ 0. It is fitted on the KL measured
+  directly on each measured file (the whole file scored against the base: every measured map
+  has one), and applied to a candidate's summed per-layer proxy, so a prediction is only as
+  good as the proxy's additivity (shown beside it). A file further from the base cannot be
+  expected to score better, so a positive fitted slope is taken for what it is (a composite
+  too small to resolve the KL differences) and replaced by the constant model, flagged
+  `clamped`: predicted accuracy is then the mean, and candidates rank by energy alone. Rank
+  correlations are reported, labelled: with the measured composite, the summed per-layer
+  proxy's (the quantity the search ranks candidates by; on every measured map whose layers all
+  take allowed types) and the direct KL's; and with the measured perplexity (a far finer
+  accuracy measure than a small composite), the direct KL's and the proxy's.
 
 With too few measured points a model says so (`fitted` is False) instead of inventing a slope:
 an unfitted energy model ranks by bytes alone and predicts no joules.
@@ -35,6 +40,7 @@ class LinearFit:
     x_mean: float
     sxx: float
     residuals: tuple[float, ...] = field(default=())
+    clamped: bool = False  # a constant model standing in for a fit whose slope had the wrong sign
 
     @property
     def fitted(self) -> bool:
@@ -49,6 +55,8 @@ class LinearFit:
         """Standard deviation of a new observation at x (residual + slope uncertainty)."""
         if not self.fitted or self.n < 3 or self.sxx <= 0:
             return math.nan
+        if self.clamped:  # a constant model: only the mean's uncertainty, no slope's
+            return self.residual_sd * math.sqrt(1 + 1 / self.n)
         return self.residual_sd * math.sqrt(1 + 1 / self.n + (x - self.x_mean) ** 2 / self.sxx)
 
 
@@ -69,6 +77,23 @@ def fit_line(x: Sequence[float], y: Sequence[float]) -> LinearFit:
     res = ys - (intercept + slope * xs)
     sd = float(math.sqrt(np.sum(res**2) / (n - 2))) if n > 2 else math.nan
     return LinearFit(intercept, slope, sd, n, x_mean, sxx, tuple(float(r) for r in res))
+
+
+def fit_nonincreasing(x: Sequence[float], y: Sequence[float]) -> LinearFit:
+    """Least squares of y on x with the slope constrained to ≤ 0: where the free fit's slope is
+    positive, the constrained optimum is the constant model (y = mean, `clamped`), whose
+    residual spread has n − 1 degrees of freedom."""
+    free = fit_line(x, y)
+    if not free.fitted or free.slope <= 0:
+        return free
+    xs = np.asarray(x, dtype=np.float64)
+    ys = np.asarray(y, dtype=np.float64)
+    ys = ys[np.isfinite(xs) & np.isfinite(ys)]
+    mean = float(ys.mean())
+    res = ys - mean
+    sd = float(math.sqrt(np.sum(res**2) / (len(ys) - 1)))
+    return LinearFit(mean, 0.0, sd, free.n, free.x_mean, free.sxx,
+                     tuple(float(r) for r in res), clamped=True)
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
@@ -104,6 +129,10 @@ class Predictor:
     proxy_rank_correlation: float  # Spearman(−summed per-layer proxy KL, measured accuracy)
     direct_kl_rank_correlation: float = math.nan  # Spearman(−whole-file KL, measured accuracy)
     proxy_n: int = 0  # measured maps with a summed proxy (the first correlation's points)
+    # Spearman(KL, measured perplexity): whole-file KL, and the summed per-layer proxy
+    direct_kl_ppl_rank_correlation: float = math.nan
+    proxy_ppl_rank_correlation: float = math.nan
+    ppl_n: int = 0  # measured maps with a perplexity and a direct KL
 
     def j_per_token(self, gb: float) -> float:
         return self.energy.predict(gb)
@@ -130,21 +159,31 @@ class Predictor:
         return (e * (1 - z * rel), e * (1 + z * rel))
 
 
+def _n_pairs(x: Sequence[float], y: Sequence[float]) -> int:
+    return sum(1 for a, b in zip(x, y, strict=True) if math.isfinite(a) and math.isfinite(b))
+
+
 def fit_predictor(gb: Sequence[float], j_per_token: Sequence[float], kl: Sequence[float],
                   accuracy: Sequence[float],
-                  proxy_kl: Sequence[float] | None = None) -> Predictor:
+                  proxy_kl: Sequence[float] | None = None,
+                  perplexity: Sequence[float] | None = None) -> Predictor:
     """Both models from measured configurations (NaN entries are left out of each fit).
 
     `kl` is each configuration's directly measured whole-file KL (the accuracy fit's x);
     `proxy_kl` its summed per-layer proxy, NaN where it has none. Without `proxy_kl` the
-    proxy's correlation is unknown (NaN), never silently the direct KL's.
+    proxy's correlation is unknown (NaN), never silently the direct KL's; likewise the
+    perplexity correlations without `perplexity`.
     """
     energy = fit_line(gb, j_per_token)
-    acc = fit_line(kl, accuracy)
+    acc = fit_nonincreasing(kl, accuracy)
     rho_direct = spearman([-k for k in kl], accuracy)
-    if proxy_kl is None:
-        return Predictor(energy, acc, math.nan, rho_direct, 0)
-    rho_proxy = spearman([-k for k in proxy_kl], accuracy)
-    n_proxy = sum(1 for k, a in zip(proxy_kl, accuracy, strict=True)
-                  if math.isfinite(k) and math.isfinite(a))
-    return Predictor(energy, acc, rho_proxy, rho_direct, n_proxy)
+    proxy = list(proxy_kl) if proxy_kl is not None else [math.nan] * len(kl)
+    rho_proxy = spearman([-k for k in proxy], accuracy) if proxy_kl is not None else math.nan
+    ppl = list(perplexity) if perplexity is not None else [math.nan] * len(kl)
+    n_proxy = _n_pairs(proxy, accuracy) if proxy_kl is not None else 0
+    return Predictor(
+        energy, acc, rho_proxy, rho_direct, n_proxy,
+        direct_kl_ppl_rank_correlation=spearman(kl, ppl),
+        proxy_ppl_rank_correlation=spearman(proxy, ppl),
+        ppl_n=_n_pairs(kl, ppl),
+    )

@@ -62,11 +62,19 @@ def model_lines(doc: dict[str, Any]) -> list[str]:
         f"{res} J). Prefill and fixed per-request work are lumped into the intercept.",
         f"Accuracy model: composite = {num(am['intercept'])} + {num(am['per_nat'])} · KL "
         f"(n = {am['n']}), fitted on each file's directly measured KL and applied to a "
-        f"candidate's summed per-layer proxy.",
+        f"candidate's summed per-layer proxy."
+        + (" The free fit's slope was positive (accuracy rising with divergence from the "
+           "base: the composite cannot resolve these KL differences), so the slope is held at "
+           "0: predicted accuracy is the mean, and candidates rank by energy alone."
+           if am.get("clamped") else ""),
         f"Rank correlation with the measured composite: summed per-layer proxy "
         f"{num(doc['proxy_rank_correlation'])} (n = {doc.get('proxy_rank_correlation_n', '?')}, "
         f"the quantity the search ranks by); direct whole-file KL "
         f"{num(doc.get('direct_kl_rank_correlation'))}.",
+        f"Rank correlation with the measured perplexity (higher KL should mean higher "
+        f"perplexity): direct whole-file KL {num(doc.get('direct_kl_ppl_rank_correlation'))}, "
+        f"summed per-layer proxy {num(doc.get('proxy_ppl_rank_correlation'))} "
+        f"(n = {doc.get('ppl_rank_correlation_n', 0)} maps with a perplexity).",
     ]
 
 

@@ -13,7 +13,7 @@ import pytest
 from epi.core.errors import UserError
 from host.search.driver import SearchSettings, run_search, summary, verdict
 from host.search.measure import Measured, read_campaign_results, study_text
-from host.search.models import fit_line, fit_predictor, spearman
+from host.search.models import fit_line, fit_nonincreasing, fit_predictor, spearman
 from host.search.optimizer import Budget, descent_path, pick_candidates
 from host.search.sensitivity import candidate_kl, log_softmax, mean_kl
 from host.search.space import (
@@ -91,6 +91,34 @@ def test_fit_line_recovers_a_known_line_and_refuses_one_point() -> None:
     assert fit.predict(1.0) == pytest.approx(0.32)
     assert not fit_line([0.1], [0.2]).fitted
     assert math.isnan(fit_line([0.1], [0.2]).predict(1.0))
+
+
+def test_accuracy_fit_holds_a_positive_slope_at_zero() -> None:
+    # composite rising with KL (noise from a tiny composite): the slope ≤ 0 optimum is the
+    # constant model at the mean, 0.4, residual sd with n − 1 df: sqrt((0.01+0+0.01)/2) = 0.1
+    kl, acc = [0.0, 0.1, 0.2], [0.3, 0.4, 0.5]
+    assert fit_line(kl, acc).slope == pytest.approx(1.0)  # the free fit
+    held = fit_nonincreasing(kl, acc)
+    assert held.clamped and held.slope == 0.0 and held.intercept == pytest.approx(0.4)
+    assert held.residual_sd == pytest.approx(0.1)
+    assert held.prediction_sd(5.0) == pytest.approx(0.1 * math.sqrt(1 + 1 / 3))
+    falling = fit_nonincreasing(kl, [0.5, 0.45, 0.3])  # a negative slope is kept as fitted
+    assert not falling.clamped and falling.slope == pytest.approx(-1.0)
+    predictor = fit_predictor([0.1, 0.2, 0.3], [1.0, 1.1, 1.2], kl, acc)
+    # the constant model ranks by energy alone: the smaller file has the lower predicted EPI
+    assert predictor.accuracy_of(0.0) == predictor.accuracy_of(0.2) == pytest.approx(0.4)
+    assert predictor.epi(0.1, 0.2) < predictor.epi(0.3, 0.0)
+
+
+def test_kl_against_perplexity_correlation_and_its_count() -> None:
+    kl = [0.01, 0.05, 0.2, 0.3]
+    ppl = [40.0, 41.0, 45.0, math.nan]  # the last map scored no perplexity
+    predictor = fit_predictor([0.1] * 4, [1.0] * 4, kl, [0.3] * 4, [0.012, 0.04, 0.25, 0.3], ppl)
+    assert predictor.direct_kl_ppl_rank_correlation == pytest.approx(1.0)
+    assert predictor.proxy_ppl_rank_correlation == pytest.approx(1.0)
+    assert predictor.ppl_n == 3
+    assert math.isnan(fit_predictor([0.1] * 4, [1.0] * 4, kl, [0.3] * 4)
+                      .direct_kl_ppl_rank_correlation)
 
 
 def test_spearman_against_hand_computed_ranks() -> None:
@@ -270,13 +298,14 @@ def test_study_file_round_trips_through_tomllib(tmp_path: Path) -> None:
 def test_campaign_results_reader_takes_the_headline_row(tmp_path: Path) -> None:
     (tmp_path / "analysis").mkdir()
     (tmp_path / "analysis" / "results.csv").write_text(
-        "config,scope,phase,unit,basis,j_per_token_median,accuracy,epi,power_source\n"
-        "a,all,request,generated,gross,0.5,0.4,1.25,modelled\n"
-        "a,all,decode,generated,gross,0.3,0.4,0.75,modelled\n"
-        "b,all,request,generated,gross,,0.4,,modelled\n"
+        "config,scope,phase,unit,basis,j_per_token_median,accuracy,epi,power_source,perplexity\n"
+        "a,all,request,generated,gross,0.5,0.4,1.25,modelled,41.5\n"
+        "a,all,decode,generated,gross,0.3,0.4,0.75,modelled,41.5\n"
+        "b,all,request,generated,gross,,0.4,,modelled,\n"
     )
     rows = {m.config: m for m in read_campaign_results(0, tmp_path)}
     assert rows["a"].j_per_token == 0.5 and rows["a"].epi == 1.25
+    assert rows["a"].perplexity == 41.5 and math.isnan(rows["b"].perplexity)
     assert math.isnan(rows["b"].j_per_token) and rows["b"].reason == "no valid runs"
 
 
