@@ -10,7 +10,8 @@ model to the smallest. Because the proxy is additive over layers, a move's cost 
 the proxy; what the path cannot see (interactions between layers) the measurements judge.
 
 Pick: among path states inside the budget (bits per weight, file size, predicted accuracy),
-rank by predicted EPI (or spread evenly over bytes for the Pareto objective) and take the best
+rank by predicted EPI (or spread over the interior of the bits-per-weight range for the Pareto
+objective and while a model is unfitted) and take the best
 K that have not been measured yet and differ from each other by at least `min_gap_bpw`.
 """
 
@@ -104,7 +105,8 @@ def pick_candidates(
     """Up to `k` unmeasured candidates inside the budget.
 
     objective "epi": lowest predicted EPI first. objective "pareto" — and "epi" while either
-    model is still unfitted — evenly spread over the admitted bits-per-weight range.
+    model is still unfitted — spread over the admitted bits-per-weight range at its interior
+    quantiles.
     """
     pool = [c for c in path if c.assignment not in exclude and budget.admits(c, predictor)]
     if not pool or k <= 0:
@@ -114,8 +116,9 @@ def pick_candidates(
         pool.sort(key=lambda c: c.bpw)
         if len(pool) <= k:
             return pool
-        picks = [pool[round(i * (len(pool) - 1) / (k - 1))] for i in range(k)] if k > 1 \
-            else [pool[len(pool) // 2]]
+        # interior quantiles 1/(k+1) … k/(k+1): never the pool's ends, which sit one notch from
+        # the all-best and all-worst maps (usually hand-made ones) and would teach little
+        picks = [pool[round((i + 1) * (len(pool) + 1) / (k + 1)) - 1] for i in range(k)]
         return list({c.assignment: c for c in picks}.values())
 
     assert predictor is not None

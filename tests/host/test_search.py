@@ -188,6 +188,18 @@ def test_pick_respects_budget_exclusions_and_spacing() -> None:
     assert fitted.epi(by_epi[0].gb, by_epi[0].kl) == pytest.approx(min(epis))
 
 
+def test_unfitted_picks_sit_inside_the_range_not_at_its_ends() -> None:
+    space = synthetic_space(6)
+    path = descent_path(space, convex_kl(6, [1.0, 0.2, 5.0, 0.7, 2.0, 0.4]))
+    pool = sorted(path, key=lambda c: c.bpw)
+    picks = sorted(pick_candidates(path, None, Budget(), 2, exclude=set()), key=lambda c: c.bpw)
+    # two picks over n states: positions round(1·(n+1)/3) and round(2·(n+1)/3), 1-based
+    n = len(pool)
+    assert [c.assignment for c in picks] == [pool[round((n + 1) / 3) - 1].assignment,
+                                             pool[round(2 * (n + 1) / 3) - 1].assignment]
+    assert picks[0].bpw > pool[1].bpw and picks[-1].bpw < pool[-2].bpw
+
+
 def fake_measurer(space: SearchSpace, kl_table: dict, calls: list[int], noise: float = 0.0):
     """Closed-form "measurements": J/token = 0.5 + 40·GB, accuracy = 0.6 − 0.05·KL; `noise`
     adds a deterministic per-configuration offset to J/token so refits move."""
