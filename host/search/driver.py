@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,11 +94,29 @@ class SearchState:
 
 
 def latest_measured(state: SearchState) -> dict[str, Measured]:
-    """The latest measurement of each configuration (the anchor is measured every round)."""
+    """The measurement of each configuration that counts: its latest with valid figures, else
+    its latest (the anchor is measured every round).
+
+    A re-measurement whose runs were all invalid has no figures; it does not erase an earlier
+    valid one, whose reason then names the round its figures come from and why the later
+    round's do not count.
+    """
     latest: dict[str, Measured] = {}
+    valid: dict[str, Measured] = {}
     for m in state.measured:
         latest[m.config] = m
-    return latest
+        if m.usable:
+            valid[m.config] = m
+    out = {}
+    for cfg, m in latest.items():
+        earlier = valid.get(cfg)
+        if m.usable or earlier is None:
+            out[cfg] = m
+        else:
+            out[cfg] = replace(earlier, reason=(
+                f"figures of round {earlier.round}; its round {m.round} re-measurement has "
+                f"none ({m.reason or 'no valid runs'})"))
+    return out
 
 
 def fit_from(state: SearchState) -> Predictor:
@@ -132,7 +150,8 @@ def frontier_shift(hand: Sequence[Measured], found: Sequence[Measured]) -> dict[
     """How far the measured search maps move the measured hand-made frontier, if at all.
 
     For each found map not dominated by a hand-made one: the J/token it saves against the
-    cheapest hand-made map at least as accurate (a fraction of that map's J/token), or, when no
+    cheapest hand-made map at least as accurate (a fraction of that map's J/token), and whether
+    that is at equal accuracy (a gain) or at lower accuracy (a new trade-off point), or, when no
     hand-made map is that accurate, the accuracy it adds above the most accurate one. Point
     figures only: whether a shift exceeds the J/token intervals is stated beside it.
     """
@@ -146,7 +165,7 @@ def frontier_shift(hand: Sequence[Measured], found: Sequence[Measured]) -> dict[
                                 "accuracy": m.accuracy}
         if better:
             ref = min(better, key=lambda h: h.j_per_token)
-            move.update(against=ref.config,
+            move.update(against=ref.config, against_accuracy=ref.accuracy,
                         j_saving_frac=(ref.j_per_token - m.j_per_token) / ref.j_per_token,
                         intervals_overlap=_overlap(m.j_per_token_ci, ref.j_per_token_ci))
         else:
@@ -163,8 +182,13 @@ def frontier_shift(hand: Sequence[Measured], found: Sequence[Measured]) -> dict[
         parts = []
         for mv in moves:
             if "j_saving_frac" in mv:
+                ref_acc = mv["against_accuracy"]
+                trade = ("at equal accuracy" if mv["accuracy"] >= ref_acc else
+                         f"at lower accuracy ({mv['accuracy']:.3g} vs {ref_acc:.3g}): a new "
+                         "trade-off point, not a gain at equal accuracy")
                 parts.append(f"{mv['config']} uses {100 * mv['j_saving_frac']:.1f} % less "
-                             f"J/token than {mv['against']} at equal or better accuracy"
+                             f"J/token than {mv['against']}, the cheapest hand-made map at "
+                             f"least as accurate, {trade}"
                              + (" (J/token intervals overlap)" if mv["intervals_overlap"]
                                 else ""))
             else:
@@ -203,6 +227,11 @@ def verdict(state: SearchState, hand_made: set[str]) -> dict[str, Any]:
     else:
         text = (f"the search found nothing with a lower measured EPI than the best hand-made map "
                 f"{best_hand.config} ({best_hand.epi:.4g}) within its budget")
+        if best_found is not None:
+            overlap = _overlap(best_found.epi_ci, best_hand.epi_ci)
+            text += (f"; its best, {best_found.config}, measured {best_found.epi:.4g}"
+                     + ("; their intervals overlap, so the two cannot be told apart"
+                        if overlap else ""))
     return {"text": text, "on_or_beyond_frontier": on_or_beyond,
             "best_hand_made": best_hand.config if best_hand else None,
             "best_search": best_found.config if best_found else None,

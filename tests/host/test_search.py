@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -288,7 +289,29 @@ def test_verdict_says_so_when_nothing_beats_the_hand_made_maps() -> None:
                         search_maps={"s1": ["Q4_0"]})
     v = verdict(state, {"hand"})
     assert "found nothing with a lower measured EPI" in v["text"]
+    assert "its best, s1, measured 2.667" in v["text"] and "overlap" not in v["text"]
     assert v["on_or_beyond_frontier"] == []
+
+
+def test_an_invalid_anchor_re_measurement_keeps_the_earlier_valid_figures() -> None:
+    from host.search.driver import SearchState, latest_measured
+
+    nan = math.nan
+    hand_r0 = Measured("hand", 0, None, 1, 0.9, (0.88, 0.92), 0.5, 1.8, (1.7, 1.9), "m", "")
+    hand_r1 = Measured("hand", 1, None, 1, nan, (nan, nan), 0.5, nan, (nan, nan), "m",
+                       "no valid runs: repeat CV 9.4% above 3.0%")
+    found = Measured("s1", 1, None, 1, 1.0, (0.98, 1.02), 0.5, 2.0, (1.9, 2.1), "m", "")
+    state = SearchState(measured=[hand_r0, hand_r1, found], search_maps={"s1": ["Q4_0"]})
+    counted = latest_measured(state)["hand"]
+    assert (counted.round, counted.j_per_token) == (0, 0.9)
+    assert "round 0" in counted.reason and "repeat CV 9.4%" in counted.reason
+    # the verdict compares against the hand-made map's valid figures, not against nothing
+    v = verdict(state, {"hand"})
+    assert v["best_hand_made"] == "hand" and "found nothing with a lower" in v["text"]
+    # a valid later measurement still replaces an earlier one (drift shows in the anchor)
+    hand_r2 = replace(hand_r0, round=2, j_per_token=0.95)
+    state.measured.append(hand_r2)
+    assert latest_measured(state)["hand"] == hand_r2
 
 
 def test_study_file_round_trips_through_tomllib(tmp_path: Path) -> None:
@@ -403,6 +426,14 @@ def test_frontier_shift_states_the_move_or_that_there_is_none() -> None:
     assert moved["moves"][0]["against"] == "h_big"
     assert moved["moves"][0]["j_saving_frac"] == pytest.approx(0.25)
     assert "25.0 % less J/token than h_big" in moved["text"]
+    assert "at equal accuracy" in moved["text"]
+    # cheaper but less accurate than every hand-made map that is as accurate: a trade-off,
+    # never worded as a gain "at equal or better accuracy"
+    traded = frontier_shift(hand, [m("t", 0.8, 0.35)])
+    assert traded["moves"][0]["against"] == "h_small"
+    assert traded["moves"][0]["j_saving_frac"] == pytest.approx(0.2)
+    assert "at lower accuracy (0.35 vs 0.4)" in traded["text"]
+    assert "equal accuracy" not in traded["text"].replace("not a gain at equal accuracy", "")
     assert moved["hand_made_frontier"] == [[1.0, 0.40], [2.0, 0.50]]  # h_bad is dominated
     above = frontier_shift(hand, [m("s", 3.0, 0.55)])
     assert above["moves"][0]["accuracy_gain"] == pytest.approx(0.05)
