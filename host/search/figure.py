@@ -33,11 +33,13 @@ def plot_search(summary: dict[str, Any], out: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.transforms import blended_transform_factory
 
     rows = summary["configs"]
     sources = sorted({r["measured"]["power_source"] for r in rows if r["measured"]["power_source"]})
     label = ", ".join(sources) if sources else "power source not stated"
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5.2))
+    at_accuracy: dict[float, int] = {}  # labels of points at one accuracy alternate above/below
     for r in rows:
         m = r["measured"]
         j, a = m["j_per_token"], m["accuracy"]
@@ -50,15 +52,23 @@ def plot_search(summary: dict[str, Any], out: Path) -> list[Path]:
                     elinewidth=1, capsize=3, zorder=2)
         ax.scatter([j], [a], marker="o" if hand else "x" if other else "*",
                    s=40 if hand or other else 110, color=color, zorder=3)
-        ax.annotate(r["config"], (j, a), fontsize=7, xytext=(4, 3), textcoords="offset points")
+        nth = at_accuracy.get(round(a, 6), 0)
+        at_accuracy[round(a, 6)] = nth + 1
+        ax.annotate(r["config"], (j, a), fontsize=7, xytext=(4, 3 if nth % 2 == 0 else -10),
+                    textcoords="offset points")
+    ax.margins(x=0.1, y=0.15)  # points on the edge would hide under the legend or the frame
     front = summary["verdict"].get("frontier", {})
-    pts = front.get("hand_made_frontier") or []
+    pts = sorted(front.get("hand_made_frontier") or [])
     if pts:
-        xs = [p[0] for p in pts]
-        ys = [p[1] for p in pts]
+        # the staircase of what the hand-made maps attain: from each frontier point rightwards
+        # (more J/token) at its accuracy, up to the next point, and on to the plot's edge
+        x_edge = ax.get_xlim()[1]
+        xs = [p[0] for p in pts] + [x_edge]
+        ys = [p[1] for p in pts] + [pts[-1][1]]
         ax.step(xs, ys, where="post", color="0.3", linestyle="--", linewidth=1,
                 label="hand-made frontier", zorder=1)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.set_xlim(right=x_edge)
+        ax.legend(fontsize=8, loc="best")
     ax.set_title(f"measured ({label})", fontsize=10)
     ax.set_xlabel("J per generated token (gross, whole request)")
     ax.set_ylabel("composite accuracy")
@@ -86,6 +96,10 @@ def plot_search(summary: dict[str, Any], out: Path) -> list[Path]:
         if _finite(m["epi"]):
             bx.errorbar([k + 0.12], [m["epi"]], yerr=_err(m["epi"], m["epi_ci"]), fmt="*",
                         color="tab:blue", ms=11, capsize=3, label=once("measured"))
+        else:  # an empty slot would read as a missing plot; say why it is empty
+            bx.text(k + 0.12, 0.03, "no measured EPI", rotation=90, fontsize=7, color="0.4",
+                    ha="center", va="bottom",
+                    transform=blended_transform_factory(bx.transData, bx.transAxes))
         names.append(r["config"])
         k += 1
     best = summary["verdict"].get("best_hand_made")
@@ -94,6 +108,7 @@ def plot_search(summary: dict[str, Any], out: Path) -> list[Path]:
         bx.axhline(best_row["measured"]["epi"], color="0.45", linestyle=":", linewidth=1,
                    label=f"best hand-made ({best}), measured")
     bx.set_xticks(range(len(names)), names, rotation=20, fontsize=7)
+    bx.set_xlim(-0.5, max(len(names), 1) - 0.5)
     bx.set_ylabel("EPI (J per token / accuracy)")
     bx.set_title("search candidates: EPI predicted before measuring vs measured", fontsize=10)
     bx.grid(alpha=0.3)
