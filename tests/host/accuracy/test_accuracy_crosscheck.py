@@ -61,3 +61,38 @@ def test_accuracy_command_records_the_crosscheck(tiny_model: Path, prepared: Pat
         assert x[name]["agree"] is True, (name, x[name])
     assert "winogrande" not in x and x["agree"] is True
     assert "llama-perplexity hellaswag: ours" in res.output
+
+
+def test_a_run_that_lost_its_final_lines_is_repeated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama.cpp's async logger can lose the last lines at exit (rc 0): repeat, up to a limit;
+    never repeat a failed run."""
+    full = "[1]41.2,[2]40.9,\nFinal estimate: PPL = 40.9000 +/- 1.20000\n"
+    lost = "[1]41.2,[2]40."  # the same run with its tail never printed
+    outputs = [(lost, 1.0, 0), (full, 1.0, 0)]
+    calls: list[list[str]] = []
+
+    def fake(args, model, threads):
+        calls.append(list(args))
+        return outputs.pop(0)
+
+    monkeypatch.setattr(crosscheck, "_run_once", fake)
+    got = crosscheck.perplexity(Path("m.gguf"), Path("t.txt"), 128, None, 2)
+    assert got["ok"] and got["ppl"] == 40.9 and got["attempts"] == 2 and len(calls) == 2
+
+    calls.clear()
+    outputs[:] = [(lost, 1.0, 0)] * crosscheck.ATTEMPTS + [(full, 1.0, 0)]
+    got = crosscheck.perplexity(Path("m.gguf"), Path("t.txt"), 128, None, 2)
+    assert not got["ok"] and len(calls) == crosscheck.ATTEMPTS
+    assert "exit 0, no final figure" in got["reason"] and "40." in got["reason"]
+
+    calls.clear()
+    outputs[:] = [("error: failed to load model", 1.0, 1), (full, 1.0, 0)]
+    got = crosscheck.perplexity(Path("m.gguf"), Path("t.txt"), 128, None, 2)
+    assert not got["ok"] and len(calls) == 1 and "exit 1" in got["reason"]
+
+    calls.clear()  # multiple choice: complete only when the last row counts every item
+    outputs[:] = [("1\t100.0\n", 1.0, 0), ("1\t100.0\n2\t50.0\n", 1.0, 0)]
+    monkeypatch.setattr(crosscheck, "write_multiple_choice_bin", lambda items, path: path)
+    items = [shared_item(f"q{i}", "Q?", ["a", "b"], 0) for i in range(2)]
+    got = crosscheck.multiple_choice(Path("m.gguf"), items, 128, 2)
+    assert got["ok"] and got["accuracy"] == 0.5 and got["attempts"] == 2
