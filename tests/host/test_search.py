@@ -229,7 +229,9 @@ def fake_measurer(space: SearchSpace, kl_table: dict, calls: list[int], noise: f
     return measure
 
 
-def test_search_loop_refits_measures_the_budget_and_resumes(tmp_path: Path) -> None:
+def four_layer_search(tmp_path: Path) -> tuple[SearchSpace, dict, SearchSettings]:
+    """A 4-layer space, its convex KL table, and settings against two uniform hand-made maps
+    (all-Q8_0, all-Q4_0): 3 candidates, 2 per round."""
     space = synthetic_space(4, weights=1 << 20)
     kl_table = convex_kl(4, [1.0, 0.2, 5.0, 0.5])
     hand = tmp_path / "hand"
@@ -237,8 +239,12 @@ def test_search_loop_refits_measures_the_budget_and_resumes(tmp_path: Path) -> N
     for t in ("Q8_0", "Q4_0"):
         doc = mixmap_document(f"uniform_{t.lower()}", (t,) * 4, space, "hand-made")
         (hand / f"uniform_{t.lower()}.json").write_text(json.dumps(doc))
-    settings = SearchSettings(out=tmp_path / "s", candidates=3, per_round=2,
-                              against=sorted(hand.glob("*.json")))
+    return space, kl_table, SearchSettings(out=tmp_path / "s", candidates=3, per_round=2,
+                                           against=sorted(hand.glob("*.json")))
+
+
+def test_search_loop_refits_measures_the_budget_and_resumes(tmp_path: Path) -> None:
+    space, kl_table, settings = four_layer_search(tmp_path)
     calls: list[int] = []
 
     def direct(p: Path) -> float:
@@ -543,15 +549,7 @@ def test_figure_and_page_show_frontier_intervals_and_models(tmp_path: Path) -> N
     from host.search.figure import plot_search
     from host.search.page import write_page
 
-    space = synthetic_space(4, weights=1 << 20)
-    kl_table = convex_kl(4, [1.0, 0.2, 5.0, 0.5])
-    hand = tmp_path / "hand"
-    hand.mkdir()
-    for t in ("Q8_0", "Q4_0"):
-        doc = mixmap_document(f"uniform_{t.lower()}", (t,) * 4, space, "hand-made")
-        (hand / f"uniform_{t.lower()}.json").write_text(json.dumps(doc))
-    settings = SearchSettings(out=tmp_path / "s", candidates=3, per_round=2,
-                              against=sorted(hand.glob("*.json")))
+    space, kl_table, settings = four_layer_search(tmp_path)
     state, path, pred = run_search(
         space, kl_table, settings, fake_measurer(space, kl_table, [], noise=0.02),
         lambda p: candidate_kl(json.loads(p.read_text()), kl_table), echo=lambda s: None)
