@@ -103,9 +103,9 @@ def hellaswag(model: Path, items: Sequence[Item], n_ctx: int, threads: int) -> d
         out, seconds, rc, attempts = _run(
             ["-f", str(task), "--hellaswag", "--hellaswag-tasks", str(len(items)),
              "-c", str(n_ctx)], model, threads, lambda o: _last_row_is(_HS_RE, o, len(items)))
-    rows = _HS_RE.findall(out)
-    if rc != 0 or not rows or int(rows[-1][0]) != len(items):
+    if rc != 0 or not _last_row_is(_HS_RE, out, len(items)):
         return _failure(out, rc, attempts)
+    rows = _HS_RE.findall(out)
     return {"ok": True, "accuracy": float(rows[-1][1]) / 100, "n": int(rows[-1][0]),
             "seconds": seconds, "attempts": attempts}
 
@@ -119,9 +119,9 @@ def multiple_choice(model: Path, items: Sequence[Item], n_ctx: int, threads: int
             ["-bf", str(task), "--multiple-choice", "--multiple-choice-tasks", "0",
              "-c", str(n_ctx), "-np", str(n_seq)], model, threads,
             lambda o: _last_row_is(_MC_RE, o, len(items)))
-    rows = _MC_RE.findall(out)
-    if rc != 0 or not rows or int(rows[-1][0]) != len(items):
+    if rc != 0 or not _last_row_is(_MC_RE, out, len(items)):
         return _failure(out, rc, attempts)
+    rows = _MC_RE.findall(out)
     return {"ok": True, "accuracy": float(rows[-1][1]) / 100, "n": int(rows[-1][0]),
             "seconds": seconds, "attempts": attempts}
 

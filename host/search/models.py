@@ -177,12 +177,12 @@ def fit_predictor(gb: Sequence[float], j_per_token: Sequence[float], kl: Sequenc
     energy = fit_line(gb, j_per_token)
     acc = fit_nonincreasing(kl, accuracy)
     rho_direct = spearman([-k for k in kl], accuracy)
+    # a missing series is all-NaN: its correlations are NaN and its counts 0, by construction
     proxy = list(proxy_kl) if proxy_kl is not None else [math.nan] * len(kl)
-    rho_proxy = spearman([-k for k in proxy], accuracy) if proxy_kl is not None else math.nan
     ppl = list(perplexity) if perplexity is not None else [math.nan] * len(kl)
-    n_proxy = _n_pairs(proxy, accuracy) if proxy_kl is not None else 0
     return Predictor(
-        energy, acc, rho_proxy, rho_direct, n_proxy,
+        energy, acc, spearman([-k for k in proxy], accuracy), rho_direct,
+        _n_pairs(proxy, accuracy),
         direct_kl_ppl_rank_correlation=spearman(kl, ppl),
         proxy_ppl_rank_correlation=spearman(proxy, ppl),
         ppl_n=_n_pairs(kl, ppl),
