@@ -38,8 +38,26 @@ def _commands() -> list[tuple[str, click.Command]]:
             path, c = stack.pop()
             out.append((path, c))
             if isinstance(c, click.Group):
-                stack.extend((f"{path} {n}", sub) for n, sub in c.commands.items())
+                # list_commands/get_command, not .commands: a LazyGroup (`epi meter`) loads its
+                # commands on demand and its .commands dict is empty.
+                ctx = click.Context(c, info_name=path)
+                for n in c.list_commands(ctx):
+                    sub = c.get_command(ctx, n)
+                    assert sub is not None, f"`epi {path} {n}` is listed but cannot be loaded"
+                    stack.append((f"{path} {n}", sub))
     return out
+
+
+def _leaf_names(group: click.Group, prefix: str) -> set[str]:
+    """Every command path under `group`, read from its own listing (for the reachability test)."""
+    names: set[str] = set()
+    ctx = click.Context(group, info_name=prefix)
+    for n in group.list_commands(ctx):
+        sub = group.get_command(ctx, n)
+        names.add(f"{prefix} {n}")
+        if isinstance(sub, click.Group):
+            names |= _leaf_names(sub, f"{prefix} {n}")
+    return names
 
 
 def _params() -> list[tuple[str, click.Parameter]]:
@@ -48,6 +66,19 @@ def _params() -> list[tuple[str, click.Parameter]]:
 
 PARAMS = _params()
 TYPED = [(n, p) for n, p in PARAMS if isinstance(p.type, FiniteFloat | BoundedInt | SafeId)]
+
+
+def test_fuzz_reaches_every_command_lazy_groups_included() -> None:
+    """The walk above reaches every command `epi --help` lists, the lazy `epi meter` group's
+    subcommands included (it used to stop at the meter group, leaving its options unfuzzed)."""
+    reached = {path for path, _ in _commands()}
+    listed = _leaf_names(cli_mod.cli, "").__iter__()
+    listed_paths = {name.strip() for name in listed}
+    assert listed_paths <= reached, sorted(listed_paths - reached)
+    meter = {p for p in reached if p.startswith("meter ")}
+    assert {"meter run", "meter read", "meter sync", "meter calibrate"} <= meter, sorted(meter)
+    meter_params = [n for n, _ in PARAMS if n.startswith("meter ")]
+    assert len(meter_params) >= 16, meter_params
 
 
 def test_no_bare_numeric_option_types() -> None:
