@@ -29,7 +29,7 @@ import math
 import operator
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,11 +207,15 @@ class Segment:
     channels: dict[int, ChannelMeta]
     sample_period_s: float | None  # None: not given and not inferable (< 2 samples)
     period_inferred: bool
-    columns: dict[str, list[Any]]  # SAMPLE_COLUMNS → values (None for an empty field)
+    # SAMPLE_COLUMNS → values (None for an empty field); a caller's samples reader may give
+    # another sequence type (the analysis: numpy arrays from its columnar cache).
+    columns: Mapping[str, Sequence[Any]]
     events: list[dict[str, Any]]
     truncated_samples: int = 0  # crash-cut final records dropped
     truncated_events: int = 0
     out_of_range: list[tuple[int, str, float]] = field(default_factory=list)  # (line, col, value)
+    # channel → (first t_mono_ns, first t_real_ns, last t_mono_ns, last t_real_ns)
+    ends: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
 
     @property
     def boot_id(self) -> str | None:
@@ -342,7 +346,8 @@ def _read_complete_lines(path: Path) -> tuple[list[str], int]:
                             "data or faults would be lost)")
     # Only a power-cut tail may be garbage; elsewhere, non-UTF-8 is damage.
     text, dropped = decode_complete_lines(data, str(path), garbage_tail=True)
-    lines = text.split("\n")[:-1]
+    lines = text.split("\n")
+    lines.pop()  # the empty piece after the last newline (in place: no copy of the list)
     while len(lines) > 1 and "\x00" in lines[-1]:
         lines.pop()
         dropped += 1
@@ -355,15 +360,15 @@ class _RowError(Exception):
         self.index = index
 
 
-def _int_col(values: tuple[str, ...], name: str, lo: int, hi: int, nullable: bool
-             ) -> list[int | None]:
+def _int_col(values: list[str], name: str, lo: int, hi: int, nullable: bool
+             ) -> list[int] | list[int | None]:
     try:  # fast path (C loops); the slow path below finds and names the bad row
-        out: list[int | None] = list(map(int, values))
-        if not out or (lo <= min(out) and max(out) <= hi):  # type: ignore[type-var]
-            return out
+        fast = list(map(int, values))
+        if not fast or (lo <= min(fast) and max(fast) <= hi):
+            return fast
     except ValueError:
         pass
-    out = []
+    out: list[int | None] = []
     for i, v in enumerate(values):
         if not v and nullable:
             out.append(None)
@@ -379,15 +384,17 @@ def _int_col(values: tuple[str, ...], name: str, lo: int, hi: int, nullable: boo
     return out
 
 
-def _float_col(values: tuple[str, ...], name: str, lo: float, hi: float,
-               out_of_range: list[tuple[int, str, float]]) -> list[float | None]:
+def _float_col(values: list[str], name: str, lo: float, hi: float,
+               out_of_range: list[tuple[int, str, float]]) -> list[float] | list[float | None]:
     """A float column; a finite reading outside [lo, hi] (a chip glitch) becomes missing and
     is listed in `out_of_range` as (row, column, value); text that is not a finite number is
     file damage (refused)."""
     try:  # fast path (C loops): no empty field, every value finite and in range
         fast = list(map(float, values))
-        if not fast or (all(map(math.isfinite, fast)) and lo <= min(fast) and max(fast) <= hi):
-            return fast  # type: ignore[return-value]
+        # A finite sum means every value is finite (an inf or NaN makes the sum inf or NaN;
+        # an overflow to inf only sends valid data down the slow path).
+        if not fast or (math.isfinite(sum(fast)) and lo <= min(fast) and max(fast) <= hi):
+            return fast
     except ValueError:
         pass
     out: list[float | None] = []
@@ -418,7 +425,7 @@ def _sample_columns(lines: list[str], channels: set[int] | None,
         raise _RowError(i, f"{counts[i] + 1} fields, expected {n_cols}")
     # One split of the whole body, then every column is a stride of it (C loops only).
     flat = ",".join(lines).split(",") if lines else []
-    by = {name: tuple(flat[k::n_cols]) for k, name in enumerate(SAMPLE_COLUMNS)}
+    by = {name: flat[k::n_cols] for k, name in enumerate(SAMPLE_COLUMNS)}
     cols: dict[str, list[Any]] = {
         "seq": _int_col(by["seq"], "seq", 0, INT64_MAX, False),
         "channel": _int_col(by["channel"], "channel", 0, MAX_CHANNEL, False),
@@ -435,9 +442,13 @@ def _sample_columns(lines: list[str], channels: set[int] | None,
                 raise _RowError(i, f"channel {ch} is not in the meta's channels "
                                    f"{sorted(channels)}")
     chans, times = cols["channel"], cols["t_mono_ns"]
-    for ch in present:  # a handful of channels: C-speed checks per channel
-        ts = times if len(present) == 1 else list(itertools.compress(
-            times, map(ch.__eq__, chans)))
+    k = len(present)
+    # The daemon writes one row per channel per sweep in a fixed order: then channel c's
+    # times are a stride of the column (no per-channel copy by comparison).
+    strided = len(chans) % k == 0 and len(set(chans[:k])) == k and chans[k:] == chans[:-k]
+    for i, ch in enumerate(chans[:k] if strided else present):  # a handful of channels
+        ts = (times if k == 1 else times[i::k] if strided
+              else list(itertools.compress(times, map(ch.__eq__, chans))))
         if all(map(operator.lt, ts, itertools.islice(ts, 1, None))):
             continue
         last: dict[int, int] = {}
@@ -450,6 +461,33 @@ def _sample_columns(lines: list[str], channels: set[int] | None,
     return {c: cols[c] for c in SAMPLE_COLUMNS}
 
 
+@dataclass
+class SegmentSamples:
+    """One samples.csv as read and checked: columns, what was dropped, each channel's ends."""
+
+    columns: Mapping[str, Sequence[Any]]
+    dropped: int  # crash-cut final records
+    out_of_range: list[tuple[int, str, float]]  # (file line, column, value), set to missing
+    ends: dict[int, tuple[int, int, int, int]]  # channel → first/last t_mono_ns, t_real_ns
+
+
+# How a segment's samples are read: (samples.csv path, the meta's channels or None).
+SamplesReader = Callable[[Path, "set[int] | None"], SegmentSamples]
+
+
+def read_samples(path: Path, channels: set[int] | None = None) -> SegmentSamples:
+    """A segment's samples.csv read and checked (`parse_samples`), with each channel's ends."""
+    cols, dropped, odd = parse_samples(path, channels)
+    return SegmentSamples(cols, dropped, odd, sample_ends(cols))
+
+
+def sample_ends(columns: Mapping[str, Sequence[Any]]) -> dict[int, tuple[int, int, int, int]]:
+    """channel → (first t_mono_ns, first t_real_ns, last t_mono_ns, last t_real_ns)."""
+    mono, real = columns["t_mono_ns"], columns["t_real_ns"]
+    return {ch: (mono[i], real[i], mono[j], real[j]) for ch, (i, j) in
+            channel_ends(columns).items()}
+
+
 def parse_samples(path: Path, channels: set[int] | None = None
                   ) -> tuple[dict[str, list[Any]], int, list[tuple[int, str, float]]]:
     """A segment's samples.csv by column, checked: (columns, crash-cut records dropped,
@@ -459,7 +497,8 @@ def parse_samples(path: Path, channels: set[int] | None = None
         raise UserError(f"{path}: empty file (no header line)")
     if tuple(lines[0].split(",")) != SAMPLE_COLUMNS:
         raise UserError(f"{path}: header {lines[0][:80]!r} is not the epi-trace v1 header")
-    rows = lines[1:]
+    rows = lines
+    del rows[0]  # the header (in place: no copy of the list)
     while True:
         out_of_range: list[tuple[int, str, float]] = []
         try:
@@ -537,7 +576,7 @@ def _has_rows(path: Path) -> bool:
         return False
 
 
-def infer_period_s(columns: dict[str, list[Any]]) -> float | None:
+def infer_period_s(columns: Mapping[str, Sequence[Any]]) -> float | None:
     """The sample period from the samples themselves: the median spacing of each channel's
     timestamps, the smallest over channels (None with fewer than 2 samples per channel)."""
     per_channel: dict[int, list[int]] = {}
@@ -552,8 +591,12 @@ def infer_period_s(columns: dict[str, list[Any]]) -> float | None:
 
 
 # ------------------------------------------------------------------------------- directory
-def read_trace(trace_dir: str | os.PathLike[str]) -> Trace:
-    """Read and check a whole trace directory; one-line `UserError` on anything malformed."""
+def read_trace(trace_dir: str | os.PathLike[str], samples_reader: SamplesReader = read_samples
+               ) -> Trace:
+    """Read and check a whole trace directory; one-line `UserError` on anything malformed.
+
+    `samples_reader` reads one samples.csv; the analysis passes one that keeps a columnar
+    cache of what `read_samples` returns (host/analysis/trace_cache.py)."""
     path = Path(trace_dir)
     if not path.is_dir():
         raise UserError(f"{path}: not a trace directory")
@@ -575,7 +618,8 @@ def read_trace(trace_dir: str | os.PathLike[str]) -> Trace:
         meta = read_json_object(meta_path, "segment meta")
         channels = check_meta(meta_path, meta, n)
         known = set(channels) or None
-        columns, cut_s, odd = parse_samples(samples_path, known)
+        read = samples_reader(samples_path, known)
+        columns, cut_s, odd = read.columns, read.dropped, read.out_of_range
         if odd:
             line, name, x = odd[0]
             notes.append(f"{samples_path.name}: {len(odd)} reading(s) outside their valid range "
@@ -593,13 +637,22 @@ def read_trace(trace_dir: str | os.PathLike[str]) -> Trace:
             if cut:
                 notes.append(f"{p.name}: dropped {cut} truncated final line(s)")
         segments.append(Segment(n, meta_path, meta, channels, period, inferred, columns, events,
-                                cut_s, cut_e, odd))
+                                cut_s, cut_e, odd, read.ends))
     if not segments:
         raise UserError(f"{path}: no trace segment got as far as its meta.json")
     _check_across_segments(path, segments)
     trace = Trace(path=path, segments=segments, skipped_segments=skipped, notes=notes)
     trace.gaps = _event_gaps(segments) + _segment_gaps(segments)
     return trace
+
+
+def channel_ends(columns: Mapping[str, Sequence[Any]]) -> dict[int, tuple[int, int]]:
+    """Row index of each channel's first and last sample in a segment's columns (C-speed
+    searches, one per channel: a segment has a handful of channels and many rows)."""
+    chans = list(columns["channel"])
+    n = len(chans)
+    backwards = chans[::-1]
+    return {ch: (chans.index(ch), n - 1 - backwards.index(ch)) for ch in sorted(set(chans))}
 
 
 def _check_across_segments(path: Path, segments: list[Segment]) -> None:
@@ -614,11 +667,8 @@ def _check_across_segments(path: Path, segments: list[Segment]) -> None:
                             f"(channel map mismatch at {diff[0]})")
     last: dict[tuple[str | None, int], tuple[int, int]] = {}
     for seg in segments:
-        firsts: dict[int, int] = {}
-        lasts: dict[int, int] = {}
-        for ch, t in zip(seg.columns["channel"], seg.columns["t_mono_ns"], strict=True):
-            firsts.setdefault(ch, t)
-            lasts[ch] = t
+        firsts = {ch: e[0] for ch, e in seg.ends.items()}
+        lasts = {ch: e[2] for ch, e in seg.ends.items()}
         for ch, t in firsts.items():
             prev = last.get((seg.boot_id, ch))
             if prev is not None and t <= prev[1]:
@@ -646,14 +696,8 @@ def _segment_gaps(segments: list[Segment]) -> list[Gap]:
     """Per channel: the span from its last sample in one segment to its first in the next."""
     gaps: list[Gap] = []
     for before, after in itertools.pairwise(segments):
-        last: dict[int, tuple[int, int]] = {}
-        c = before.columns
-        for ch, tm, tr in zip(c["channel"], c["t_mono_ns"], c["t_real_ns"], strict=True):
-            last[ch] = (tm, tr)
-        first: dict[int, tuple[int, int]] = {}
-        c = after.columns
-        for ch, tm, tr in zip(c["channel"], c["t_mono_ns"], c["t_real_ns"], strict=True):
-            first.setdefault(ch, (tm, tr))
+        last = {ch: (e[2], e[3]) for ch, e in before.ends.items()}
+        first = {ch: (e[0], e[1]) for ch, e in after.ends.items()}
         same = before.boot_id is not None and before.boot_id == after.boot_id
         why = ("daemon stopped" if before.clean_stop
                else "daemon ended without a clean stop (crash or kill)")
