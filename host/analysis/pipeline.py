@@ -15,7 +15,7 @@
    Pareto, paired comparisons (host.analysis.paired), the prefill regression estimate and
    layer-group figures (host.analysis.statistics, figures, prefill_regression).
 
-Nothing here writes files; epi.commands.analyze does, atomically.
+Nothing here writes files; host.analysis.output does, atomically.
 """
 
 from __future__ import annotations

@@ -1,13 +1,19 @@
 """Run a campaign: print the plan, resume from the journal, run every step, analyse, report.
 
-Each step runs as its own process (host.campaign.step, or `epi analyze` / `epi report`) in
-its own session; the journal records `started` (with the process group) before and `done`
-(with the step's result) after. A resumed campaign:
+Each prepare, quantize, data, accuracy and run step runs as its own process
+(host.campaign.step) in its own session; the analysis and the report are library calls
+(host.analysis.output.analyze_to, host.report.build.write_report) in the campaign's process.
+The journal records `started` (with the process group) before and `done` (with the step's
+result) after. A resumed campaign:
 
-* skips every step with a `done` line (it never repeats a finished step);
+* trusts a `done` line only when the step's output is on disk (host.campaign.verify): a step
+  whose output is missing runs again, and so do the analysis and report after it;
+* skips every other step with a `done` line (it never repeats a finished step);
 * stops whatever an interrupted step left running, and renames an interrupted run's
   directory to `*.interrupted`, so the analysis never sees half a run (only the run
   directories named in `done` lines are analysed);
+* touches nothing outside its own directory: the journal's paths are relative to it, and a
+  process group is stopped only when its marker names this directory;
 * says what it resumed.
 """
 
@@ -22,68 +28,43 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from epi.core.errors import UserError
 from host.campaign import accuracy_projection, procs
-from host.campaign.journal import Journal, JournalState
+from host.campaign.journal import (
+    Done,
+    Failed,
+    Journal,
+    JournalState,
+    Session,
+    Settle,
+    Started,
+    StepResult,
+    marker_root,
+)
+from host.campaign.layout import Layout
 from host.campaign.meter import emulated_daemon
 from host.campaign.plan import Plan, Step, base_path, build_plan, format_duration, plan_text
 from host.campaign.progress import Progress
 from host.campaign.study import Study
 from host.campaign.thermal import settle
+from host.campaign.verify import verify_done
+from host.errors import StepFailed
 
 LOCK = ".campaign.lock"
-
-# [analysis] fields of the study file → the `epi analyze` options they set
-ANALYZE_FLAGS = {"energy_basis": "--energy-basis", "energy_method": "--energy-method",
-                 "cv_threshold": "--cv-threshold", "max_offset_frac": "--max-offset-frac",
-                 "min_samples": "--min-samples", "lag": "--lag",
-                 "max_lag_error_frac": "--max-lag-error-frac",
-                 "ppl_tolerance": "--ppl-tolerance",
-                 "max_resolution_frac": "--max-resolution-frac"}
-
-
-
-class StepFailed(UserError):
-    exit_code = 1
-
-
-@dataclass
-class Layout:
-    """Where a campaign keeps things (all under the study's `out`)."""
-
-    root: Path
-
-    @property
-    def trace(self) -> Path:
-        return self.root / "trace"
-
-    @property
-    def analysis(self) -> Path:
-        return self.root / "analysis"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report"
-
-    @property
-    def accuracy(self) -> Path:
-        return self.root / "accuracy.json"
-
-    def step_dir(self, step_id: str) -> Path:
-        return self.root / "steps" / step_id.replace(":", "_").replace("/", "_")
-
-    def run_dir(self, step: Step, attempt: int) -> Path:
-        return self.root / "runs" / str(step.config) / f"round{step.round}-attempt{attempt}"
+IN_PROCESS = ("analysis", "report")  # library calls, not step processes
 
 
 @contextmanager
 def campaign_lock(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise UserError(f"{root / LOCK}: cannot open the campaign lock ({exc.strerror})"
+                        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -108,8 +89,8 @@ def resume_lines(plan: Plan, state: JournalState, layout: Layout) -> list[str]:
              f"steps finished in {state.sessions} earlier session(s); they are not repeated"]
     for step_id, ev in state.interrupted.items():
         extra = ""
-        if ev.get("run_dir"):
-            extra = f"; its partial run {ev['run_dir']} is not counted"
+        if ev.run_dir and (layout.root / ev.run_dir).exists():
+            extra = f"; its partial run {ev.run_dir} is not counted"
         lines.append(f"  {step_id} was interrupted (attempt {state.attempts.get(step_id, 1)})"
                      f"{extra}: it runs again")
     if state.torn_line:
@@ -120,17 +101,22 @@ def resume_lines(plan: Plan, state: JournalState, layout: Layout) -> list[str]:
     return lines
 
 
-def _clean_interrupted(state: JournalState) -> None:
-    for _step_id, ev in state.interrupted.items():
-        if ev.get("pgid") and ev.get("marker"):
-            procs.stop_stale_group(int(ev["pgid"]), ev["marker"])
-        rd = ev.get("run_dir")
-        if rd and Path(rd).exists():
-            target = Path(rd + ".interrupted")
+def _clean_interrupted(state: JournalState, layout: Layout) -> None:
+    """Stop what interrupted steps left running and set their partial runs aside; only this
+    campaign's own processes (marker names this directory) and directories."""
+    mine = {os.path.abspath(layout.root), str(layout.root.resolve())}
+    for step_id, ev in state.interrupted.items():
+        if ev.pgid and ev.marker and marker_root(ev.marker, step_id, ev.attempt) in mine:
+            procs.stop_stale_group(ev.pgid, ev.marker)
+        if not ev.run_dir:
+            continue
+        rd = layout.root / ev.run_dir  # relative: inside this campaign by construction
+        if rd.is_dir() and not rd.is_symlink():
+            target = rd.with_name(rd.name + ".interrupted")
             n = 1
             while target.exists():
                 n += 1
-                target = Path(f"{rd}.interrupted{n}")
+                target = rd.with_name(f"{rd.name}.interrupted{n}")
             os.replace(rd, target)
 
 
@@ -153,8 +139,8 @@ class Campaign:
         self.stream.write(line + "\n")
         self.stream.flush()
 
-    # -- step arguments
-    def _args(self, step: Step, state: JournalState) -> tuple[dict[str, Any], str | None]:
+    # -- step arguments (the spec a step process reads)
+    def _args(self, step: Step, state: JournalState) -> tuple[dict[str, object], Path | None]:
         st, lay = self.study, self.layout
         if step.kind == "prepare":
             return {"name": step.detail}, None
@@ -181,44 +167,20 @@ class Campaign:
                     "repeats": r.repeats_per_run, "warmups": r.warmups, "threads": r.threads,
                     "workers": r.workers, "split": r.split, "node": r.node,
                     "meter": self.meter_url, "idle_s": r.idle_s,
-                    "cooldown_s": r.cooldown_s, "seed": st.seed}, str(run_dir)
+                    "cooldown_s": r.cooldown_s, "seed": st.seed}, run_dir
         raise AssertionError(step.kind)
 
-    def _argv(self, step: Step, spec_path: Path, state: JournalState) -> list[str]:
-        if step.kind == "analysis":
-            return [self.python, "-m", "epi", *self.analysis_args(state)]
-        if step.kind == "report":
-            st = self.study
-            title = (f"epi study '{st.name}': {len(self.plan.configs)} configurations x "
-                     f"{st.repeats} rounds ({st.path.name})")
-            return [self.python, "-m", "epi", "report", str(self.layout.analysis), "--out",
-                    str(self.layout.report), "--title", title]
-        return [self.python, "-m", "host.campaign.step", str(spec_path)]
-
-    def run_dirs(self, state: JournalState) -> list[str]:
+    def run_dirs(self, state: JournalState) -> list[Path]:
+        """The finished runs' directories, in plan order (what the analysis reads)."""
         out = []
         for s in self.plan.run_steps:
             ev = state.done.get(s.step_id)
-            if ev and ev.get("result", {}).get("run_dir"):
-                out.append(ev["result"]["run_dir"])
+            if ev is not None and "run_dir" in ev.result:
+                out.append(self.layout.root / ev.result["run_dir"])
         return out
 
     def trace_dir(self) -> Path:
         return self.study.meter.trace if self.study.meter.trace else self.layout.trace
-
-    def analysis_args(self, state: JournalState) -> list[str]:
-        runs = self.run_dirs(state)
-        if not runs:
-            raise StepFailed("no run finished: nothing to analyse")
-        args = ["analyze", *runs, "--trace", str(self.trace_dir()), "--out",
-                str(self.layout.analysis)]
-        if self.layout.accuracy.is_file():
-            args += ["--accuracy", str(self.layout.accuracy)]
-        if self.study.baseline:
-            args += ["--baseline", self.study.baseline]
-        for key, value in self.study.analysis.items():
-            args += [ANALYZE_FLAGS[key], str(value)]
-        return args
 
     def merge_accuracy(self, state: JournalState) -> None:
         """One epi-accuracy file over every configuration's (for the analysis)."""
@@ -227,39 +189,99 @@ class Campaign:
         docs = []
         for s in self.plan.steps:
             ev = state.done.get(s.step_id)
-            if s.kind == "accuracy" and ev:
-                docs.append(read_results(Path(ev["result"]["out"])))
+            if s.kind == "accuracy" and ev is not None and "out" in ev.result:
+                docs.append(read_results(self.layout.root / ev.result["out"]))
         if not docs:
             return
         merged = dict(docs[0])
         merged["models"] = [m for d in docs for m in d["models"]]
         write_results(self.layout.accuracy, merged)
 
+    # -- the two library steps
+    def analyse(self, state: JournalState, log: TextIO) -> StepResult:
+        """The analysis of every finished run (host.analysis.output), its tables to `log`."""
+        from host.analysis.output import analyze_to
+        from host.analysis.summary import summary_text
+
+        runs = self.run_dirs(state)
+        if not runs:
+            raise StepFailed("no run finished: nothing to analyse")
+        self.merge_accuracy(state)
+        acc = self.layout.accuracy if self.layout.accuracy.is_file() else None
+        a = analyze_to(self.layout.analysis, runs, self.trace_dir(),
+                       self.study.analysis.options(self.study.baseline), acc,
+                       option=f"{self.layout.analysis}")
+        log.write(summary_text(a) + "\n")
+        return {"out": str(self.layout.analysis)}
+
+    def write_report(self, log: TextIO) -> StepResult:
+        """The HTML and Markdown report of the analysis (host.report.build)."""
+        from host.report.build import write_report
+
+        st = self.study
+        title = (f"epi study '{st.name}': {len(self.plan.configs)} configurations x "
+                 f"{st.repeats} rounds ({st.path.name})")
+        r = write_report(self.layout.analysis, self.layout.report, title)
+        log.write(f"wrote {r.markdown}\nreport: {r.html}\n")
+        return {"out": str(self.layout.report)}
+
     # -- one step
-    def run_step(self, step: Step, state: JournalState, progress: Progress) -> dict[str, Any]:
+    def run_step(self, step: Step, state: JournalState, progress: Progress
+                 ) -> tuple[StepResult, Settle | None]:
         sdir = self.layout.step_dir(step.step_id)
-        sdir.mkdir(parents=True, exist_ok=True)
+        try:
+            sdir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{sdir}: cannot make the step's directory ({exc.strerror or exc})"
+                            ) from None
+        attempt = state.attempts.get(step.step_id, 0) + 1
+        log = sdir / f"attempt{attempt}.log"
+        settled = settle(self.study.thermal, self.meter_url) if step.kind == "run" else None
+        if step.kind in IN_PROCESS:
+            state.attempts[step.step_id] = attempt
+            self.journal.append(Started(step.step_id, attempt, log=str(log)))
+            result, rc, ok = self._in_process(step, state, log)
+        else:
+            result, rc, ok = self._in_step_process(step, state, progress, sdir, log, attempt,
+                                                   settled)
+        if not ok:
+            why = self._failure(sdir, log)
+            self.journal.append(Failed(step.step_id, attempt, rc, why))
+            raise StepFailed(f"step {step.step_id} failed (exit {rc}): {why}")
+        ev = Done(step.step_id, attempt, result, settled)
+        self.journal.append(ev)
+        state.done[step.step_id] = Done(step.step_id, attempt,
+                                        self.journal.relative_result(result), settled)
+        state.interrupted.pop(step.step_id, None)
+        return result, settled
+
+    def _in_process(self, step: Step, state: JournalState, log: Path
+                    ) -> tuple[StepResult, int, bool]:
+        with open(log, "a") as fh:
+            try:
+                result = self.analyse(state, fh) if step.kind == "analysis" else \
+                    self.write_report(fh)
+            except UserError as exc:
+                fh.write(f"epi: error: {exc}\n")
+                return {}, exc.exit_code, False
+        return result, 0, True
+
+    def _in_step_process(self, step: Step, state: JournalState, progress: Progress,
+                         sdir: Path, log: Path, attempt: int, settled: Settle | None
+                         ) -> tuple[StepResult, int, bool]:
         spec_path, result_path = sdir / "spec.json", sdir / "result.json"
         result_path.unlink(missing_ok=True)
         (sdir / "error.json").unlink(missing_ok=True)
-        run_dir = None
-        extra: dict[str, Any] = {}
-        if step.kind not in ("analysis", "report"):
-            args, run_dir = self._args(step, state)
-            spec_path.write_text(json.dumps({"kind": step.kind, "args": args,
-                                             "result": str(result_path)}, indent=1))
-        if step.kind == "analysis":
-            self.merge_accuracy(state)
-        if step.kind == "run":
-            extra["settle"] = settle(self.study.thermal, self.meter_url)
-        attempt = state.attempts.get(step.step_id, 0) + 1
+        args, run_dir = self._args(step, state)
+        spec_path.write_text(json.dumps({"kind": step.kind, "args": args,
+                                         "result": str(result_path)}, indent=1))
         marker = f"{self.layout.root.resolve()}:{step.step_id}:{attempt}"
-        argv = self._argv(step, spec_path, state)
-        log = sdir / f"attempt{attempt}.log"
-        proc = procs.start(argv, log, marker)
+        proc = procs.start([self.python, "-m", "host.campaign.step", str(spec_path)], log,
+                           marker)
         state.attempts[step.step_id] = attempt
-        self.journal.append("started", step.step_id, attempt=attempt, pgid=proc.pid,
-                            marker=marker, run_dir=run_dir, log=str(log), **extra)
+        self.journal.append(Started(step.step_id, attempt, proc.pid, marker,
+                                    None if run_dir is None else str(run_dir), str(log),
+                                    settled))
         try:
             while proc.poll() is None:
                 try:
@@ -270,32 +292,19 @@ class Campaign:
             procs.stop(proc)
             raise
         rc = proc.returncode
-        if step.kind in ("analysis", "report"):
-            ok = rc == 0
-            result = {"out": str(self.layout.analysis if step.kind == "analysis"
-                                 else self.layout.report)}
-        else:
-            ok = rc == 0 and result_path.is_file()
-            result = json.loads(result_path.read_text()) if ok else {}
-        if not ok and step.kind == "run" and rc == 1 and run_dir and Path(run_dir).exists():
+        if rc == 0 and result_path.is_file():
+            return json.loads(result_path.read_text()), rc, True
+        if step.kind == "run" and rc == 1 and run_dir is not None and run_dir.exists():
             # The run started and failed (its token log says why): a finished step whose
             # verdict the analysis reports; running it again would not be the same run.
-            result = {"run_dir": run_dir, "failed": True}
-            ok = True
-        if not ok:
-            why = self._failure(sdir, log)
-            self.journal.append("failed", step.step_id, attempt=attempt, rc=rc, reason=why)
-            raise StepFailed(f"step {step.step_id} failed (exit {rc}): {why}")
-        ev = self.journal.append("done", step.step_id, attempt=attempt, result=result, **extra)
-        state.done[step.step_id] = ev
-        state.interrupted.pop(step.step_id, None)
-        return {**result, **extra}
+            return {"run_dir": str(run_dir), "failed": True}, rc, True
+        return {}, rc, False
 
     @staticmethod
     def _failure(sdir: Path, log: Path) -> str:
         try:
-            return json.loads((sdir / "error.json").read_text())["error"]
-        except (OSError, ValueError, KeyError):
+            return str(json.loads((sdir / "error.json").read_text())["error"])
+        except (OSError, ValueError, KeyError, TypeError):
             pass
         try:
             tail = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
@@ -350,16 +359,18 @@ class Campaign:
             state = self.journal.read()
             for line in resume_lines(self.plan, state, self.layout):
                 self.echo(line)
-            _clean_interrupted(state)
-            self.journal.append("session", None, study=str(self.study.path),
-                                study_sha256=study_sha256(self.study), pid=os.getpid())
+            for line in verify_done(self.plan, state, self.layout):
+                self.echo(line)
+            _clean_interrupted(state, self.layout)
+            self.journal.append(Session(str(self.study.path), study_sha256(self.study),
+                                        str(self.layout.root.resolve()), os.getpid()))
             done = set(state.done)
             for line in plan_text(self.plan, done):
                 self.echo(line)
             todo = [s for s in self.plan.steps if s.step_id not in done]
             if not todo:
                 self.echo("every step is finished; nothing to do")
-                return self.layout.report / "report.html"
+                return self.layout.report_html
             progress = Progress(self.plan.steps, done, stream=self.stream)
             needs_meter = any(s.kind == "run" for s in todo)
             ctx = (emulated_daemon(self.layout.root, self.layout.trace, self.study.meter.rate_hz)
@@ -372,51 +383,51 @@ class Campaign:
                     progress.line(f"emulated meter daemon at {url}, trace {self.layout.trace} "
                                   "(modelled power: channel 0 follows this machine's CPU)")
                 for step in todo:
-                    if step.kind == "analysis" and self.study.meter.emulate:
+                    if step.kind in IN_PROCESS:
                         continue  # after the daemon has stopped and flushed its trace
-                    if step.kind == "report":
-                        continue
                     if step.kind == "accuracy" and not projected:
                         self.project_accuracy(state, progress)
                         projected = True
                     progress.start(step)
-                    result = self.run_step(step, state, progress)
-                    progress.finish(step, summary(step, result))
+                    result, settled = self.run_step(step, state, progress)
+                    progress.finish(step, summary(step, result, settled))
             for step in todo:
-                if step.kind in ("analysis", "report") and step.step_id not in state.done:
+                if step.kind in IN_PROCESS and step.step_id not in state.done:
                     progress.start(step)
-                    result = self.run_step(step, state, progress)
-                    progress.finish(step, summary(step, result))
+                    result, settled = self.run_step(step, state, progress)
+                    progress.finish(step, summary(step, result, settled))
             progress.close()
             self.echo(f"campaign finished in {format_duration(time.monotonic() - t0)} "
                       f"(this session)")
-            return self.layout.report / "report.html"
+            return self.layout.report_html
 
 
-def summary(step: Step, r: dict[str, Any]) -> str:
+def summary(step: Step, r: StepResult, s: Settle | None = None) -> str:
     """The one line printed when a step finishes."""
     if step.kind == "quantize":
         state = "up to date, skipped" if r.get("skipped") else "quantized"
-        return (f"{Path(r['output']).name} {state} ({r['size_bytes'] / 1e6:.1f} MB, "
-                f"{r['bits_per_weight']} bits/weight)")
+        return (f"{Path(r.get('output', '?')).name} {state} "
+                f"({r.get('size_bytes', 0) / 1e6:.1f} MB, {r.get('bits_per_weight')} "
+                "bits/weight)")
     if step.kind == "accuracy":
         comp = r.get("composite")
         return (f"composite accuracy {comp:.3f}" if comp is not None else "composite null") + (
             " (cached)" if r.get("cached") else "")
     if step.kind == "run":
-        s = r.get("settle", {})
+        s = s or {}
         how = (f"settled ({s.get('rule')}, {s.get('waited_s', 0):.1f} s)" if s.get("settled")
                else f"NOT settled after {s.get('waited_s', 0):.1f} s")
+        run_dir = r.get("run_dir", "")
         if r.get("failed"):
-            return f"run FAILED (the analysis reports why); {how}; {r['run_dir']}"
+            return f"run FAILED (the analysis reports why); {how}; {run_dir}"
         dec = r.get("decode_tok_s_median")
-        return (f"{r['n_measured']} measured requests, decode "
-                f"{dec:.1f} tok/s; {how}; {r['run_dir']}" if dec else f"{r['run_dir']}; {how}")
+        return (f"{r.get('n_measured')} measured requests, decode "
+                f"{dec:.1f} tok/s; {how}; {run_dir}" if dec else f"{run_dir}; {how}")
     if step.kind == "data":
-        return "prepared " + (", ".join(r["prepared"]) or "nothing (already there)")
+        return "prepared " + (", ".join(r.get("prepared", [])) or "nothing (already there)")
     if step.kind == "prepare":
         return r.get("path", "")
-    return str(r.get("out", ""))
+    return r.get("out", "")
 
 
 def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool = False
@@ -434,6 +445,8 @@ def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool =
     plan = build_plan(study, proj)
     state = Journal(study.out).read()
     for line in resume_lines(plan, state, Layout(study.out)):
+        echo(line)
+    for line in verify_done(plan, state, Layout(study.out)):
         echo(line)
     for line in plan_text(plan, set(state.done)):
         echo(line)

@@ -13,11 +13,13 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from epi.core.errors import UserError
 from epi.formats.fields import check_id, read_toml_file
+from host.analysis.model import Options
 
+T = TypeVar("T")
 THERMAL_RULES = ("fixed", "stable")
 KNOWN_SECTIONS = {"study", "models", "run", "meter", "accuracy", "thermal", "analysis",
                   "estimate"}
@@ -86,6 +88,45 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class AnalysisSpec:
+    """The [analysis] table: the analysis options a study sets (None: the analysis'
+    default, host.analysis.model.Options)."""
+
+    energy_basis: str | None = None
+    energy_method: str | None = None
+    lag: str | None = None
+    cv_threshold: float | None = None
+    max_offset_frac: float | None = None
+    max_lag_error_frac: float | None = None
+    ppl_tolerance: float | None = None
+    max_resolution_frac: float | None = None
+    min_samples: int | None = None
+
+    def given(self) -> dict[str, str | float | int]:
+        """The fields the study file sets."""
+        return {k: v for k, v in vars(self).items() if v is not None}
+
+    def options(self, baseline: str | None) -> Options:
+        """The analysis options: the study's fields over the analysis' defaults."""
+        d = Options()
+        return Options(
+            baseline=baseline,
+            energy_basis=_or(self.energy_basis, d.energy_basis),
+            energy_method=_or(self.energy_method, d.energy_method),
+            lag=_or(self.lag, d.lag),
+            cv_threshold=_or(self.cv_threshold, d.cv_threshold),
+            max_offset_frac=_or(self.max_offset_frac, d.max_offset_frac),
+            max_lag_error_frac=_or(self.max_lag_error_frac, d.max_lag_error_frac),
+            ppl_tolerance=_or(self.ppl_tolerance, d.ppl_tolerance),
+            max_resolution_frac=_or(self.max_resolution_frac, d.max_resolution_frac),
+            min_samples=_or(self.min_samples, d.min_samples))
+
+
+def _or(value: T | None, default: T) -> T:
+    return default if value is None else value
+
+
+@dataclass(frozen=True)
 class Study:
     path: Path
     name: str
@@ -98,7 +139,7 @@ class Study:
     meter: MeterSpec
     accuracy: AccuracySpec
     thermal: ThermalSpec
-    analysis: dict[str, Any]
+    analysis: AnalysisSpec
     estimate: Estimate
 
 
@@ -195,12 +236,17 @@ def _models(path: Path, doc: dict[str, Any]) -> tuple[ModelSpec, ...]:
     if not isinstance(raw, list) or not raw:
         raise UserError(f"{path}: field 'models': expected one or more [[models]] tables")
     out = []
+    names: dict[str, int] = {}
     for i, entry in enumerate(raw):
         if not isinstance(entry, dict):
             raise UserError(f"{path}: field 'models[{i}]': expected a table")
         r = _Reader(path, entry, f"models[{i}]")
         name = r.get("name", str, required=True)
         check_id(name, f"{path}: field 'models[{i}].name'")  # becomes OUT/models/NAME
+        if name in names:  # one name, one base model: a second would quantize from the first
+            raise r.fail("name", f"{name!r} is already the name of models[{names[name]}]; "
+                         "give each [[models]] entry its own name")
+        names[name] = i
         p = r.get("path", str)
         maps = r.get("maps", list, [])
         include_base = r.get("include_base", bool, False)
@@ -292,23 +338,23 @@ def load_study(path: Path | str) -> Study:
     t.finish()
 
     an = _table(path, doc, "analysis")
-    analysis: dict[str, Any] = {}
-    for key in ("energy_basis", "energy_method", "lag"):
-        if (text := an.get(key, str)) is not None:
-            analysis[key] = text
-    for key in ("cv_threshold", "max_offset_frac", "max_lag_error_frac", "ppl_tolerance",
-                "max_resolution_frac"):  # fractions, as `epi analyze` takes them
-        if (x := an.number(key, None, 0.0, high=1.0)) is not None:
-            analysis[key] = x
-    if (n := an.number("min_samples", None, 2, integer=True)) is not None:
-        analysis["min_samples"] = n
+    choices = {"energy_basis": ("gross", "net"), "energy_method": ("counter", "trapezoid"),
+               "lag": ("none", "auto")}
+    texts: dict[str, str | None] = {}
+    for key, allowed in choices.items():
+        text = an.get(key, str)
+        if text is not None and text not in allowed:
+            raise an.fail(key, "expected " + " or ".join(f'"{x}"' for x in allowed))
+        texts[key] = text
+    fracs = {key: an.number(key, None, 0.0, high=1.0)  # fractions, as `epi analyze` takes them
+             for key in ("cv_threshold", "max_offset_frac", "max_lag_error_frac",
+                         "ppl_tolerance", "max_resolution_frac")}
+    analysis = AnalysisSpec(texts["energy_basis"], texts["energy_method"], texts["lag"],
+                            fracs["cv_threshold"], fracs["max_offset_frac"],
+                            fracs["max_lag_error_frac"], fracs["ppl_tolerance"],
+                            fracs["max_resolution_frac"],
+                            an.number("min_samples", None, 2, integer=True))
     an.finish()
-    if analysis.get("energy_basis", "gross") not in ("gross", "net"):
-        raise an.fail("energy_basis", "expected \"gross\" or \"net\"")
-    if analysis.get("energy_method", "counter") not in ("counter", "trapezoid"):
-        raise an.fail("energy_method", "expected \"counter\" or \"trapezoid\"")
-    if analysis.get("lag", "none") not in ("none", "auto"):
-        raise an.fail("lag", "expected \"none\" or \"auto\"")
 
     e = _table(path, doc, "estimate")
     d = Estimate()

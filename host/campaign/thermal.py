@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from host.campaign.journal import Settle
 from host.campaign.study import ThermalSpec
 
 
@@ -50,7 +51,7 @@ def stable(readings: list[tuple[int, float]], spec: ThermalSpec) -> tuple[bool, 
 def settle(spec: ThermalSpec, meter_url: str | None, *,
            status: Callable[[str], dict[str, Any]] = read_status,
            sleep: Callable[[float], None] = time.sleep,
-           clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+           clock: Callable[[], float] = time.monotonic) -> Settle:
     """Wait by the rule; return {rule, waited_s, settled, ...} for the journal."""
     t0 = clock()
     if spec.rule == "fixed" or meter_url is None:

@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
-from epi.formats.fields import read_json_object
+from epi.formats.analysis import RESULT_FORMAT, RESULT_VERSION
+from epi.formats.fields import check_format, read_json_object
 from epi.formats.manifests import manifest_beside, read_any_manifest
 from host.analysis.intervals import pct
 from host.analysis.power_source import COMPONENT
@@ -279,9 +280,7 @@ def load(analysis_dir: Path | str) -> ReportData:
         if not (d / name).is_file():
             raise UserError(f"{d / name}: missing — not an `epi analyze` output directory")
     doc = read_json_object(d / "results.json", "analysis results")
-    if doc.get("format") != "epi-analysis":
-        raise UserError(f"{d / 'results.json'}: field 'format': expected 'epi-analysis', got "
-                        f"{doc.get('format')!r}")
+    check_format(doc, d / "results.json", RESULT_FORMAT, RESULT_VERSION)  # newer: refused
     check_document_shape(doc, d / "results.json")
     results = _read_csv(d / "results.csv")
     for col in ("config", "scope", "phase", "unit", "basis"):
@@ -311,7 +310,7 @@ def campaign_settles(journal: Path, doc: dict[str, Any]) -> list[dict[str, Any]]
         lines = journal.read_text().splitlines()
     except OSError:
         return []
-    analysed = {str(r.get("path")): r for r in doc["runs"]}
+    analysed = {str(Path(str(r.get("path"))).resolve()): r for r in doc["runs"]}
     out = []
     for line in lines:
         try:
@@ -319,8 +318,10 @@ def campaign_settles(journal: Path, doc: dict[str, Any]) -> list[dict[str, Any]]
         except ValueError:
             continue
         result = ev.get("result") or {}
-        if ev.get("event") == "done" and result.get("run_dir") in analysed and ev.get("settle"):
-            run = analysed[result["run_dir"]]
+        rel = result.get("run_dir")  # relative to the campaign directory (the journal's)
+        key = str((journal.parent / rel).resolve()) if isinstance(rel, str) else None
+        if ev.get("event") == "done" and key in analysed and ev.get("settle"):
+            run = analysed[key]
             out.append({"step": ev.get("step"), "config": run["config"],
                         "run_id": run["run_id"], **ev["settle"]})
     return out

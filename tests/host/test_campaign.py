@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from epi.cli import cli
 from epi.core.errors import UserError
-from host.campaign.journal import Journal
+from host.campaign.journal import Done, Journal, Session, Started
 from host.campaign.plan import build_plan
 from host.campaign.progress import Progress
 from host.campaign.study import ThermalSpec, load_study
@@ -187,16 +187,16 @@ def test_plan_interleaves_configurations_across_rounds_in_seeded_order(tmp_path)
 
 def test_journal_ignores_a_torn_line_and_keeps_appending_cleanly(tmp_path):
     j = Journal(tmp_path)
-    j.append("session")
-    j.append("started", "run:a:1", attempt=1, run_dir="x")
-    j.append("done", "run:a:1", result={"run_dir": "x"})
-    j.append("started", "run:b:1", attempt=1, run_dir="y")
+    j.append(Session("s.toml", None, str(tmp_path)))
+    j.append(Started("run:a:1", 1, run_dir=str(tmp_path / "x")))
+    j.append(Done("run:a:1", 1, {"run_dir": str(tmp_path / "x")}))
+    j.append(Started("run:b:1", 1, run_dir=str(tmp_path / "y")))
     with open(j.path, "ab") as fh:  # a power cut in the middle of a line
         fh.write(b'{"event": "done", "step": "run:b:1", "res')
     st = j.read()
     assert set(st.done) == {"run:a:1"} and set(st.interrupted) == {"run:b:1"}
     assert st.torn_line and st.attempts == {"run:a:1": 1, "run:b:1": 1}
-    j.append("started", "run:b:1", attempt=2)
+    j.append(Started("run:b:1", 2))
     st = j.read()
     assert not st.torn_line and st.attempts["run:b:1"] == 2
     lines = j.path.read_bytes().split(b"\n")
@@ -205,7 +205,7 @@ def test_journal_ignores_a_torn_line_and_keeps_appending_cleanly(tmp_path):
 
 def test_journal_edited_by_hand_is_a_one_line_error(tmp_path):
     j = Journal(tmp_path)
-    j.append("session")
+    j.append(Session("s.toml", None, str(tmp_path)))
     with open(j.path, "ab") as fh:
         fh.write(b"garbage\n")
     with pytest.raises(UserError, match=r"journal\.jsonl: line 2 is not JSON"):
@@ -308,22 +308,30 @@ def test_bad_study_on_the_command_line_is_exit_2(tmp_path):
     assert main  # the console entry point is what `-m epi` runs
 
 
-def test_every_analysis_field_sets_a_real_epi_analyze_option(tmp_path):
-    """Each [analysis] field the study accepts reaches `epi analyze` as an option it has."""
-    from epi.commands.analyze import analyze
-    from host.campaign.execute import ANALYZE_FLAGS
+def test_every_analysis_field_reaches_the_analysis_and_is_an_epi_analyze_option(tmp_path):
+    """Each [analysis] field the study accepts reaches the Options the campaign analyses with,
+    and is the `epi analyze` option of the same name (same value once parsed)."""
+    from dataclasses import fields
 
-    p = write_study(tmp_path, "[analysis]\nenergy_basis = \"net\"\nenergy_method = "
-                    "\"trapezoid\"\ncv_threshold = 0.05\nmax_offset_frac = 0.02\n"
-                    "min_samples = 3\nlag = \"auto\"\nmax_lag_error_frac = 0.02\n"
-                    "ppl_tolerance = 0.02\nmax_resolution_frac = 0.01")
-    accepted = load_study(p).analysis
-    assert set(accepted) == set(ANALYZE_FLAGS)
+    from epi.commands.analyze import analyze
+    from host.campaign.study import AnalysisSpec
+
+    written = {"energy_basis": "net", "energy_method": "trapezoid", "cv_threshold": 0.05,
+               "max_offset_frac": 0.02, "min_samples": 3, "lag": "auto",
+               "max_lag_error_frac": 0.02, "ppl_tolerance": 0.02, "max_resolution_frac": 0.01}
+    p = write_study(tmp_path, "[analysis]\n" + "\n".join(
+        f"{k} = {json.dumps(v)}" for k, v in written.items()))
+    spec = load_study(p).analysis
+    assert spec.given() == written
+    assert set(written) == {f.name for f in fields(AnalysisSpec)}
+    opts = spec.options("uniform_q8")
+    assert opts.baseline == "uniform_q8"
     options = {o for param in analyze.params for o in param.opts}
-    for key, value in accepted.items():
-        assert ANALYZE_FLAGS[key] in options
-        ctx = analyze.make_context("analyze", ["run", "--trace", "t", ANALYZE_FLAGS[key],
-                                               str(value)])
+    for key, value in written.items():
+        assert getattr(opts, key) == value
+        flag = "--" + key.replace("_", "-")
+        assert flag in options
+        ctx = analyze.make_context("analyze", ["run", "--trace", "t", flag, str(value)])
         assert ctx.params[key] == value
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from host.campaign.journal import Journal
+from host.campaign.journal import Journal, Started
 from host.campaign.procs import MARK_VAR
 from host.quant.tiny_model import write_test_model
 from host.report import data as report_data
@@ -111,7 +111,7 @@ def _leftovers(camp: Path) -> list[int]:
     return out
 
 
-def _open_step(journal: Journal, kind: str) -> dict | None:
+def _open_step(journal: Journal, kind: str) -> Started | None:
     """The journal's `started` event of a step of `kind` that has no `done` line yet."""
     state = journal.read()
     return next((ev for sid, ev in state.interrupted.items() if sid.split(":")[0] == kind),
@@ -119,7 +119,7 @@ def _open_step(journal: Journal, kind: str) -> dict | None:
 
 
 def _kill_inside(kind: str, proc: subprocess.Popen, journal: Journal,
-                 rng: random.Random) -> dict:
+                 rng: random.Random) -> Started:
     """SIGKILL the campaign while a step of `kind` is running (see the module docstring);
     returns that step's `started` event."""
     deadline = time.monotonic() + TIMEOUT_S
@@ -193,9 +193,9 @@ def test_killed_twice_gives_the_same_report_as_uninterrupted(
     out = log_b.read_text()
     assert out.count("resuming the campaign") == 2
     for ev in killed:  # each resumed session said what it took up again
-        assert f"{ev['step']} was interrupted (attempt {ev['attempt']})" in out
-        if ev.get("run_dir") and Path(ev["run_dir"] + ".interrupted").exists():
-            assert f"its partial run {ev['run_dir']} is not counted" in out
+        assert f"{ev.step} was interrupted (attempt {ev.attempt})" in out
+        if ev.run_dir and (camp_b / (ev.run_dir + ".interrupted")).exists():
+            assert f"its partial run {ev.run_dir} is not counted" in out
 
     # no finished step was repeated: one `done` line per step, every step done
     lines = [json.loads(x) for x in journal.path.read_text().splitlines()]

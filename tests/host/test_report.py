@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epi.cli import cli
-from epi.commands.analyze import analyze_runs, build_outputs, write_atomically
 from epi.core.errors import UserError
 from host.analysis.model import Options
+from host.analysis.output import analyze_to
 from host.report import data as report_data
 from host.report.browser import check_page
 from host.report.build import render_files, write_report
@@ -67,9 +67,8 @@ def study_analysis(tmp_path: Path, synth_tools) -> tuple[Path, dict]:
         reqs = [r for r in scheds[cfg].requests if not r["warmup"]]
         truth[cfg] = (sum(prof.energy(r["start"], r["end"]) for r in reqs)
                       / sum(r["n_gen"] for r in reqs))
-    a = analyze_runs(runs, tdir, Options(baseline="q8"), _accuracy(tmp_path / "acc.json"))
     out = tmp_path / "analysis"
-    write_atomically(out, build_outputs(a, {"run_dirs": [str(r) for r in runs]}))
+    analyze_to(out, runs, tdir, Options(baseline="q8"), _accuracy(tmp_path / "acc.json"))
     return out, truth
 
 

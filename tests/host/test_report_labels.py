@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from epi.commands.analyze import analyze_runs, build_outputs, write_atomically
 from host.analysis.model import Options
+from host.analysis.output import analyze_to
 from host.report import data as report_data
 from host.report import tables as report_tables
 from host.report.build import render_files
@@ -28,9 +28,8 @@ COMPONENT = "component power, not wall power"
 
 def _write(tmp_path: Path, runs: list[Path], tdir: Path, opts: Options,
            acc: Path | None = None) -> Path:
-    a = analyze_runs(runs, tdir, opts, acc)
     out = tmp_path / "analysis"
-    write_atomically(out, build_outputs(a, {"run_dirs": [str(r) for r in runs]}))
+    analyze_to(out, runs, tdir, opts, acc)
     return out
 
 

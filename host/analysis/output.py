@@ -1,0 +1,172 @@
+"""The analysis output (docs/formats.md, epi.formats.analysis): build every file in memory,
+then write them all atomically (a temporary sibling directory renamed into place, so an error
+never leaves half an output), and `analyze_to`, the one call behind `epi analyze` and the
+campaign's analysis step.
+
+An existing output directory keeps the user's other files: only the analysis' own files are
+replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+import pandas as pd
+
+from epi.core.errors import UserError
+from epi.formats.analysis import RESULT_COLUMNS, RESULT_FORMAT, RESULT_VERSION, WINDOW_COLUMNS
+from host.analysis import components, pipeline
+from host.analysis.model import Analysis, Options
+
+JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the analysis read (results.json's `inputs`)."""
+
+    run_dirs: tuple[Path, ...]
+    trace: Path
+    accuracy: Path | None
+
+    def as_json(self) -> dict[str, JSON]:
+        return {"run_dirs": [str(d) for d in self.run_dirs], "trace": str(self.trace),
+                "accuracy": str(self.accuracy) if self.accuracy else None}
+
+
+def clean(obj: object) -> JSON:
+    """JSON-safe: NaN → null, numpy scalars → Python, paths → text."""
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return clean(obj.tolist())
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, (np.floating, float)):
+        return None if not math.isfinite(float(obj)) else float(obj)
+    if obj is pd.NA or obj is None:
+        return None
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (bool, int, str)):
+        return obj
+    return str(obj)
+
+
+def records(df: pd.DataFrame) -> list[JSON]:
+    return [clean(r) for r in df.astype(object).where(df.notna(), None).to_dict("records")]
+
+
+def _run_records(a: Analysis) -> list[JSON]:
+    runs: list[JSON] = []
+    for i in a.runs:
+        runs.append(clean({
+            "run_id": i.run.run_id, "path": str(i.run.path), "config": i.config,
+            "status": i.run.status, "model": i.run.model,
+            "placement": [{"node": p.node, "layers": list(p.layers),
+                           "channels": i.node_channels.get(p.node)} for p in i.run.placement],
+            "clock": {"basis": i.clock.basis, "note": i.clock.note,
+                      "uncertainty_ns": i.offset_uncertainty_ns,
+                      "drift_ppm": i.clock.drift_ppm,
+                      "sync_points": len(i.clock.sync_local_ns)},
+            "meter_boot_id": i.boot_id, "span_meter_ns": i.span_meter_ns,
+            "idle_power_w": i.idle_power_w, "idle_reason": i.idle_reason,
+            "saturated_readings": i.saturated,
+            "verdicts": records(a.verdicts[a.verdicts["run_id"] == i.run.run_id]),
+        }))
+    return runs
+
+
+def build_outputs(a: Analysis, inputs: Inputs) -> dict[str, bytes]:
+    """File name → content of every output (nothing is written here)."""
+    results = a.results.reindex(columns=list(RESULT_COLUMNS))
+    doc = {
+        "format": RESULT_FORMAT, "format_version": RESULT_VERSION,
+        "inputs": inputs.as_json(),
+        "trace": {"path": str(a.trace.path), "segments": len(a.trace.segments),
+                  "emulated": a.trace.emulated, "power_models": a.trace.power_models,
+                  "boot_ids": a.trace.boot_ids},
+        "options": {k: (str(v) if isinstance(v, Path) else v)
+                    for k, v in vars(a.options).items()},
+        "runs": _run_records(a),
+        "results": records(results),
+        "power_sources": {str(k): v for k, v in a.power_sources.items()},
+        "savings": records(a.savings),
+        "comparisons": records(a.comparisons),
+        "prefill_regression": records(a.prefill_regression),
+        "load_lag": records(a.lag),
+        "phase_breakdown": records(a.breakdown),
+        "pareto": a.pareto,
+        "perplexity_matched_pairs": a.pairs,
+        "layer_groups": {
+            "measured": records(a.results[(a.results["scope"] != "all")].reindex(
+                columns=list(RESULT_COLUMNS))),
+            "differential": a.differential,
+            "time_share_estimate": a.time_share,
+        },
+        "notes": a.notes,
+        "components": components.records(a),  # software power sources (docs/sources.md)
+    }
+    return {
+        "results.json": (json.dumps(clean(doc), indent=1) + "\n").encode(),
+        "results.csv": results.to_csv(index=False).encode(),
+        "comparisons.csv": a.comparisons.to_csv(index=False).encode(),
+        "prefill_regression.csv": a.prefill_regression.to_csv(index=False).encode(),
+        "lag.csv": a.lag.to_csv(index=False).encode(),
+        "savings.csv": a.savings.to_csv(index=False).encode(),
+        "runs.csv": a.verdicts.to_csv(index=False).encode(),
+        "windows.csv": a.windows.reindex(columns=list(WINDOW_COLUMNS)).to_csv(
+            index=False).encode(),
+        "repeats.csv": a.repeats.to_csv(index=False).encode(),
+        **components.files(a),
+    }
+
+
+def write_atomically(out_dir: Path, files: dict[str, bytes], option: str = "--out") -> None:
+    """Write into a temporary sibling directory, then rename into place; files in `out_dir`
+    that are not among `files` stay as they were. `option` names the output in errors."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{option}: {out_dir} exists and is not a directory")
+    parent = out_dir.parent if str(out_dir.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = parent / f".{out_dir.name}.tmp-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        for name, data in files.items():
+            with open(tmp / name, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        if not out_dir.exists():
+            os.rename(tmp, out_dir)
+            return
+        for name in files:
+            os.replace(tmp / name, out_dir / name)
+        tmp.rmdir()
+    except OSError as exc:
+        raise UserError(f"{option}: cannot write {out_dir} ({exc.strerror})") from None
+
+
+def analyze_to(out_dir: Path, run_dirs: Sequence[Path], trace_dir: Path, opts: Options,
+               accuracy_file: Path | None = None, *, option: str = "--out") -> Analysis:
+    """Analyse the runs and write every output file to `out_dir` (atomically); the
+    Analysis comes back for the summary tables (host.analysis.summary)."""
+    a = pipeline.analyze(list(run_dirs), trace_dir, opts, accuracy_file)
+    write_atomically(out_dir, build_outputs(a, Inputs(tuple(run_dirs), trace_dir,
+                                                      accuracy_file)), option)
+    return a
