@@ -13,13 +13,21 @@ parts by `energy_parts_j`. `describe()` gives a dict for trace metadata; every m
 - `ActivityModel`: this machine's real CPU activity (from /proc/stat) mapped to a Pi-5-like
   wall power (about 2.7 W idle to about 9.5 W at full load). The mapping is a model, not a
   measurement of this machine's power; it is labelled as such.
+- `ProcessTreeActivityModel`: the same mapping driven only by the CPU time of the inference
+  process tree (the PIDs in a follow file and all their descendants, every thread), so a
+  background job on a shared machine is not "inference power": a Pi 5 dedicated to inference.
+  `default_activity_model` picks it when the daemon's environment names a follow file
+  (`EPI_METER_FOLLOW`, written by the campaign), else the whole-machine model.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import os
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from meter.clock import Clock
@@ -302,3 +310,199 @@ class ActivityModel(_Piecewise):
             "max_w": self._max_w,
             "update_period_s": self._period_ns / NS_PER_S,
         }
+
+
+# ---- the inference process tree ------------------------------------------------------------
+FOLLOW_ENV = "EPI_METER_FOLLOW"  # path of the follow file: root PIDs, whitespace-separated
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of /proc/PID/stat the process-tree model uses."""
+
+    ppid: int
+    start_ticks: int  # starttime (field 22): with the PID, the process's identity
+    cpu_ticks: int  # utime + stime (fields 14, 15): summed over all the process's threads
+
+
+def read_proc_stat(path: Path) -> ProcStat | None:
+    """Parse one /proc/PID/stat (None when the process is gone or the line is malformed).
+
+    The command name (field 2) may hold spaces and parentheses, so the fields are split after
+    its last ')'. The kernel sums utime/stime over every thread of the process, live and
+    exited, so /proc/PID/stat alone counts llama.cpp's worker threads; /proc/PID/task/*/stat
+    would give the same sum per thread.
+    """
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    try:
+        f = text.rsplit(")", 1)[1].split()  # f[0] is field 3 (state)
+        return ProcStat(ppid=int(f[1]), start_ticks=int(f[19]),
+                        cpu_ticks=int(f[11]) + int(f[12]))
+    except (IndexError, ValueError):
+        return None
+
+
+def read_follow_file(path: Path) -> tuple[int, ...]:
+    """Root PIDs from a follow file; a missing file or a non-PID word gives no roots for it."""
+    try:
+        words = path.read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        return ()
+    return tuple(dict.fromkeys(int(w) for w in words if w.isdigit() and int(w) > 0))
+
+
+class ProcessTreeCpu:
+    """Cumulative CPU ticks of the process trees rooted at the PIDs of a follow file.
+
+    Each call returns a running total that grows by the CPU time the tree used since the
+    previous call: for every process in the tree (a root, or any descendant by parent PID,
+    keyed by PID and start time so a reused PID starts afresh), the growth of utime + stime.
+    A descendant first seen after the previous call is new, so all its CPU time counts; when
+    the set of roots changes, every process then in the tree counts only from that moment
+    (a root followed late brings no backlog). `exclude_pid` (the meter daemon itself, by
+    default this process) and its descendants are never counted even when a root is their
+    ancestor — a campaign that starts the daemon is itself a root. A process that exits
+    between two calls loses the CPU time of its last interval (at most one update period).
+
+    The tree is rediscovered from all of /proc every `rescan_period_s` (a full scan costs
+    ~1 ms per 100 processes); in between only its known members' stat files are read.
+    """
+
+    def __init__(self, follow_file: str | Path, *, proc_root: str | Path = "/proc",
+                 exclude_pid: int | None = None, rescan_period_s: float = 0.25,
+                 monotonic_s: Callable[[], float] = time.monotonic) -> None:
+        self.follow_file = Path(follow_file)
+        self._proc = Path(proc_root)
+        self._exclude = os.getpid() if exclude_pid is None else int(exclude_pid)
+        self._rescan_s = float(rescan_period_s)
+        self._now = monotonic_s
+        self._roots: tuple[int, ...] = ()
+        self._follow_sig: tuple[int, int] | None = None
+        self._members: list[int] = []
+        self._last: dict[tuple[int, int], int] = {}  # (pid, start) → cpu ticks last seen
+        self._scanned_at = -math.inf
+        self._total = 0
+
+    @property
+    def roots(self) -> tuple[int, ...]:
+        return self._roots
+
+    def _refresh_roots(self) -> bool:
+        """Re-read the follow file when it changed; True when the roots changed."""
+        try:
+            st = self.follow_file.stat()
+            sig: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            sig = None
+        if sig == self._follow_sig:
+            return False
+        self._follow_sig = sig
+        roots = read_follow_file(self.follow_file) if sig is not None else ()
+        changed = roots != self._roots
+        self._roots = roots
+        return changed
+
+    def _scan(self) -> dict[int, ProcStat]:
+        """The tree's processes from a full /proc scan (parent links from every stat)."""
+        stats: dict[int, ProcStat] = {}
+        children: dict[int, list[int]] = {}
+        try:
+            entries = [e for e in os.listdir(self._proc) if e.isdigit()]
+        except OSError:
+            return {}
+        for name in entries:
+            st = read_proc_stat(self._proc / name / "stat")
+            if st is not None:
+                pid = int(name)
+                stats[pid] = st
+                children.setdefault(st.ppid, []).append(pid)
+        tree: dict[int, ProcStat] = {}
+        todo = [r for r in self._roots if r in stats]
+        while todo:
+            pid = todo.pop()
+            if pid in tree or pid == self._exclude:
+                continue
+            tree[pid] = stats[pid]
+            todo.extend(children.get(pid, ()))
+        return tree
+
+    def _read_members(self) -> dict[int, ProcStat]:
+        out = {}
+        for pid in self._members:
+            st = read_proc_stat(self._proc / str(pid) / "stat")
+            if st is not None:
+                out[pid] = st
+        return out
+
+    def __call__(self) -> int:
+        roots_changed = self._refresh_roots()
+        now = self._now()
+        if roots_changed or now >= self._scanned_at + self._rescan_s:
+            tree = self._scan()
+            self._scanned_at = now
+        else:
+            tree = self._read_members()
+        self._members = list(tree)
+        seen: dict[tuple[int, int], int] = {}
+        for pid, st in tree.items():
+            key = (pid, st.start_ticks)
+            prev = self._last.get(key)
+            if prev is None:
+                prev = st.cpu_ticks if roots_changed else 0  # a new process: all of it counts
+            self._total += max(st.cpu_ticks - prev, 0)
+            seen[key] = st.cpu_ticks
+        self._last = seen
+        return self._total
+
+
+class ProcessTreeActivityModel(ActivityModel):
+    """The inference process tree's CPU activity mapped to Pi-5-like power — modelled.
+
+    As `ActivityModel` (same mapping, timing and defaults), but the busy fraction counts only
+    the CPU time of the processes named in a follow file and their descendants, with all their
+    threads (`ProcessTreeCpu`), over the whole machine's elapsed CPU time from /proc/stat: all
+    cores busy with inference → max_w; the tree asleep → idle_w, whatever else runs beside it.
+    That is the wall power of a Pi 5 that runs nothing but the inference; a background job
+    on a shared development machine no longer shows as inference power. A missing or empty
+    follow file means no inference: the idle floor.
+    """
+
+    kind = "activity_process_tree"
+
+    def __init__(self, clock: Clock, follow_file: str | Path, *,
+                 proc_root: str | Path = "/proc", exclude_pid: int | None = None,
+                 rescan_period_s: float = 0.25, idle_w: float = 2.7, max_w: float = 9.5,
+                 update_period_s: float = 0.05) -> None:
+        proc = Path(proc_root)
+        self._tree = ProcessTreeCpu(follow_file, proc_root=proc, exclude_pid=exclude_pid,
+                                    rescan_period_s=rescan_period_s)
+
+        def cpu_times() -> tuple[int, int]:
+            busy = self._tree()
+            return busy, read_cpu_times(proc / "stat")[1]
+
+        super().__init__(clock, idle_w=idle_w, max_w=max_w, update_period_s=update_period_s,
+                         cpu_times=cpu_times)
+        self._proc_stat = f"{proc}/PID/stat of the tree + {proc}/stat"
+
+    def describe(self) -> dict:
+        return {
+            **super().describe(),
+            "reads": ("CPU time (utime + stime, all threads) of the inference process tree: "
+                      "the PIDs in the follow file and their descendants, the meter daemon "
+                      "excluded; elapsed CPU time of the whole machine as the denominator"),
+            "follow_file": str(self._tree.follow_file),
+            "roots": list(self._tree.roots),
+            "mapping": "idle_w + (max_w - idle_w) * tree_cpu_time / machine_cpu_time",
+        }
+
+
+def default_activity_model(clock: Clock) -> ActivityModel:
+    """Channel 0's model: the process tree when `EPI_METER_FOLLOW` names a follow file."""
+    follow = os.environ.get(FOLLOW_ENV)
+    if follow:
+        return ProcessTreeActivityModel(clock, follow)
+    return ActivityModel(clock)
