@@ -13,6 +13,7 @@ import click
 
 from epi import __version__
 from epi.core.errors import UserError
+from epi.core.paths import epi_home
 
 # name -> "module:attribute", imported only when that command runs (or for --help listings).
 COMMANDS: dict[str, str] = {
@@ -102,8 +103,7 @@ def cli() -> None:
 
 def crash_log_path() -> Path:
     """Where an internal error's traceback goes: $EPI_HOME/logs (default ~/.cache/epi/logs)."""
-    home = Path(os.environ.get("EPI_HOME") or Path.home() / ".cache" / "epi")
-    return home / "logs" / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    return epi_home() / "logs" / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
 
 
 def _report_bug(exc: BaseException) -> None:

@@ -26,15 +26,15 @@ class Check:
 
 
 def _llama_checks() -> list[Check]:
-    from host.run import llama_env
+    from host.llama import install as llama_install
 
     checks: list[Check] = []
     try:
-        pkg = llama_env.package_dir()
+        pkg = llama_install.package_dir()
     except Exception as exc:  # UserError when the package is absent
         return [Check("llama.cpp", "llama-cpp-python", False, str(exc), "make setup")]
     try:
-        info = llama_env.llama_info()
+        info = llama_install.llama_info()
     except Exception as exc:  # a library that does not load
         return [
             Check(
@@ -73,7 +73,7 @@ def _llama_checks() -> list[Check]:
             "make setup (GGML_RPC=ON)",
         )
     )
-    for tool in llama_env.TOOLS:
+    for tool in llama_install.TOOLS:
         path = pkg / "bin" / tool
         checks.append(
             Check(
@@ -133,7 +133,7 @@ def _model_checks() -> list[Check]:
 
 
 def _data_checks() -> list[Check]:
-    from host.run.llama_env import epi_home
+    from epi.core.paths import epi_home
 
     manifests = sorted((epi_home() / "data").glob("**/manifest.json"))
     if not manifests:

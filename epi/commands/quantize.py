@@ -68,7 +68,8 @@ def quantize(
     Outputs up to date with their map, base model and llama.cpp build are skipped.
     """
     check_output_dir(out_dir, "--out")
-    from host.quant.gguf_info import read_model, sha256_file
+    from host.gguf_io.file import sha256_file
+    from host.quant.gguf_info import read_model
     from host.quant.mixmap import load_mixmaps
     from host.quant.quantize import quantize_map
 

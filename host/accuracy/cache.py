@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from epi.core.files import write_json_atomic
-from host.quant.gguf_info import sha256_file
-from host.run.llama_env import epi_home
+from epi.core.paths import epi_home
+from host.gguf_io.file import sha256_file
 
 SCORER_VERSION = 2  # bump when a change to the scoring could change a cached number
 
@@ -31,7 +31,7 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     write_json_atomic(path, obj)
 
 
-file_sha256 = sha256_file  # the project's one streamed file hash (host.quant.gguf_info)
+file_sha256 = sha256_file  # the project's one streamed file hash (host.gguf_io.file)
 
 
 def model_sha256(path: Path) -> str:

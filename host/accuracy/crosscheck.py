@@ -32,7 +32,7 @@ from typing import Any
 
 from host.accuracy.items import Item
 from host.accuracy.readers import write_hellaswag_txt, write_multiple_choice_bin
-from host.run.llama_env import tool_env, tool_path
+from host.llama.install import tool_env, tool_path
 
 PPL_REL_TOLERANCE = 0.005
 ACC_ABS_TOLERANCE = 0.005

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from epi.core.errors import UserError
+from epi.core.paths import epi_home
 from epi.formats.fields import (
     check_format,
     check_int,
@@ -34,7 +35,6 @@ from epi.formats.fields import (
 from host.accuracy.cache import atomic_write_json, file_sha256
 from host.accuracy.items import BENCHMARKS
 from host.accuracy.readers import data_files, load_items
-from host.run.llama_env import epi_home
 
 MANIFEST_FORMAT = "epi-evaldata"
 MANIFEST_VERSION = 1

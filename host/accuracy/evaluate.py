@@ -26,9 +26,10 @@ from host.accuracy.items import BENCHMARKS, FORMAT, Item, items_sha256
 from host.accuracy.readers import load_items
 from host.accuracy.results import FORMAT as RESULTS_FORMAT
 from host.accuracy.results import FORMAT_VERSION, item_outcomes
-from host.accuracy.scorer import Scorer, check_model_file
+from host.accuracy.scorer import Scorer
 from host.accuracy.stats import composite
 from host.accuracy.subset import METHOD, take_subset
+from host.gguf_io.file import check_gguf
 
 DEFAULT_BENCHES = ("hellaswag", "arc_challenge", "mmlu", "winogrande")
 DEFAULT_WEIGHTS = {"mmlu": 1.0, "arc_challenge": 1.0, "hellaswag": 1.0}
@@ -299,7 +300,7 @@ def evaluate_model(model: Path, settings: Settings, benches: dict[str, BenchData
                    echo: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Every requested figure for one model."""
     model = Path(model)
-    check_model_file(model)
+    check_gguf(model)
     t0 = time.monotonic()
     sha = cache.model_sha256(model)
     entry: dict[str, Any] = {"path": str(model), "sha256": sha, "map_id": read_map_id(model),
@@ -346,11 +347,11 @@ def check_settings(settings: Settings) -> None:
 def evaluate(models: Sequence[Path], settings: Settings, progress: Progress = no_progress,
              echo: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """The `epi-accuracy` document for `models`."""
-    from host.run.llama_env import llama_info
+    from host.llama.install import llama_info
 
     check_settings(settings)
     for m in models:
-        check_model_file(Path(m))
+        check_gguf(Path(m))
     benches = load_benchmarks(settings)
     entries = [evaluate_model(Path(m), settings, benches, progress, echo) for m in models]
     return {

@@ -20,17 +20,7 @@ import numpy as np
 
 from epi.core.errors import UserError
 from host.accuracy.branching import BranchingContext
-
-
-def check_model_file(path: Path) -> None:
-    """One clear line when `path` is missing or not a GGUF file."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: model file not found")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise UserError(f"{path}: not a GGUF model (file starts with {magic!r}, expected b'GGUF')")
+from host.gguf_io.file import check_gguf
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -54,7 +44,7 @@ class Scorer:
     """A model loaded once with a fixed context size; scores token sequences."""
 
     def __init__(self, model_path: Path, n_ctx: int, threads: int, n_batch: int = 512) -> None:
-        check_model_file(model_path)
+        check_gguf(model_path)
         self.path = Path(model_path)
         self.threads = threads
         self._branching: BranchingContext | None = None

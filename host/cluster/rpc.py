@@ -11,7 +11,7 @@
   open the *same* libggml file that libllama loaded: a second copy has its own registry and the
   model silently stays on the CPU. The copy in use is found in /proc/self/maps after
   `import llama_cpp` (libllama's RUNPATH may point at the build directory, not at
-  `host.run.llama_env.lib_dir()`), and the attach is checked by reading the devices back.
+  `host.llama.install.lib_dir()`), and the attach is checked by reading the devices back.
 """
 
 from __future__ import annotations

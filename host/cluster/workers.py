@@ -1,7 +1,7 @@
 """llama.cpp RPC workers: how one is started, local workers for tests, what a worker did.
 
 One way to run a worker everywhere: llama.cpp's own `ggml-rpc-server` tool, built with the
-bindings (`host.run.llama_env.tool_path`), run with `tool_env()` so it uses the same libraries.
+bindings (`host.llama.install.tool_path`), run with `tool_env()` so it uses the same libraries.
 `epi worker` execs it (systemd then supervises the tool itself, see
 hardware/systemd/epi-worker.service); `LocalWorker` runs it as a child process for tests and
 local experiments, waits until it answers the RPC HELLO, and reads its log.
@@ -30,7 +30,7 @@ def worker_argv(
     host: str, port: int, threads: int, *, cache: bool = False, devices: str | None = None
 ) -> list[str]:
     """argv of `ggml-rpc-server` for one worker (never a shell string)."""
-    from host.run.llama_env import tool_path
+    from host.llama.install import tool_path
 
     argv = [str(tool_path("ggml-rpc-server")), "-H", host, "-p", str(port), "-t", str(threads)]
     if devices:
@@ -42,7 +42,7 @@ def worker_argv(
 
 def worker_env(debug: bool = False) -> dict[str, str]:
     """Environment for the worker tool: the bindings' libraries, optional command logging."""
-    from host.run.llama_env import tool_env
+    from host.llama.install import tool_env
 
     env = tool_env()
     if debug:

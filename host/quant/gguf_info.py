@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from epi.core.errors import UserError
+from host.gguf_io.file import check_gguf
 from host.quant.mixmap import TensorInfo
 from host.quant.quant_types import TYPE_BY_ID, ModelShape
-
-GGUF_MAGIC = b"GGUF"
 
 
 @dataclass
@@ -28,21 +28,26 @@ class ModelInfo:
     file_type: int | None
 
 
-def check_gguf(path: Path) -> None:
-    """Raise a one-line UserError unless `path` is a readable GGUF file."""
-    if not path.exists():
-        raise UserError(f"{path}: no such model file")
-    if not path.is_file():
-        raise UserError(f"{path}: not a file")
-    with path.open("rb") as f:
-        magic = f.read(4)
-    if magic != GGUF_MAGIC:
-        raise UserError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+class _Field(Protocol):
+    def contents(self) -> object: ...
 
 
-def _field(reader, key: str, default=None):
+class _Reader(Protocol):
+    """What is used of gguf.GGUFReader (the gguf package ships no types)."""
+
+    @property
+    def fields(self) -> Mapping[str, _Field]: ...
+
+
+def _count(reader: _Reader, path: Path, key: str, default: int | None = None) -> int:
+    """A whole-number metadata field; missing is `default`, or a one-line UserError."""
     f = reader.fields.get(key)
-    return default if f is None else f.contents()
+    value = default if f is None else f.contents()
+    if value is None:
+        raise UserError(f"{path}: {key}: missing from GGUF metadata")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"{path}: {key}: expected a whole number, got {value!r:.40}")
+    return value
 
 
 def read_model(path: Path | str) -> ModelInfo:
@@ -55,16 +60,17 @@ def read_model(path: Path | str) -> ModelInfo:
         reader = gguf.GGUFReader(str(path))
     except Exception as exc:  # the gguf package raises bare ValueErrors on corrupt files
         raise UserError(f"{path}: cannot read GGUF header: {exc}") from None
-    arch = _field(reader, "general.architecture")
-    if not arch:
+    arch_field = reader.fields.get("general.architecture")
+    arch = None if arch_field is None else arch_field.contents()
+    if not arch or not isinstance(arch, str):
         raise UserError(f"{path}: general.architecture: missing from GGUF metadata")
-    n_layers = _field(reader, f"{arch}.block_count")
-    if n_layers is None:
-        raise UserError(f"{path}: {arch}.block_count: missing from GGUF metadata")
-    n_head = _field(reader, f"{arch}.attention.head_count", 1)
-    n_head_kv = _field(reader, f"{arch}.attention.head_count_kv", n_head)
-    n_expert = _field(reader, f"{arch}.expert_count", 0)
-    tensors, types, nbytes = [], {}, {}
+    n_layers = _count(reader, path, f"{arch}.block_count")
+    n_head = _count(reader, path, f"{arch}.attention.head_count", 1)
+    n_head_kv = _count(reader, path, f"{arch}.attention.head_count_kv", n_head)
+    n_expert = _count(reader, path, f"{arch}.expert_count", 0)
+    tensors: list[TensorInfo] = []
+    types: dict[str, str] = {}
+    nbytes: dict[str, int] = {}
     n_params = 0
     for t in reader.tensors:
         dims = [int(d) for d in t.shape]
@@ -74,27 +80,16 @@ def read_model(path: Path | str) -> ModelInfo:
         )
         nbytes[t.name] = int(t.n_bytes)
         n_params += int(t.n_elements)
-    names = set(types)
-    shape = ModelShape(
-        int(n_layers), int(n_head), int(n_head_kv), "output.weight" in names, int(n_expert)
-    )
+    shape = ModelShape(n_layers, n_head, n_head_kv, "output.weight" in types, n_expert)
+    file_type = reader.fields.get("general.file_type")
     return ModelInfo(
         path,
-        str(arch),
+        arch,
         shape,
         tensors,
         types,
         nbytes,
         n_params,
-        int(_field(reader, f"{arch}.embedding_length", 0)),
-        _field(reader, "general.file_type"),
+        _count(reader, path, f"{arch}.embedding_length", 0),
+        None if file_type is None else _count(reader, path, "general.file_type"),
     )
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    """Content hash of a file (models are compared and joined by it)."""
-    h = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()

@@ -19,9 +19,10 @@ from typing import Any
 
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
+from epi.core.paths import epi_home
 from epi.formats.manifests import MODEL_FORMAT, MODEL_VERSION, read_model_manifest
-from host.quant.gguf_info import read_model, sha256_file
-from host.run.llama_env import epi_home
+from host.gguf_io.file import sha256_file
+from host.quant.gguf_info import read_model
 
 MANIFEST_FORMAT = MODEL_FORMAT
 MANIFEST_VERSION = MODEL_VERSION

@@ -22,10 +22,11 @@ from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.core.text import ranges_text
 from epi.formats.manifests import QUANT_FORMAT, QUANT_VERSION, read_quant_manifest
-from host.quant.gguf_info import ModelInfo, read_model, sha256_file
+from host.gguf_io.file import sha256_file
+from host.llama.install import llama_info, tool_env, tool_path
+from host.quant.gguf_info import ModelInfo, read_model
 from host.quant.mixmap import Expansion, MixMap, expand
 from host.quant.quant_types import FILE_TYPES, llama_keeps_type, tensor_role
-from host.run.llama_env import llama_info, tool_env, tool_path
 
 MANIFEST_FORMAT = QUANT_FORMAT
 MANIFEST_VERSION = QUANT_VERSION

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from epi.core.errors import UserError
-from host.run.llama_env import vocab_path
+from host.llama.install import vocab_path
 
 DEFAULT_LAYERS = 8
 DEFAULT_WIDTH = 256

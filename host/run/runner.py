@@ -170,8 +170,8 @@ def plan_run(s: RunSettings) -> Plan:
 
 
 def _header_fields(plan: Plan) -> dict[str, Any]:
+    from host.llama.install import llama_info
     from host.run.cpu_features import cpu_features
-    from host.run.llama_env import llama_info
 
     s, f = plan.settings, plan.facts
     info = llama_info()

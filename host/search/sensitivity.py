@@ -20,8 +20,9 @@ import numpy as np
 
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
-from host.quant.gguf_info import ModelInfo, sha256_file
-from host.run.llama_env import llama_info
+from host.gguf_io.file import sha256_file
+from host.llama.install import llama_info
+from host.quant.gguf_info import ModelInfo
 
 KL_FORMAT = "epi-search-sensitivity"
 KL_FORMAT_VERSION = 1

@@ -17,11 +17,12 @@ from epi.core.errors import UserError
 from epi.core.net import free_port
 from host.cluster.placement import parse_load_log, placement_from_log
 from host.cluster.rpc import Endpoint
-from host.quant.gguf_info import read_model, sha256_file
+from host.gguf_io.file import sha256_file
+from host.llama.install import tool_env, tool_path
+from host.quant.gguf_info import read_model
 from host.quant.mixmap import load_mixmap, parse_mixmap
 from host.quant.quantize import quantize_map
 from host.quant.tiny_model import write_test_model
-from host.run.llama_env import tool_env, tool_path
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = REPO / "quantmaps"

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from host.quant.gguf_info import read_model, sha256_file
+from host.gguf_io.file import sha256_file
+from host.llama.install import tool_env, tool_path
+from host.quant.gguf_info import read_model
 from host.quant.mixmap import expand, load_mixmap, load_mixmaps
 from host.quant.quantize import quantize_map
 from host.quant.tiny_model import write_test_model
-from host.run.llama_env import tool_env, tool_path
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = REPO / "quantmaps"
@@ -178,7 +179,7 @@ def test_cli_quantize_prints_table(tiny_model: Path, tmp_path: Path) -> None:
     ("args", "expected"),
     [
         (["quantize", "quantmaps/uniform_q8.json", "--model", "missing.gguf", "--out", "o"],
-         "missing.gguf: no such model file"),
+         "missing.gguf: model file not found"),
         (["quantize", "quantmaps/nope.json", "--model", "x.gguf", "--out", "o"],
          "quantmaps/nope.json: no such mix map file"),
         (["maps", "check", "--layers", "8", "quantmaps/mix_high_early.json", "BAD"], "BAD"),

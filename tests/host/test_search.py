@@ -48,7 +48,8 @@ def test_space_bytes_equal_the_tensor_data_an_independent_reader_finds(tmp_path:
     reader: the search's byte count must equal the bytes of the file's quantized tensors."""
     import gguf
 
-    from host.quant.gguf_info import read_model, sha256_file
+    from host.gguf_io.file import sha256_file
+    from host.quant.gguf_info import read_model
     from host.quant.mixmap import parse_mixmap
     from host.quant.quantize import quantize_map
     from host.quant.tiny_model import write_test_model

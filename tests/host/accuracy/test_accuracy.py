@@ -184,7 +184,7 @@ def test_model_that_fails_to_load(tmp_path: Path) -> None:
         Scorer(bad, 128, 1)
     assert "\n" not in str(exc.value)
     (tmp_path / "x.gguf").write_text("hello")
-    with pytest.raises(UserError, match="not a GGUF model"):
+    with pytest.raises(UserError, match="not a GGUF file"):
         Scorer(tmp_path / "x.gguf", 128, 1)
     with pytest.raises(UserError, match="model file not found"):
         Scorer(tmp_path / "missing.gguf", 128, 1)

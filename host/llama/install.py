@@ -21,11 +21,6 @@ SETUP_HINT = (
 )
 
 
-def epi_home() -> Path:
-    """Root of epi's caches and prepared assets (models, eval data): $EPI_HOME or ~/.cache/epi."""
-    return Path(os.environ.get("EPI_HOME") or Path.home() / ".cache" / "epi")
-
-
 @lru_cache(maxsize=1)
 def package_dir() -> Path:
     """Directory of the installed `llama_cpp` package (without importing it)."""
