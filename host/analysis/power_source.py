@@ -19,6 +19,8 @@ MEASURED = "measured"
 COMPONENT = "component power, not wall power"
 MODEL_NAMES = {
     "activity": "ActivityModel: this machine's CPU activity mapped to power",
+    "activity_process_tree": "ActivityModel: the inference process tree's CPU time mapped "
+                             "to power",
     "scripted": "scripted profile",
     "constant": "constant power",
 }
@@ -30,7 +32,8 @@ def model_label(model: object) -> str:
     if kind is None:
         return "modelled (emulated chip, model not recorded)"
     name = MODEL_NAMES.get(str(kind), str(kind))
-    return f"modelled ({name})" if kind != "activity" else "modelled (ActivityModel)"
+    short = {"activity": "ActivityModel", "activity_process_tree": "ActivityModel, process tree"}
+    return f"modelled ({short.get(str(kind), name)})"
 
 
 def _segment_channel_label(meta: dict, channel: int) -> str:
