@@ -1,60 +1,16 @@
-"""`epi search BASE.gguf`: per-layer quantization maps that beat the hand-made ones on EPI."""
+"""`epi search BASE.gguf`: per-layer quantization maps that beat the hand-made ones on EPI.
+
+Parses the options into a host.search.app.SearchRequest and calls host.search.app.run."""
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
-from urllib.parse import urlparse
 
 import click
 
 from epi.commands.params import SEED, THREADS, BoundedInt, FiniteFloat, check_output_dir
-from epi.core.errors import UserError
-from epi.core.files import write_json_atomic
-from epi.core.text import format_table
-
-
-def _types(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    types = [t.strip().upper() for t in value.split(",") if t.strip()]
-    if not types:
-        raise UserError("--types: give at least two types, e.g. Q8_0,Q5_0,Q4_0")
-    return types
-
-
-def _fmt(x: float | None) -> str:
-    return "null" if x is None or not math.isfinite(x) else f"{x:.4g}"
-
-
-def _ci(v: float | None, lo: float | None, hi: float | None) -> str:
-    """'1.23 [1.1, 1.4]', or the value alone where the interval is unknown."""
-    if _fmt(lo) == "null" or _fmt(hi) == "null":
-        return _fmt(v)
-    return f"{_fmt(v)} [{_fmt(lo)}, {_fmt(hi)}]"
-
-
-def check_meter_options(meter_url: str | None, meter_trace: Path | None,
-                        meter_rate_hz: float | None) -> None:
-    """Refuse meter options the campaign would refuse, before any probe or round runs."""
-    if meter_url is None:
-        if meter_trace is not None:
-            raise UserError("--meter-trace: only with --meter URL (the emulated meter's trace "
-                            "is the campaign's own)")
-        return
-    parsed = urlparse(meter_url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise UserError(f"--meter: {meter_url!r} is not a daemon URL such as "
-                        "http://meter:8757")
-    if meter_rate_hz is not None:
-        raise UserError("--meter-rate-hz: only for the emulated meter (a real meter's rate is "
-                        "its board's); leave it out with --meter")
-    if meter_trace is None:
-        raise UserError("--meter: also give --meter-trace DIR, where this host reads that "
-                        "daemon's trace (the campaign cuts each run from it)")
-    if not meter_trace.is_dir():
-        raise UserError(f"--meter-trace: {meter_trace}: no such directory")
+from host.search.app import SearchRequest, check_request, parse_types, result_lines, run
+from host.search.optimizer import Budget
 
 
 @click.command()
@@ -126,142 +82,16 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
     promising are measured through `epi campaign`; the models are refitted and the loop
     repeats until --candidates are measured. Only measured figures count.
     """
-    import os
-
-    from host.accuracy.evaldata import TEXTS, data_dir, ensure_prepared, text_file
-    from host.accuracy.perplexity import read_text
-    from host.accuracy.scorer import Scorer
-    from host.quant.gguf_info import read_model
-    from host.quant.mixmap import collect_map_files
-    from host.search.driver import SearchSettings, run_search, summary
-    from host.search.figure import plot_search
-    from host.search.measure import CampaignSettings, campaign_measurer, check_study
-    from host.search.optimizer import Budget
-    from host.search.page import write_page
-    from host.search.sensitivity import (
-        held_out_windows,
-        mean_kl,
-        measure_sensitivity,
-        model_logprobs,
-    )
-    from host.search.space import build_space
-
     check_output_dir(out, "--out")
-    if prompts is not None and not prompts.is_file():
-        raise UserError(f"--prompts: {prompts}: no such file")
-    check_meter_options(meter_url, meter_trace, meter_rate_hz)
-    model = read_model(base)
-    if model.shape.n_layers < 1:
-        raise UserError(f"{base}: no transformer layers to search over")
-    space = build_space(model, _types(types_text))
-    against_files = collect_map_files(list(against))
-    if not against_files:
-        raise UserError("--against: no hand-made maps found to compare with")
-    threads = threads or os.cpu_count() or 1
-    if run_threads is None:
-        run_threads = 1 if meter_url is None else threads
-    campaign = CampaignSettings(
-        base=base, emulate=meter_url is None, meter_url=meter_url, meter_trace=meter_trace,
-        rate_hz=meter_rate_hz, lag=lag, cv_threshold=cv_threshold,
-        repeats=repeats, prompts=prompts,
-        tokens=tokens, threads=run_threads, seed=seed,
-        benchmarks={"mmlu": items, "arc_challenge": items, "hellaswag": items},
-        accuracy_threads=os.cpu_count() or 1,
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    check_study(campaign, against_files, out)
-    click.echo(f"search space: {space.n_layers} layers × {len(space.types)} types "
-               f"({', '.join(space.types)}); non-block {space.non_block}")
-
-    if Path(text).is_file():
-        text_path = Path(text)
-    elif text in TEXTS:
-        ensure_prepared(texts=[text], echo=click.echo)
-        text_path = text_file(data_dir(), text)[0]
-    else:
-        raise UserError(f"--text: {text!r} is neither a file nor a prepared text name "
-                        f"({', '.join(TEXTS)})")
-    with Scorer(base, n_ctx=kl_ctx, threads=threads) as scorer:
-        toks = scorer.tokenize(read_text(text_path))
-        held = held_out_windows(toks, kl_ctx, kl_windows, str(text_path),
-                                scorer.bos if scorer.add_bos else None)
-    kl_table = measure_sensitivity(model, space.types, held, out / "sensitivity", threads,
-                                   progress=click.echo)
-    base_logp = None
-
-    def direct_kl(gguf_path: Path) -> float:
-        nonlocal base_logp
-        if base_logp is None:
-            base_logp = model_logprobs(base, held, threads)
-        return mean_kl(base_logp, model_logprobs(gguf_path, held, threads))
-
-    settings = SearchSettings(
-        out=out, budget=Budget(max_bpw, max_size_mb, min_accuracy), candidates=candidates,
-        per_round=per_round, objective=objective, against=against_files, seed=seed,
-    )
-    state, path, predictor = run_search(space, kl_table, settings,
-                                        campaign_measurer(campaign, click.echo), direct_kl,
-                                        echo=click.echo)
-    hand_ids = {json.loads(p.read_text()).get("id") or p.stem for p in against_files}
-    doc = summary(state, path, predictor, space, hand_ids)
-    write_json_atomic(out / "summary.json", doc)
-    rows_by_cfg = {r["config"]: r for r in doc["configs"]}
-    for cfg in state.search_maps:
-        src = next(out.glob(f"round*/maps/{cfg}.json"), None)
-        if src is not None:
-            write_found_map(src, out / "maps" / src.name, rows_by_cfg.get(cfg))
-    figures = plot_search(doc, out)
-    pages = write_page(doc, out, figures[0])
-    rows = []
-    for r in doc["configs"]:
-        m = r["measured"]
-        lo, hi = r.get("predicted_epi_interval") or (None, None)
-        rows.append([r["config"], r["kind"], r.get("assignment", ""),
-                     _fmt(r.get("proxy_kl_nats")),
-                     _fmt(r.get("predicted_j_per_token")), _ci(m["j_per_token"],
-                                                               *m["j_per_token_ci"]),
-                     _fmt(r.get("energy_residual_j")),
-                     _fmt(r.get("predicted_accuracy")), _fmt(m["accuracy"]),
-                     _ci(r.get("predicted_epi"), lo, hi), _ci(m["epi"], *m["epi_ci"]),
-                     m["power_source"] or "?", m["reason"]])
-    click.echo(format_table(
-        ["config", "kind", "layers:type", "proxy KL", "J/tok pred", "J/tok meas [CI]",
-         "J resid", "acc pred", "acc meas", "EPI pred [PI]", "EPI meas [CI]", "power", "note"],
-        rows))
-    click.echo("pred = predicted when picked, before measuring (round 0 picks: no fitted model "
-               "yet); J resid = measured − final energy fit")
-    em, am = doc["energy_model"], doc["accuracy_model"]
-    click.echo(f"energy model: J/token = {_fmt(em['intercept_j'])} + {_fmt(em['j_per_gb'])}·GB "
-               f"(n={em['n']}, residual sd {_fmt(em['residual_sd_j'])} J; prefill is in the "
-               f"intercept); accuracy model: acc = {_fmt(am['intercept'])} + "
-               f"{_fmt(am['per_nat'])}·KL (n={am['n']}, KL of the whole file"
-               + ("; slope held at 0: the free fit's was positive" if am.get("clamped") else "")
-               + ")")
-    click.echo(f"rank correlation with the composite: summed per-layer proxy "
-               f"{_fmt(doc['proxy_rank_correlation'])} (n={doc['proxy_rank_correlation_n']}), "
-               f"direct whole-file KL {_fmt(doc['direct_kl_rank_correlation'])}; with the "
-               f"perplexity: direct KL {_fmt(doc['direct_kl_ppl_rank_correlation'])}, summed "
-               f"proxy {_fmt(doc['proxy_ppl_rank_correlation'])} "
-               f"(n={doc['ppl_rank_correlation_n']})")
-    click.echo(f"frontier: {doc['verdict']['frontier']['text']}")
-    click.echo(f"verdict: {doc['verdict']['text']}")
-    click.echo(f"wrote {out}/summary.json, {out}/maps/, {figures[0]}, {pages[0]}, {pages[1]}")
-
-
-def write_found_map(src: Path, dst: Path, row: dict | None) -> None:
-    """Copy a found map into OUT/maps with its measured and pick-time predicted EPI appended to
-    its free-text `description` (the only free-text field the map format has), so the file
-    carries its own figures. The round's copy, which the campaign measured, is left as it is."""
-    doc = json.loads(src.read_text())
-    if row is not None:
-        m = row["measured"]
-        lo, hi = row.get("predicted_epi_interval") or (None, None)
-        doc["description"] = (
-            f"{doc.get('description', '')}. Measured EPI {_ci(m['epi'], *m['epi_ci'])} "
-            f"(J/token {_ci(m['j_per_token'], *m['j_per_token_ci'])}, accuracy "
-            f"{_fmt(m['accuracy'])}; power: {m['power_source'] or 'not stated'}"
-            + (f"; {m['reason']}" if m["reason"] else "") + "); predicted when picked: EPI "
-            f"{_ci(row.get('predicted_epi'), lo, hi)}"
-        )
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    dst.write_text(json.dumps(doc, indent=2) + "\n")
+    req = SearchRequest(
+        base=base, out=out, against=against, types=parse_types(types_text),
+        budget=Budget(max_bpw, max_size_mb, min_accuracy), candidates=candidates,
+        per_round=per_round, objective=objective, text=text, kl_windows=kl_windows,
+        kl_ctx=kl_ctx, meter_url=meter_url, meter_trace=meter_trace,
+        meter_rate_hz=meter_rate_hz, lag=lag, cv_threshold=cv_threshold, prompts=prompts,
+        tokens=tokens, repeats=repeats, items=items, threads=threads,
+        run_threads=run_threads, seed=seed)
+    check_request(req)
+    outcome = run(req, click.echo)
+    for line in result_lines(outcome, out):
+        click.echo(line)

@@ -1,5 +1,6 @@
-"""Measuring candidates: through `epi campaign`, so a search's figures are the campaign's
-(quantized, scored, metered and analysed exactly like the hand-made maps).
+"""Measuring candidates: through the campaign (host.campaign.execute.Campaign, the library
+behind `epi campaign`), so a search's figures are the campaign's (quantized, scored, metered
+and analysed exactly like the hand-made maps).
 
 Each search round is one campaign directory holding that round's maps plus the anchor (the
 first hand-made map), measured again every round so that drift between rounds is visible.
@@ -10,7 +11,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -19,6 +19,7 @@ from typing import Any
 
 from epi.core.errors import UserError
 from epi.formats.manifests import read_quant_manifest
+from host.errors import SearchRoundFailed
 
 
 @dataclass(frozen=True)
@@ -181,21 +182,24 @@ def read_campaign_results(round_no: int, campaign_dir: Path) -> list[Measured]:
 
 
 def campaign_measurer(settings: CampaignSettings, echo: Callable[[str], None]) -> Measurer:
-    """A measurer that runs `epi campaign` on each round's study file (resumable itself)."""
+    """A measurer that runs each round's study file as a campaign (host.campaign, in this
+    process; resumable itself)."""
 
     def measure(round_no: int, round_dir: Path, maps: Sequence[Path]) -> list[Measured]:
+        from host.campaign.execute import Campaign
+        from host.campaign.study import load_study
+
         round_dir.mkdir(parents=True, exist_ok=True)
         study = round_dir / "study.toml"
         campaign_dir = round_dir / "campaign"
         study.write_text(study_text(f"search-round{round_no}", settings, maps, campaign_dir))
-        argv = [sys.executable, "-m", "epi", "campaign", str(study)]
-        echo(f"$ epi campaign {study}")
-        proc = subprocess.run(argv)
-        if proc.returncode != 0:
-            raise UserError(
-                f"{study}: the campaign of search round {round_no} failed (exit "
-                f"{proc.returncode}); run `epi search` again to continue where it stopped"
-            )
+        echo(f"campaign {study}")
+        try:
+            Campaign(load_study(study), stream=sys.stdout).run()
+        except UserError as exc:
+            raise SearchRoundFailed(
+                f"{study}: the campaign of search round {round_no} failed ({exc}); run "
+                "`epi search` again to continue where it stopped") from None
         results = read_campaign_results(round_no, campaign_dir)
         check_covered(results, maps, campaign_dir)
         return results

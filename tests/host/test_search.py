@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from epi.core.errors import UserError
+from host.quant.quant_types import bits_per_weight
 from host.search.driver import SearchSettings, run_search, summary, verdict
 from host.search.measure import Measured, read_campaign_results, study_text
 from host.search.models import fit_line, fit_nonincreasing, fit_predictor, spearman
@@ -21,7 +22,6 @@ from host.search.space import (
     LayerTensors,
     SearchSpace,
     assignment_groups,
-    bits_per_weight,
     build_space,
     mixmap_document,
 )
@@ -473,7 +473,8 @@ def test_hand_made_map_assignment_in_the_search_space(tmp_path: Path) -> None:
 def test_meter_options_are_refused_before_any_work(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from epi.commands.search import check_meter_options, search
+    from epi.commands.search import search
+    from host.search.app import check_meter_options
 
     with pytest.raises(UserError, match="--meter-trace DIR"):
         check_meter_options("http://meter:8757", None, None)
@@ -527,8 +528,8 @@ def test_analysis_settings_reach_the_rounds_study(tmp_path: Path) -> None:
 
 
 def test_found_map_carries_its_figures_and_still_validates(tmp_path: Path) -> None:
-    from epi.commands.search import write_found_map
     from host.quant.mixmap import load_mixmap
+    from host.search.app import write_found_map
 
     space = synthetic_space(2)
     src = tmp_path / "r" / "search_r1_s003.json"
