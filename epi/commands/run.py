@@ -12,6 +12,7 @@ from epi.commands.params import (
     BoundedInt,
     FiniteFloat,
     SafeId,
+    check_output_dir,
 )
 from host.run.runner import (
     DEFAULT_COOLDOWN_S,
@@ -148,6 +149,7 @@ def run(
     power: str | None,
 ) -> None:
     """Run MODEL.gguf on fixed prompts and log every token's time."""
+    check_output_dir(out, "--out")  # before the model loads, not after the runs
     settings = RunSettings(
         model=model,
         out=out,
