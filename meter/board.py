@@ -440,14 +440,15 @@ def load_board(path: str | Path) -> BoardConfig:
 
 
 def _default_models(n: int, clock: Clock) -> list[object]:
-    """Channel 0 follows this machine's CPU activity; the others idle at Pi-5-like powers."""
-    from meter.emulation.power_models import ActivityModel, ConstantPower
+    """Channel 0 follows CPU activity (the inference process tree when EPI_METER_FOLLOW names
+    a follow file, else the whole machine); the others idle at Pi-5-like powers."""
+    from meter.emulation.power_models import ConstantPower, default_activity_model
 
     models: list[object] = []
     for i in range(n):
         if i == 0:
             try:
-                models.append(ActivityModel(clock))
+                models.append(default_activity_model(clock))
                 continue
             except (OSError, ValueError):
                 pass  # no /proc/stat here: a constant load instead
