@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
@@ -30,10 +30,11 @@ def _child_setup(death_signal: int) -> None:
 
 
 def start(argv: Sequence[str], log_path: Path, marker: str, *,
-          death_signal: int = signal.SIGINT, cwd: Path | None = None) -> subprocess.Popen:
+          death_signal: int = signal.SIGINT, cwd: Path | None = None,
+          extra_env: Mapping[str, str] | None = None) -> subprocess.Popen:
     """Start `argv` in a new session, output appended to `log_path`, marked with `marker`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, MARK_VAR: marker}
+    env = {**os.environ, **(extra_env or {}), MARK_VAR: marker}
     with open(log_path, "ab") as log:
         return subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=cwd, env=env,
