@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from epi.core.errors import UserError
+
 # ggml tensor types a mix map may request: name -> (ggml id, block size in weights, bytes per block)
 TENSOR_TYPES: dict[str, tuple[int, int, int]] = {
     "F32": (0, 1, 4),
@@ -98,15 +100,25 @@ def known_type(name: str) -> bool:
     return name in TENSOR_TYPES or name in FILE_TYPES
 
 
+def type_size(type_name: str) -> tuple[int, int]:
+    """(weights per block, bytes per block) of a ggml tensor type; an unknown name is a
+    one-line UserError."""
+    try:
+        _, block, nbytes = TENSOR_TYPES[type_name]
+    except KeyError:
+        raise UserError(f"unknown tensor type {type_name!r}") from None
+    return block, nbytes
+
+
 def bits_per_weight(type_name: str) -> float:
-    """Storage bits per weight of a ggml tensor type (block overhead included)."""
-    _, block, nbytes = TENSOR_TYPES[type_name]
+    """Storage bits per weight of a ggml tensor type, block overhead included (Q4_0: 4.5)."""
+    block, nbytes = type_size(type_name)
     return nbytes * 8 / block
 
 
 def block_size(type_name: str) -> int:
     """Number of weights per quantization block: a row length must be a multiple of it."""
-    return TENSOR_TYPES[type_name][1]
+    return type_size(type_name)[0]
 
 
 def split_tensor_name(name: str) -> tuple[int | None, str]:

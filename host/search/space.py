@@ -18,28 +18,11 @@ from pathlib import Path
 from epi.core.errors import UserError
 from epi.core.text import ranges_text
 from host.quant.gguf_info import ModelInfo
+from host.quant.quant_types import bits_per_weight, type_size
 
 # Tensor types the search may choose, best first (llama.cpp tensor type names).
 CANDIDATE_TYPES = ("Q8_0", "Q6_K", "Q5_K", "Q5_1", "Q5_0", "Q4_K", "Q4_1", "Q4_0", "Q3_K", "Q2_K")
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
-
-
-def type_size(type_name: str) -> tuple[int, int]:
-    """(weights per block, bytes per block) of a ggml type, from the gguf package's table."""
-    import gguf
-
-    try:
-        qtype = gguf.GGMLQuantizationType[type_name]
-    except KeyError:
-        raise UserError(f"unknown tensor type {type_name!r}") from None
-    block, nbytes = gguf.GGML_QUANT_SIZES[qtype]
-    return int(block), int(nbytes)
-
-
-def bits_per_weight(type_name: str) -> float:
-    """Bits per weight of a ggml type (Q4_0: 4.5, Q8_0: 8.5, ...)."""
-    block, nbytes = type_size(type_name)
-    return nbytes * 8 / block
 
 
 @dataclass(frozen=True)

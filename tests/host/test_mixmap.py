@@ -634,3 +634,19 @@ def test_expert_rules_for_qwen3_30b_a3b_shape() -> None:
     assert rule_type("Q3_K_S", "blk.7.attn_k.weight", eight, 4096) == "Q8_0"
     assert rule_type("Q4_K_M", "blk.7.attn_output.weight", eight, 4096) == "Q5_K"
     assert rule_type("Q3_K_L", "blk.7.attn_output.weight", eight, 4096) == "Q3_K"
+
+
+def test_type_sizes_match_the_gguf_package_table() -> None:
+    """epi's one block table (quant_types) against gguf-py's GGML_QUANT_SIZES, which llama.cpp
+    ships: a wrong entry would make every bits-per-weight and search byte count wrong."""
+    import gguf
+
+    from host.quant.quant_types import TENSOR_TYPES, bits_per_weight, type_size
+
+    for name, (type_id, _, _) in TENSOR_TYPES.items():
+        qtype = gguf.GGMLQuantizationType[name]
+        assert int(qtype) == type_id, name
+        assert type_size(name) == tuple(int(v) for v in gguf.GGML_QUANT_SIZES[qtype]), name
+    assert bits_per_weight("Q4_0") == 4.5  # 18 bytes per 32 weights
+    with pytest.raises(UserError, match="unknown tensor type 'IQ9_Z'"):
+        type_size("IQ9_Z")
