@@ -140,12 +140,15 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
               help="Also run llama-perplexity on the same model, data and settings and record "
                    "the agreement.")
 @click.option("--no-cache", is_flag=True, help="Recompute instead of reading cached results.")
+@click.option("--cluster", default=None, metavar="ADDRESS",
+              help="Score benchmark items on a Dask cluster: tcp://HOST:PORT or local:N "
+                   "(docs/accuracy.md); --threads is then per worker.")
 @click.option("--out", default="accuracy.json", show_default=True,
               type=click.Path(path_type=Path), help="Results file (epi-accuracy JSON).")
 def accuracy(models: tuple[Path, ...], bench: str, n: int, seed: int, ppl: str | None,
              ctx: int, stride: int | None, ppl_windows: int, weights: str, metric: str,
              threads: int | None, data_dir: Path | None, crosscheck: bool, no_cache: bool,
-             out: Path) -> None:
+             cluster: str | None, out: Path) -> None:
     """Perplexity and multiple-choice accuracy of each MODEL (GGUF), cached, into --out."""
     if n < 0:
         raise UserError(f"--n: subset size must be 0 (all) or positive, got {n}")
@@ -161,8 +164,17 @@ def accuracy(models: tuple[Path, ...], bench: str, n: int, seed: int, ppl: str |
     )
     if threads is not None:
         settings.threads = threads
-    doc = evaluate(list(models), settings, progress=_bar,
-                   echo=lambda s: click.echo(s, err=True))
+
+    def echo(line: str) -> None:
+        click.echo(line, err=True)
+
+    if cluster is not None:
+        from host.accuracy.distributed import evaluate_on_cluster, parse_cluster
+
+        doc = evaluate_on_cluster(list(models), settings, parse_cluster(cluster), threads,
+                                  progress=_bar, echo=echo)
+    else:
+        doc = evaluate(list(models), settings, progress=_bar, echo=echo)
     write_results(out, doc)
     for line in summary_lines(doc):
         click.echo(line)

@@ -1,21 +1,25 @@
-"""Model hashes and cached results under `epi_home()/cache`.
+"""Model hashes, and the accuracy results store as evaluate.py calls it.
 
 A result is stored under a key of everything that determines it — model sha256, benchmark,
-data+subset hash, settings, scorer version — so a changed model, data file, subset or setting
-never reads an old result. Model hashes are remembered per (path, size, mtime) so a 270 MB
-model is hashed once, not on every run.
+item-set hash (subset and seed), settings, scorer version, and the llama.cpp build that scored
+it — so a changed model, data file, subset, setting or build never reads an old result, and
+the same question asked on another machine finds it (host/accuracy/store.py: entries keyed by
+content, checked on every read). Model hashes are remembered per (path, size, mtime) so a
+270 MB model is hashed once, not on every run.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from epi.core.files import write_json_atomic
 from epi.core.paths import epi_home
+from host.accuracy import store
+from host.accuracy.store import JSON
 from host.gguf_io.file import sha256_file
 
 SCORER_VERSION = 2  # bump when a change to the scoring could change a cached number
@@ -25,7 +29,7 @@ def cache_root() -> Path:
     return epi_home() / "cache"
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
+def atomic_write_json(path: Path, obj: object) -> None:
     """Create the directory, then write JSON atomically (epi.core.files.write_json_atomic)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, obj)
@@ -54,30 +58,16 @@ def model_sha256(path: Path) -> str:
     return digest
 
 
-def key_hash(key: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+def load_result(key: Mapping[str, JSON]) -> dict[str, Any] | None:
+    """The stored result for exactly this key plus the scoring llama.cpp build (store.py),
+    None when there is none; a foreign or inconsistent entry is a one-line `StoreError`.
+
+    Typed `Any` at this boundary: a result's shape depends on its kind (records, perplexity
+    figures, a tool run); store.check_entry has checked the benchmark shape, and each caller
+    in evaluate.py reads the fields of its own kind."""
+    return store.load(store.full_key(key))
 
 
-def result_path(key: dict[str, Any]) -> Path:
-    model = str(key.get("model_sha256", "nomodel"))[:16]
-    kind = str(key.get("benchmark") or key.get("kind") or "result")
-    return cache_root() / "accuracy" / model / f"{kind}-{key_hash(key)[:24]}.json"
-
-
-def load_result(key: dict[str, Any]) -> dict[str, Any] | None:
-    """The cached result for exactly this key, or None."""
-    path = result_path(key)
-    try:
-        stored = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(stored, dict) or stored.get("key") != key:
-        return None
-    result = stored.get("result")
-    return result if isinstance(result, dict) else None
-
-
-def store_result(key: dict[str, Any], result: dict[str, Any]) -> Path:
-    path = result_path(key)
-    atomic_write_json(path, {"key": key, "result": result})
-    return path
+def store_result(key: Mapping[str, JSON], result: Mapping[str, object]) -> Path:
+    """Keep `result` in the store under `key` plus the scoring llama.cpp build."""
+    return store.save(store.full_key(key), result)

@@ -159,12 +159,17 @@ def _mc_context(models: _Models, items: Sequence[Item], ctx: int) -> int:
     return max(ctx, -(-longest // 256) * 256)
 
 
+def benchmark_key(sha: str, bd: BenchData, settings: Settings) -> dict[str, Any]:
+    """The store key of one benchmark's scores (host/accuracy/distributed.py uses it too)."""
+    return {"kind": "benchmark", "benchmark": bd.name, "model_sha256": sha,
+            "items_sha256": bd.subset["items_sha256"], "n": bd.subset["n"],
+            "seed": settings.seed, "ctx": settings.ctx, "format": FORMAT,
+            "scorer_version": cache.SCORER_VERSION, "llama_cpp_python": _llama_version()}
+
+
 def evaluate_benchmark(models: _Models, sha: str, bd: BenchData, settings: Settings,
                        progress: Progress) -> dict[str, Any]:
-    key = {"kind": "benchmark", "benchmark": bd.name, "model_sha256": sha,
-           "items_sha256": bd.subset["items_sha256"], "n": bd.subset["n"], "seed": settings.seed,
-           "ctx": settings.ctx, "format": FORMAT, "scorer_version": cache.SCORER_VERSION,
-           "llama_cpp_python": _llama_version()}
+    key = benchmark_key(sha, bd, settings)
     stored = cache.load_result(key) if settings.use_cache else None
     if stored is None:
         n_ctx = _mc_context(models, bd.items, settings.ctx)

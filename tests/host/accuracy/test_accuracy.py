@@ -210,10 +210,12 @@ def test_results_reader_refuses_unknown_and_newer(tmp_path: Path) -> None:
 
 
 def test_cache_roundtrip_and_key_mismatch() -> None:
-    key = {"kind": "benchmark", "benchmark": "mmlu", "model_sha256": "a" * 64, "n": 3}
+    key = {"kind": "benchmark", "benchmark": "mmlu", "model_sha256": "a" * 64, "n": 1}
+    result = {"records": [{"id": "q0", "gold": 1, "scores": [[-3.0, 2, 5], [-1.5, 2, 6]]}],
+              "seconds": 0.5, "n_ctx": 512}
     assert cache.load_result(key) is None
-    cache.store_result(key, {"records": [1, 2]})
-    assert cache.load_result(key) == {"records": [1, 2]}
+    cache.store_result(key, result)
+    assert cache.load_result(key) == result
     assert cache.load_result({**key, "n": 4}) is None
 
 
