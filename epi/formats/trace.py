@@ -29,10 +29,10 @@ import math
 import operator
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from epi.core.errors import UserError
 from epi.formats.fields import (
@@ -154,6 +154,14 @@ def last_complete_sample(samples_path: Path) -> tuple[int, int] | None:
 
 
 # ------------------------------------------------------------------------------- data types
+class Column(Protocol):
+    """One sample column: a list from this reader, a numpy array from the analysis's cache."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> Any: ...
+    def __iter__(self) -> Iterator[Any]: ...
+
+
 @dataclass(frozen=True)
 class ChannelMeta:
     """One channel as a segment's meta describes it."""
@@ -209,7 +217,7 @@ class Segment:
     period_inferred: bool
     # SAMPLE_COLUMNS → values (None for an empty field); a caller's samples reader may give
     # another sequence type (the analysis: numpy arrays from its columnar cache).
-    columns: Mapping[str, Sequence[Any]]
+    columns: Mapping[str, Column]
     events: list[dict[str, Any]]
     truncated_samples: int = 0  # crash-cut final records dropped
     truncated_events: int = 0
@@ -465,7 +473,7 @@ def _sample_columns(lines: list[str], channels: set[int] | None,
 class SegmentSamples:
     """One samples.csv as read and checked: columns, what was dropped, each channel's ends."""
 
-    columns: Mapping[str, Sequence[Any]]
+    columns: Mapping[str, Column]
     dropped: int  # crash-cut final records
     out_of_range: list[tuple[int, str, float]]  # (file line, column, value), set to missing
     ends: dict[int, tuple[int, int, int, int]]  # channel → first/last t_mono_ns, t_real_ns
@@ -481,7 +489,7 @@ def read_samples(path: Path, channels: set[int] | None = None) -> SegmentSamples
     return SegmentSamples(cols, dropped, odd, sample_ends(cols))
 
 
-def sample_ends(columns: Mapping[str, Sequence[Any]]) -> dict[int, tuple[int, int, int, int]]:
+def sample_ends(columns: Mapping[str, Column]) -> dict[int, tuple[int, int, int, int]]:
     """channel → (first t_mono_ns, first t_real_ns, last t_mono_ns, last t_real_ns)."""
     mono, real = columns["t_mono_ns"], columns["t_real_ns"]
     return {ch: (mono[i], real[i], mono[j], real[j]) for ch, (i, j) in
@@ -576,7 +584,7 @@ def _has_rows(path: Path) -> bool:
         return False
 
 
-def infer_period_s(columns: Mapping[str, Sequence[Any]]) -> float | None:
+def infer_period_s(columns: Mapping[str, Column]) -> float | None:
     """The sample period from the samples themselves: the median spacing of each channel's
     timestamps, the smallest over channels (None with fewer than 2 samples per channel)."""
     per_channel: dict[int, list[int]] = {}
@@ -646,7 +654,7 @@ def read_trace(trace_dir: str | os.PathLike[str], samples_reader: SamplesReader 
     return trace
 
 
-def channel_ends(columns: Mapping[str, Sequence[Any]]) -> dict[int, tuple[int, int]]:
+def channel_ends(columns: Mapping[str, Column]) -> dict[int, tuple[int, int]]:
     """Row index of each channel's first and last sample in a segment's columns (C-speed
     searches, one per channel: a segment has a handful of channels and many rows)."""
     chans = list(columns["channel"])

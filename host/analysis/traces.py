@@ -9,11 +9,17 @@ metering or measurement (CalErr / AdjErr), whose `power_w` is empty, or whose `p
 negative (a reversed CT), sample gaps longer than `max_gap_periods` scheduled periods (the
 period inferred from the samples when the meta lacks it, with a note), and, for the counter,
 every span from a decrease of `energy_j` to the end of its segment.
+
+Memory and time at a study's scale (tens of millions of rows): the samples are read segment by
+segment — from the columnar cache beside the CSV (host/analysis/trace_cache.py) unless
+`cache=False` — and only what the analysis needs is kept: per channel and clock domain the
+times, power and counter of the rows with a valid power reading, plus the times of the rows
+that invalidate data or saturate. The whole sample table (`Trace.samples`) is built only when
+asked for (the report's power-trace figure, tests).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +31,7 @@ from epi.formats import trace as fmt
 from epi.formats.trace import FAULT_EVENTS, INFO_EVENTS, Segment
 from epi.formats.trace import ChannelMeta as ChannelInfo
 from host.analysis.align import INT64_MAX, INT64_MIN, ChannelSeries, Intervals
+from host.analysis.trace_cache import CachedSamplesReader, ParquetColumns, host_columns
 
 CALERR_MASK = 0xC000  # SysStatus CalErr: energy metering frozen → counter invalid
 ADJERR_MASK = 0x3000  # SysStatus AdjErr: measurement registers frozen → power invalid
@@ -36,22 +43,66 @@ NEGATIVE_POWER_TOLERANCE_W = 0.5
 REVERSED_CT_HINT = ("negative power_w (CT reversed? turn the CT so its arrow points to the load, "
                     "or check the calibration sign)")
 
+# Columns the analysis reads from every segment (the rest only for `Trace.samples`).
+ANALYSIS_COLUMNS = ("channel", "t_mono_ns", "t_real_ns", "power_w", "energy_j", "current_a",
+                    "status")
+
+
+@dataclass
+class ChannelData:
+    """One channel in one clock domain, joined over its segments: the rows with a valid power
+    reading (`t_mono_ns`, `power_w`, `energy_j`, their `segment`), how many rows it has in all,
+    and the times of the rows that matter elsewhere (missing power, SysStatus flags, full
+    scale)."""
+
+    t_mono_ns: np.ndarray
+    power_w: np.ndarray
+    energy_j: np.ndarray
+    segment: np.ndarray
+    n_rows: int
+    nopower_t_ns: np.ndarray
+    adjerr_t_ns: np.ndarray
+    calerr_t_ns: np.ndarray
+    saturated_t_ns: np.ndarray
+
+
+@dataclass
+class Domain:
+    """What the analysis asks of one clock domain (boot) as a whole."""
+
+    n_rows: int
+    mono_ns: tuple[int, int] | None
+    real_ns: tuple[int, int] | None
+
+
 @dataclass
 class Trace:
     """A validated trace directory.
 
-    `samples` holds every valid-format row (plus `segment`); `events` every event (plus
-    `segment`); `invalid` the per-channel invalid intervals (`channel`, `boot_key`, `start_ns`,
-    `end_ns`, `scope` = "all" or "counter", `reason`).
+    `events` holds every event (plus `segment`); `invalid` the per-channel invalid intervals
+    (`channel`, `boot_key`, `start_ns`, `end_ns`, `scope` = "all" or "counter", `reason`);
+    `data` each channel's series per clock domain; `samples` every valid-format row (plus
+    `segment`), built on first use.
     """
 
     path: Path
     segments: list[Segment]
     channels: dict[int, ChannelInfo]
-    samples: pd.DataFrame
     events: pd.DataFrame
     invalid: pd.DataFrame
+    data: dict[tuple[str, int], ChannelData]
+    domains: dict[str, Domain]
     notes: list[str] = field(default_factory=list)
+    _samples: pd.DataFrame | None = None
+    _series: dict[tuple[str, int], ChannelSeries] = field(default_factory=dict)
+
+    @property
+    def samples(self) -> pd.DataFrame:
+        """Every sample row of every segment (built on first use: large at a study's scale)."""
+        if self._samples is None:
+            self._samples = pd.concat([_sample_frame(s) for s in self.segments],
+                                      ignore_index=True)
+        return self._samples
 
     @property
     def boot_ids(self) -> list[str | None]:
@@ -76,45 +127,45 @@ class Trace:
 
     def coverage_ns(self, boot_id: str | None) -> tuple[int, int] | None:
         """(first, last) sample time in this clock domain, or None when it has no samples."""
-        s = self.domain_samples(boot_id)
-        if s.empty:
-            return None
-        return int(s["t_mono_ns"].min()), int(s["t_mono_ns"].max())
+        dom = self.domains.get(_boot_key(boot_id))
+        return dom.mono_ns if dom else None
 
     def real_coverage_ns(self, boot_id: str | None) -> tuple[int, int] | None:
-        s = self.domain_samples(boot_id)
-        if s.empty:
-            return None
-        return int(s["t_real_ns"].min()), int(s["t_real_ns"].max())
+        dom = self.domains.get(_boot_key(boot_id))
+        return dom.real_ns if dom else None
 
     def series(self, channel: int, boot_id: str | None) -> ChannelSeries:
-        """The aligner's view of one channel in one clock domain."""
-        s = self.domain_samples(boot_id)
-        s = s[s["channel"] == channel]
-        good = s["power_w"].notna().to_numpy()
-        s = s[good]
-        seg = s["segment"].to_numpy()
+        """The aligner's view of one channel in one clock domain (built once)."""
+        key = (_boot_key(boot_id), channel)
+        if key not in self._series:
+            self._series[key] = self._build_series(channel, boot_id)
+        return self._series[key]
+
+    def _build_series(self, channel: int, boot_id: str | None) -> ChannelSeries:
+        key = (_boot_key(boot_id), channel)
+        d = self.data.get(key) or _empty_channel()
+        seg = d.segment
         starts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]]) if len(seg) else np.zeros(
             1, np.int64)
         inv = self.invalid[(self.invalid["channel"] == channel)
-                           & (self.invalid["boot_key"] == _boot_key(boot_id))]
+                           & (self.invalid["boot_key"] == key[0])]
         all_scope = inv[inv["scope"] == "all"]
         ctr_scope = inv[inv["scope"] == "counter"]
         info = self.channels.get(channel)
         dead = None
-        if not good.any():
-            dom = self.domain_samples(boot_id)
-            if len(s_all := dom[dom["channel"] == channel]):
-                dead = (f"channel {channel}: dead channel ({len(s_all)} reading(s) in this "
+        if not len(d.t_mono_ns):
+            dom = self.domains.get(key[0])
+            if d.n_rows:
+                dead = (f"channel {channel}: dead channel ({d.n_rows} reading(s) in this "
                         "clock domain, none with a valid power_w)")
-            elif len(dom):
+            elif dom and dom.n_rows:
                 dead = (f"channel {channel}: dead channel (no readings, while other channels "
-                        f"have {len(dom)})")
+                        f"have {dom.n_rows})")
         return ChannelSeries(
             channel=channel,
-            t_mono_ns=s["t_mono_ns"].to_numpy(dtype=np.int64),
-            power_w=s["power_w"].to_numpy(dtype=np.float64),
-            energy_j=s["energy_j"].to_numpy(dtype=np.float64),
+            t_mono_ns=d.t_mono_ns,
+            power_w=d.power_w,
+            energy_j=d.energy_j,
             seg_start_idx=starts.astype(np.int64),
             invalid=Intervals.build(all_scope["start_ns"].to_numpy(np.int64),
                                     all_scope["end_ns"].to_numpy(np.int64),
@@ -128,32 +179,44 @@ class Trace:
 
     def saturated(self, channel: int, boot_id: str | None, t0_ns: int, t1_ns: int) -> int:
         """Number of readings of a channel in [t0, t1] at the register full scale (or CT limit)."""
-        s = self.domain_samples(boot_id)
-        s = s[(s["channel"] == channel) & (s["t_mono_ns"] >= t0_ns) & (s["t_mono_ns"] <= t1_ns)]
-        limit_a = FULL_SCALE_CURRENT_A
-        info = self.channels.get(channel)
-        ct = info.ct if info else None
-        if isinstance(ct, dict):
-            for key in ("max_current_a", "rated_current_a", "max_a", "rated_a"):
-                if isinstance(ct.get(key), (int, float)):
-                    limit_a = min(limit_a, float(ct[key]))
-                    break
-        sat = (s["current_a"].to_numpy() >= limit_a) | (
-            np.abs(s["power_w"].to_numpy()) >= FULL_SCALE_POWER_W)
-        return int(np.nansum(sat))
+        d = self.data.get((_boot_key(boot_id), channel))
+        if d is None:
+            return 0
+        t = d.saturated_t_ns
+        return int(np.searchsorted(t, t1_ns, side="right") - np.searchsorted(t, t0_ns))
+
+
+def _empty_channel() -> ChannelData:
+    i64, f64 = np.zeros(0, np.int64), np.zeros(0, np.float64)
+    return ChannelData(i64, f64, f64, i64, 0, i64, i64, i64, i64)
+
+
+def current_limit_a(info: ChannelInfo | None) -> float:
+    """The current at which a channel saturates: the register full scale or its CT's rating."""
+    limit_a = FULL_SCALE_CURRENT_A
+    ct = info.ct if info else None
+    if isinstance(ct, dict):
+        for key in ("max_current_a", "rated_current_a", "max_a", "rated_a"):
+            if isinstance(ct.get(key), (int, float)):
+                limit_a = min(limit_a, float(ct[key]))
+                break
+    return limit_a
+
+
+def _segment_arrays(seg: Segment, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Some columns of one segment as numpy (from the cache file when it has one)."""
+    if isinstance(seg.columns, ParquetColumns):
+        return seg.columns.read(names)
+    cols = host_columns(seg.columns)
+    return {n: cols[n] for n in names}
 
 
 def _sample_frame(seg: Segment) -> pd.DataFrame:
     """One segment's samples as a frame (ints exact, empty floats NaN, empty status 0)."""
-    c = seg.columns
+    cols = _segment_arrays(seg, fmt.SAMPLE_COLUMNS)
     out = pd.DataFrame({"segment": np.full(seg.n_samples, seg.number, dtype=np.int64)})
-    for col in ("seq", "channel", "t_mono_ns", "t_real_ns"):
-        out[col] = np.array(c[col], dtype=np.int64)
-    for col in ("power_w", "voltage_v", "current_a", "power_factor", "frequency_hz", "energy_j"):
-        out[col] = np.array(c[col], dtype=np.float64)  # None (an empty field) becomes NaN
-    st = c["status"]
-    out["status"] = np.array([0 if v is None else v for v in st] if None in st else st,
-                             dtype=np.int64)
+    for col in fmt.SAMPLE_COLUMNS:
+        out[col] = cols[col]
     return out
 
 
@@ -198,8 +261,59 @@ def _gap_end(kind: str, detail: str) -> int:
     return INT64_MIN if end is None else end
 
 
-def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: list[Segment],
-                       channels: Iterable[int], max_gap_periods: float) -> pd.DataFrame:
+def _collect(segments: list[Segment], channels: dict[int, ChannelInfo]
+             ) -> tuple[dict[tuple[str, int], ChannelData], dict[str, Domain]]:
+    """Read every segment once (only the analysis's columns) into per-channel arrays."""
+    parts: dict[tuple[str, int], list[dict[str, np.ndarray]]] = {}
+    counts: dict[tuple[str, int], int] = {}
+    doms: dict[str, list[tuple[int, int, int, int, int]]] = {}
+    limits = {ch: current_limit_a(info) for ch, info in channels.items()}
+    for seg in segments:
+        boot = _boot_key(seg.boot_id)
+        doms.setdefault(boot, [])
+        if not seg.n_samples:
+            continue
+        a = _segment_arrays(seg, ANALYSIS_COLUMNS)
+        mono, real = a["t_mono_ns"], a["t_real_ns"]
+        doms[boot].append((len(mono), int(mono.min()), int(mono.max()), int(real.min()),
+                           int(real.max())))
+        chan = a["channel"]
+        for ch in np.unique(chan).tolist():
+            sel = chan == ch
+            t, p = mono[sel], a["power_w"][sel]
+            good = ~np.isnan(p)
+            st = a["status"][sel][good]
+            tg = t[good]
+            sat = (a["current_a"][sel] >= limits.get(ch, FULL_SCALE_CURRENT_A)) | (
+                np.abs(p) >= FULL_SCALE_POWER_W)
+            counts[(boot, ch)] = counts.get((boot, ch), 0) + len(t)
+            parts.setdefault((boot, ch), []).append({
+                "t": tg, "p": p[good], "e": a["energy_j"][sel][good],
+                "seg": np.full(len(tg), seg.number, np.int64), "nopow": t[~good],
+                "adj": tg[(st & ADJERR_MASK) != 0], "cal": tg[(st & CALERR_MASK) != 0],
+                "sat": t[sat]})
+        del a, mono, real, chan
+    data = {}
+    for key, chunks in parts.items():
+        def cat(name: str, chunks: list[dict[str, np.ndarray]] = chunks) -> np.ndarray:
+            return np.concatenate([c[name] for c in chunks])
+        data[key] = ChannelData(cat("t"), cat("p"), cat("e"), cat("seg"), counts[key],
+                                cat("nopow"), cat("adj"), cat("cal"), cat("sat"))
+        chunks.clear()
+    domains = {}
+    for boot, spans in doms.items():
+        if not spans:
+            domains[boot] = Domain(0, None, None)
+            continue
+        n, mono_lo, mono_hi, real_lo, real_hi = zip(*spans, strict=True)
+        domains[boot] = Domain(sum(n), (min(mono_lo), max(mono_hi)),
+                               (min(real_lo), max(real_hi)))
+    return data, domains
+
+
+def _invalid_intervals(data: dict[tuple[str, int], ChannelData], events: pd.DataFrame,
+                       segments: list[Segment], channels: list[int], max_gap_periods: float
+                       ) -> pd.DataFrame:
     rows: list[pd.DataFrame] = []
     seg_boot = {s.number: s.boot_id for s in segments}
     period_lut = np.full(max(s.number for s in segments) + 1, np.nan)
@@ -218,22 +332,17 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
 
     for boot in dict.fromkeys(seg_boot.values()):
         segs = {n for n, b in seg_boot.items() if b == boot}
-        dom = samples[samples["segment"].isin(segs)]
         ev = events[events["segment"].isin(segs)]
         faults = ev[~ev["kind"].isin(INFO_EVENTS)]
         for ch in channels:  # a handful of channels
-            s = dom[dom["channel"] == ch]
-            t_all = s["t_mono_ns"].to_numpy()
-            # Empty power readings: drop them and invalidate the time around them.
-            nopow = s["power_w"].isna().to_numpy()
-            good = s[~nopow]
-            t = good["t_mono_ns"].to_numpy()
-            seg = good["segment"].to_numpy()
-            if nopow.any():
-                lo, hi = _around(t, t_all[nopow])
+            d = data.get((_boot_key(boot), ch)) or _empty_channel()
+            t, seg = d.t_mono_ns, d.segment
+            # Empty power readings: dropped; the time around them is invalid.
+            if len(d.nopower_t_ns):
+                lo, hi = _around(t, d.nopower_t_ns)
                 add(ch, boot, lo, hi, "all", "power_w missing (or outside its valid range)")
             # Negative power (a reversed CT): flag the time around it, with the fix.
-            neg = (good["power_w"] < -NEGATIVE_POWER_TOLERANCE_W).to_numpy()
+            neg = d.power_w < -NEGATIVE_POWER_TOLERANCE_W
             if neg.any():
                 lo, hi = _around(t, t[neg])
                 add(ch, boot, lo, hi, "all", REVERSED_CT_HINT)
@@ -272,19 +381,16 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
                      zip(kinds, fc["detail"].to_numpy(dtype=object), strict=True)], dtype=object)
                 add(ch, boot, lo, hi, "all", why)
             # SysStatus: AdjErr freezes measurements (all), CalErr freezes energy (counter).
-            st = good["status"].to_numpy()
-            adj = (st & ADJERR_MASK) != 0
-            if adj.any():
-                lo, hi = _around(t, t[adj])
+            if len(d.adjerr_t_ns):
+                lo, hi = _around(t, d.adjerr_t_ns)
                 add(ch, boot, lo, hi, "all", "SysStatus AdjErr (measurements frozen)")
-            cal = (st & CALERR_MASK) != 0
-            if cal.any():
-                lo, hi = _around(t, t[cal])
+            if len(d.calerr_t_ns):
+                lo, hi = _around(t, d.calerr_t_ns)
                 add(ch, boot, lo, hi, "counter", "SysStatus CalErr (energy metering frozen)")
             # The counter restarts each segment; a decrease (or reset) within one means the
             # count was lost: every later value of that segment is on another base, so the
             # counter is invalid from the last sample before the decrease to the segment's end.
-            e = good["energy_j"].to_numpy()
+            e = d.energy_j
             dec = np.flatnonzero((np.diff(e) < 0) & (seg[1:] == seg[:-1]))
             if len(dec):
                 seg_end = {int(n): int(t[seg == n][-1]) for n in np.unique(seg[dec])}
@@ -305,9 +411,15 @@ def _invalid_intervals(samples: pd.DataFrame, events: pd.DataFrame, segments: li
     return out
 
 
-def read_trace(path: str | Path, *, max_gap_periods: float = 3.0) -> Trace:
-    """Read and validate TRACE_DIR (through `epi.formats.trace`); one-line `UserError`."""
-    raw = fmt.read_trace(path)
+def read_trace(path: str | Path, *, max_gap_periods: float = 3.0, cache: bool = True) -> Trace:
+    """Read and validate TRACE_DIR (through `epi.formats.trace`); one-line `UserError`.
+
+    With `cache` (the default) the samples come from the columnar cache beside the CSV
+    segments, built or rebuilt as needed (host/analysis/trace_cache.py); the result is the
+    same either way."""
+    reader = CachedSamplesReader(Path(path)) if cache and Path(path).is_dir() else \
+        fmt.read_samples
+    raw = fmt.read_trace(path, samples_reader=reader)
     for seg in raw.segments:
         if not seg.channels:
             raise UserError(f"{seg.meta_path}: field channels must be a non-empty list")
@@ -316,9 +428,9 @@ def read_trace(path: str | Path, *, max_gap_periods: float = 3.0) -> Trace:
                 raise UserError(f"{seg.meta_path}: field channels[{ch}]."
                                 "meter_constant_imp_per_kwh is missing (expected a number > 0)")
     channels = raw.channels
-    all_samples = pd.concat([_sample_frame(s) for s in raw.segments], ignore_index=True)
     all_events = pd.concat([_event_frame(s) for s in raw.segments], ignore_index=True)
-    invalid = _invalid_intervals(all_samples, all_events, raw.segments, sorted(channels),
+    data, domains = _collect(raw.segments, channels)
+    invalid = _invalid_intervals(data, all_events, raw.segments, sorted(channels),
                                  max_gap_periods)
-    return Trace(raw.path, raw.segments, channels, all_samples, all_events, invalid,
+    return Trace(raw.path, raw.segments, channels, all_events, invalid, data, domains,
                  list(raw.notes))
