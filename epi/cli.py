@@ -31,6 +31,8 @@ COMMANDS: dict[str, str] = {
     "meter": "epi.commands.meter_group:meter",
     "campaign": "epi.commands.campaign:campaign",
     "report": "epi.commands.report:report",
+    "bundle": "epi.commands.bundle:bundle",
+    "compare": "epi.commands.compare:compare",
 }
 
 HELP = {
@@ -48,6 +50,8 @@ HELP = {
     "meter": "The meter side: read, calibrate and run the daemon.",
     "campaign": "Run a whole study (STUDY.toml): resumable, interleaved, ends in a report.",
     "report": "HTML + Markdown report with figures from an analysis directory.",
+    "bundle": "One archive of an analysis and all behind it, hashed (or --unpack one).",
+    "compare": "Bundles side by side; unfair differences (build, power, items) flagged.",
 }
 
 

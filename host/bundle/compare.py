@@ -1,0 +1,74 @@
+"""Bundles side by side: configurations joined on model and map hashes, and every
+difference that makes the comparison unfair, flagged with what it means.
+
+A configuration is the same across bundles when its GGUF's sha256 and its mix map's sha256
+are the same (the name may differ between labs; a name shared by different files is not
+joined). A fact that differs between bundles (host/bundle/facts.py: build flags, llama.cpp
+version, the build's CPU features, power source, calibration, accuracy item sets and metric)
+is listed as UNFAIR with each bundle's value; the figures are still shown, so a reader sees
+what the difference applies to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from host.bundle.facts import ASPECTS, Config, Facts
+
+
+@dataclass(frozen=True)
+class Difference:
+    aspect: str
+    meaning: str
+    values: tuple[str, ...]  # one per bundle, in order
+
+
+def differences(all_facts: Sequence[Facts]) -> list[Difference]:
+    """Every fairness aspect whose value is not the same in all bundles."""
+    out = []
+    for aspect, meaning in ASPECTS.items():
+        values = tuple(f.aspects.get(aspect, "(not recorded)") for f in all_facts)
+        if len(set(values)) > 1:
+            out.append(Difference(aspect, meaning, values))
+    return out
+
+
+def _fmt(v: float | None, digits: int = 4) -> str:
+    return "—" if v is None else f"{v:.{digits}g}"
+
+
+def _short(sha: str | None) -> str:
+    return sha[:12] if sha else "(none)"
+
+
+def report(all_facts: Sequence[Facts]) -> list[str]:
+    """The comparison as Markdown lines (a table per figure, then the differences)."""
+    letters = [chr(ord("A") + i) if i < 26 else f"B{i}" for i in range(len(all_facts))]
+    lines = ["# Comparison of bundles", ""]
+    lines += [f"- {k}: {f.label}" for k, f in zip(letters, all_facts, strict=True)]
+    keys: list[tuple[str | None, str | None]] = []
+    for f in all_facts:
+        keys += [k for k in f.configs if k not in keys]
+    shared = [k for k in keys if all(k in f.configs for f in all_facts)]
+    lines += ["", f"Joined on model sha256 + map sha256: {len(shared)} configuration(s) in "
+              f"every bundle, {len(keys) - len(shared)} in some only.", ""]
+    head = ["config", "model sha256", "map sha256"]
+    for title, attr in (("gross J per generated token", "j_per_token"),
+                        ("accuracy", "accuracy"), ("EPI", "epi")):
+        lines += [f"## {title}", "", "| " + " | ".join(head + letters) + " |",
+                  "|" + "---|" * (len(head) + len(letters))]
+        for k in keys:
+            present: list[Config | None] = [f.configs.get(k) for f in all_facts]
+            name = next(c.config for c in present if c is not None)
+            cells = [_fmt(getattr(c, attr)) if c is not None else "absent" for c in present]
+            lines.append("| " + " | ".join([name, _short(k[0]), _short(k[1]), *cells]) + " |")
+        lines.append("")
+    diffs = differences(all_facts)
+    lines += ["## Fairness", ""]
+    if not diffs:
+        lines.append("No difference found in: " + ", ".join(ASPECTS) + ".")
+    for d in diffs:
+        lines.append(f"- **UNFAIR: {d.aspect} differ** ({d.meaning}):")
+        lines += [f"  - {k}: {v}" for k, v in zip(letters, d.values, strict=True)]
+    return lines
