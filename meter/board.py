@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.formats.fields import parse_json_bytes, read_bytes, read_toml_file
-from meter.bus.base import ABS_MAX_SPEED_HZ, MAX_SPEED_HZ, Bus, BusError
+from meter.bus.base import ABS_MAX_SPEED_HZ, MAX_SPEED_HZ, Bus
 from meter.chip.calibration import EMULATED_FRONTEND, Calibration, CalibrationError
 from meter.chip_factory import ChipFactory, chip_factory, real_bus
 from meter.clock import Clock, SystemClock
 from meter.driver.atm90e26 import ATM90E26Driver
+from meter.errors import BusError
 
 if TYPE_CHECKING:
     from meter.emulation.chip_emulator import EmulatedChip

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from epi.core.errors import UserError
-from meter.bus.base import Bus, BusError
+from meter.bus.base import Bus
 from meter.chip.calibration import Calibration
 from meter.clock import Clock
+from meter.errors import BusError
 
 if TYPE_CHECKING:
     from meter.board import BoardConfig, ChannelConfig

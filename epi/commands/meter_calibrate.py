@@ -18,11 +18,11 @@ import click
 from epi.commands.params import BoundedInt, FiniteFloat, check_output_file
 from epi.core.errors import UserError
 from meter.board import emulated_board, load_board, open_channels, save_calibration_file
-from meter.bus.base import BusError
 from meter.chip.calibration import CalibrationError
 from meter.clock import SimulatedClock, SystemClock
 from meter.driver import calibration_procedures as procedures
 from meter.emulation.power_models import ConstantPower
+from meter.errors import BusError
 
 
 def _pct(measured: float, reference: float | None) -> str:

@@ -67,9 +67,10 @@ def console_cmd(port: str | None, baud: int, sends: tuple[str, ...], seconds: fl
     """Talk to the firmware over the bridge UART: print every line, decoded and CRC-checked."""
     import json
 
-    from meter.bridge.link import LinkLost, SerialLink
+    from meter.bridge.link import SerialLink
     from meter.bridge.probe import default_port
     from meter.bridge.protocol import LineError, command, decode_line
+    from meter.errors import LinkLost
 
     port = port or default_port()
     if port is None:

@@ -10,8 +10,8 @@ import click
 from epi.commands.params import BoundedInt, FiniteFloat
 from epi.core.errors import UserError
 from meter.board import emulated_board, load_board, open_channels
-from meter.bus.base import BusError
 from meter.clock import SystemClock
+from meter.errors import BusError
 
 REAL_SETTLE_S = 2.0  # measurement registers after start-up: the datasheet gives no figure
 

@@ -21,8 +21,9 @@ import tty
 from collections import deque
 from typing import Any
 
-from meter.bridge.link import LinkLost, wire_ns
+from meter.bridge.link import wire_ns
 from meter.emulation.mcu import EmulatedMcu, McuClock
+from meter.errors import LinkLost
 from meter.firmware.app import Firmware
 from meter.firmware.config import default_config
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from epi.core.errors import UserError
-from meter.bridge.link import LinkLost
 from meter.emulation.faults import FaultInjector, FaultSpec, parse_fault_specs
+from meter.errors import LinkLost
 
 KINDS = ("drop-bytes", "flip-bits", "lose-lines", "unplug", "mcu-reset")
 _SPEC = re.compile(r"^([a-z-]+)@(\d+(?:\.\d+)?)(?:\+(\d+(?:\.\d+)?))?$")

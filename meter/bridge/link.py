@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Protocol
 
-
-class LinkLost(Exception):
-    """The serial port failed or is gone."""
+from meter.errors import LinkLost
 
 
 class Link(Protocol):

@@ -11,8 +11,9 @@ import os
 import time
 from typing import Any
 
-from meter.bridge.link import LinkLost, SerialLink
+from meter.bridge.link import SerialLink
 from meter.bridge.protocol import LineError, Message, command, decode_line
+from meter.errors import LinkLost
 
 CANDIDATE_PORTS = ("/dev/ttyAMA0", "/dev/serial0", "/dev/ttyACM0")
 

@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meter.bridge.clockmap import ClockMapper, Mapping
-from meter.bridge.link import Link, LinkLost, wire_ns
+from meter.bridge.link import Link, wire_ns
 from meter.bridge.protocol import LineError, Message, Sweep, command, decode_line
 from meter.chip.calibration import joules_per_count
 from meter.daemon.event_budget import EventBudget
 from meter.daemon.trace import EVENT_KINDS, TraceWriter, gap_detail
+from meter.errors import LinkLost
 from meter.firmware.telemetry import NOT_READY
 
 MAX_LINE_BYTES = 4096

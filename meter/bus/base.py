@@ -1,4 +1,4 @@
-"""The bus protocol every ATM90E26 transport implements, and the bus error types.
+"""The bus protocol every ATM90E26 transport implements (errors: `meter.errors`).
 
 A bus moves one register access: `read_register(address) -> word` and
 `write_register(address, word)`. SPI buses implement only `transfer(frame) -> frame` (one
@@ -6,7 +6,7 @@ A bus moves one register access: `read_register(address) -> word` and
 methods from `SpiFrameBus`; the UART bus implements the register methods directly, since
 its transactions carry their own framing and checksums. The driver adds LastData
 verification on top, so a bus reports only what it can see itself (timeouts, bad UART
-checksums) by raising `BusError`.
+checksums) by raising `meter.errors.BusError`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,6 @@ from meter.chip.frames import spi_read_frame, spi_read_value, spi_write_frame
 
 MAX_SPEED_HZ = 160_000  # datasheet §6.1: SPI bit rate 200 bps .. 160 kbps
 ABS_MAX_SPEED_HZ = 200_000  # what many public drivers run; above the datasheet maximum
-
-
-class BusError(Exception):
-    """A register access failed or could not be verified."""
-
-
-class BusTimeout(BusError):
-    """The chip did not answer in time (UART), or a frame could not complete."""
 
 
 class Bus:

@@ -14,18 +14,19 @@ toggle its own CE line; where the controller refuses `no_cs`, that CE must be le
 from __future__ import annotations
 
 import threading
-from typing import Any
 
-from meter.bus.base import MAX_SPEED_HZ, BusError, SpiFrameBus, check_spi_settings
-from meter.bus.spidev_bus import import_spidev, open_spidev
+from meter.bus.base import MAX_SPEED_HZ, SpiFrameBus, check_spi_settings
+from meter.bus.spidev_bus import SpidevModule, import_spidev, open_spidev
+from meter.errors import BusError
 
 
 class _SharedSpidev:
     """One spidev handle shared by the GPIO-CS buses on a device, with a lock and refcount."""
 
-    def __init__(self, module: object, bus: int, device: int, speed_hz: int, mode: int) -> None:
-        self.dev: Any = open_spidev(module, bus, device, speed_hz, mode)
-        self.key = (module, bus, device)
+    def __init__(self, module: SpidevModule, bus: int, device: int, speed_hz: int,
+                 mode: int) -> None:
+        self.dev = open_spidev(module, bus, device, speed_hz, mode)
+        self.key: tuple[object, int, int] = (module, bus, device)
         try:
             self.dev.no_cs = True
             self.no_cs = True
@@ -53,7 +54,7 @@ class GpioCsSpiBus(SpiFrameBus):
         speed_hz: int = MAX_SPEED_HZ,
         mode: int = 3,
         pin_factory: object | None = None,
-        spidev_module: object | None = None,
+        spidev_module: SpidevModule | None = None,
     ) -> None:
         check_spi_settings(speed_hz, mode)
         try:

@@ -8,28 +8,49 @@ goes high between frames (the chip needs CS high→low for every access). `delay
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any
+from typing import Protocol
 
-from meter.bus.base import MAX_SPEED_HZ, BusError, SpiFrameBus, check_spi_settings
+from meter.bus.base import MAX_SPEED_HZ, SpiFrameBus, check_spi_settings
+from meter.errors import BusError
 
 
-def import_spidev(spidev_module: ModuleType | object | None) -> object:
+class SpiDevice(Protocol):
+    """What the buses use of a `spidev.SpiDev` (or the emulator's stand-in)."""
+
+    mode: int
+    max_speed_hz: int
+    bits_per_word: int
+    no_cs: bool
+
+    def open(self, bus: int, device: int) -> None: ...
+    def xfer2(self, values: list[int], speed_hz: int = 0, delay_us: int = 0) -> list[int]: ...
+    def close(self) -> None: ...
+
+
+class SpidevModule(Protocol):
+    """The `spidev` module (or `meter.emulation.emulated_bus.EmulatedSpidev`)."""
+
+    def SpiDev(self) -> SpiDevice: ...  # noqa: N802 (spidev's name)
+
+
+def import_spidev(spidev_module: SpidevModule | None) -> SpidevModule:
     if spidev_module is not None:
         return spidev_module
     try:
-        import spidev  # type: ignore[import-not-found]
+        import spidev
     except ImportError as exc:
         raise BusError(
             "the Python module 'spidev' is missing: pip install -e '.[meter]' on the meter Pi"
         ) from exc
-    return spidev
+    module: SpidevModule = spidev
+    return module
 
 
-def open_spidev(module: object, bus: int, device: int, speed_hz: int, mode: int) -> object:
+def open_spidev(module: SpidevModule, bus: int, device: int, speed_hz: int,
+                mode: int) -> SpiDevice:
     """A `SpiDev` opened on /dev/spidev<bus>.<device> in `mode` at `speed_hz` with 8-bit
     words (the ATM90E26's frame settings); a BusError naming the device if that fails."""
-    dev = module.SpiDev()  # type: ignore[attr-defined]
+    dev = module.SpiDev()
     try:
         dev.open(bus, device)
         dev.mode = mode
@@ -53,13 +74,13 @@ class SpidevBus(SpiFrameBus):
         speed_hz: int = MAX_SPEED_HZ,
         mode: int = 3,
         delay_us: int = 5,
-        spidev_module: object | None = None,
+        spidev_module: SpidevModule | None = None,
     ) -> None:
         check_spi_settings(speed_hz, mode)
         module = import_spidev(spidev_module)
         self.bus, self.device = bus, device
         self.speed_hz, self.mode, self.delay_us = speed_hz, mode, delay_us
-        self._dev: Any = open_spidev(module, bus, device, speed_hz, mode)
+        self._dev = open_spidev(module, bus, device, speed_hz, mode)
         self._closed = False
 
     def transfer(self, frame: bytes) -> bytes:

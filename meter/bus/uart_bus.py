@@ -12,9 +12,10 @@ emulated chip (see `meter.emulation.uart_emulator`).
 
 from __future__ import annotations
 
-from meter.bus.base import Bus, BusError, BusTimeout
+from meter.bus.base import Bus
 from meter.chip.frames import uart_parse_read_reply, uart_read_request, uart_write_request
 from meter.clock import Clock, SystemClock
+from meter.errors import BusError, BusTimeout
 
 QUIET_AFTER_FAILURE_NS = 20_000_000
 REPLY_WINDOW_S = 0.005

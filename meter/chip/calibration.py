@@ -16,6 +16,7 @@ Pure, no I/O, MicroPython subset: the board firmware reuses this module.
 
 from meter.chip import registers as regs
 from meter.chip.checksum import cs1, cs2
+from meter.chip.errors import CalibrationError
 
 PL_NUMERATOR = 838860800  # AN §3.2.2
 THRESHOLD_FACTOR = 93.2067556  # AN §3.2.3: PStartTh/PNolTh per (G_L · V_L · V_U · K)
@@ -45,18 +46,14 @@ DEFAULT_START_FRACTION = 0.002  # metering starts at 0.2 % of Ib (0.46 W at 230 
 _INF = float("inf")
 
 
-class CalibrationError(ValueError):
-    """A calibration value the chip cannot hold, or a malformed calibration record."""
-
-
 def round_half_away(x):
     return regs.round_half_away(x)
 
 
 # ---- metering (energy) ----------------------------------------------------------------------
 def l_pga_gain(mmode):
-    """L-line PGA gain from MMode bits 15:13: 1xx = 1, 000 = 4, 001 = 8, 010 = 16, 011 = 24."""
-    code = (mmode >> 13) & 0x7
+    """L-line PGA gain from MMode's Lgain field: 1xx = 1, 000 = 4, 001 = 8, 010 = 16, 011 = 24."""
+    code = regs.MMODE_LGAIN.get(mmode)
     if code & 0x4:
         return 1
     return (4, 8, 16, 24)[code]

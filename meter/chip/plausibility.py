@@ -15,7 +15,8 @@ definitions of its registers (docs/atm90e26.md §Consistency):
   refresh straddled between two register reads);
 * energy: the ATenergy counts since the last read cannot exceed what the power allows over
   that interval (``energy_bound_counts``), nor what any load within the channel's ranges can
-  meter (``physical_bound_counts``).
+  meter (``physical_bound_counts``); counts far from what the power leads to expect are
+  re-read (``energy_unexpected``).
 
 Callers re-read once on a failed check (a straddled refresh or a redirected read passes the
 second time) and report what they rejected, with these reasons, as ``implausible`` events.
@@ -32,6 +33,9 @@ VOLTAGE_RANGE_X_UN = (0.5, 1.5)
 LAG_FACTOR = 4.0
 FLOOR_X_UNIB = 0.05
 SLACK_COUNTS = 2
+# Counts further than this fraction (plus the floor) from what the power leads to expect are
+# re-read once: the re-read tells a redirected read from a genuine one (a fast load change).
+ENERGY_REREAD_REL = 0.5
 
 
 class Limits:
@@ -113,6 +117,15 @@ def energy_bound_counts(powers_w, dt_s, joules_per_count, limits):
         if abs(x) > p:
             p = abs(x)
     return (p * LAG_FACTOR + limits.floor_w) * max(dt_s, 0.0) / joules_per_count + SLACK_COUNTS
+
+
+def energy_unexpected(counts, expected_counts, dt_s, joules_per_count, limits):
+    """Whether ATenergy counts differ from what the power read leads to expect by more than
+    ``ENERGY_REREAD_REL`` of it plus the channel's floor: a read redirected to another register
+    (EnStatus 46H is one MOSI bit from ATenergy 42H and reads 0800H) can give a word within
+    the bounds. Such counts are re-read, not rejected: a genuine read leaves next to nothing."""
+    floor = limits.floor_w * max(dt_s, 0.0) / joules_per_count + SLACK_COUNTS
+    return abs(counts - expected_counts) > ENERGY_REREAD_REL * expected_counts + floor
 
 
 def physical_bound_counts(dt_s, joules_per_count, limits):

@@ -76,8 +76,8 @@ def _r(address, name, access, reset, codec, unit, scale, block, extended=False, 
 REGISTERS = (
     # status and special
     _r(0x00, "SoftReset", W, 0x0000, MAGIC, "", 1, STATUS, doc="789AH resets the chip"),
-    _r(0x01, "SysStatus", RC, 0x0000, U16, "", 1, STATUS, doc="CalErr b15:14, AdjErr b13:12"),
-    _r(0x02, "FuncEn", RW, 0x000C, U16, "", 1, STATUS, doc="SagEn b5, SagWo b4, RevQEn, RevPEn"),
+    _r(0x01, "SysStatus", RC, 0x0000, U16, "", 1, STATUS, doc="checksum errors, direction, sag"),
+    _r(0x02, "FuncEn", RW, 0x000C, U16, "", 1, STATUS, doc="sag and direction detection (FIELDS)"),
     _r(0x03, "SagTh", RW, 0x1D6A, U16, "", 1, STATUS, doc="voltage sag threshold"),
     _r(0x04, "SmallPMod", RW, 0x0000, MAGIC, "", 1, STATUS, doc="A987H = small-power mode"),
     _r(0x06, "LastData", R, 0x0000, U16, "", 1, STATUS, doc="last word read or written"),
@@ -94,7 +94,7 @@ REGISTERS = (
     _r(0x28, "PNolTh", RW, 0x0000, U16, "", 1, METERING, doc="active no-load threshold"),
     _r(0x29, "QStartTh", RW, 0x0AEC, U16, "", 1, METERING, doc="reactive start-up threshold"),
     _r(0x2A, "QNolTh", RW, 0x0000, U16, "", 1, METERING, doc="reactive no-load threshold"),
-    _r(0x2B, "MMode", RW, 0x9422, U16, "", 1, METERING, doc="PGA gains, LNSel, HPF, CF mode"),
+    _r(0x2B, "MMode", RW, 0x9422, U16, "", 1, METERING, doc="PGA gains, line, HPF, CF modes"),
     _r(0x2C, "CS1", RW, 0x0000, CHECKSUM, "", 1, METERING, doc="reads the chip's computation"),
     # measurement calibration (CS2 covers 31H..3AH)
     _r(0x30, "AdjStart", RW, 0x6886, MAGIC, "", 1, MEASUREMENT_CAL, doc="5678H/8765H as CalStart"),
@@ -116,7 +116,7 @@ REGISTERS = (
     _r(0x43, "RPenergy", RC, 0x0000, ENERGY, "pulse", 0.1, ENERGY_BLOCK, doc="forward reactive"),
     _r(0x44, "RNenergy", RC, 0x0000, ENERGY, "pulse", 0.1, ENERGY_BLOCK, doc="reverse reactive"),
     _r(0x45, "RTenergy", RC, 0x0000, ENERGY, "pulse", 0.1, ENERGY_BLOCK, doc="absolute reactive"),
-    _r(0x46, "EnStatus", R, 0xC800, U16, "", 1, ENERGY_BLOCK, doc="no-load, direction, L line"),
+    _r(0x46, "EnStatus", R, 0xC800, U16, "", 1, ENERGY_BLOCK, doc="no-load, direction, line"),
     # measurement (L line)
     _r(0x48, "Irms", R, 0x0000, U16, "A", 0.001, MEASUREMENT, True, "L-line current RMS"),
     _r(0x49, "Urms", R, 0x0000, U16, "V", 0.01, MEASUREMENT, True, "voltage RMS"),
@@ -184,20 +184,93 @@ CHECK_CODE = 0x8765  # CalStart/AdjStart: check the block against CS1/CS2
 POWER_ON_CODE = 0x6886  # CalStart/AdjStart after power-on: block not running
 SMALL_POWER_CODE = 0xA987
 
+# ---- bit fields ---------------------------------------------------------------------------
+class Field:
+    """A named bit field of one register: bits `hi`..`lo` of its word (datasheet register pages).
+
+    `mask` is the field in place, `get(word)` its value (shifted down), `put(word, value)` the
+    word with the field replaced. Every mask the code uses comes from these, never a literal.
+    """
+
+    def __init__(self, register, name, hi, lo, doc):
+        self.register = register
+        self.name = name
+        self.hi = hi
+        self.lo = lo
+        self.doc = doc
+        self.width = hi - lo + 1
+        self.mask = ((1 << self.width) - 1) << lo
+
+    def get(self, word):
+        return (word & self.mask) >> self.lo
+
+    def put(self, word, value):
+        if value < 0 or value >= (1 << self.width):
+            raise ValueError("%s.%s holds %d bits, not %r" % (self.register, self.name,
+                                                               self.width, value))
+        return (word & ~self.mask & 0xFFFF) | (value << self.lo)
+
+    def __repr__(self):
+        return "Field(%s.%s b%d:%d)" % (self.register, self.name, self.hi, self.lo)
+
+
+FIELDS = (
+    Field("SysStatus", "CalErr", 15, 14, "11: CS1 checksum error, metering stopped"),
+    Field("SysStatus", "AdjErr", 13, 12, "11: CS2 checksum error, measurements frozen"),
+    Field("SysStatus", "LNchange", 7, 7, "metering line changed (L/N)"),
+    Field("SysStatus", "RevQchg", 6, 6, "reactive power direction changed"),
+    Field("SysStatus", "RevPchg", 5, 5, "active power direction changed"),
+    Field("SysStatus", "SagWarn", 1, 1, "voltage sag"),
+    Field("FuncEn", "SagEn", 5, 5, "voltage sag detection enabled"),
+    Field("FuncEn", "SagWo", 4, 4, "sag warning on WarnOut"),
+    Field("FuncEn", "RevQEn", 3, 3, "reactive direction change detection"),
+    Field("FuncEn", "RevPEn", 2, 2, "active direction change detection"),
+    Field("MMode", "Lgain", 15, 13,
+          "L-line PGA gain: 1xx = 1, 000 = 4, 001 = 8, 010 = 16, 011 = 24"),
+    Field("MMode", "Ngain", 12, 11, "N-line PGA gain code (reset 10)"),
+    Field("MMode", "LNSel", 10, 10, "metering line: 1 = L, 0 = N"),
+    Field("MMode", "DisHPF", 9, 8, "high-pass filter disable bits"),
+    Field("MMode", "Amod", 7, 6, "CF1 (active) pulse output mode"),
+    Field("MMode", "Rmod", 5, 4, "CF2 reactive pulse mode"),
+    Field("MMode", "Zxcon", 3, 2, "zero-crossing output mode"),
+    Field("MMode", "Pthresh", 1, 0, "L/N power difference threshold (anti-tamper)"),
+    Field("EnStatus", "Qnoload", 15, 15, "reactive no-load"),
+    Field("EnStatus", "Pnoload", 14, 14, "active no-load"),
+    Field("EnStatus", "RevQ", 13, 13, "reactive power reverse"),
+    Field("EnStatus", "RevP", 12, 12, "active power reverse"),
+    Field("EnStatus", "Lline", 11, 11, "1: L line metered"),
+    Field("EnStatus", "LNMode", 1, 0, "MMD1:MMD0 pins"),
+)
+
+FIELD = {}
+for _field in FIELDS:
+    FIELD[_field.register + "." + _field.name] = _field
+
+
+def field(register_name, field_name):
+    """The Field `field_name` of register `register_name` (KeyError if unknown)."""
+    return FIELD[register_name + "." + field_name]
+
+
 # SysStatus bits.
-CAL_ERR_MASK = 0xC000
-ADJ_ERR_MASK = 0x3000
-LN_CHANGE = 0x0080
-REV_Q_CHG = 0x0040
-REV_P_CHG = 0x0020
-SAG_WARN = 0x0002
+CAL_ERR_MASK = FIELD["SysStatus.CalErr"].mask
+ADJ_ERR_MASK = FIELD["SysStatus.AdjErr"].mask
+LN_CHANGE = FIELD["SysStatus.LNchange"].mask
+REV_Q_CHG = FIELD["SysStatus.RevQchg"].mask
+REV_P_CHG = FIELD["SysStatus.RevPchg"].mask
+SAG_WARN = FIELD["SysStatus.SagWarn"].mask
 
 # EnStatus bits.
-EN_Q_NOLOAD = 0x8000
-EN_P_NOLOAD = 0x4000
-EN_REV_Q = 0x2000
-EN_REV_P = 0x1000
-EN_L_LINE = 0x0800
+EN_Q_NOLOAD = FIELD["EnStatus.Qnoload"].mask
+EN_P_NOLOAD = FIELD["EnStatus.Pnoload"].mask
+EN_REV_Q = FIELD["EnStatus.RevQ"].mask
+EN_REV_P = FIELD["EnStatus.RevP"].mask
+EN_L_LINE = FIELD["EnStatus.Lline"].mask
+EN_LN_MODE = FIELD["EnStatus.LNMode"].mask
+
+# MMode fields.
+MMODE_LGAIN = FIELD["MMode.Lgain"]
+MMODE_LNSEL = FIELD["MMode.LNSel"]
 
 # Metering block (CS1) and measurement-calibration block (CS2), in address order.
 METERING_ADDRESSES = tuple(range(0x21, 0x2C))
@@ -322,4 +395,13 @@ def register_table_markdown():
             "| %02XH | %s | %s | %04XH | %s | %s |"
             % (r.address, r.name, r.access, r.reset, r.codec, unit)
         )
+    return "\n".join(lines)
+
+
+def field_table_markdown():
+    """The bit fields as Markdown (docs/atm90e26.md carries it; a test compares)."""
+    lines = ["| Register | Bits | Field | Meaning |", "|---|---|---|---|"]
+    for f in FIELDS:
+        bits = "%d" % f.hi if f.hi == f.lo else "%d:%d" % (f.hi, f.lo)
+        lines.append("| %s | %s | %s | %s |" % (f.register, bits, f.name, f.doc))
     return "\n".join(lines)

@@ -45,7 +45,7 @@ from meter.daemon.jitter import JitterStats
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import MeterState
 from meter.daemon.trace import UNMETERED_GAP_REASON, TraceWriter, gap_detail
-from meter.driver.atm90e26 import (
+from meter.errors import (
     BusError,
     ChecksumError,
     ChipAbsentError,

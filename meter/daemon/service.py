@@ -39,7 +39,6 @@ from epi import __version__
 from epi.core.errors import UserError
 from epi.core.files import read_boot_id
 from meter.board import BoardConfig, Channel, emulated_board, load_board, open_channels
-from meter.bus.base import BusError
 from meter.chip_factory import chip_factory
 from meter.clock import Clock, SystemClock, describe_clock
 from meter.daemon.http_server import MeterServer, parse_listen
@@ -49,6 +48,7 @@ from meter.daemon.sampler import Sampler, SamplerStats
 from meter.daemon.trace import TraceLock, TraceWriter, gap_detail
 from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.faults import FaultInjector, parse_fault_specs
+from meter.errors import BusError
 
 if TYPE_CHECKING:
     from meter.sources.recorder import SourceRecorder

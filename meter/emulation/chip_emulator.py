@@ -25,7 +25,8 @@
 Modelling choices where the datasheet is silent (stated so nobody takes them for chip facts):
 the measurement refresh period (a parameter, default 0.2 s); a partial read neither clears a
 read-clear register nor updates LastData; CalErr/AdjErr are level bits (they re-assert after
-a read while the error lasts) and a running 8765H check notices a register corrupted later;
+a read while the error lasts; `status_errors_clear_on_read` models the other reading of the
+datasheet) and a running 8765H check notices a register corrupted later;
 current offsets add linearly to Irms; Uoffset is stored but has no effect; one Lphi LSB
 shifts the metering phase by 1/(3763.74·√3) rad (derived from the AN's linear formula).
 """
@@ -75,6 +76,9 @@ class EmulatedChip:
         n_line: whether the N line carries the load current (else N-line registers read 0).
         ln_mode: the MMD1:MMD0 pins (EnStatus bits 1:0).
         seed: seed of the fault-injection random generator.
+        status_errors_clear_on_read: SysStatus CalErr/AdjErr read as set once per error and
+            then as clear while the error (and the stopped block) lasts — what a real chip may
+            do, since the datasheet calls SysStatus read-clear. Default False: level bits.
     """
 
     def __init__(
@@ -89,6 +93,7 @@ class EmulatedChip:
         n_line: bool = False,
         ln_mode: int = 0,
         seed: int = 0,
+        status_errors_clear_on_read: bool = False,
     ) -> None:
         self.model = power_model
         self.clock = clock
@@ -101,7 +106,8 @@ class EmulatedChip:
                 raise ValueError(f"unknown front-end error {key!r} (known: {_ERROR_KEYS})")
             self.errors[key] = float(value)
         self.n_line = bool(n_line)
-        self.ln_mode = ln_mode & 0x3
+        self.ln_mode = ln_mode & regs.EN_LN_MODE
+        self.status_errors_clear_on_read = bool(status_errors_clear_on_read)
         fe = self.frontend
         self._design_gain = calib.l_pga_gain(regs.BY_NAME["MMode"].reset)
         self.design_pl = calib.pl_constant(
@@ -144,6 +150,7 @@ class EmulatedChip:
         self.last_data = 0x0000
         self.lsb_latch = 0x0000
         self._latched_status = 0
+        self._levels_read = 0  # error levels a read already reported (clear-on-read mode)
         self._acc_counts = dict.fromkeys(_ENERGY_ADDRESSES, 0.0)
         self._t_energy = now
         self._t_power_on = now
@@ -285,7 +292,8 @@ class EmulatedChip:
             acc[0x45] += (fwd + rev) * tan
         if fwd != rev:
             rev_now = rev > fwd
-            if rev_now != self._rev_p and self._regs[regs.FUNC_EN] & 0x0004:
+            rev_p_enabled = self._regs[regs.FUNC_EN] & regs.field("FuncEn", "RevPEn").mask
+            if rev_now != self._rev_p and rev_p_enabled:
                 self._latched_status |= regs.REV_P_CHG
             self._rev_p = rev_now
 
@@ -406,9 +414,13 @@ class EmulatedChip:
         if r is None or r.access == regs.W:
             return 0x0000
         if address == regs.SYS_STATUS:
-            value = self._latched_status | self._status_levels()
+            levels = self._status_levels()
+            if self.status_errors_clear_on_read:
+                levels &= ~self._levels_read  # reported once per onset, then read as clear
+            value = self._latched_status | levels
             if side_effects:
                 self._latched_status = 0
+                self._levels_read = self._status_levels()
             return value
         if address == regs.LAST_DATA:
             return self.last_data
@@ -429,7 +441,7 @@ class EmulatedChip:
                 bits |= regs.EN_P_NOLOAD
             if self._rev_p:
                 bits |= regs.EN_REV_P
-            if self._regs[0x2B] & 0x0400:
+            if self._regs[regs.address("MMode")] & regs.MMODE_LNSEL.mask:
                 bits |= regs.EN_L_LINE
             return bits
         if r.block == regs.MEASUREMENT:
@@ -575,4 +587,5 @@ class EmulatedChip:
             "frontend": dict(self.frontend),
             "errors": {k: v for k, v in self.errors.items() if v},
             "power_model": self.model.describe(),
+            "status_errors_clear_on_read": self.status_errors_clear_on_read,
         }

@@ -20,8 +20,9 @@ import json
 
 from meter.chip import registers as regs
 from meter.chip.calibration import Calibration, CalibrationError
+from meter.chip.errors import ChipFault
 from meter.firmware import telemetry
-from meter.firmware.chip import Chip, ChipFault
+from meter.firmware.chip import Chip
 from meter.firmware.config import CONFIG_FILE, channel_calibration
 from meter.firmware.crc import unseal
 from meter.firmware.mcutime import TickExtender

@@ -11,8 +11,8 @@ from epi.core.errors import UserError
 from meter.board import emulated_board, load_board, open_channels
 from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock
-from meter.driver.atm90e26 import ChipResetError
 from meter.emulation.power_models import ConstantPower, ScriptedProfile
+from meter.errors import ChipResetError
 
 REPO = Path(__file__).resolve().parents[2]
 BOARD = REPO / "hardware/epi-meter.toml"

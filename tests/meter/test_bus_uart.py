@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import serial
 
-from meter.bus.base import BusError, BusTimeout
 from meter.bus.uart_bus import UartBus
 from meter.chip import registers as regs
 from meter.chip.calibration import Calibration
@@ -15,6 +14,7 @@ from meter.emulation import uart_emulator as emulator_uart
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.power_models import ConstantPower
 from meter.emulation.uart_emulator import ChipUart, PtyChipServer, register_port
+from meter.errors import BusError, BusTimeout
 
 MS = 1_000_000
 

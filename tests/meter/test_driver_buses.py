@@ -20,18 +20,12 @@ from meter.bus.spidev_bus import SpidevBus
 from meter.bus.uart_bus import UartBus
 from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock
-from meter.driver.atm90e26 import (
-    ATM90E26Driver,
-    BusError,
-    ChecksumError,
-    ChipAbsentError,
-    ChipResetError,
-    ChipStuckError,
-)
+from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation import uart_emulator as emulator_uart
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import FRAME_TIME_160K_S, EmulatedSpiBus, EmulatedSpidev
 from meter.emulation.power_models import ScriptedProfile
+from meter.errors import BusError, ChecksumError, ChipAbsentError, ChipResetError, ChipStuckError
 
 S = 1_000_000_000
 BUSES = ["emulated", "spidev", "gpio-cs", "uart"]

@@ -9,11 +9,12 @@ import pytest
 
 from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock
-from meter.driver.atm90e26 import ATM90E26Driver, BusError, ImplausibleReadingError
+from meter.driver.atm90e26 import ATM90E26Driver
 from meter.driver.plausibility import Limits, check_measurements
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import EmulatedSpiBus
 from meter.emulation.power_models import ConstantPower
+from meter.errors import BusError, ImplausibleReadingError
 
 MS = 1_000_000
 REFRESH_S = 0.2

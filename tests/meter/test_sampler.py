@@ -16,7 +16,7 @@ from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import ChannelInfo, MeterState
 from meter.daemon.sampler import Sampler
 from meter.daemon.trace import TraceWriter
-from meter.driver.atm90e26 import BusError, ChipAbsentError, ChipResetError
+from meter.errors import BusError, ChipAbsentError, ChipResetError
 
 MS = 1_000_000
 
