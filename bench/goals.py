@@ -130,6 +130,11 @@ GOALS: dict[str, dict[str, Any]] = {
         "text": "seconds `epi report` needs to render an analysis (6 figures as PNG + SVG, "
                 "HTML + Markdown) of a small campaign, median of repeated renders",
     },
+    "accuracy_cluster_2_vs_1_workers": {
+        "goal": 1.5, "op": ">=", "unit": "ratio",
+        "text": "accuracy items/s on a local Dask cluster, 2 workers / 1 worker (1 llama.cpp "
+                "thread each; start-up and model load excluded); needs 2 free cores",
+    },
 }
 
 
