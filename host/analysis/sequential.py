@@ -55,6 +55,7 @@ half-width that often). Plug-in estimates: s itself is uncertain at a few rounds
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -108,7 +109,8 @@ def sequence_bounds(x: np.ndarray, alpha: float = DEFAULT_ALPHA, c: float = DEFA
     # the spread is ~1e8 times smaller than the values themselves).
     shifted = x - x[..., :1]
     v = np.cumsum(shifted ** 2, axis=-1) - np.cumsum(shifted, axis=-1) ** 2 / n
-    g = width_factor(n, alpha, c)
+    g = (_g_table(alpha, c)[: len(n)] if len(n) <= MAX_ROUNDS_SEARCHED
+         else width_factor(n, alpha, c))
     # inf · 0 (an unbounded round with identical values) stays unbounded, not NaN
     half = np.where(np.isinf(g), np.inf, np.nan_to_num(g, posinf=0.0) * np.sqrt(np.maximum(v, 0)))
     return mean, mean - half, mean + half
@@ -131,11 +133,26 @@ def rounds_for(sd: float, diff: float, *, alpha: float = DEFAULT_ALPHA, c: float
     d = abs(diff)
     if d == 0:
         return None
-    z = NormalDist().inv_cdf(power)
-    n = np.arange(2, MAX_ROUNDS_SEARCHED + 1)
-    need = width_factor(n, alpha, c) * np.sqrt(n - 1.0) * sd + z * sd / np.sqrt(n)
-    ok = np.nonzero(need <= d)[0]
-    return int(n[ok[0]]) if len(ok) else None
+    with np.errstate(divide="ignore"):
+        ok = np.nonzero(_need_per_sd(alpha, c, power) <= d / sd)[0]
+    return int(ok[0]) + 2 if len(ok) else None
+
+
+@functools.lru_cache(maxsize=16)
+def _g_table(alpha: float, c: float) -> np.ndarray:
+    """width_factor(n) for n = 1 … MAX_ROUNDS_SEARCHED, computed once per (alpha, c)."""
+    out = width_factor(np.arange(1, MAX_ROUNDS_SEARCHED + 1), alpha, c)
+    out.setflags(write=False)
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _need_per_sd(alpha: float, c: float, power: float) -> np.ndarray:
+    """(w(n) + z_power·s/√n) / s for n = 2 … MAX_ROUNDS_SEARCHED (it scales with s)."""
+    n = np.arange(2, MAX_ROUNDS_SEARCHED + 1, dtype=np.float64)
+    out = width_factor(n, alpha, c) * np.sqrt(n - 1.0) + NormalDist().inv_cdf(power) / np.sqrt(n)
+    out.setflags(write=False)
+    return out
 
 
 def resolvable(sd: float, rounds: int, *, alpha: float = DEFAULT_ALPHA, c: float = DEFAULT_C,

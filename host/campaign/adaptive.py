@@ -1,0 +1,217 @@
+"""Adaptive rounds: measure until each comparison the study names is settled, or the budget ends.
+
+A study states what it must decide — the Pareto frontier's neighbours, the savings against the
+baseline, the perplexity-matched pairs, or all pairs — a minimum and a maximum number of
+rounds (or a time budget), and the smallest difference worth resolving (% of J/token). After
+the minimum, each round is assessed: every named comparison gets the sequential verdict of
+`host.analysis.sequential` (Lai's anytime-valid confidence sequence over the per-round paired
+saving (A_r − B_r)/A_r × 100, so looking after every round does not inflate the error
+rates); the next round measures **only the configurations of comparisons still undecided**,
+in a seeded interleaved order (`round_order`, the same `random.Random(f"{seed}:{k}")` draw as
+the fixed plan's rounds), until every comparison is decided or equivalent, or the budget is
+spent — then it is "undecided after the budget", with the rounds it would need.
+
+Pure functions: the caller (the campaign) supplies each configuration's per-round value (the
+mean of its run's valid repeats, J per generated token; None or absent for an invalid run)
+and runs the rounds. Rounds pair by their index: a comparison uses the rounds in which both
+of its configurations have a value.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations, pairwise
+
+import numpy as np
+
+from host.analysis import sequential
+from host.analysis.sequential import SequentialVerdict
+from host.analysis.statistics import pareto_front
+
+TARGETS = ("frontier", "baseline", "ppl_matched", "all_pairs")
+TARGET_NAMES = {"frontier": "frontier neighbours", "baseline": "savings vs baseline",
+                "ppl_matched": "perplexity-matched pair", "all_pairs": "pair"}
+
+RoundValues = Mapping[str, Mapping[int, float | None]]  # config → round (1-based) → J/token
+
+
+@dataclass(frozen=True)
+class DecisionRules:
+    """What a study must decide and how long it may measure."""
+
+    targets: tuple[str, ...] = ("baseline",)
+    min_rounds: int = 3
+    max_rounds: int = 10
+    time_budget_s: float | None = None  # measuring time after which no round starts
+    margin_pct: float = 2.0  # the smallest difference worth resolving, % of J/token
+    alpha: float = sequential.DEFAULT_ALPHA
+
+    def __post_init__(self) -> None:
+        bad = [t for t in self.targets if t not in TARGETS]
+        if not self.targets or bad:
+            raise ValueError(f"decide: each target must be one of {', '.join(TARGETS)}"
+                             + (f", got {', '.join(map(repr, bad))}" if bad else ", got none"))
+        if self.min_rounds < 3:
+            raise ValueError(f"min_rounds must be >= 3 (the confidence sequence has no finite "
+                             f"interval before round 3), got {self.min_rounds}")
+        if self.max_rounds < self.min_rounds:
+            raise ValueError(f"max_rounds ({self.max_rounds}) must be >= min_rounds "
+                             f"({self.min_rounds})")
+        if not (math.isfinite(self.margin_pct) and self.margin_pct >= 0):
+            raise ValueError(f"margin_pct must be a finite number >= 0, got {self.margin_pct}")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise ValueError(f"time_budget_s must be > 0, got {self.time_budget_s}")
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A named comparison; the saving is A's J/token minus B's, as % of A's."""
+
+    kind: str  # a TARGETS entry
+    a: str
+    b: str
+
+
+def comparisons(rules: DecisionRules, configs: Sequence[str], *, baseline: str | None = None,
+                accuracy: Mapping[str, float] | None = None,
+                j_per_token: Mapping[str, float] | None = None,
+                ppl: Mapping[str, float] | None = None, ppl_tolerance: float = 0.01
+                ) -> tuple[list[Comparison], list[str]]:
+    """The comparisons the rules name, and a note for each target that names none.
+
+    frontier: neighbours (by J/token) on the Pareto frontier of accuracy against the current
+    J/token means; baseline: the baseline (A) against every other configuration;
+    ppl_matched: pairs whose perplexities differ by ≤ `ppl_tolerance` (relative), the dearer
+    as A; all_pairs: every pair. A pair named twice is compared once (its first kind).
+    """
+    out: list[Comparison] = []
+    notes: list[str] = []
+    seen: set[frozenset[str]] = set()
+
+    def add(kind: str, a: str, b: str) -> None:
+        if a != b and frozenset((a, b)) not in seen:
+            seen.add(frozenset((a, b)))
+            out.append(Comparison(kind, a, b))
+
+    j = dict(j_per_token or {})
+    for target in rules.targets:
+        before = len(out)
+        if target == "baseline":
+            if baseline is None or baseline not in configs:
+                notes.append("savings vs baseline: the study names no baseline among its "
+                             "configurations")
+                continue
+            for c in configs:
+                add(target, baseline, c)
+        elif target == "all_pairs":
+            for a, b in combinations(configs, 2):
+                add(target, a, b)
+        elif target == "ppl_matched":
+            p = {c: v for c, v in (ppl or {}).items() if c in configs and math.isfinite(v)}
+            for a, b in combinations([c for c in configs if c in p], 2):
+                if abs(p[a] - p[b]) <= ppl_tolerance * min(p[a], p[b]):
+                    dear, cheap = (a, b) if j.get(a, 0.0) >= j.get(b, 0.0) else (b, a)
+                    add(target, dear, cheap)
+        elif target == "frontier":
+            have = [c for c in configs if c in (accuracy or {}) and c in j]
+            if len(have) < 2:
+                notes.append("frontier neighbours: needs accuracy and J/token of ≥ 2 "
+                             "configurations")
+                continue
+            acc = np.array([(accuracy or {})[c] for c in have], dtype=np.float64)
+            jj = np.array([j[c] for c in have], dtype=np.float64)
+            front = sorted((c for c, on in zip(have, pareto_front(acc, jj), strict=True) if on),
+                           key=lambda c: j[c])
+            for a, b in pairwise(front):
+                add(target, a, b)
+        if len(out) == before and not any(n.startswith(TARGET_NAMES[target]) for n in notes):
+            notes.append(f"{TARGET_NAMES[target]}: no pair to compare")
+    return out, notes
+
+
+def paired_savings_pct(values: RoundValues, a: str, b: str) -> np.ndarray:
+    """(A_r − B_r)/A_r × 100 for each round r (in order) in which both have a value."""
+    va, vb = values.get(a, {}), values.get(b, {})
+    rounds = sorted(r for r in va if r in vb)
+    out = []
+    for r in rounds:
+        x, y = va[r], vb[r]
+        if x is not None and y is not None and math.isfinite(x) and math.isfinite(y) and x > 0:
+            out.append((x - y) / x * 100.0)
+    return np.asarray(out, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One comparison's sequential verdict after the rounds so far."""
+
+    comparison: Comparison
+    verdict: SequentialVerdict
+
+    def text(self) -> str:
+        c = self.comparison
+        return (f"{TARGET_NAMES[c.kind]} {c.a} → {c.b}: "
+                + self.verdict.text(c.a, c.b, what=f"saving of {c.b} over {c.a}", unit=" %"))
+
+
+def assess(rules: DecisionRules, comps: Sequence[Comparison], values: RoundValues,
+           rounds_done: int, *, out_of_time: bool = False) -> list[Assessment]:
+    """Each comparison's verdict; the budget counts as spent at max_rounds or `out_of_time`."""
+    out = []
+    for c in comps:
+        x = paired_savings_pct(values, c.a, c.b)
+        spent = out_of_time or rounds_done >= rules.max_rounds
+        # decide() knows only this pair's rounds: the budget is the study's, so pass "spent"
+        v = sequential.decide(x, margin=rules.margin_pct, alpha=rules.alpha,
+                              max_rounds=len(x) if spent else None)
+        out.append(Assessment(c, v))
+    return out
+
+
+def configs_to_measure(assessments: Sequence[Assessment]) -> list[str]:
+    """Configurations of comparisons not yet settled (first-named order), for the next round."""
+    want: dict[str, None] = {}
+    for s in assessments:
+        if not s.verdict.settled:
+            want.setdefault(s.comparison.a)
+            want.setdefault(s.comparison.b)
+    return list(want)
+
+
+def round_order(configs: Sequence[str], seed: int, round_k: int) -> list[str]:
+    """The seeded, interleaved order of one round (the fixed plan's draw for round k)."""
+    order = list(configs)
+    random.Random(f"{seed}:{round_k}").shuffle(order)
+    return order
+
+
+def rounds_affordable(time_left_s: float, per_run_s: float, n_configs: int) -> int:
+    """Whole rounds of `n_configs` runs that fit in `time_left_s`."""
+    if n_configs <= 0 or per_run_s <= 0:
+        return 0
+    return max(int(time_left_s // (per_run_s * n_configs)), 0)
+
+
+def spread_pct(values: RoundValues, comps: Sequence[Comparison]) -> float:
+    """Pooled per-round standard deviation of the paired savings (%), over the comparisons."""
+    ss, df = 0.0, 0
+    for c in comps:
+        x = paired_savings_pct(values, c.a, c.b)
+        if len(x) >= 2:
+            ss += float(np.sum((x - x.mean()) ** 2))
+            df += len(x) - 1
+    return math.sqrt(ss / df) if df else math.nan
+
+
+def power_lines(rules: DecisionRules, sd_pct: float, basis: str,
+                diffs_pct: Sequence[float] = (1.0, 2.0, 5.0, 10.0)) -> list[str]:
+    """The plan's power analysis: rounds per difference and what max_rounds resolves."""
+    lines = sequential.power_lines(sd_pct, rules.max_rounds,
+                                   sorted({*diffs_pct, rules.margin_pct} - {0.0}),
+                                   alpha=rules.alpha)
+    return [lines[0].rstrip(":") + f"; spread {basis}:", *lines[1:]]
