@@ -271,3 +271,23 @@ def power_lines(sd: float, rounds_budget: int, diffs: list[float], *, unit: str 
     out.append(f"  the budget of {rounds_budget} rounds resolves differences of "
                + (f"{res:.3g}{unit} and more" if math.isfinite(res) else "none (needs ≥ 3)"))
     return out
+
+
+def energy_verdict(a: np.ndarray, t_a: np.ndarray, b: np.ndarray, t_b: np.ndarray, *,
+                   block_a: np.ndarray | None = None, block_b: np.ndarray | None = None,
+                   margin_pct: float = 0.0, max_rounds: int | None = None,
+                   alpha: float = DEFAULT_ALPHA) -> SequentialVerdict | None:
+    """The sequential verdict on B's saving over A, % of A's J/token, from the same repeats
+    `host.analysis.paired.energy_difference` takes (values, start times, run of each).
+
+    Rounds pair as there (`round_pairs`: each run's repeats averaged, interleaved in time);
+    None when they do not pair (not interleaved, or fewer than 2 rounds of each).
+    """
+    from host.analysis.paired import round_pairs
+
+    pairs = round_pairs(np.asarray(a, np.float64), np.asarray(t_a), np.asarray(b, np.float64),
+                        np.asarray(t_b), block_a, block_b)
+    if pairs is None:
+        return None
+    ra, rb = pairs
+    return decide((ra - rb) / ra * 100.0, margin=margin_pct, max_rounds=max_rounds, alpha=alpha)

@@ -177,3 +177,19 @@ def test_parameters_are_checked() -> None:
         sq.decide([1.0, 2.0], margin=-1.0)
     assert sq.power_lines(math.nan, 5, [1.0]) == ["power analysis: no per-round spread "
                                                   "measured yet"]
+
+
+def test_energy_verdict_pairs_runs_like_the_paired_interval() -> None:
+    """Five interleaved rounds of 3 repeats: B saves ~10 % every round → decided, B cheaper."""
+    rng = np.random.default_rng(3)
+    rounds = 5
+    t = np.arange(rounds * 3, dtype=np.float64)
+    block = np.repeat(np.arange(rounds), 3)
+    drift = np.repeat(1 + rng.normal(0, 0.05, rounds), 3)  # shared by both in a round
+    a = 0.10 * drift * (1 + rng.normal(0, 0.003, rounds * 3))
+    b = 0.09 * drift * (1 + rng.normal(0, 0.003, rounds * 3))
+    v = sq.energy_verdict(a, t * 2, b, t * 2 + 1, block_a=block, block_b=block, margin_pct=2.0)
+    assert v is not None and v.n == rounds and v.state == "decided"
+    assert v.lo > 0 and v.mean == pytest.approx(10.0, abs=1.0)  # saving of B, %
+    # one configuration measured entirely after the other: no rounds to pair
+    assert sq.energy_verdict(a, t, b, t + 100, block_a=block, block_b=block) is None
