@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,8 +12,13 @@ from epi.commands.params import (
 )
 from epi.core.errors import UserError
 
+if TYPE_CHECKING:
+    from host.quant.mixmap import TensorInfo
+    from host.quant.quant_types import ModelShape
 
-def _shape_and_tensors(model: Path | None, layers: int | None):
+
+def _shape_and_tensors(model: Path | None, layers: int | None
+                       ) -> tuple[ModelShape | None, list[TensorInfo] | None, str | None]:
     from host.quant.gguf_info import read_model
 
     if model is not None:

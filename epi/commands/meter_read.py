@@ -9,8 +9,9 @@ import click
 
 from epi.commands.params import BoundedInt, FiniteFloat
 from epi.core.errors import UserError
-from meter.board import emulated_board, load_board, open_channels
+from meter.board import Channel, emulated_board, load_board, open_channels
 from meter.clock import SystemClock
+from meter.driver.reading import Reading
 from meter.errors import BusError
 
 REAL_SETTLE_S = 2.0  # measurement registers after start-up: the datasheet gives no figure
@@ -48,7 +49,7 @@ def read(board_path: Path | None, emulate: bool, n_channels: int, settle_s: floa
             emulated = emulate or board.emulated
             settle_s = board.refresh_period_s * 1.5 if emulated else REAL_SETTLE_S
         clock.sleep(max(settle_s, 0.0))
-        results = []
+        results: list[tuple[Channel, Reading | None, str | None]] = []
         for ch in channels:
             try:
                 results.append((ch, ch.driver.read_sample(), None))
@@ -71,7 +72,7 @@ def read(board_path: Path | None, emulate: bool, n_channels: int, settle_s: floa
         return
     header = ("ch", "name", "node", "voltage_v", "current_a", "power_w", "pf", "freq_hz",
               "q_var", "s_va", "energy_j", "status")
-    lines = [header]
+    lines: list[tuple[str, ...]] = [header]
     for ch, s, error in results:
         if s is None or not s.ready:
             lines.append((str(ch.index), ch.name, ch.node or "-", f"error: {error}"))

@@ -81,7 +81,7 @@ class SafeId(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
                 ) -> str:
         try:
-            return check_id(value, "value")  # type: ignore[return-value]
+            return check_id(value, "value")
         except UserError as exc:
             self.fail(str(exc).removeprefix("value: "), param, ctx)
 

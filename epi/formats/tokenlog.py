@@ -146,7 +146,7 @@ def _check_placement(h: dict[str, Any], path: Path, status: str) -> None:
             check_int(x, f"{w}.layers", lo=0, hi=MAX_LAYER)
         if node in seen:
             raise UserError(f"{w}.node: {node!r} appears twice")
-        seen.add(node)  # type: ignore[arg-type]
+        seen.add(node)
 
 
 def _check_clock_sync(h: dict[str, Any], path: Path) -> None:

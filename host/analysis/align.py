@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -120,6 +121,20 @@ class ChannelSeries:
 
 
 # --------------------------------------------------------------------------- energy
+@dataclass
+class _Plan:
+    """One index list's share of the chunked running-integral pass."""
+
+    order: np.ndarray | None  # sorting permutation (None: already sorted)
+    body: np.ndarray  # wanted indices before the last sample
+    offs: np.ndarray  # reduceat offsets, per chunk
+    gstart: np.ndarray  # where each chunk's group of offsets starts
+    gbound: np.ndarray  # group bounds (gstart + the end)
+    sums: np.ndarray  # the running sums
+    zero: np.ndarray  # partial sums reduceat repeats (zeroed)
+    carry: float = 0.0  # the running sum at the end of the last chunk
+
+
 def _running_integral_at(
     t_ns: np.ndarray, power_w: np.ndarray, idx_lists: Sequence[np.ndarray], chunk: int
 ) -> list[np.ndarray]:
@@ -137,7 +152,7 @@ def _running_integral_at(
         return outs
     starts = np.arange(0, n - 1, chunk, dtype=np.int64)
     n_chunks = len(starts)
-    plans = []
+    plans: list[_Plan] = []
     for ix in idx_lists:
         order = None if len(ix) < 2 or bool(np.all(ix[1:] >= ix[:-1])) else np.argsort(
             ix, kind="stable")
@@ -153,8 +168,8 @@ def _running_integral_at(
         zero = np.zeros(len(offs), dtype=bool)
         zero[:-1] = offs[1:] == offs[:-1]
         zero[gstart[1:] - 1] = False
-        plans.append([order, body, offs, gstart, gbound, np.empty(len(offs), np.float64), zero,
-                      0.0])
+        plans.append(_Plan(order, body, offs, gstart, gbound, np.empty(len(offs), np.float64),
+                           zero))
     buf = np.empty(chunk, dtype=np.float64)
     dbuf = np.empty(chunk, dtype=np.int64)
     for ci, s in enumerate(starts):  # loop over chunks of samples, not samples or windows
@@ -165,16 +180,16 @@ def _running_integral_at(
         np.subtract(t_ns[s + 1 : e + 1], t_ns[s:e], out=dbuf[:m])
         np.multiply(seg, dbuf[:m], out=seg)
         for plan in plans:
-            offs, gbound, sums, zero = plan[2], plan[4], plan[5], plan[6]
-            lo, hi = gbound[ci], gbound[ci + 1]
-            part = sums[lo:hi]
-            np.add.reduceat(seg, offs[lo:hi], out=part)
-            np.copyto(part, 0.0, where=zero[lo:hi])
+            lo, hi = plan.gbound[ci], plan.gbound[ci + 1]
+            part = plan.sums[lo:hi]
+            np.add.reduceat(seg, plan.offs[lo:hi], out=part)
+            np.copyto(part, 0.0, where=plan.zero[lo:hi])
             # Running sums restart per chunk (short, pairwise-summed pieces: little rounding).
             np.cumsum(part, out=part)
-            part += plan[7]
-            plan[7] = float(part[-1])
-    for out, (order, body, offs, gstart, _, csum, _, _) in zip(outs, plans, strict=True):
+            part += plan.carry
+            plan.carry = float(part[-1])
+    for out, p in zip(outs, plans, strict=True):
+        order, body, offs, gstart, csum = p.order, p.body, p.offs, p.gstart, p.sums
         keep = np.ones(len(offs), dtype=bool)
         keep[gstart] = False
         vals = np.empty(len(body), dtype=np.float64)
@@ -187,7 +202,7 @@ def _running_integral_at(
     return outs
 
 
-def searchsorted_blocked(t_ns: np.ndarray, x: np.ndarray, side: str,
+def searchsorted_blocked(t_ns: np.ndarray, x: np.ndarray, side: Literal["left", "right"],
                          block: int = 4096) -> np.ndarray:
     """np.searchsorted(t_ns, x, side), about twice as fast for many keys into a long array.
 
@@ -283,6 +298,7 @@ def _energies(t_ns: np.ndarray, power_w: np.ndarray, energy_j: np.ndarray | None
             cum = np.empty(2 * k)
             cum[sel] = _running_integral_at(t_ns, power_w, [inter[sel]], chunk)[0]
             cum_j, cum_m = cum[0::2], cum[1::2]
+        assert energy is not None  # made above when trapezoid
         energy[:] = cum_m
     for s in range(0, k, WINDOW_BLOCK):  # blocks of windows
         sl = slice(s, min(s + WINDOW_BLOCK, k))
@@ -518,9 +534,9 @@ def window_energy(
         why = series.dead_reason or f"channel {series.channel}: no samples"
         reason = np.full(n_win, why, dtype=object)
         nan = np.full(n_win, np.nan)
-        code = INVALID_DATA if series.dead_reason else OUTSIDE
+        dead = INVALID_DATA if series.dead_reason else OUTSIDE
         return WindowEnergy(nan, nan.copy(), np.zeros(n_win, np.int64), reason, reason.copy(),
-                            np.full(n_win, code, dtype=np.int8), edge)
+                            np.full(n_win, dead, dtype=np.int8), edge)
     t0, t1, j, m, _ = _prepare(t, t0_ns, t1_ns)
     n_samples = np.maximum(m - j + 1, 0)
     code = np.zeros(n_win, dtype=np.int8)
@@ -532,6 +548,7 @@ def window_energy(
     every = bool(good.all())
     a, b, jg, mg = (t0, t1, j, m) if every else (t0[good], t1[good], j[good], m[good])
     e_good, c_good = _energies(t, series.power_w, series.energy_j, a, b, jg, mg, edge, chunk)
+    assert e_good is not None  # trapezoid=True: always computed
     if every:
         energy = e_good
         counter = c_good if c_good is not None else np.full(n_win, np.nan)

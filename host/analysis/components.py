@@ -115,12 +115,12 @@ def component_table(a: Analysis) -> pd.DataFrame:
                     reasons[ch] = f"{int(bad.sum())} of {len(w)} windows null: " \
                         f"{we.reason[bad][0]}" if bad.any() else ""
                 total = np.sum([per[c] for c in comps], axis=0)
-                for ch in [*comps, None]:
-                    e = per[ch] if ch is not None else total
+                for one in [*comps, None]:  # each component channel, then their sum
+                    e = per[one] if one is not None else total
                     ok = np.isfinite(e) & (np.isfinite(wall_e) if main_is_wall else True)
-                    rows.append(_row(a, info, node, kind, ch, e, ok, dur, tokens, wall_e,
+                    rows.append(_row(a, info, node, kind, one, e, ok, dur, tokens, wall_e,
                                      main_is_wall,
-                                     reasons.get(ch, "") if ch is not None else "; ".join(
+                                     reasons.get(one, "") if one is not None else "; ".join(
                                          f"ch{c}: {r}" for c, r in reasons.items() if r)))
     table = pd.DataFrame(rows, columns=COLUMNS)
     a._component_table = table  # type: ignore[attr-defined]

@@ -175,11 +175,20 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> Interval:
 
 
 # --------------------------------------------------------------------------- text
+def _number(x: object) -> float:
+    """A table cell as a float (NaN for anything that is not a number: None, pd.NA, text)."""
+    if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool):
+        return float(x)
+    if isinstance(x, str):
+        try:
+            return float(x)
+        except ValueError:
+            return NAN
+    return NAN
+
+
 def _finite(x: object) -> bool:
-    try:
-        return math.isfinite(float(x))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
+    return math.isfinite(_number(x))
 
 
 def format_interval(value: object, lo: object, hi: object, coverage: object = None, *,
@@ -193,12 +202,11 @@ def format_interval(value: object, lo: object, hi: object, coverage: object = No
     """
     if not _finite(value):
         return "null"
-    v = format(float(value), fmt)  # type: ignore[arg-type]
+    v = format(_number(value), fmt)
     if not (_finite(lo) and _finite(hi)):
         return v
-    lo_t = format(float(lo), fmt)  # type: ignore[arg-type]
-    hi_t = format(float(hi), fmt)  # type: ignore[arg-type]
-    cov = (" ≥" if at_least else " ") + pct(float(coverage)) \
-        if _finite(coverage) else ""  # type: ignore[arg-type]
-    n_txt = f" n={int(float(n))}" if _finite(n) else ""  # type: ignore[arg-type]
+    lo_t = format(_number(lo), fmt)
+    hi_t = format(_number(hi), fmt)
+    cov = (" ≥" if at_least else " ") + pct(_number(coverage)) if _finite(coverage) else ""
+    n_txt = f" n={int(_number(n))}" if _finite(n) else ""
     return f"{v} [{lo_t}, {hi_t}]{cov}{n_txt}"

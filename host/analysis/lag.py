@@ -19,9 +19,11 @@ approximate: independent errors assumed). A lag is "resolved" when that interval
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from host.analysis.align import ChannelSeries
 from host.analysis.intervals import student_t_ppf
@@ -128,6 +130,7 @@ def estimate_lag(series: ChannelSeries, prefill: tuple[np.ndarray, np.ndarray],
         if len(series.invalid):
             keep &= series.invalid.overlapping(t[sel], t[sel]) < 0
     else:
+        assert e is not None  # not `point`: the counter has finite values
         t0, t1 = t[:-1].astype(np.float64), t[1:].astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             y = (e[1:] - e[:-1]) / ((t1 - t0) / NS)
@@ -170,7 +173,8 @@ def estimate_lag(series: ChannelSeries, prefill: tuple[np.ndarray, np.ndarray],
                        float(beta[1]), float(beta[2]), method, reason)
 
 
-def request_edges(run_requests, to_meter) -> tuple[tuple[np.ndarray, np.ndarray],
+def request_edges(run_requests: pd.DataFrame, to_meter: Callable[[np.ndarray], np.ndarray]
+                  ) -> tuple[tuple[np.ndarray, np.ndarray],
                                                   tuple[np.ndarray, np.ndarray]]:
     """Prefill and decode windows (meter ns) of every request with tokens, warm-ups included
     (they draw power like any request, so leaving them out would bias the baseline)."""

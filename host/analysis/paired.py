@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
 import numpy as np
 
@@ -93,9 +94,41 @@ def _welch(va: np.ndarray, vb: np.ndarray, level: float) -> tuple[float, float, 
     return d, d - half, d + half
 
 
+class EnergyDifference(TypedDict):
+    """One B − A energy comparison (a row of comparisons.csv / savings.csv)."""
+
+    delta: float
+    delta_ci_lo: float
+    delta_ci_hi: float
+    saving_pct: float
+    saving_pct_ci_lo: float
+    saving_pct_ci_hi: float
+    n_a: int
+    n_b: int
+    n_pairs: int
+    method: str
+    ci_coverage: float
+    distinguishable: bool | None
+    reason: str
+
+
+class AccuracyDifference(TypedDict):
+    """One B − A accuracy comparison over shared items."""
+
+    delta: float
+    ci_lo: float
+    ci_hi: float
+    n_items: int
+    discordant: int
+    mcnemar_p: float
+    method: str
+    distinguishable: bool | None
+    reason: str
+
+
 def energy_difference(a: np.ndarray, t_a: np.ndarray, b: np.ndarray, t_b: np.ndarray, *,
                       level: float = 0.95, block_a: np.ndarray | None = None,
-                      block_b: np.ndarray | None = None) -> dict:
+                      block_b: np.ndarray | None = None) -> EnergyDifference:
     """B − A over repeats (J/token), paired by round where possible; relative saving of B.
 
     Returns delta, its interval, `saving_pct` ((A − B)/A · 100) with its interval, n, method,
@@ -104,10 +137,10 @@ def energy_difference(a: np.ndarray, t_a: np.ndarray, b: np.ndarray, t_b: np.nda
     va, vb = np.asarray(a, np.float64), np.asarray(b, np.float64)
     ta, tb = np.asarray(t_a), np.asarray(t_b)
     nan = float("nan")
-    row = {"delta": nan, "delta_ci_lo": nan, "delta_ci_hi": nan, "saving_pct": nan,
-           "saving_pct_ci_lo": nan, "saving_pct_ci_hi": nan, "n_a": len(va), "n_b": len(vb),
-           "n_pairs": 0, "method": "", "ci_coverage": nan, "distinguishable": None,
-           "reason": ""}
+    row = EnergyDifference(delta=nan, delta_ci_lo=nan, delta_ci_hi=nan, saving_pct=nan,
+                           saving_pct_ci_lo=nan, saving_pct_ci_hi=nan, n_a=len(va), n_b=len(vb),
+                           n_pairs=0, method="", ci_coverage=nan, distinguishable=None,
+                           reason="")
     if len(va) == 0 or len(vb) == 0 or np.isnan(va).any() or np.isnan(vb).any():
         row["reason"] = "needs valid repeats of both configurations"
         return row
@@ -118,16 +151,16 @@ def energy_difference(a: np.ndarray, t_a: np.ndarray, b: np.ndarray, t_b: np.nda
         oa, ob = pairs
         d = t_interval(ob - oa, level)
         s = t_interval((oa - ob) / oa * 100.0, level)
-        row.update(delta=float(np.mean(ob - oa)), delta_ci_lo=d.lo, delta_ci_hi=d.hi,
-                   saving_pct=float(np.mean((oa - ob) / oa * 100.0)), saving_pct_ci_lo=s.lo,
-                   saving_pct_ci_hi=s.hi, n_pairs=len(oa), method=PAIRED_ROUNDS,
-                   ci_coverage=level)
+        row.update({"delta": float(np.mean(ob - oa)), "delta_ci_lo": d.lo, "delta_ci_hi": d.hi,
+                   "saving_pct": float(np.mean((oa - ob) / oa * 100.0)), "saving_pct_ci_lo": s.lo,
+                   "saving_pct_ci_hi": s.hi, "n_pairs": len(oa), "method": PAIRED_ROUNDS,
+                   "ci_coverage": level})
     elif len(va) >= 2 and len(vb) >= 2:
-        d, lo, hi = _welch(va, vb, level)
+        dw, lo, hi = _welch(va, vb, level)
         ma = float(np.mean(va))
-        row.update(delta=d, delta_ci_lo=lo, delta_ci_hi=hi, method=UNPAIRED,
-                   saving_pct_ci_lo=-hi / ma * 100.0, saving_pct_ci_hi=-lo / ma * 100.0,
-                   ci_coverage=level)
+        row.update({"delta": dw, "delta_ci_lo": lo, "delta_ci_hi": hi, "method": UNPAIRED,
+                   "saving_pct_ci_lo": -hi / ma * 100.0, "saving_pct_ci_hi": -lo / ma * 100.0,
+                   "ci_coverage": level})
         row["reason"] = ("saving interval treats A's mean as known (unpaired)")
     else:
         row["reason"] = "needs ≥ 2 valid repeats of each configuration"
@@ -185,7 +218,7 @@ def paired_table(correct_a: Sequence[int], correct_b: Sequence[int]) -> tuple[in
 
 def accuracy_difference(items_a: Mapping[str, Mapping[str, int]],
                         items_b: Mapping[str, Mapping[str, int]],
-                        weights: Mapping[str, float]) -> dict:
+                        weights: Mapping[str, float]) -> AccuracyDifference:
     """B − A in accuracy over the items both were scored on, per benchmark then weighted.
 
     `items_x[benchmark][item_id]` is 1 when the item was answered right. One benchmark: the
@@ -193,8 +226,8 @@ def accuracy_difference(items_a: Mapping[str, Mapping[str, int]],
     variances (b + c − (c − b)²/n)/n² of each benchmark.
     """
     nan = float("nan")
-    row = {"delta": nan, "ci_lo": nan, "ci_hi": nan, "n_items": 0, "discordant": 0,
-           "mcnemar_p": nan, "method": "", "distinguishable": None, "reason": ""}
+    row = AccuracyDifference(delta=nan, ci_lo=nan, ci_hi=nan, n_items=0, discordant=0,
+                             mcnemar_p=nan, method="", distinguishable=None, reason="")
     wsum = float(sum(w for k, w in weights.items() if k in items_a and k in items_b))
     if wsum <= 0:
         row["reason"] = "no per-item outcomes shared by both configurations"
@@ -211,13 +244,13 @@ def accuracy_difference(items_a: Mapping[str, Mapping[str, int]],
                                                [items_b[bench][i] for i in ids]))
     n_tot = sum(sum(t) for _, t in tables.values())
     disc = sum(t[1] + t[2] for _, t in tables.values())
-    row.update(n_items=n_tot, discordant=disc)
+    row.update({"n_items": n_tot, "discordant": disc})
     if len(tables) == 1:
         (_, (a, b, c, d)), = tables.values()
         delta, lo, hi = newcombe_paired_interval(a, b, c, d)
-        row.update(delta=delta, ci_lo=lo, ci_hi=hi, mcnemar_p=mcnemar_exact_p(b, c),
-                   method="paired over items: Newcombe hybrid score 95 % interval; McNemar "
-                          "exact p")
+        row.update({"delta": delta, "ci_lo": lo, "ci_hi": hi, "mcnemar_p": mcnemar_exact_p(b, c),
+                   "method": "paired over items: Newcombe hybrid score 95 % interval; McNemar "
+                          "exact p"})
     else:
         delta, var = 0.0, 0.0
         for w, (a, b, c, d) in tables.values():
@@ -225,8 +258,8 @@ def accuracy_difference(items_a: Mapping[str, Mapping[str, int]],
             delta += w * (c - b) / n
             var += w * w * (b + c - (c - b) ** 2 / n) / n ** 2
         half = Z95 * math.sqrt(var)
-        row.update(delta=delta, ci_lo=delta - half, ci_hi=delta + half,
-                   method="paired over items: weighted per-benchmark differences, normal "
-                          "95 % interval")
+        row.update({"delta": delta, "ci_lo": delta - half, "ci_hi": delta + half,
+                   "method": "paired over items: weighted per-benchmark differences, normal "
+                          "95 % interval"})
     row["distinguishable"] = not (row["ci_lo"] <= 0.0 <= row["ci_hi"])
     return row

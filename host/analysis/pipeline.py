@@ -105,11 +105,12 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
                                   trace_clock_simulated=trace.clock_simulated(boot))
         node_ch = channels_of_nodes(  # wall channels first (host/analysis/components.py)
             run, trace, components.node_channel_override(trace, opts.channels))
-        span = None
+        span: tuple[int, int] | None = None
         unc = clock.uncertainty_ns
         if clock.usable:
             lo, hi = run.span_local_ns()
-            span = tuple(int(x) for x in clock.to_meter(np.array([lo, hi])))
+            m_lo, m_hi = clock.to_meter(np.array([lo, hi]))
+            span = (int(m_lo), int(m_hi))
             cov = trace.coverage_ns(boot)
             if cov is None or span[1] < cov[0] or span[0] > cov[1]:
                 cov_txt = "no samples" if cov is None else \

@@ -41,8 +41,9 @@ def _segment_channel_label(meta: dict, channel: int) -> str:
     if not meta.get("emulated") and not model:
         return MEASURED
     if isinstance(model, dict) and model.get("kind") == "per_channel":
-        per = model.get("channels") or {}
-        ch_model = per.get(str(channel), per.get(channel))  # type: ignore[call-overload]
+        per = model.get("channels")
+        per = per if isinstance(per, dict) else {}
+        ch_model = per.get(str(channel), per.get(channel))
         if ch_model is None:
             return MEASURED if not meta.get("emulated") else model_label(None)
         return model_label(ch_model)

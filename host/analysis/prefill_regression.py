@@ -78,7 +78,7 @@ def prefill_regression(win: pd.DataFrame, verdicts: pd.DataFrame, results: pd.Da
                     & (results["basis"] == "gross")]
         direct = float(d["j_per_token_median"].iloc[0]) if len(d) else float("nan")
         nan = float("nan")
-        row = dict.fromkeys(COLUMNS, nan)
+        row: dict[str, object] = dict.fromkeys(COLUMNS, nan)
         row.update(config=cfg, n_requests=len(y), direct_j_per_prompt_token=direct,
                    method=METHOD, reason="", agrees_with_direct=None,
                    power_source=str(req[req["config"] == cfg]["power_source"].iloc[0])

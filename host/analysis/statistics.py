@@ -144,7 +144,7 @@ def pareto_front(accuracy: np.ndarray, j_per_token: np.ndarray) -> np.ndarray:
 
 
 def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray,
-                     repeats: Mapping[str, tuple[np.ndarray, np.ndarray]], *, rel_tol: float,
+                     repeats: Mapping[str, tuple[np.ndarray, ...]], *, rel_tol: float,
                      level: float = 0.95) -> list[dict]:
     """Pairs with |Δppl| ≤ rel_tol·min(ppl), each with its paired J/token difference.
 
@@ -159,6 +159,8 @@ def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray,
     keep = close & np.isfinite(p[ii]) & np.isfinite(p[jj])
     empty = (np.zeros(0), np.zeros(0))
     out = []
+    ra: list[np.ndarray]
+    rb: list[np.ndarray]
     for a, b in zip(ii[keep], jj[keep], strict=True):  # matched pairs only (a handful)
         va, ta, *ra = repeats.get(configs[a], empty)
         vb, tb, *rb = repeats.get(configs[b], empty)
@@ -188,7 +190,7 @@ def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray,
 
 def differential_groups(
     group_types: Mapping[str, Mapping[str, str]],
-    repeats: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    repeats: Mapping[str, tuple[np.ndarray, ...]],
     *, level: float = 0.95,
 ) -> list[dict]:
     """Energy attributed to one layer group by runs that differ only in that group's type.
@@ -201,6 +203,8 @@ def differential_groups(
     """
     names = sorted(c for c in group_types if c in repeats)
     out: list[dict] = []
+    ra: list[np.ndarray]
+    rb: list[np.ndarray]
     for i, a in enumerate(names):  # pairs of configurations (a few dozen at most)
         for b in names[i + 1:]:
             ga, gb = group_types[a], group_types[b]

@@ -13,7 +13,7 @@ from host.analysis.intervals import format_interval, pct
 from host.analysis.model import Analysis
 
 
-def _num(x: float, fmt: str = ".4g") -> str:
+def _num(x: float | None, fmt: str = ".4g") -> str:
     return "null" if x is None or not np.isfinite(x) else format(x, fmt)
 
 
@@ -39,7 +39,7 @@ def modelled_banner(a: Analysis) -> str | None:
             "is a model's figure (column 'power')")
 
 
-def _short_method(method: str) -> str:
+def _short_method(method: object) -> str:
     if not isinstance(method, str) or not method:
         return "-"
     return "paired" if method.startswith("paired") else "unpaired"
@@ -50,10 +50,11 @@ def summary_text(a: Analysis) -> str:
     basis = a.options.energy_basis
     lvl = _pct(a.options.ci_level)
 
-    def fig(cfg: str, phase: str, unit: str, b: str, scope: str = "all") -> pd.Series | None:
+    def fig(cfg: str, phase: str, unit: str, b: str, scope: str = "all") -> pd.Series:
+        """The results row of one figure (all null when the analysis has none)."""
         r = res[(res["config"] == cfg) & (res["scope"] == scope) & (res["phase"] == phase)
                 & (res["unit"] == unit) & (res["basis"] == b)]
-        return r.iloc[0] if len(r) else None
+        return r.iloc[0] if len(r) else pd.Series(np.nan, index=res.columns, dtype=object)
 
     reg = a.prefill_regression
     rows = []

@@ -129,7 +129,7 @@ def fit_from(state: SearchState) -> Predictor:
     # a measured composite is an accuracy point; J/token NaN drops it from the energy fit only
     pts = [m for m in latest_measured(state).values()
            if math.isfinite(m.accuracy) and m.size_bytes and m.config in state.direct_kl]
-    return fit_predictor([m.size_bytes / 1e9 for m in pts], [m.j_per_token for m in pts],
+    return fit_predictor([(m.size_bytes or 0) / 1e9 for m in pts], [m.j_per_token for m in pts],
                          [state.direct_kl[m.config] for m in pts], [m.accuracy for m in pts],
                          [state.proxy_kl.get(m.config, math.nan) for m in pts],
                          [m.perplexity for m in pts])
@@ -288,11 +288,12 @@ def run_search(
         else:
             state.proxy_kl[map_id] = candidate_kl(assignment, kl_table)
             hand_assignments.add(assignment)
-    for cid, assignment in state.search_maps.items():
-        state.proxy_kl.setdefault(cid, candidate_kl(assignment, kl_table))
+    for cid, found in state.search_maps.items():
+        state.proxy_kl.setdefault(cid, candidate_kl(found, kl_table))
     lacking = [m for m in latest_measured(state).values()
                if m.gguf and m.config not in state.direct_kl and Path(m.gguf).exists()]
     for m in lacking:  # e.g. a round whose analysis was redone after the search stopped
+        assert m.gguf is not None  # filtered above
         state.direct_kl[m.config] = direct_kl(Path(m.gguf))
     if lacking:
         write_json_atomic(state_path, state.to_json())

@@ -186,11 +186,18 @@ def measure_sensitivity(
     for k, (layer, type_name) in enumerate(todo, 1):
         gguf_path = quantize_document(probe_map_document(layer, type_name), base, base_sha,
                                       work_dir / "probes", threads)
+        assert base_logp is not None  # scored above whenever there is a probe to do
         kl = mean_kl(base_logp, model_logprobs(gguf_path, text, threads))
         cache.put(layer, type_name, kl)
         gguf_path.unlink(missing_ok=True)  # probes are many and big; the KL is what we keep
         progress(f"  [{k}/{len(todo)}] layer {layer} {type_name}: KL {kl:.3e} nats/token")
-    return {(i, t): float(cache.get(i, t)) for i in range(base.shape.n_layers) for t in types}
+    table: dict[tuple[int, str], float] = {}
+    for i in range(base.shape.n_layers):
+        for t in types:
+            kl_nats = cache.get(i, t)
+            assert kl_nats is not None  # every missing probe was measured above
+            table[(i, t)] = float(kl_nats)
+    return table
 
 
 def candidate_kl(assignment: Sequence[str], table: dict[tuple[int, str], float]) -> float:
