@@ -81,6 +81,21 @@ GOALS: dict[str, dict[str, Any]] = {
         "text": "the analysis's trace view (reader + frames + invalid intervals) takes at most "
                 "20x a bare pandas.read_csv of the samples",
     },
+    "analyze-study-scale-warm-s": {
+        "goal": 120.0, "op": "<=", "unit": "s",
+        "text": "`epi analyze` end to end on the paper study's size (148 h at 20 Hz x 4 "
+                "channels, ~42.6 M rows in ~100 segments, 72 runs), columnar cache built",
+    },
+    "analyze-study-scale-cold-s": {
+        "goal": 120.0, "op": "<=", "unit": "s",
+        "text": "the same, from the CSV segments alone (every row parsed and checked, the "
+                "columnar cache written)",
+    },
+    "analyze-study-scale-peak-mb": {
+        "goal": 2048.0, "op": "<=", "unit": "MB",
+        "text": "peak resident memory of that `epi analyze` process, the larger of cold and "
+                "warm",
+    },
     "sources-read-cost-rapl-us": {
         "goal": 1000.0, "op": "<=", "unit": "µs",
         "text": "one RAPL read (package + DRAM energy_uj) costs under 1 ms, so 20 Hz polling "

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from epi.formats import trace as fmt
@@ -35,20 +36,19 @@ KEY_FIELD = b"epi_trace_cache"
 INT_COLUMNS = ("seq", "channel", "t_mono_ns", "t_real_ns", "status")
 
 
-def file_key(path: Path, channels: set[int] | None) -> dict[str, object] | None:
-    """size, mtime_ns and BLAKE2b of a file, with the channel set it was checked against;
-    None when the file changed while it was hashed (a live segment: not cacheable now)."""
+def read_keyed(path: Path, channels: set[int] | None) -> tuple[bytes, dict[str, object] | None]:
+    """A file's bytes and its key: size, mtime_ns and BLAKE2b, with the channel set it is
+    checked against; key None when the file changed while it was read (a live segment)."""
     before = path.stat()
-    digest = hashlib.blake2b(digest_size=20)
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
+    data = path.read_bytes()
     after = path.stat()
-    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
-        return None
-    return {"version": CACHE_VERSION, "size": after.st_size, "mtime_ns": after.st_mtime_ns,
-            "blake2b": digest.hexdigest(),
-            "channels": sorted(channels) if channels is not None else None}
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or len(
+            data) != after.st_size:
+        return data, None
+    return data, {"version": CACHE_VERSION, "size": after.st_size,
+                  "mtime_ns": after.st_mtime_ns,
+                  "blake2b": hashlib.blake2b(data, digest_size=20).hexdigest(),
+                  "channels": sorted(channels) if channels is not None else None}
 
 
 def host_columns(columns: Mapping[str, fmt.Column]) -> dict[str, np.ndarray]:
@@ -65,6 +65,76 @@ def host_columns(columns: Mapping[str, fmt.Column]) -> dict[str, np.ndarray]:
         else:
             out[name] = np.array(values, dtype=np.float64)  # None → NaN
     return out
+
+
+CLEAN_BYTES = b"0123456789.,-+eE\n"  # all a clean samples body contains
+HEADER_LINE = (",".join(fmt.SAMPLE_COLUMNS) + "\n").encode()
+
+
+def read_clean_samples(data: bytes, channels: set[int] | None) -> fmt.SegmentSamples | None:
+    """A samples.csv that is plainly clean, parsed by Arrow's C++ CSV reader; None for any
+    file that is not (it then goes to the checked reader, which accepts or names the fault).
+
+    Clean means: the exact header; every byte of the body a digit, `.`, `,`, `-`, `+`, `e`,
+    `E` or a newline, ending with a newline (so no crash-cut tail, quotes, spaces, NULs, hex
+    or non-UTF-8 text: the characters on which Python's `int`/`float` and Arrow could
+    disagree); every row of 11 fields that parse as the column's type; no empty field but a
+    float or status; every value finite and inside its documented range; channels those of
+    the meta; each channel's t_mono_ns strictly increasing. The values are then those the
+    checked reader returns (both parse decimal text with correct rounding)."""
+    if not data.startswith(HEADER_LINE) or not data.endswith(b"\n") or len(data) == len(
+            HEADER_LINE):
+        return None
+    if data.translate(None, CLEAN_BYTES) != HEADER_LINE.translate(None, CLEAN_BYTES):
+        return None  # the body holds a byte outside CLEAN_BYTES
+    types = {n: pa.int64() if n in INT_COLUMNS else pa.float64() for n in fmt.SAMPLE_COLUMNS}
+    try:
+        table = pacsv.read_csv(
+            pa.py_buffer(data),
+            read_options=pacsv.ReadOptions(block_size=1 << 24),
+            parse_options=pacsv.ParseOptions(quote_char=False, double_quote=False,
+                                              escape_char=False, ignore_empty_lines=False),
+            convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""],
+                                                 strings_can_be_null=False,
+                                                 include_columns=list(fmt.SAMPLE_COLUMNS)))
+    except pa.ArrowException:
+        return None
+    if table.column_names != list(fmt.SAMPLE_COLUMNS):
+        return None
+    cols: dict[str, np.ndarray] = {}
+    for name in fmt.SAMPLE_COLUMNS:
+        col = table.column(name)
+        if name in INT_COLUMNS:
+            if col.null_count and name != "status":
+                return None
+            cols[name] = col.fill_null(0).to_numpy() if col.null_count else col.to_numpy()
+        else:
+            cols[name] = col.to_numpy()  # null → NaN, as the checked reader's None
+    del table
+    for name, lo, hi in ((("seq", 0, fmt.INT64_MAX), ("channel", 0, fmt.MAX_CHANNEL),
+                          ("t_mono_ns", 0, fmt.INT64_MAX), ("t_real_ns", 0, fmt.INT64_MAX),
+                          ("status", 0, fmt.MAX_STATUS))):
+        if cols[name].min() < lo or cols[name].max() > hi:
+            return None
+    for name, flo, fhi in fmt.FLOAT_RANGES:
+        v = cols[name]
+        present = v[~np.isnan(v)]
+        if len(present) and not (np.isfinite(present).all() and flo <= present.min()
+                                 and present.max() <= fhi):
+            return None
+    chan, t = cols["channel"], cols["t_mono_ns"]
+    present_ch = np.unique(chan).tolist()
+    if channels and not set(present_ch) <= channels:
+        return None
+    ends: dict[int, tuple[int, int, int, int]] = {}
+    real = cols["t_real_ns"]
+    for ch in present_ch:
+        idx = np.flatnonzero(chan == ch)
+        if len(idx) > 1 and not (np.diff(t[idx]) > 0).all():
+            return None
+        i, j = int(idx[0]), int(idx[-1])
+        ends[ch] = (int(t[i]), int(real[i]), int(t[j]), int(real[j]))
+    return fmt.SegmentSamples(cols, 0, [], ends)
 
 
 class ParquetColumns(Mapping[str, np.ndarray]):
@@ -101,6 +171,7 @@ class CachedSamplesReader:
         self.hits = 0
         self.builds = 0
         self.skipped = 0
+        self.fast = 0  # segments read by `read_clean_samples` (the rest by the checked reader)
 
     def cache_path(self, samples_path: Path) -> Path:
         return self.cache_dir / (samples_path.name.removesuffix(".csv") + ".parquet")
@@ -108,14 +179,19 @@ class CachedSamplesReader:
     def __call__(self, samples_path: Path, channels: set[int] | None) -> fmt.SegmentSamples:
         if not samples_path.is_file():  # the reader names the missing file
             return fmt.read_samples(samples_path, channels)
-        key = file_key(samples_path, channels)
+        data, key = read_keyed(samples_path, channels)
         target = self.cache_path(samples_path)
         if key is not None:
             hit = self._load(target, key)
             if hit is not None:
                 self.hits += 1
                 return hit
-        read = fmt.read_samples(samples_path, channels)
+        read = read_clean_samples(data, channels)
+        if read is None:  # anything unusual: the checked reader decides (and names it)
+            read = fmt.read_samples(samples_path, channels)
+        else:
+            self.fast += 1
+        del data
         cols = host_columns(read.columns)
         if key is None or not self._write(target, key, read, cols):
             self.skipped += 1

@@ -138,3 +138,43 @@ def test_a_changed_channel_map_rechecks_the_samples(trace_dir: Path) -> None:
         meta.write_text(meta.read_text().replace('"channel": 1,', '"channel": 3,'))
     with pytest.raises(UserError, match="channel 1 is not in the meta's channels"):
         read_trace(trace_dir)
+
+
+def test_clean_segments_take_the_fast_path(trace_dir: Path) -> None:
+    _blank_power(trace_dir, 7)  # an empty float field is still clean
+    reader = CachedSamplesReader(trace_dir)
+    from epi.formats.trace import read_trace as read_raw
+    read_raw(trace_dir, samples_reader=reader)
+    assert (reader.fast, reader.builds) == (2, 2)
+
+
+ODD_FIELDS = ["", "+5", "-0", "5.", ".5", "1e3", "1E-3", "0x10", " 5", "5 ", "1_000", "nan",
+              "inf", "-inf", "1e400", "-1", "70000", "256", "9223372036854775808", '"5"',
+              "5\r", "\x00", "٣", "1e-400", "00.5", "1.5e", "--1", "+.5", "1.0"]
+
+
+@pytest.mark.parametrize("column", range(11))
+def test_odd_fields_read_the_same_with_and_without_the_cache(tmp_path: Path, synth_tools,
+                                                             column: int) -> None:
+    """Whatever a field holds, the fast path and the checked reader agree: the same view or
+    the same one-line error (the cache never accepts what the reader refuses)."""
+    prof = {0: synth_tools.Steps(np.array([0], np.int64), np.array([5.0])),
+            1: synth_tools.Steps(np.array([0], np.int64), np.array([7.0]))}
+    for k, odd in enumerate(ODD_FIELDS):
+        root = synth_tools.write_trace(tmp_path / f"t{k}", prof, 10 * NS, 12 * NS)
+        p = root / "seg-000001.samples.csv"
+        lines = p.read_text().splitlines()
+        f = lines[6].split(",")
+        f[column] = odd
+        lines[6] = ",".join(f)
+        p.write_text("\n".join(lines) + "\n")
+        outcomes = []
+        for cache in (False, True):
+            try:
+                tr = read_trace(root, cache=cache)
+                outcomes.append(repr(_view(tr)))  # repr: NaN equals NaN
+                outcomes.append(tr.samples.to_csv())
+            except UserError as exc:
+                outcomes.append(str(exc))
+        half = len(outcomes) // 2
+        assert outcomes[:half] == outcomes[half:], (column, odd, outcomes[0][:200])
