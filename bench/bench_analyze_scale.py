@@ -29,15 +29,14 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "host"))
 from benchlib import emit, machine_line  # bench/benchlib.py
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "host"))
-from conftest import make_schedule, write_run  # the documented token-log writer of the tests
+from conftest import make_schedule, write_run  # the tests' token-log writer (formats.md §2)
 
 from epi.formats.trace import SAMPLE_COLUMNS
 from host.analysis.trace_cache import CACHE_DIRNAME
 
+ROOT = Path(__file__).resolve().parents[1]
 NS = 1_000_000_000
 CACHE = Path.home() / ".cache" / "epi" / "bench" / "analyze-scale"
 HOURS = 148.0
