@@ -14,6 +14,8 @@
 #            without it llama.cpp compiles for baseline armv8-a. EPI_LLAMA_ARM_ARCH=native
 #            builds for the build machine's own CPU (GGML_NATIVE=ON) instead.
 #   other    GGML_NATIVE=OFF (llama.cpp's portable default).
+# EPI_LLAMA_CUDA=1 adds -DGGML_CUDA=ON (needs the CUDA toolkit's nvcc): a GPU host built this
+# way serves as an accuracy scoring worker (docs/accuracy.md, "A GPU host as a worker").
 # The flags are part of the cache key, so every variant has its own build directory.
 #
 # usage: scripts/build_llama.sh PYTHON
@@ -48,6 +50,7 @@ mapfile -t ARCH < <(arch_flags "$MACHINE")
 # x86-64 keeps the flag order of earlier builds (GGML_NATIVE=OFF second), so its cache key,
 # and with it the cached build, stays the same.
 FLAGS=("${COMMON[0]}" "${ARCH[@]}" "${COMMON[@]:1}")
+if [ "${EPI_LLAMA_CUDA:-}" = 1 ]; then FLAGS+=(-DGGML_CUDA=ON); fi
 TARGETS=(llama ggml-rpc-server llama-quantize llama-perplexity)
 KEY=$(printf '%s ' "$VERSION" "${FLAGS[@]}" | sha256sum | cut -c1-12)
 

@@ -13,6 +13,7 @@ ending (host/accuracy/branching.py).
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +22,19 @@ import numpy as np
 from epi.core.errors import UserError
 from host.accuracy.branching import BranchingContext
 from host.gguf_io.file import check_gguf
+
+GPU_LAYERS_ENV = "EPI_GPU_LAYERS"
+
+
+def gpu_layers() -> int:
+    """Layers to offload to a GPU (`$EPI_GPU_LAYERS`, -1 = all; default 0: the CPU). Only a
+    GPU build of llama.cpp uses it (docs/accuracy.md, "A GPU host as a worker")."""
+    text = os.environ.get(GPU_LAYERS_ENV, "0").strip() or "0"
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"{GPU_LAYERS_ENV}: expected an integer (-1 = all layers), "
+                        f"got {text!r}") from None
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -61,6 +75,7 @@ class Scorer:
                 n_threads=threads,
                 n_threads_batch=threads,
                 logits_all=True,
+                n_gpu_layers=gpu_layers(),
                 verbose=False,
             )
         except Exception as exc:  # llama-cpp-python raises ValueError/RuntimeError/OSError

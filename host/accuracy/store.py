@@ -65,7 +65,9 @@ def store_root() -> Path:
 
 
 def build_identity() -> dict[str, JSON]:
-    """The llama.cpp build of this process: llama-cpp-python version and CMake flags."""
+    """The llama.cpp build of this process: llama-cpp-python version, CMake flags, and the
+    layers it offloads to a GPU (which change the arithmetic too)."""
+    from host.accuracy.scorer import gpu_layers
     from host.llama.install import build_flags
 
     try:
@@ -74,7 +76,8 @@ def build_identity() -> dict[str, JSON]:
         version = str(getattr(llama_cpp, "__version__", "unknown"))
     except ImportError:
         version = "missing"
-    return {"llama_cpp_python": version, "build_flags": list(build_flags())}
+    return {"llama_cpp_python": version, "build_flags": list(build_flags()),
+            "gpu_layers": gpu_layers()}
 
 
 @contextlib.contextmanager

@@ -36,13 +36,26 @@ def _rewrite(path: Path, edit: dict[str, object], rehash: bool = False) -> None:
 def test_key_carries_the_build_and_content_decides_the_place() -> None:
     full = store.full_key(KEY)
     build = full["llama_build"]
-    assert isinstance(build, dict) and set(build) == {"llama_cpp_python", "build_flags"}
+    assert isinstance(build, dict)
+    assert set(build) == {"llama_cpp_python", "build_flags", "gpu_layers"}
     other = {**full, "llama_build": {**build, "build_flags": ["-DGGML_CUDA=ON"]}}
     assert store.entry_path(other) != store.entry_path(full)  # another build: another result
     with store.benchmark_build(other["llama_build"]):
         assert store.full_key(KEY)["llama_build"] == other["llama_build"]
         assert store.full_key({**KEY, "kind": "perplexity"})["llama_build"] == build
     assert store.full_key(KEY)["llama_build"] == build
+
+
+def test_gpu_offload_is_part_of_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU worker (EPI_GPU_LAYERS) computes differently: its results get their own key."""
+    cpu = store.full_key(KEY)
+    monkeypatch.setenv("EPI_GPU_LAYERS", "-1")
+    gpu = store.full_key(KEY)
+    assert gpu["llama_build"]["gpu_layers"] == -1  # type: ignore[index]
+    assert store.entry_path(gpu) != store.entry_path(cpu)
+    monkeypatch.setenv("EPI_GPU_LAYERS", "all")
+    with pytest.raises(UserError, match="EPI_GPU_LAYERS: expected an integer"):
+        store.full_key(KEY)
 
 
 def test_a_result_scored_elsewhere_is_reused(tmp_path: Path,
