@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from epi.core.errors import UserError
+from epi.core.limits import MAX_SEED, MAX_THREADS
 from epi.formats.fields import check_id, range_text
 
 
@@ -86,10 +87,8 @@ class SafeId(click.ParamType):
             self.fail(str(exc).removeprefix("value: "), param, ctx)
 
 
-# Shared limits: more threads than this is a typo, not a machine (llama.cpp segfaults on 10^5).
-MAX_THREADS = 1024
-THREADS = BoundedInt(1, MAX_THREADS)
-SEED = BoundedInt(0, 2**32 - 1)
+THREADS = BoundedInt(1, MAX_THREADS)  # limits shared with the study file (epi.core.limits)
+SEED = BoundedInt(0, MAX_SEED)
 
 
 def check_output_file(path: Path, option: str, *, make_parents: bool = False) -> Path:

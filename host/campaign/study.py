@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from epi.core.errors import UserError
+from epi.core.limits import DAY_S, MAX_SEED, MAX_THREADS
 from epi.formats.fields import check_id, read_toml_file
 from host.analysis.model import Options
 
@@ -203,7 +204,8 @@ def _table(path: Path, doc: dict[str, Any], name: str) -> _Reader:
 
 
 def expand_maps(study_path: Path, where: str, items: list[Any]) -> tuple[Path, ...]:
-    """Map entries (files, folders, globs; relative to the study file) → map files, in order."""
+    """Map entries (files, folders, globs; relative to the study file) → map files, in order.
+    A file named twice (by any two entries) is refused: it would be one configuration."""
     out: list[Path] = []
     base = study_path.parent
     for i, item in enumerate(items):
@@ -228,7 +230,13 @@ def expand_maps(study_path: Path, where: str, items: list[Any]) -> tuple[Path, .
             out.append(p)
         else:
             raise UserError(f"{study_path}: field '{where}[{i}]': {item!r} not found")
-    return tuple(dict.fromkeys(out))
+    seen: set[Path] = set()
+    for p in out:
+        if p.resolve() in seen:
+            raise UserError(f"{study_path}: field '{where}': {p} is listed twice (one map, "
+                            "one configuration)")
+        seen.add(p.resolve())
+    return tuple(out)
 
 
 def _models(path: Path, doc: dict[str, Any]) -> tuple[ModelSpec, ...]:
@@ -273,8 +281,8 @@ def load_study(path: Path | str) -> Study:
     # The name becomes a directory name (out/campaign-NAME); the default is the file's stem.
     check_id(name, f"{path}: field 'study.name'" + ("" if "name" in s.table else
                                                     " (default: the file's name)"))
-    seed = s.number("seed", 0, 0, integer=True)
-    repeats = s.number("repeats", 3, 1, integer=True)
+    seed = s.number("seed", 0, 0, integer=True, high=MAX_SEED)
+    repeats = s.number("repeats", 3, 1, integer=True, high=1000)
     out_text = s.get("out", str, f"out/campaign-{name}")
     baseline = s.get("baseline", str)
     s.finish()
@@ -284,20 +292,20 @@ def load_study(path: Path | str) -> Study:
     r = _table(path, doc, "run")
     prompts = r.get("prompts", str)
     run = RunSpec(
-        tokens=r.number("tokens", 16, 2, integer=True),
-        repeats_per_run=r.number("repeats_per_run", 3, 2, integer=True),
-        warmups=r.number("warmups", 1, 0, integer=True),
+        tokens=r.number("tokens", 16, 2, integer=True, high=1_000_000),
+        repeats_per_run=r.number("repeats_per_run", 3, 2, integer=True, high=10_000),
+        warmups=r.number("warmups", 1, 0, integer=True, high=1000),
         prompts=(path.parent / prompts) if prompts else None,
-        threads=r.number("threads", None, 1, integer=True),
-        idle_s=r.number("idle_s", 3.0, 0.0),
-        cooldown_s=r.number("cooldown_s", 1.0, 0.0),
+        threads=r.number("threads", None, 1, integer=True, high=MAX_THREADS),
+        idle_s=r.number("idle_s", 3.0, 0.0, high=DAY_S),
+        cooldown_s=r.number("cooldown_s", 1.0, 0.0, high=DAY_S),
         workers=r.get("workers", str), split=r.get("split", str), node=r.get("node", str))
     r.finish()
 
     m = _table(path, doc, "meter")
     trace = m.get("trace", str)
     meter = MeterSpec(url=m.get("url", str), emulate=m.get("emulate", bool, False),
-                      rate_hz=m.number("rate_hz", None, 0.0, strict=True),
+                      rate_hz=m.number("rate_hz", None, 0.0, strict=True, high=1000.0),
                       trace=(path.parent / trace) if trace else None)
     m.finish()
     if meter.url and meter.trace is None:
@@ -312,29 +320,30 @@ def load_study(path: Path | str) -> Study:
     a = _table(path, doc, "accuracy")
     benches = a.get("benchmarks", dict, {})
     for b, n in benches.items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < 10:
-            raise a.fail(f"benchmarks.{b}", f"item count must be an integer of at least 10, "
-                         f"got {n!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 10 <= n <= 1_000_000:
+            raise a.fail(f"benchmarks.{b}", f"item count must be an integer from 10 to "
+                         f"1000000, got {n!r}")
     from host.accuracy.items import BENCHMARKS
 
     for b in benches:
         if b not in BENCHMARKS:
             raise a.fail(f"benchmarks.{b}", f"unknown benchmark (known: {', '.join(BENCHMARKS)})")
     accuracy = AccuracySpec(benchmarks=dict(benches), ppl=a.get("ppl", str),
-                            ppl_windows=a.number("ppl_windows", 10, 1, integer=True),
-                            threads=a.number("threads", 1, 1, integer=True),
-                            seed=a.number("seed", 0, 0, integer=True))
+                            ppl_windows=a.number("ppl_windows", 10, 1, integer=True,
+                                                 high=100_000),
+                            threads=a.number("threads", 1, 1, integer=True, high=MAX_THREADS),
+                            seed=a.number("seed", 0, 0, integer=True, high=MAX_SEED))
     a.finish()
 
     t = _table(path, doc, "thermal")
     rule = t.get("rule", str, "fixed")
     if rule not in THERMAL_RULES:
         raise t.fail("rule", f"{rule!r} is not one of {', '.join(THERMAL_RULES)}")
-    thermal = ThermalSpec(rule=rule, wait_s=t.number("wait_s", 0.0, 0.0),
-                          tolerance=t.number("tolerance", 0.02, 0.0, strict=True),
-                          window_s=t.number("window_s", 10.0, 0.0, strict=True),
-                          timeout_s=t.number("timeout_s", 120.0, 0.0),
-                          poll_s=t.number("poll_s", 0.5, 0.0, strict=True))
+    thermal = ThermalSpec(rule=rule, wait_s=t.number("wait_s", 0.0, 0.0, high=DAY_S),
+                          tolerance=t.number("tolerance", 0.02, 0.0, strict=True, high=1.0),
+                          window_s=t.number("window_s", 10.0, 0.0, strict=True, high=DAY_S),
+                          timeout_s=t.number("timeout_s", 120.0, 0.0, high=DAY_S),
+                          poll_s=t.number("poll_s", 0.5, 0.0, strict=True, high=DAY_S))
     t.finish()
 
     an = _table(path, doc, "analysis")
@@ -353,7 +362,7 @@ def load_study(path: Path | str) -> Study:
                             fracs["cv_threshold"], fracs["max_offset_frac"],
                             fracs["max_lag_error_frac"], fracs["ppl_tolerance"],
                             fracs["max_resolution_frac"],
-                            an.number("min_samples", None, 2, integer=True))
+                            an.number("min_samples", None, 2, integer=True, high=1_000_000))
     an.finish()
 
     e = _table(path, doc, "estimate")

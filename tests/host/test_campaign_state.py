@@ -260,3 +260,48 @@ maps = ["{Path(__file__).resolve().parents[2] / 'quantmaps' / 'uniform_q4km.json
     with pytest.raises(UserError, match=r"models\[1\]\.name.*already the name of models\[0\]"):
         load_study(p)
     assert text.count("[[models]]") == 2
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    ("[run]\nthreads = 100000", r"run\.threads.*at most 1024"),
+    ("[accuracy]\nthreads = 100000", r"accuracy\.threads"),
+    ("[run]\ntokens = 8\nwarmups = 100000", r"run\.warmups"),
+    ("[run]\ntokens = 8\nidle_s = 1e12", r"run\.idle_s"),
+    ("[thermal]\nwait_s = 1e300", r"thermal\.wait_s"),
+    ("[meter]\nemulate = true\nrate_hz = 1e9", r"meter\.rate_hz"),
+])
+def test_values_far_out_of_range_are_refused(tmp_path: Path, extra: str, field: str) -> None:
+    p = write_study(tmp_path)
+    text = p.read_text()
+    section = extra.split("\n", 1)[0]
+    if section in text:  # replace the section the helper already writes
+        start = text.index(section)
+        end = text.find("\n[", start + 1)
+        text = text[:start] + extra + "\n" + (text[end + 1:] if end >= 0 else "")
+    else:
+        text += extra + "\n"
+    p.write_text(text)
+    with pytest.raises(UserError, match=field) as exc:
+        load_study(p)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("key", ["repeats", "seed"])
+def test_huge_study_repeats_and_seed_are_refused_not_planned(tmp_path: Path, key: str) -> None:
+    """Repeats at 2**63 used to hang building the plan."""
+    p = write_study(tmp_path)
+    p.write_text(p.read_text().replace("seed = 7", "seed = 7" if key != "seed" else
+                                       f"seed = {2**63 - 1}").replace(
+        "repeats = 3", f"repeats = {2**63 - 1}" if key == "repeats" else "repeats = 3"))
+    with pytest.raises(UserError, match=rf"study\.{key}.*at most"):
+        load_study(p)
+
+
+def test_the_same_map_twice_is_refused(tmp_path: Path) -> None:
+    maps_dir = Path(__file__).resolve().parents[2] / "quantmaps"
+    p = write_study(tmp_path, maps=f'["{maps_dir}/uniform_q8.json", "{maps_dir}/uniform_q8.json"]')
+    with pytest.raises(UserError, match=r"models\[0\]\.maps.*listed twice"):
+        load_study(p)
+    p = write_study(tmp_path, maps=f'["{maps_dir}/uniform_q8.json", "{maps_dir}/uniform_q*.json"]')
+    with pytest.raises(UserError, match="listed twice"):
+        load_study(p)
