@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from itertools import combinations, pairwise
 
 import numpy as np
+import pandas as pd
 
 from host.analysis import sequential
 from host.analysis.sequential import SequentialVerdict
@@ -132,6 +133,29 @@ def comparisons(rules: DecisionRules, configs: Sequence[str], *, baseline: str |
         if len(out) == before and not any(n.startswith(TARGET_NAMES[target]) for n in notes):
             notes.append(f"{TARGET_NAMES[target]}: no pair to compare")
     return out, notes
+
+
+def round_values(repeats: pd.DataFrame, runs: pd.DataFrame, round_of_run: Mapping[str, int],
+                 *, basis: str = "gross") -> dict[str, dict[int, float | None]]:
+    """Per configuration and round: the mean J per generated token of the run's valid repeats.
+
+    `repeats`/`runs` are the analysis' repeats.csv and runs.csv (formats.md §5); a run counts
+    when its `request` phase is valid. `round_of_run[run_id]` is the campaign's round of each
+    run: rounds come from the campaign, not from the runs' order, because adaptive rounds
+    measure only some configurations. A run with no round, or an invalid one, gives None.
+    """
+    ok = set(runs[(runs["phase"] == "request") & runs["valid"].astype(bool)]["run_id"])
+    rows = repeats[(repeats["scope"] == "all") & (repeats["phase"] == "request")
+                   & (repeats["unit"] == "generated") & (repeats["basis"] == basis)]
+    out: dict[str, dict[int, float | None]] = {}
+    for (cfg, run_id), g in rows.groupby(["config", "run_id"], sort=False):
+        k = round_of_run.get(str(run_id))
+        if k is None:
+            continue
+        v = pd.to_numeric(g["j_per_token"], errors="coerce").to_numpy(np.float64)
+        good = run_id in ok and len(v) > 0 and bool(np.isfinite(v).all())
+        out.setdefault(str(cfg), {})[int(k)] = float(v.mean()) if good else None
+    return out
 
 
 def paired_savings_pct(values: RoundValues, a: str, b: str) -> np.ndarray:

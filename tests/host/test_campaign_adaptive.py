@@ -153,3 +153,24 @@ def test_power_lines_name_the_margin_and_the_basis() -> None:
     assert "spread measured by a 3-round probe" in lines[0]
     assert any(line.startswith("  a 3 % difference needs") for line in lines)
     assert lines[-1].startswith("  the budget of 8 rounds resolves")
+
+
+def test_round_values_from_the_analysis_tables() -> None:
+    """Rounds come from the campaign (run → round), invalid runs give None."""
+    import pandas as pd
+
+    rep = pd.DataFrame([
+        # config, run, repeat, J/token, phase, scope, unit, basis
+        ("q8", "r1", 0, 0.10, "request", "all", "generated", "gross"),
+        ("q8", "r1", 1, 0.12, "request", "all", "generated", "gross"),
+        ("q8", "r1", 0, 0.50, "request", "all", "generated", "net"),
+        ("q8", "r1", 0, 0.70, "decode", "all", "generated", "gross"),
+        ("q4", "r2", 0, 0.08, "request", "all", "generated", "gross"),
+        ("q4", "r3", 0, 0.09, "request", "all", "generated", "gross"),
+        ("q4", "r4", 0, 0.07, "request", "all", "generated", "gross"),
+    ], columns=["config", "run_id", "repeat", "j_per_token", "phase", "scope", "unit", "basis"])
+    runs = pd.DataFrame([("r1", "request", True), ("r2", "request", True),
+                         ("r3", "request", False), ("r4", "request", True)],
+                        columns=["run_id", "phase", "valid"])
+    v = ad.round_values(rep, runs, {"r1": 1, "r2": 1, "r3": 5})
+    assert v == {"q8": {1: pytest.approx(0.11)}, "q4": {1: 0.08, 5: None}}
