@@ -207,12 +207,12 @@ def savings_table(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFra
 
 
 def comparison_accuracy(items: dict | None, weights: dict[str, float] | None, a: str,
-                        b: str) -> dict:
+                        b: str) -> paired.AccuracyDifference:
     """Paired accuracy difference B − A, or a row saying why there is none."""
     if not items or a not in items or b not in items:
         nan = float("nan")
-        return {"delta": nan, "ci_lo": nan, "ci_hi": nan, "mcnemar_p": nan,
-                "distinguishable": None, "method": "",
+        return {"delta": nan, "ci_lo": nan, "ci_hi": nan, "n_items": 0, "discordant": 0,
+                "mcnemar_p": nan, "distinguishable": None, "method": "",
                 "reason": "no per-item accuracy outcomes for both (accuracy file without "
                           "`items`, or none given)"}
     return paired.accuracy_difference(items[a], items[b], weights or {})
@@ -228,7 +228,8 @@ COMPARISON_COLUMNS = [
 ]
 
 
-def _verdict(d: dict, acc: dict, a: str, b: str) -> str:
+def _verdict(d: paired.EnergyDifference, acc: paired.AccuracyDifference, a: str, b: str
+             ) -> str:
     parts = []
     if d["distinguishable"] is None:
         parts.append(f"energy: no interval ({d['reason'] or 'too few repeats'})")

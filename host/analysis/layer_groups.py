@@ -10,16 +10,17 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
-from epi.formats.manifests import read_any_manifest
+from epi.formats.manifests import LayerGroup, QuantManifest, read_any_manifest
 from host.analysis import statistics as epimod
 from host.analysis.model import Options, RunInfo
 from host.analysis.verdicts import valid_repeats
 
 
 # --------------------------------------------------------------------------- layer groups
-def _manifest(info: RunInfo, opts: Options, corrupt: list[str] | None = None) -> dict | None:
-    """The first quantization manifest found for a run; a corrupt one is added to `corrupt`
-    (with its path and problem), never silently taken for "no manifest"."""
+def _manifest(info: RunInfo, opts: Options, corrupt: list[str] | None = None
+              ) -> QuantManifest | None:
+    """The first quantization manifest with layer groups found for a run; a corrupt one is
+    added to `corrupt` (with its path and problem), never silently taken for "no manifest"."""
     m = info.run.model
     map_id = m.get("map_id")
     stem = Path(str(m["path"])).stem if m.get("path") else None
@@ -37,21 +38,21 @@ def _manifest(info: RunInfo, opts: Options, corrupt: list[str] | None = None) ->
                 if corrupt is not None:
                     corrupt.append(f"quantization manifest {c} is corrupt ({exc})")
                 continue
-            if data.get("layer_groups"):
+            if isinstance(data, QuantManifest) and data.layer_groups:
                 return data
     return None
 
 
-def _group_signature(g: dict) -> str:
-    eff = g.get("effective_types") or {}
-    return f"{g.get('map_type')} [{', '.join(f'{k}×{v}' for k, v in sorted(eff.items()))}]"
+def _group_signature(g: LayerGroup) -> str:
+    eff = g.effective_types
+    return f"{g.map_type} [{', '.join(f'{k}×{v}' for k, v in sorted(eff.items()))}]"
 
 
 def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFrame,
                   results: pd.DataFrame, opts: Options) -> tuple[list[dict], list[dict],
                                                                  list[str]]:
     notes: list[str] = []
-    manifests: dict[str, dict] = {}
+    manifests: dict[str, QuantManifest] = {}
     corrupt_of: dict[str, list[str]] = {}
     for i in infos:
         if i.config in manifests:
@@ -76,7 +77,7 @@ def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.Da
     values = {c: (g["j_per_token"].to_numpy(np.float64),
                   g["t_start_meter_ns"].to_numpy(np.float64), g["run_id"].to_numpy(object))
               for c, g in sel.groupby("config")}
-    sigs = {c: {g["name"]: _group_signature(g) for g in m["layer_groups"]}
+    sigs = {c: {g.name: _group_signature(g) for g in m.layer_groups}
             for c, m in manifests.items()}
     diff = epimod.differential_groups(sigs, values, level=opts.ci_level)
     for d in diff:
@@ -93,14 +94,14 @@ def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.Da
                 node_val = float(r["j_per_token_median"].iloc[0]) if len(r) else float("nan")
                 held = set(p.layers)
                 gbytes = {}
-                for g in m["layer_groups"]:
-                    layers = set(g.get("layers") or [])
-                    if not layers or not (layers & held) or g.get("bits_per_weight") is None:
+                for lg in m.layer_groups:
+                    layers = set(lg.layers)
+                    if not layers or not (layers & held) or lg.bits_per_weight is None:
                         continue
                     share = len(layers & held) / len(layers)
-                    gbytes[g["name"]] = g["n_weights"] * g["bits_per_weight"] / 8 * share
-                for g, val in epimod.time_share_split(node_val, gbytes).items():
-                    tshare.append({"config": cfg, "node": p.node, "group": g,
+                    gbytes[lg.name] = lg.n_weights * lg.bits_per_weight / 8 * share
+                for name, val in epimod.time_share_split(node_val, gbytes).items():
+                    tshare.append({"config": cfg, "node": p.node, "group": name,
                                    "j_per_token": val, "energy_basis": f"{basis} J per "
                                    "generated token (whole request)",
                                    "label": epimod.TIME_SHARE_LABEL})

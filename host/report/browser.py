@@ -35,6 +35,7 @@ class PageCheck:
     console_errors: list[str] = field(default_factory=list)
     title: str = ""
     screenshot_png: bytes = b""
+    sections: dict[str, str] = field(default_factory=dict)  # <section id> → its visible text
 
 
 def find_chromium() -> str:
@@ -144,7 +145,9 @@ def check_page(html_path: Path, *, width: int = 1200, height: int = 900,
         res = pipe.send("Runtime.evaluate", {
             "expression": "JSON.stringify({title: document.title, images: Array.from("
                           "document.images).map(i => ({alt: i.alt, complete: i.complete, "
-                          "natural_width: i.naturalWidth, natural_height: i.naturalHeight}))})",
+                          "natural_width: i.naturalWidth, natural_height: i.naturalHeight})), "
+                          "sections: Object.fromEntries(Array.from(document.querySelectorAll("
+                          "'section[id]')).map(s => [s.id, s.innerText]))})",
             "returnByValue": True}, session=sid)
         info = json.loads(res["result"]["value"])
         shot = pipe.send("Page.captureScreenshot", {"format": "png",
@@ -163,7 +166,8 @@ def check_page(html_path: Path, *, width: int = 1200, height: int = 900,
                               + str(p["entry"].get("url", "")))
         with contextlib.suppress(UserError):
             pipe.send("Browser.close", timeout_s=5)
-        return PageCheck(info["images"], errors, info["title"], base64.b64decode(shot["data"]))
+        return PageCheck(info["images"], errors, info["title"], base64.b64decode(shot["data"]),
+                         info.get("sections") or {})
     finally:
         os.close(to_child_w)
         os.close(from_child_r)

@@ -1,6 +1,7 @@
 """Build the report of an analysis directory: figures (PNG + SVG), report.html (self-
-contained) and report.md, written to a temporary directory and renamed into place, so an
-error never leaves half a report."""
+contained) and report.md. Everything is rendered before anything is written, and each file
+is staged and renamed into place, so an error never leaves half a report and no other file
+in the output directory is touched."""
 
 from __future__ import annotations
 
@@ -43,38 +44,62 @@ def render_files(analysis_dir: Path, title: str | None = None) -> dict[str, byte
         plt.close(f.fig)
         files[f"figures/{f.key}.png"] = png.getvalue()
         files[f"figures/{f.key}.svg"] = svg.getvalue()
-        rendered.append(RenderedFigure(f.key, f.title, f.caption, png.getvalue()))
+        rendered.append(RenderedFigure(f.key, f.title, f.caption, png.getvalue(), f.alt))
     tables = table_mod.build_all(rd)
     files["report.html"] = to_html(rd, title, rendered, tables).encode()
     files["report.md"] = to_markdown(rd, title, rendered, tables).encode()
     return files
 
 
-def write_report(analysis_dir: Path, out_dir: Path, title: str | None = None) -> Report:
-    files = render_files(Path(analysis_dir), title)
-    out_dir = Path(out_dir)
+def _check_writable(out_dir: Path) -> None:
+    """Refuse, before any rendering, an output directory that cannot be made or written."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out: {out_dir} exists and is not a directory")
-    parent = out_dir.parent
+    probe = out_dir
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"--out: {out_dir}: {probe} is not a writable directory")
+
+
+def _write_synced(path: Path, content: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(content)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def write_report(analysis_dir: Path, out_dir: Path, title: str | None = None) -> Report:
+    """Render everything in memory, then put each report file in place.
+
+    Only the report's own files (report.html, report.md, figures/<figure>.png|svg) are
+    written, each staged in a hidden directory inside `out_dir` and renamed over its old
+    version: any other file in `out_dir` is never touched (an earlier version renamed the
+    finished report over the whole directory, deleting the user's files in it). A render
+    error leaves `out_dir` as it was; a write error leaves each file either old or new.
+    """
+    out_dir = Path(out_dir)
+    _check_writable(out_dir)
+    files = render_files(Path(analysis_dir), title)
+    stage = out_dir / f".epi-report-tmp-{os.getpid()}"
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        tmp = parent / f".{out_dir.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            target = out_dir / name
+            if target.exists() and not target.is_file():
+                raise UserError(f"--out: {target} exists and is not a file; the report "
+                                "will not replace it")
+        shutil.rmtree(stage, ignore_errors=True)
         for name, content in files.items():
-            p = tmp / name
+            p = stage / name
             p.parent.mkdir(parents=True, exist_ok=True)
-            with open(p, "wb") as fh:
-                fh.write(content)
-                fh.flush()
-                os.fsync(fh.fileno())
-        if out_dir.exists():
-            old = parent / f".{out_dir.name}.old-{os.getpid()}"
-            os.rename(out_dir, old)
-            os.rename(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, out_dir)
+            _write_synced(p, content)
+        for name in files:
+            (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(stage / name, out_dir / name)
     except OSError as exc:
-        raise UserError(f"--out: cannot write {out_dir} ({exc.strerror})") from None
+        raise UserError(f"--out: cannot write {out_dir} ({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     figs = sorted(out_dir / n for n in files if n.startswith("figures/"))
     return Report(out_dir, out_dir / "report.html", out_dir / "report.md", figs)

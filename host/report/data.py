@@ -27,9 +27,16 @@ import pandas as pd
 from epi.core.errors import UserError
 from epi.formats.analysis import RESULT_FORMAT, RESULT_VERSION
 from epi.formats.fields import check_format, read_json_object
-from epi.formats.manifests import manifest_beside, read_any_manifest
+from epi.formats.manifests import (
+    ModelManifest,
+    QuantManifest,
+    manifest_beside,
+    read_any_manifest,
+)
 from host.analysis.intervals import pct
 from host.analysis.power_source import COMPONENT
+from host.report import checks
+from host.report.layer_columns import layer_group_cells
 
 FILES = ("results.json", "results.csv", "runs.csv", "repeats.csv", "windows.csv")
 TOKEN_UNIT = {"prefill": "n_prompt_tokens", "decode": "n_generated_tokens",
@@ -47,10 +54,25 @@ class Labels:
     edge_model: str
     ci_text: str  # the headline J/token intervals (interval_text); a caption may give its own
 
+    def power_text(self) -> str:
+        """'modelled (ATM90E26 emulator; ...)' — the source once, never doubled when the
+        detail already starts with it ('modelled (ActivityModel)')."""
+        if self.power_detail.startswith(self.power_source):
+            return self.power_detail
+        return f"{self.power_source} ({self.power_detail})"
+
+    def tag(self) -> str:
+        """The short label each caption keeps: 'modelled power', 'measured power', plus
+        'component power, not wall power' when software counters give the figures."""
+        text = f"{self.power_source} power"
+        if COMPONENT in self.power_detail:
+            text += f" ({COMPONENT})"
+        return f"{text}, {self.energy_basis} energy"
+
     def line(self, counts: str = "", ci: str | None = None) -> str:
-        """The caption's label line; `ci` says what this figure's or table's own intervals
-        are (default: the headline J/token intervals)."""
-        parts = [f"power: {self.power_source} ({self.power_detail})",
+        """The full label line (power, basis, method, intervals[, counts]); the report states
+        it once, in its "how these figures were measured" block."""
+        parts = [f"power: {self.power_text()}",
                  f"energy basis: {self.energy_basis}", f"method: {self.energy_method} energy, "
                  f"{self.edge_model} window edges",
                  f"intervals: {self.ci_text if ci is None else ci}"]
@@ -282,6 +304,7 @@ def load(analysis_dir: Path | str) -> ReportData:
     doc = read_json_object(d / "results.json", "analysis results")
     check_format(doc, d / "results.json", RESULT_FORMAT, RESULT_VERSION)  # newer: refused
     check_document_shape(doc, d / "results.json")
+    run_ids, run_configs = checks.run_index(doc)
     results = _read_csv(d / "results.csv")
     for col in ("config", "scope", "phase", "unit", "basis"):
         if col not in results.columns:
@@ -296,6 +319,9 @@ def load(analysis_dir: Path | str) -> ReportData:
     _require_columns(windows, d / "windows.csv",
                      ("run_id", "config", "kind", "scope", "energy_j", "energy_net_j",
                       "n_samples", "duration_s", "n_prompt_tokens", "n_generated_tokens"))
+    checks.check_results(results, d / "results.csv", run_configs)
+    checks.check_verdicts(runs, d / "runs.csv", results, run_ids)
+    checks.check_windows(windows, d / "windows.csv", runs, run_ids)
     rd = ReportData(d, doc, results, runs, _read_csv(d / "repeats.csv"), windows, labels)
     rd.per_run = per_run_figures(rd)
     rd.models = model_facts(doc)
@@ -365,32 +391,31 @@ def per_run_figures(rd: ReportData) -> pd.DataFrame:
     return out.sort_values(["order", "phase"]).reset_index(drop=True)
 
 
-def _manifest_for(model: dict[str, Any]) -> dict[str, Any] | None:
-    """The quantization (or model) manifest beside the run's model, None when there is none;
-    a corrupt one is a one-line `UserError` naming it."""
+def _manifest_for(model: dict[str, Any], manifest_dir: object = None
+                  ) -> QuantManifest | ModelManifest | None:
+    """The quantization (or model) manifest beside the run's model or in the analysis'
+    `--manifest-dir`, None when there is none; a corrupt one is a one-line `UserError`."""
     path = model.get("path")
     if not path:
         return None
     p = Path(str(path))
-    for cand in (manifest_beside(p),
-                 p.with_name((model.get("map_id") or p.stem) + ".manifest.json")):
+    name = (model.get("map_id") or p.stem) + ".manifest.json"
+    extra = [Path(manifest_dir) / name] if isinstance(manifest_dir, str) and manifest_dir \
+        else []
+    for cand in (*extra, manifest_beside(p), p.with_name(name)):
         if cand.is_file():
             return read_any_manifest(cand)
     return None
 
 
-def thirds(n_layers: int) -> dict[str, set[int]]:
-    """The study's groups scaled to any depth: early = first quarter, middle = the half
-    between, late = last quarter (layers 0–7 / 8–23 / 24–31 of a 32-layer model)."""
-    q = n_layers / 4
-    early = {i for i in range(n_layers) if i < round(q)}
-    late = {i for i in range(n_layers) if i >= n_layers - round(q)}
-    return {"early": early, "middle": set(range(n_layers)) - early - late, "late": late}
+def _finite_number(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and bool(np.isfinite(x))
 
 
 def model_facts(doc: dict[str, Any]) -> pd.DataFrame:
     """Per configuration: file size, bits per weight, and the types of its early, middle
-    and late layers (from the quantization manifest; '?' where there is none). A corrupt
+    and late groups — the map's own groups, from the quantization manifest
+    (host.report.layer_columns; '?' where there is none). A corrupt
     manifest is not "no manifest": its cells say "corrupt manifest" and `manifest_problem`
     holds the reader's one-line error, which names the file."""
     rows = []
@@ -403,29 +428,27 @@ def model_facts(doc: dict[str, Any]) -> pd.DataFrame:
         model = run.get("model") or {}
         problem = ""
         try:
-            man = _manifest_for(model)
+            man = _manifest_for(model, (doc.get("options") or {}).get("manifest_dir"))
         except UserError as exc:
             man, problem = None, f"corrupt manifest: {exc}"
-        size = np.nan
-        bpw = np.nan
+        size: float | int | None = np.nan
+        bpw: float | None = np.nan
         n_layers = int(model.get("n_layers") or 0)
         types = {k: "corrupt manifest" if problem else "?" for k in ("early", "middle", "late")}
-        if man is not None:
-            out = man.get("output") or {}
-            size = out.get("size_bytes", man.get("size_bytes", np.nan))
-            bpw = (man.get("total") or {}).get("bits_per_weight", np.nan)
-            if man.get("file_type") and not man.get("layer_groups"):
-                types = {k: str(man["file_type"]) for k in types}
-            by_layer = {}
-            for g in man.get("layer_groups") or []:
-                for layer in g.get("layers") or []:
-                    by_layer[int(layer)] = str(g.get("map_type"))
-            if by_layer and n_layers:
-                for name, layers in thirds(n_layers).items():
-                    ts = list(dict.fromkeys(by_layer.get(i, "?") for i in sorted(layers)))
-                    types[name] = "/".join(ts) if ts else "—"
-        if (bpw is None or not np.isfinite(bpw)) and np.isfinite(size) and model.get("n_params"):
-            bpw = float(size) * 8 / float(model["n_params"])
+        if isinstance(man, ModelManifest):  # an unquantized model: one type throughout
+            size = man.size_bytes
+            if man.file_type:
+                types = dict.fromkeys(types, man.file_type)
+        elif man is not None:
+            size = man.output.size_bytes if man.output.size_bytes is not None else np.nan
+            bpw = man.total.bits_per_weight
+            groups = man.block_groups()
+            if groups:
+                types = layer_group_cells(groups, n_layers)
+            elif man.file_type:
+                types = dict.fromkeys(types, man.file_type)
+        if not _finite_number(bpw) and _finite_number(size) and model.get("n_params"):
+            bpw = float(size) * 8 / float(model["n_params"])  # type: ignore[arg-type]  # finite
         rows.append({"config": cfg, "size_bytes": size, "bits_per_weight": bpw,
                      "n_layers": n_layers, **types, "manifest_problem": problem})
     return pd.DataFrame(rows).set_index("config", drop=False) if rows else pd.DataFrame()

@@ -1,6 +1,12 @@
 """The report's figures (matplotlib, Agg backend). Each returns a `Figure` record: the
-matplotlib figure, its title and a caption that says what power it shows (measured or
-modelled), the energy basis, the method and the sample counts.
+matplotlib figure, its title, a short caption (what it shows, what differs from the report's
+"how these figures were measured" block, and the power tag) and alt text that states the
+figure's content in words.
+
+Colours are the Okabe–Ito palette (distinguishable with the common colour-vision
+deficiencies), and the frontier also differs by marker shape. Point labels are placed so that
+none overlaps another (host.report.label_layout). The EPI figure uses a log axis, so one wide
+interval cannot squash the others (docs/report.md says why).
 
 Invalid runs are drawn (hollow grey markers, labelled invalid) but never enter a median, an
 interval or the Pareto frontier: those come from the analysis, which uses valid runs only.
@@ -17,23 +23,30 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from cycler import cycler
+from matplotlib.artist import Artist
+from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from epi.core.errors import UserError
 from epi.formats.tokenlog import parse_events
 from host.analysis.intervals import pct
 from host.analysis.power_source import COMPONENT
-from host.report.data import (
-    ReportData,
-    accuracy_interval_text,
-    epi_interval_text,
-    interval_text,
-)
+from host.report.data import ReportData, interval_text
+from host.report.label_layout import PointLabel, place_labels
 
-VALID_COLOR = "#1f77b4"
-FRONT_COLOR = "#d62728"
-INVALID_COLOR = "#888888"
-PHASE_COLORS = {"prefill": "#ff7f0e", "decode": "#2ca02c", "idle": "#bbbbbb"}
+# Okabe & Ito, "Color Universal Design" (2008): safe for deuteranopia, protanopia, tritanopia.
+OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#E69F00", "#56B4E9", "#CC79A7", "#F0E442",
+             "#000000")
+VALID_COLOR = "#0072B2"  # blue
+FRONT_COLOR = "#D55E00"  # vermillion (and square markers)
+INVALID_COLOR = "#999999"
+MODELLED_COLOR = "#D55E00"
+PHASE_COLORS = {"prefill": "#E69F00", "decode": "#009E73", "idle": "#999999"}
+TOKEN_COLOR = "#56B4E9"
+# Applied while the figures are built: the palette, and no mathtext, so a "$" in a
+# configuration name from the analysis files is drawn as a character, never parsed.
+PALETTE_CYCLE = cycler(color=list(OKABE_ITO))
 
 
 @dataclass
@@ -42,6 +55,7 @@ class Figure:
     title: str
     caption: str
     fig: plt.Figure
+    alt: str = ""
 
 
 def _finite(x: object) -> bool:
@@ -58,12 +72,15 @@ def _stamp(ax: plt.Axes, rd: ReportData) -> None:
     if COMPONENT in rd.labels.power_detail:
         text += f" · {COMPONENT.upper()}"
     ax.text(0.99, 0.01, f"{text} · {rd.basis}", transform=ax.transAxes, ha="right",
-            va="bottom", fontsize=7, color="#a00" if rd.labels.power_source == "modelled"
-            else "#333", alpha=0.85)
+            va="bottom", fontsize=7, color=MODELLED_COLOR
+            if rd.labels.power_source == "modelled" else "#333333", alpha=0.85)
 
 
-def _counts(rd: ReportData, phase: str = "request") -> str:
-    return rd.counts(phase)
+def _caption(rd: ReportData, what: str, differs: str = "") -> str:
+    """A figure's short caption: what it shows, what differs from the measurement block,
+    and the power tag."""
+    return what + (f" Differs from the block above: {differs}." if differs else "") + \
+        f" [{rd.labels.tag()}]"
 
 
 def _run_points(rd: ReportData, phase: str = "request") -> pd.DataFrame:
@@ -71,10 +88,21 @@ def _run_points(rd: ReportData, phase: str = "request") -> pd.DataFrame:
     return pr[pr["phase"] == phase] if len(pr) else pr
 
 
+def _g(x: object) -> str:
+    return format(float(x), ".4g") if _finite(x) else "null"  # type: ignore[arg-type]
+
+
+def _obstacles(ax: plt.Axes) -> list[Artist]:
+    """What point labels must not cover: the texts already drawn and the legend."""
+    legend = ax.get_legend()
+    return [*ax.texts, *([legend] if legend is not None else [])]
+
+
 def accuracy_vs_energy(rd: ReportData) -> Figure:
     h = rd.headline()
     fig, ax = plt.subplots(figsize=(7.5, 5))
     pts = []
+    front_set = set(rd.doc.get("pareto") or [])
     for cfg, r in h.iterrows():
         x, y = r["j_per_token_median"], r["accuracy"]
         if not (_finite(x) and _finite(y)):
@@ -83,47 +111,58 @@ def accuracy_vs_energy(rd: ReportData) -> Figure:
             r["j_per_token_ci_lo"]) else None
         yerr = [[y - r["accuracy_ci_lo"]], [r["accuracy_ci_hi"] - y]] if _finite(
             r["accuracy_ci_lo"]) else None
-        on_front = cfg in set(rd.doc.get("pareto") or [])
-        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", capsize=3,
+        on_front = cfg in front_set
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="s" if on_front else "o", capsize=3,
                     color=FRONT_COLOR if on_front else VALID_COLOR, zorder=3)
-        ax.annotate(str(cfg), (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
-        pts.append((x, y, cfg, on_front))
+        pts.append((x, y, str(cfg), on_front))
     front = sorted((p for p in pts if p[3]), key=lambda p: p[0])
     if len(front) >= 1:
-        fx = [p[0] for p in front]
-        fy = [p[1] for p in front]
-        ax.step(fx, fy, where="post", color=FRONT_COLOR, lw=1.2, ls="--",
-                label="Pareto frontier (valid runs)")
+        ax.step([p[0] for p in front], [p[1] for p in front], where="post", color=FRONT_COLOR,
+                lw=1.2, ls="--", label="Pareto frontier (valid runs; squares)")
     acc = h["accuracy"]
     inv = _run_points(rd)
     inv = inv[~inv["valid"]] if len(inv) else inv
-    shown_inv = False
+    inv_pts: list[tuple[float, float, str]] = []
     for _, r in inv.iterrows():
         y = acc.get(r["config"], np.nan)
         if _finite(r["j_per_token"]) and _finite(y):
             ax.plot(r["j_per_token"], y, "o", mfc="none", color=INVALID_COLOR, zorder=2,
-                    label=None if shown_inv else "invalid run (shown, not in medians)")
-            ax.annotate(f"{r['config']} (invalid)", (r["j_per_token"], y), fontsize=6,
-                        color=INVALID_COLOR, textcoords="offset points", xytext=(4, -9))
-            shown_inv = True
+                    label=None if inv_pts else "invalid run (shown, not in medians)")
+            inv_pts.append((float(r["j_per_token"]), float(y), f"{r['config']} (invalid)"))
     ax.set_xlabel(f"{rd.basis} J per generated token (whole request)")
     ax.set_ylabel("accuracy (composite)")
     ax.set_title("Accuracy vs energy per token")
-    if front or shown_inv:
+    if front or inv_pts:
         ax.legend(fontsize=8, loc="best")
-    if not pts and not shown_inv:
+    if not pts and not inv_pts:
         ax.text(0.5, 0.5, "no configuration has both a valid J/token and an accuracy",
                 ha="center", va="center", transform=ax.transAxes)
     ax.grid(alpha=0.3)
     _stamp(ax, rd)
-    cap = ("Medians over the repeats of valid runs with their intervals (both axes); red = on "
-           "the Pareto frontier (no other configuration is both cheaper and more accurate); "
-           "hollow grey = an invalid run's own measured figure. "
-           + rd.labels.line(_counts(rd), ci=f"{interval_text(h)}; {accuracy_interval_text(h)}"))
-    return Figure("accuracy_vs_energy", "Accuracy vs J per generated token", cap, fig)
+    place_labels(ax, [PointLabel(x, y, c) for x, y, c, _ in pts]
+                 + [PointLabel(x, y, c, 6, INVALID_COLOR) for x, y, c in inv_pts],
+                 obstacles=_obstacles(ax))
+    cap = _caption(rd, "Medians over the repeats of valid runs with their intervals on both "
+                   "axes; vermillion squares = on the Pareto frontier (no other configuration "
+                   "is both cheaper and more accurate); hollow grey = an invalid run's own "
+                   "measured figure.")
+    alt = (f"Scatter plot of composite accuracy (vertical) against {rd.basis} J per generated "
+           f"token (horizontal) for {len(pts)} configuration(s) with valid runs. "
+           + ("On the Pareto frontier, cheapest first: " + "; ".join(
+               f"{c} at {_g(x)} J/token, accuracy {_g(y)}" for x, y, c, _ in front) + ". "
+               if front else "No Pareto frontier. ")
+           + ("Off the frontier: " + "; ".join(f"{c} at {_g(x)} J/token, accuracy {_g(y)}"
+                                               for x, y, c, f in pts if not f) + ". "
+              if any(not f for *_, f in pts) else "")
+           + (f"{len(inv_pts)} invalid run(s) drawn hollow. " if inv_pts else "")
+           + f"Power: {rd.labels.tag()}.")
+    return Figure("accuracy_vs_energy", "Accuracy vs J per generated token", cap, fig, alt)
 
 
 def epi_sorted(rd: ReportData) -> Figure:
+    """EPI with its interval per configuration, best first, on a log axis when every value
+    and bound is positive (a ratio's interval is multiplicatively asymmetric; on a linear
+    axis one wide upper bound squashes every other point), else on a linear one."""
     h = rd.headline()
     rows = []
     for cfg, r in h.iterrows():
@@ -137,43 +176,71 @@ def epi_sorted(rd: ReportData) -> Figure:
     acc = h["accuracy"]
     inv = _run_points(rd)
     inv = inv[~inv["valid"]] if len(inv) else inv
-    shown_inv = False
-    for y, (cfg, e, lo, hi, why) in zip(ys, rows, strict=True):
-        if _finite(e):
-            ax.barh(y, e, color=VALID_COLOR, alpha=0.8)
-            if _finite(lo) and _finite(hi):
-                ax.errorbar(e, y, xerr=[[e - lo], [hi - e]], fmt="none", color="k", capsize=3)
-        else:
-            ax.text(0.01, y, f"null: {str(why)[:70]}", va="center", fontsize=7, color="#a00",
-                    transform=blended_transform_factory(ax.transAxes, ax.transData))
+    inv_x: dict[str, list[float]] = {}
+    for cfg, *_ in rows:
         for _, r in inv[inv["config"] == cfg].iterrows():
             a = acc.get(cfg, np.nan)
             if _finite(r["j_per_token"]) and _finite(a) and a > 0:
-                ax.plot(r["j_per_token"] / a, y, "o", mfc="none", color=INVALID_COLOR,
-                        label=None if shown_inv else "invalid run (shown, not in medians)")
-                shown_inv = True
+                inv_x.setdefault(str(cfg), []).append(float(r["j_per_token"]) / float(a))
+    values = [float(v) for _, e, lo, hi, _ in rows for v in (e, lo, hi) if _finite(v)]
+    values += [v for vs in inv_x.values() for v in vs]
+    log = bool(values) and min(values) > 0
+    shown_inv = False
+    for y, (cfg, e, lo, hi, why) in zip(ys, rows, strict=True):
+        if _finite(e):
+            ax.plot([e], [y], "o", color=VALID_COLOR, ms=7, zorder=3)
+            if _finite(lo) and _finite(hi):
+                ax.errorbar(e, y, xerr=[[e - lo], [hi - e]], fmt="none", color="k", capsize=3)
+                ax.annotate(f"{_g(e)} [{_g(lo)}, {_g(hi)}]", (e, y), textcoords="offset points",
+                            xytext=(0, 7), ha="center", va="bottom", fontsize=7)
+        else:
+            ax.text(0.01, float(y), f"null: {str(why)[:70]}", va="center", fontsize=7,
+                    color=MODELLED_COLOR,
+                    transform=blended_transform_factory(ax.transAxes, ax.transData))
+        for v in inv_x.get(str(cfg), []):
+            ax.plot(v, y, "o", mfc="none", color=INVALID_COLOR,
+                    label=None if shown_inv else "invalid run (shown, not in medians)")
+            shown_inv = True
+    if log:
+        ax.set_xscale("log")
+        lo_v, hi_v = min(values), max(values)
+        ax.set_xlim(lo_v / 1.5, hi_v * 1.5)
+        plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+        ax.xaxis.set_major_formatter(plain)
+        if hi_v / lo_v < 30:  # few decades: label the minor ticks too
+            ax.xaxis.set_minor_formatter(plain)
+            ax.tick_params(axis="x", which="minor", labelsize=7)
     ax.set_yticks(ys, [r[0] for r in rows], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel(f"EPI = {rd.basis} J per generated token / accuracy (lower is better)")
+    ax.set_ylim(len(rows) - 0.4, -0.8)
+    ax.set_xlabel(f"EPI = {rd.basis} J per generated token / accuracy"
+                  + (" (log scale)" if log else "") + "; lower is better")
     ax.set_title("Energy per intelligence, sorted")
     if shown_inv:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.22), frameon=False)
-    ax.grid(axis="x", alpha=0.3)
+    ax.grid(axis="x", alpha=0.3, which="both" if log else "major")
     _stamp(ax, rd)
-    cap = ("EPI per configuration, best first, with its interval (J/token interval divided "
-           "by the accuracy interval); null EPIs say why. "
-           + rd.labels.line(_counts(rd), ci=epi_interval_text(h)))
-    return Figure("epi_sorted", "EPI per configuration", cap, fig)
+    cap = _caption(rd, "EPI per configuration, best first, with its interval (the J/token "
+                   "interval divided by the accuracy interval) written above each point; "
+                   "null EPIs say why.",
+                   "log horizontal axis, so a wide interval leaves the others readable"
+                   if log else "linear axis (a value or bound is not positive)")
+    finite = [(c, e, lo, hi) for c, e, lo, hi, _ in rows if _finite(e)]
+    alt = (f"Dot plot of EPI per configuration, best first{', on a log axis' if log else ''}: "
+           + "; ".join(f"{c} {_g(e)} [{_g(lo)}, {_g(hi)}]" for c, e, lo, hi in finite)
+           + ". " + "".join(f"{c}: null ({w[:60]}). " for c, e, _, _, w in rows
+                            if not _finite(e))
+           + f"Power: {rd.labels.tag()}.")
+    return Figure("epi_sorted", "EPI per configuration", cap, fig, alt)
 
 
 def _phase_means(rd: ReportData) -> pd.DataFrame:
-    """Per configuration, per request, mJ: prefill, decode and the idle share (idle power ×
-    request time), from the analysis' breakdown (valid runs); where that is null, from the
-    configuration's invalid runs (flagged)."""
+    """Per configuration, per request, J: prefill, decode and the idle share (idle power ×
+    request time), from the analysis' breakdown (valid runs; it stores mJ); where that is
+    null, from the configuration's invalid runs (flagged)."""
     bd = pd.DataFrame(rd.doc.get("phase_breakdown") or [])
     pr = rd.per_run
     rows = []
-    idle_w = {}
+    idle_w: dict[str, list[float]] = {}
     for run in rd.doc["runs"]:
         p = (run.get("idle_power_w") or {}).get("all")
         if p is not None:
@@ -181,8 +248,9 @@ def _phase_means(rd: ReportData) -> pd.DataFrame:
     for cfg in rd.configs:
         b = bd[bd["config"] == cfg].iloc[0] if len(bd) and (bd["config"] == cfg).any() else None
         if b is not None and _finite(b["prefill_mj"]) and _finite(b["decode_mj"]):
-            rows.append({"config": cfg, "prefill": b["prefill_mj"], "decode": b["decode_mj"],
-                         "idle": b["idle_mj"], "from_invalid": False})
+            rows.append({"config": cfg, "prefill": b["prefill_mj"] / 1e3,
+                         "decode": b["decode_mj"] / 1e3, "idle": b["idle_mj"] / 1e3,
+                         "from_invalid": False})
             continue
         vals = {}
         for phase in ("prefill", "decode", "request"):
@@ -190,11 +258,11 @@ def _phase_means(rd: ReportData) -> pd.DataFrame:
             e = (sel["energy_j"] / sel["n_windows_measured"].where(sel["n_windows_measured"] > 0)
                  ) if len(sel) else pd.Series(dtype=float)
             d = sel["duration_s"] / sel["n_windows"] if len(sel) else pd.Series(dtype=float)
-            vals[phase] = (float(np.nanmedian(e)) * 1e3 if e.notna().any() else np.nan,
+            vals[phase] = (float(np.nanmedian(e)) if e.notna().any() else np.nan,
                            float(np.nanmedian(d)) if d.notna().any() else np.nan)
         pw = float(np.median(idle_w[cfg])) if cfg in idle_w else np.nan
         rows.append({"config": cfg, "prefill": vals["prefill"][0], "decode": vals["decode"][0],
-                     "idle": pw * vals["request"][1] * 1e3, "from_invalid": True})
+                     "idle": pw * vals["request"][1], "from_invalid": True})
     return pd.DataFrame(rows)
 
 
@@ -202,9 +270,9 @@ def phase_energy(rd: ReportData) -> Figure:
     d = _phase_means(rd)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     x = np.arange(len(d))
-    pre = d["prefill"].fillna(0).to_numpy()
-    dec = d["decode"].fillna(0).to_numpy()
-    alpha = np.where(d["from_invalid"], 0.35, 0.9)
+    pre = d["prefill"].fillna(0).to_numpy() if len(d) else np.zeros(0)
+    dec = d["decode"].fillna(0).to_numpy() if len(d) else np.zeros(0)
+    alpha = np.where(d["from_invalid"], 0.35, 0.9) if len(d) else np.zeros(0)
     for i in range(len(d)):
         ax.bar(x[i], pre[i], color=PHASE_COLORS["prefill"], alpha=alpha[i],
                label="prefill" if i == 0 else None)
@@ -212,23 +280,32 @@ def phase_energy(rd: ReportData) -> Figure:
                label="decode" if i == 0 else None)
         idle = d["idle"].iloc[i]
         if _finite(idle):
-            ax.bar(x[i], idle, fill=False, hatch="//", edgecolor="#555", lw=0.6,
+            ax.bar(x[i], idle, fill=False, hatch="//", edgecolor="#555555", lw=0.6,
                    label="idle share (idle power × request time)" if i == 0 else None)
         if d["from_invalid"].iloc[i]:
             ax.text(x[i], pre[i] + dec[i], "invalid runs", ha="center", va="bottom",
-                    fontsize=7, color="#a00")
-    ax.set_xticks(x, d["config"], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("energy per request, mJ (gross)")
+                    fontsize=7, color=MODELLED_COLOR)
+    if len(d):
+        ax.set_xticks(x, d["config"], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(f"energy per request, J ({rd.basis if rd.basis == 'gross' else 'gross'})")
     ax.set_title("Per-phase energy per request")
-    ax.legend(fontsize=8)
+    if len(d):
+        ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     _stamp(ax, rd)
-    cap = ("Median energy per request split into prefill and decode (stacked); the hatched "
-           "bar is the part of the request's energy the idle machine would have drawn anyway "
-           "(idle baseline power × request duration). Faded bars with 'invalid runs' come from "
-           "invalid runs only. Gross energy. "
-           + rd.labels.line(_counts(rd), ci="none (medians per request)"))
-    return Figure("phase_energy", "Per-phase energy (prefill / decode / idle share)", cap, fig)
+    cap = _caption(rd, "Median energy per request (J) split into prefill and decode (stacked); "
+                   "the hatched bar is the part the idle machine would have drawn anyway "
+                   "(idle baseline power × request duration). Faded bars marked 'invalid "
+                   "runs' come from invalid runs only.",
+                   "always gross energy; no intervals (medians per request)")
+    alt = ("Stacked bar chart of energy per request in joules, prefill below decode, with the "
+           "idle share hatched: " + "; ".join(
+               f"{r['config']}: prefill {_g(r['prefill'])} J, decode {_g(r['decode'])} J, "
+               f"idle share {_g(r['idle'])} J" + (" (invalid runs only)" if r["from_invalid"]
+                                                  else "")
+               for r in d.to_dict("records")) + f". Power: {rd.labels.tag()}.")
+    return Figure("phase_energy", "Per-phase energy (prefill / decode / idle share)", cap, fig,
+                  alt)
 
 
 def _pick_request(rd: ReportData) -> tuple[dict, pd.DataFrame] | None:
@@ -259,8 +336,9 @@ def power_trace(rd: ReportData) -> Figure:
     title = "One request's power trace"
     if picked is None:
         ax.text(0.5, 0.5, "no request with meter times", ha="center", transform=ax.transAxes)
-        return Figure("power_trace", title, "No request could be placed on the meter clock.",
-                      fig)
+        return Figure("power_trace", title, _caption(rd, "No request could be placed on the "
+                      "meter clock."), fig, "Empty plot: no request could be placed on the "
+                      "meter clock.")
     run, parts = picked
     from host.analysis.traces import read_trace
 
@@ -284,12 +362,11 @@ def power_trace(rd: ReportData) -> Figure:
             a = (p["t0_meter_ns"].iloc[0] - t0) / 1e9
             b = (p["t1_meter_ns"].iloc[0] - t0) / 1e9
             e = p["energy_j"].iloc[0]
-            lab = f"{kind} window" + ((f" ({e:.3g} J)" if e >= 1 else f" ({e * 1e3:.3g} mJ)")
-                                      if _finite(e) else " (null)")
+            lab = f"{kind} window" + (f" ({e:.3g} J)" if _finite(e) else " (null)")
             ax.axvspan(a, b, color=PHASE_COLORS[kind], alpha=0.25, label=lab)
     tok = _token_times(Path(run["path"]), int(req["request_id"]))
     for i, t in enumerate(tok):
-        ax.axvline((t + offset - t0) / 1e9, color="#1f77b4", lw=0.6, alpha=0.7,
+        ax.axvline((t + offset - t0) / 1e9, color=TOKEN_COLOR, lw=0.6, alpha=0.7,
                    label="token times" if i == 0 else None)
     ax.set_xlabel("time since request start, s (meter clock)")
     ax.set_ylabel("power, W")
@@ -301,13 +378,22 @@ def power_trace(rd: ReportData) -> Figure:
     ax.legend(fontsize=7, loc="upper right")
     ax.grid(alpha=0.3)
     _stamp(ax, rd)
-    cap = (f"Run {run['run_id'][:12]} ({run['config']}), the request of median duration: the "
-           f"meter's readings around it, the prefill and decode windows that were integrated "
-           f"(shaded) and every generated token's time (blue lines, mapped to the meter clock "
-           f"by the run's clock offset). {len(sweep)} sweeps shown; the window integrals use "
-           f"{int(parts['n_samples'].fillna(0).sum())} samples. "
-           + rd.labels.line(ci="none (one request's readings)"))
-    return Figure("power_trace", title, cap, fig)
+    n_samp = int(parts["n_samples"].fillna(0).sum())
+    cap = _caption(rd, f"Run {run['run_id'][:12]} ({run['config']}), the request of median "
+                   "duration: the meter's readings around it, the prefill and decode windows "
+                   "that were integrated (shaded) and every generated token's time (light "
+                   "blue lines, mapped to the meter clock by the run's clock offset).",
+                   f"one request, not a median: {len(sweep)} sweeps shown, {n_samp} samples "
+                   "inside its windows; no intervals")
+    energies = {k: parts[parts["kind"] == k]["energy_j"] for k in ("prefill", "decode")}
+    alt = (f"Line plot of summed meter power in watts against time for one request of "
+           f"{run['config']} ({'valid' if valid else 'invalid'} run): {len(sweep)} readings "
+           f"from {_g(np.min(sweep['p']) if len(sweep) else np.nan)} to "
+           f"{_g(np.max(sweep['p']) if len(sweep) else np.nan)} W; "
+           + "; ".join(f"{k} window {_g(v.iloc[0]) if len(v) else 'null'} J"
+                       for k, v in energies.items())
+           + f"; {len(tok)} token times marked. Power: {rd.labels.tag()}.")
+    return Figure("power_trace", title, cap, fig, alt)
 
 
 def _token_times(run_dir: Path, request_id: int) -> list[int]:
@@ -372,7 +458,7 @@ def layer_groups(rd: ReportData) -> Figure:
                         color="k", capsize=3)
         for yi, v, why in zip(y, d, diff["reason"], strict=True):
             if not np.isfinite(v):
-                a2.text(0.01, yi, f"null: {why}", fontsize=7, va="center", color="#a00",
+                a2.text(0.01, yi, f"null: {why}", fontsize=7, va="center", color=MODELLED_COLOR,
                         transform=blended_transform_factory(a2.transAxes, a2.transData))
         a2.set_yticks(y, labels, fontsize=7)
         a2.axvline(0, color="k", lw=0.6)
@@ -387,13 +473,23 @@ def layer_groups(rd: ReportData) -> Figure:
         ci.append("differential: " + "; ".join(
             f"{a} vs {b}: {_diff_interval(row)}" for a, b, row in
             zip(diff["config_a"], diff["config_b"], diff.to_dict("records"), strict=True)))
-    cap = ("Left: J per generated token measured on each node's own meter channels (the layers "
-           "that node holds). Right: the energy attributed to one layer group by two maps that "
-           "differ only in that group's type: the mean difference B − A of J per generated "
-           "token, with a paired-t interval over rounds when their repeats were interleaved, "
-           "else Welch's unpaired interval (valid runs only). "
-           + rd.labels.line(_counts(rd), ci="; ".join(ci) or "none"))
-    return Figure("layer_groups", "Per-layer-group energy", cap, fig)
+    cap = _caption(rd, "Left: J per generated token on each node's own meter channels (the "
+                   "layers it holds). Right: mean difference B − A of J per generated token "
+                   "between two maps that differ only in one group's type (paired-t interval over "
+                   "rounds when interleaved, else Welch; valid runs only).",
+                   "intervals: " + ("; ".join(ci) or "none"))
+    node_txt = "; ".join(f"{c} node {sc}: {_g(v)} J/token" for c, sc, v in zip(
+        nodes["config"], nodes["scope"], nodes["j_per_token_median"], strict=True))
+    diff_txt = "; ".join(
+        f"{row['group']} {str(row['type_a']).split(' ')[0]}→{str(row['type_b']).split(' ')[0]}"
+        f" ({row['config_a']} vs {row['config_b']}): Δ {_g(row['delta_j_per_token'])} "
+        f"[{_g(row.get('ci_lo'))}, {_g(row.get('ci_hi'))}] J/token"
+        for row in diff.to_dict("records"))
+    alt = ("Two bar charts. Left, J per generated token per node: " + (node_txt or "none")
+           + ". Right, differences between maps differing in one layer group: "
+           + (diff_txt or "none (no two maps differ in exactly one group)")
+           + f". Power: {rd.labels.tag()}.")
+    return Figure("layer_groups", "Per-layer-group energy", cap, fig, alt)
 
 
 def _diff_interval(row: dict) -> str:
@@ -403,9 +499,10 @@ def _diff_interval(row: dict) -> str:
         return f"no interval ({row.get('reason') or 'too few repeats'})"
     method = str(row.get("ci_method") or "")
     kind = "paired by round" if method.startswith("paired") else "Welch (unpaired)"
-    n = (f", n={int(row['n_a'])}/{int(row['n_b'])} repeats" if _finite(row.get("n_a"))
-         and _finite(row.get("n_b")) else "")
-    return f"{pct(float(cov))} {kind}{n}"
+    n_a, n_b = row.get("n_a"), row.get("n_b")
+    n = (f", n={int(float(n_a))}/{int(float(n_b))} repeats"  # type: ignore[arg-type]  # _finite checked
+         if _finite(n_a) and _finite(n_b) else "")
+    return f"{pct(float(cov))} {kind}{n}"  # type: ignore[arg-type]  # _finite checked
 
 
 def energy_vs_size(rd: ReportData) -> Figure:
@@ -413,8 +510,10 @@ def energy_vs_size(rd: ReportData) -> Figure:
     m = rd.models
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
     pr = _run_points(rd)
-    for ax, col, xl, scale in ((a1, "bits_per_weight", "bits per weight (whole file)", 1.0),
-                               (a2, "size_bytes", "file size, MB", 1e-6)):
+    labels: dict[int, list[PointLabel]] = {0: [], 1: []}
+    for k, (ax, col, xl, scale) in enumerate(
+            ((a1, "bits_per_weight", "bits per weight (whole file)", 1.0),
+             (a2, "size_bytes", "file size, MB", 1e-6))):
         shown = False
         for cfg, r in h.iterrows():
             if cfg not in m.index or not _finite(m.loc[cfg, col]):
@@ -425,8 +524,7 @@ def energy_vs_size(rd: ReportData) -> Figure:
                 yerr = [[y - r["j_per_token_ci_lo"]], [r["j_per_token_ci_hi"] - y]] if _finite(
                     r["j_per_token_ci_lo"]) else None
                 ax.errorbar(x, y, yerr=yerr, fmt="o", color=VALID_COLOR, capsize=3)
-                ax.annotate(str(cfg), (x, y), textcoords="offset points", xytext=(4, 4),
-                            fontsize=7)
+                labels[k].append(PointLabel(x, float(y), str(cfg), 7))
             inv = pr[(pr["config"] == cfg) & ~pr["valid"]] if len(pr) else pr
             for _, q in inv.iterrows():
                 if _finite(q["j_per_token"]):
@@ -442,14 +540,26 @@ def energy_vs_size(rd: ReportData) -> Figure:
     a2.set_title("J/token vs file size", fontsize=9)
     _stamp(a2, rd)
     fig.tight_layout()
-    cap = ("Median J per generated token (valid runs, with interval) against the model file's "
-           "bits per weight and size, read from the quantization manifests. "
-           + rd.labels.line(_counts(rd)))
-    return Figure("energy_vs_size", "J/token vs bits per weight and file size", cap, fig)
+    for k, ax in enumerate((a1, a2)):
+        place_labels(ax, labels[k], obstacles=list(ax.texts))
+    cap = _caption(rd, "Median J per generated token (valid runs, with interval) against the "
+                   "model file's bits per weight and size, read from the quantization "
+                   "manifests.")
+    facts = [f"{c}: {_g(m.loc[c, 'bits_per_weight'])} bits/weight, "
+             f"{_g(pd.to_numeric(m.loc[c, 'size_bytes'], errors='coerce') / 1e6)} MB, "
+             f"{_g(h.loc[c, 'j_per_token_median'])} J/token"
+             for c in h.index if c in m.index]
+    alt = ("Two scatter plots of median J per generated token against bits per weight (left) "
+           "and file size in MB (right): " + ("; ".join(facts) or "no model facts") + ". "
+           f"Power: {rd.labels.tag()}.")
+    return Figure("energy_vs_size", "J/token vs bits per weight and file size", cap, fig, alt)
 
 
 ALL = (accuracy_vs_energy, epi_sorted, phase_energy, power_trace, layer_groups, energy_vs_size)
 
 
 def build_all(rd: ReportData) -> list[Figure]:
-    return [f(rd) for f in ALL]
+    with plt.rc_context():
+        plt.rcParams["axes.prop_cycle"] = PALETTE_CYCLE
+        plt.rcParams["text.parse_math"] = False
+        return [f(rd) for f in ALL]

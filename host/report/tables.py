@@ -17,12 +17,7 @@ import numpy as np
 import pandas as pd
 
 from host.analysis.intervals import format_interval
-from host.report.data import (
-    ReportData,
-    accuracy_interval_text,
-    epi_interval_text,
-    interval_text,
-)
+from host.report.data import ReportData
 
 
 @dataclass
@@ -33,6 +28,13 @@ class Table:
     headers: list[str]
     rows: list[list[str]]
     row_classes: list[str] | None = None
+
+
+def _tail(rd: ReportData, differs: str = "") -> str:
+    """What a table caption adds to the report's measurement block: what differs, and the
+    power tag."""
+    return (f" Differs from the measurement block: {differs}." if differs else "") + \
+        f" [{rd.labels.tag()}]"
 
 
 def num(x: object, fmt: str = ".4g") -> str:
@@ -138,10 +140,11 @@ def results_table(rd: ReportData) -> Table:
            "valid, the invalid runs' own median is shown and marked. Accuracy: composite "
            "(mean of the benchmarks). EPI = J/Token / Accuracy. Size: model file. Perplexity: "
            "from the accuracy file. tok/s and average power: generated tokens per second of "
-           "request time and mean power during requests (all of the run's channels). Each "
-           "interval shows its own coverage and n. " + _manifest_problems(rd)
-           + rd.labels.line(rd.counts(), ci="; ".join([
-               interval_text(h), accuracy_interval_text(h), epi_interval_text(h)])))
+           "request time and mean power during requests (all of the run's channels). Early, "
+           "Middle, Late: the types of the map's own groups of those names with their layers "
+           "(the paper's groups for a paper-form map); a map without such groups shows its "
+           "groups within each quarter of the depth, by layer range. Each interval shows its "
+           "own coverage and n. " + _manifest_problems(rd) + _tail(rd).lstrip())
     return Table("results", "Results per configuration",
                  cap, ["Config", "Early", "Middle", "Late", "Size", "Perplexity", "J/Token",
                        "Accuracy", "EPI", "tok/s", "Avg power W", "valid runs"], rows, classes)
@@ -153,7 +156,6 @@ def savings_table(rd: ReportData) -> Table:
     s = pd.DataFrame(rd.doc.get("savings") or [])
     rows = []
     base = ""
-    methods: list[str] = []
     if not s.empty:
         base = str(s["baseline"].iloc[0])
         for r in s.to_dict("records"):
@@ -171,15 +173,12 @@ def savings_table(rd: ReportData) -> Table:
                                          base, str(r["config"])),
                          num(r["latency_s"], ".3f"), num(r["latency_saving_pct"], "+.1f"),
                          _accuracy_cell(r)])
-            methods += [m for m in (r.get("energy_ci_method"), r.get("accuracy_method"))
-                        if isinstance(m, str) and m]
     cap = (f"Against the baseline {base or '(none given: set study.baseline / --baseline)'}; "
            "positive = saves. Energy saving: mean per-round saving of J per generated token, "
            "paired by round when the repeats were interleaved (n = rounds), else Welch's "
            "unpaired interval (n blank); 'cannot be told apart' when the interval holds 0. "
            "Latency: median request duration (point figure). Δ accuracy: B − baseline, paired "
-           "over the items both were scored on. Valid runs only. "
-           + rd.labels.line(rd.counts(), ci="; ".join(dict.fromkeys(methods)) or "none"))
+           "over the items both were scored on. Valid runs only." + _tail(rd))
     return Table("savings", "Savings against the baseline", cap,
                  ["Config", "J/Token", "energy saving % [interval]", "pairing",
                   "energy verdict", "latency s", "latency saving %", "Δ accuracy"], rows)
@@ -188,7 +187,6 @@ def savings_table(rd: ReportData) -> Table:
 def pairs_table(rd: ReportData) -> Table:
     """Perplexity-matched pairs with their paired J/token difference and verdict."""
     rows = []
-    methods: list[str] = []
     for p in rd.doc.get("perplexity_matched_pairs") or []:
         rows.append([str(p.get("cheaper")), str(p.get("dearer")),
                      num(p.get("ppl_cheaper"), ".3f"), num(p.get("ppl_dearer"), ".3f"),
@@ -200,15 +198,13 @@ def pairs_table(rd: ReportData) -> Table:
                      "cannot be told apart" if p.get("distinguishable") is False else
                      "different" if p.get("distinguishable") else
                      f"no interval ({p.get('reason') or 'too few repeats'})"])
-        if p.get("ci_method"):
-            methods.append(str(p["ci_method"]))
     tol = (rd.doc.get("options") or {}).get("ppl_tolerance", 0.01)
     cap = (f"Same perplexity (within {tol:.0%} relative), different joules? Every pair of "
            "configurations whose perplexities agree, with the saving of the cheaper one and "
            "its paired interval (per round when the repeats were interleaved, else Welch); "
-           "'cannot be told apart' when the interval holds 0 (valid runs only). "
-           + rd.labels.line(rd.counts(), ci="; ".join(dict.fromkeys(methods)) or "none")
-           + ("" if rows else " — no such pair in this study (or no perplexity measured)."))
+           "'cannot be told apart' when the interval holds 0 (valid runs only)."
+           + ("" if rows else " No such pair in this study (or no perplexity measured).")
+           + _tail(rd))
     return Table("pairs", "Perplexity-matched pairs", cap,
                  ["cheaper", "dearer", "ppl cheaper", "ppl dearer", "J/Token cheaper",
                   "J/Token dearer", "saving % [interval]", "pairing", "verdict"], rows)
@@ -218,7 +214,6 @@ def comparisons_table(rd: ReportData) -> Table:
     """comparisons.csv: every pairwise difference the analysis made (savings vs the baseline,
     perplexity-matched pairs, neighbours on the Pareto frontier), paired, with a verdict."""
     rows = []
-    methods: list[str] = []
     for r in rd.doc.get("comparisons") or []:
         a, b = str(r.get("config_a")), str(r.get("config_b"))
         rows.append([str(r.get("comparison")), a, b,
@@ -229,16 +224,13 @@ def comparisons_table(rd: ReportData) -> Table:
                      _energy_verdict(r.get("energy_distinguishable"),
                                      r.get("energy_delta_j_per_token"), a, b),
                      _accuracy_cell(r), str(r.get("verdict") or "")])
-        methods += [m for m in (r.get("energy_ci_method"), r.get("accuracy_method"))
-                    if isinstance(m, str) and m]
     cap = ("Every pairwise difference B − A (comparisons.csv): savings against the baseline, "
            "perplexity-matched pairs and neighbours on the Pareto frontier. Δ energy in J per "
            "generated token, paired by round when the repeats were interleaved (n = rounds), "
            "else Welch's unpaired interval; Δ accuracy paired over items (Newcombe interval, "
-           "McNemar exact p). 'cannot be told apart' = the interval holds 0. "
-           + rd.labels.line(rd.counts(), ci="; ".join(dict.fromkeys(methods)) or "none")
-           + ("" if rows else " — no comparison in this study (give a baseline, or a "
-              "frontier of ≥ 2 configurations)."))
+           "McNemar exact p). 'cannot be told apart' = the interval holds 0."
+           + ("" if rows else " No comparison in this study (give a baseline, or a "
+              "frontier of ≥ 2 configurations).") + _tail(rd))
     return Table("comparisons", "Paired comparisons", cap,
                  ["comparison", "A", "B", "Δ J/token (B − A) [interval]", "pairing",
                   "energy verdict", "Δ accuracy (B − A)", "verdict"], rows)
@@ -264,8 +256,8 @@ def components_table(rd: ReportData) -> Table | None:
            "over the same request and idle windows. Component power is not wall power: the "
            "power supply, board, fans and disks are missing; unseen = wall − all components. "
            "The main figures of each node measure: "
-           + (", ".join(f"{n}: {lab}" for n, lab in sorted(main.items())) or "?") + ". "
-           + rd.labels.line(rd.counts(), ci="none (point figures)"))
+           + (", ".join(f"{n}: {lab}" for n, lab in sorted(main.items())) or "?") + "."
+           + _tail(rd, "no intervals (point figures)"))
     return Table("components", "Component power beside wall power", cap,
                  ["config", "node", "window", "channel", "scope", "label", "component W",
                   "component J/gen tok", "wall", "wall W", "wall J/gen tok", "wall/component",
@@ -288,8 +280,7 @@ def verdicts_table(rd: ReportData) -> Table:
            "that have an energy; J per prompt token for prefill, per generated token "
            "otherwise), the repeat CV, windows measured, meter samples inside them, and the "
            "verdict's reasons. Invalid runs are shown with their numbers but are not in any "
-           "median, interval or frontier. "
-           + rd.labels.line(rd.counts(), ci="none in this table (per-run figures)"))
+           "median, interval or frontier." + _tail(rd, "per-run figures, no intervals"))
     return Table("verdicts", "Every run's verdict", cap,
                  ["run", "config", "run dir", "phase", "verdict", "J/token", "CV %",
                   "windows", "samples", "reasons"], rows, classes)
@@ -310,8 +301,7 @@ def settle_table(rd: ReportData) -> Table:
     cap = ("Thermal settle before each analysed run, as the campaign journal recorded it: the "
            "rule, the seconds waited, and for the stable rule the idle power (all channels "
            "summed) and the largest relative deviation over the window. A run that did not "
-           "settle still ran; its verdict is the analysis'. "
-           + rd.labels.line(ci="none in this table"))
+           "settle still ran; its verdict is the analysis'." + _tail(rd, "no intervals"))
     return Table("settle", "Thermal settle before each run", cap,
                  ["step", "run", "rule", "waited s", "settled", "idle W", "max deviation",
                   "reason"], rows, ["" if r[4] == "yes" else "invalid" for r in rows])

@@ -114,11 +114,23 @@ def test_every_figure_and_table_says_power_source_basis_and_counts(study_analysi
     captions = re.findall(r"<figcaption>(.*?)</figcaption>", html, re.S)
     tcaps = re.findall(r'<p class="caption">(.*?)</p>', html, re.S)
     assert len(captions) == 6 and len(tcaps) >= 4
+    # the labels are stated once, in the "how these figures were measured" block ...
+    block = re.search(r'<section class="method" id="method">(.*?)</section>', html, re.S)
+    assert block is not None
+    text = block.group(1)
+    assert "power:</dt> <dd>modelled" in text and "energy basis:</dt> <dd>gross" in text
+    assert "method:</dt> <dd>counter energy, step window edges" in text
+    for phase in ("request", "prefill", "decode"):
+        assert re.search(rf"{phase}: \d+ runs \(\d+ valid\), \d+ repeats, \d+ meter samples "
+                         rf"in {phase} windows", text)
+    assert html.count("energy basis:</dt>") == 1 and md.count("**energy basis:**") == 1
+    assert "modelled (modelled" not in html and "modelled (modelled" not in md
+    # ... and every caption keeps the short power tag and says only what differs
     for cap in captions + tcaps[:4]:
-        assert "power: modelled" in cap and "energy basis: gross" in cap and "method:" in cap
-    for cap in captions + tcaps[:4]:
-        if "no request" not in cap and "power_trace" not in cap and "Run " not in cap[:4]:
-            assert re.search(r"\d+ runs \(\d+ valid\), \d+ repeats, \d+ meter samples", cap)
+        assert "[modelled power, gross energy]" in cap, cap
+        assert "energy basis:" not in cap and len(cap) < 800, cap
+    assert "no intervals (medians per request)" in captions[2]
+    assert re.search(r"one request, not a median: \d+ sweeps shown, \d+ samples", captions[3])
     assert "MODELLED" in html and "MODELLED" in md
     # the paper's results-table columns, in order
     assert "| Config | Early | Middle | Late | Size | Perplexity | J/Token | Accuracy | EPI |" in md

@@ -20,6 +20,7 @@ from host.analysis.output import analyze_to
 from host.report import data as report_data
 from host.report import tables as report_tables
 from host.report.build import render_files
+from host.report.method import measurement_block
 from tests.host.test_analyze_validity import _accuracy_with_items, _interleaved_campaign
 
 NS = 1_000_000_000
@@ -78,7 +79,7 @@ def test_each_cell_and_caption_states_its_own_coverage_and_n(mixed_n: Path) -> N
     assert rows["q8"][8].endswith(f"] ≥{_pct(cov3 + 0.95 - 1)} n=3")
     # accuracy intervals are the accuracy file's 95 % intervals, not J/token's label
     assert rows["q4"][7].endswith("] 95 %")
-    cap = t.caption
+    cap = dict(measurement_block(rd))["intervals"]  # stated once, for every figure and table
     assert f"{_pct(cov6)} n=6 (q4)" in cap and f"{_pct(cov3)} n=3 (q8)" in cap
     assert "no 95 % interval of the median exists from n=3 repeats" in cap
     assert "accuracy: the accuracy file's 95 % interval" in cap and "EPI: J/token interval" in cap

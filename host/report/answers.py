@@ -1,0 +1,236 @@
+"""The answer block at the top of the report: the study's three questions answered in words.
+
+1. Which configurations are on the accuracy–J/token frontier?
+2. Which ones would perplexity-only evaluation miss (same perplexity, different joules)?
+3. Which layer groups are most sensitive to quantization depth in energy terms?
+
+Each answer names the configurations, the figure, its interval (with coverage and n) and
+whether the paired comparison behind it is *decided* (its interval excludes 0) or not. The
+figures are the analysis' own (results.csv, comparisons, perplexity-matched pairs, the layer-
+group differential): this module words them, it computes no statistic of its own. A last
+entry says plainly what the study cannot tell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from host.analysis.intervals import format_interval, pct
+from host.report.data import ReportData
+
+DECIDED = "decided"
+UNDECIDED = "undecided"
+PARTLY = "partly decided"
+UNANSWERABLE = "cannot be answered from this study"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One research question with its answer in words and its decided/undecided status."""
+
+    key: str
+    question: str
+    text: str
+    status: str
+
+
+@dataclass(frozen=True)
+class AnswerBlock:
+    answers: list[Answer]
+    limits: list[str]  # what this study cannot tell
+
+
+def _finite(x: object) -> bool:
+    try:
+        return bool(np.isfinite(float(x)))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+def _rows(doc: Mapping[str, object], key: str) -> list[dict[str, object]]:
+    value = doc.get(key)
+    return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+
+
+def _combine(statuses: list[str]) -> str:
+    if not statuses:
+        return UNDECIDED
+    if all(s == DECIDED for s in statuses):
+        return DECIDED
+    return PARTLY if DECIDED in statuses else UNDECIDED
+
+
+def frontier_answer(rd: ReportData) -> Answer:
+    """Q1 from the analysis' Pareto frontier and its 'frontier neighbours' comparisons."""
+    q = "Which configurations are on the accuracy–J/token frontier?"
+    h = rd.headline()
+    front = [c for c in (rd.doc.get("pareto") or []) if isinstance(c, str) and c in h.index]
+    front.sort(key=lambda c: float(h.loc[c, "j_per_token_median"]))
+    no_valid = [c for c in rd.configs if c not in h.index
+                or not _finite(h.loc[c, "j_per_token_median"])]
+    tail = (f" {', '.join(no_valid)} had no valid run and cannot be placed." if no_valid
+            else "")
+    if not front:
+        return Answer("frontier", q, "No frontier: no configuration has both a valid J/token "
+                      "and an accuracy." + tail, UNANSWERABLE)
+    parts = []
+    for c in front:
+        r = h.loc[c]
+        jpt = format_interval(r["j_per_token_median"], r["j_per_token_ci_lo"],
+                              r["j_per_token_ci_hi"], r.get("ci_coverage"), n=r.get("n_repeats"))
+        acc = format_interval(r["accuracy"], r["accuracy_ci_lo"], r["accuracy_ci_hi"], 0.95,
+                              fmt=".3f")
+        parts.append(f"{c} ({rd.basis} J/token {jpt}; accuracy {acc})")
+    text = (f"{len(front)} of {len(h.index)} configuration(s), cheapest first: "
+            + "; ".join(parts) + ".")
+    statuses = []
+    if len(front) == 1:
+        text += (" It is the only point on the frontier: it is at least as cheap and as "
+                 "accurate as every other configuration on the medians; no paired comparison "
+                 "tests that dominance.")
+        statuses.append(UNDECIDED)
+    for r in _rows(rd.doc, "comparisons"):
+        if r.get("comparison") != "frontier neighbours":
+            continue
+        a, b = str(r.get("config_a")), str(r.get("config_b"))
+        e, acc_d = r.get("energy_distinguishable"), r.get("accuracy_distinguishable")
+        delta = format_interval(r.get("energy_delta_j_per_token"), r.get("energy_delta_ci_lo"),
+                                r.get("energy_delta_ci_hi"), r.get("energy_ci_coverage"),
+                                n=r.get("n_pairs") or None, fmt="+.3g")
+        energy = ("told apart on energy" if e is True else "not told apart on energy"
+                  if e is False else "no energy interval")
+        accuracy = ("told apart on accuracy" if acc_d is True else "not told apart on accuracy"
+                    if acc_d is False else "accuracy not compared per item")
+        text += f" {a} → {b}: Δ J/token {delta}, {energy}; {accuracy}."
+        statuses.append(DECIDED if e is True and acc_d is True else UNDECIDED)
+    if len(front) > 1 and not statuses:
+        text += " The analysis made no paired comparison of the frontier's neighbours."
+        statuses.append(UNDECIDED)
+    return Answer("frontier", q, text + tail, _combine(statuses))
+
+
+def perplexity_answer(rd: ReportData) -> Answer:
+    """Q2 from the perplexity-matched pairs (same perplexity within the tolerance)."""
+    q = "Which configurations would perplexity-only evaluation miss (same perplexity, " \
+        "different joules)?"
+    h = rd.headline()
+    have_ppl = "perplexity" in h.columns and h["perplexity"].apply(_finite).any()
+    tol = (rd.doc.get("options") or {}).get("ppl_tolerance", 0.01)
+    tol_txt = pct(float(tol)) if _finite(tol) else "the tolerance"
+    if not have_ppl:
+        return Answer("perplexity", q, "No configuration has a perplexity in this study "
+                      "(none was scored), so no pair can be matched on it.", UNANSWERABLE)
+    pairs = _rows(rd.doc, "perplexity_matched_pairs")
+    if not pairs:
+        return Answer("perplexity", q, f"No two configurations have perplexities within "
+                      f"{tol_txt} of each other: perplexity alone tells every configuration "
+                      "apart here, so it misses none.", DECIDED)
+    parts, statuses = [], []
+    for p in pairs:
+        saving = format_interval(p.get("saving_pct"), p.get("saving_pct_ci_lo"),
+                                 p.get("saving_pct_ci_hi"), p.get("ci_coverage"),
+                                 n=p.get("n_pairs") or None, fmt=".2f")
+        dist = p.get("distinguishable")
+        verdict = ("decided: different joules" if dist is True else
+                   "undecided: the interval holds 0" if dist is False else
+                   f"undecided: no interval ({p.get('reason') or 'too few repeats'})")
+        parts.append(f"{p.get('cheaper')} (perplexity {_num(p.get('ppl_cheaper'))}) vs "
+                     f"{p.get('dearer')} ({_num(p.get('ppl_dearer'))}): saving {saving} "
+                     f"(percent of {p.get('dearer')}'s {rd.basis} J/token) — {verdict}")
+        statuses.append(DECIDED if dist is True else UNDECIDED)
+    missed = [p for p, s in zip(pairs, statuses, strict=True) if s == DECIDED]
+    lead = (f"{len(pairs)} pair(s) with perplexities within {tol_txt}; perplexity-only "
+            f"evaluation would miss the energy difference in {len(missed)} of them. ")
+    return Answer("perplexity", q, lead + "; ".join(parts) + ".", _combine(statuses))
+
+
+def _num(x: object) -> str:
+    return format(float(x), ".3f") if _finite(x) else "null"  # type: ignore[arg-type]
+
+
+def layer_group_answer(rd: ReportData) -> Answer:
+    """Q3 from the differential: maps that differ in exactly one layer group's type."""
+    q = "Which layer groups are most sensitive to quantization depth in energy terms?"
+    lg = rd.doc.get("layer_groups")
+    diff = pd.DataFrame(_rows(lg, "differential") if isinstance(lg, dict) else [])
+    if diff.empty:
+        return Answer("layer_groups", q, "No two configurations differ in exactly one layer "
+                      "group, so no group's energy effect can be isolated (add maps that "
+                      "change one group at a time).", UNANSWERABLE)
+    diff = diff[diff["delta_j_per_token"].apply(_finite)]
+    if diff.empty:
+        return Answer("layer_groups", q, "Maps differing in one group exist, but none has a "
+                      "Δ J/token (no valid runs on one side).", UNANSWERABLE)
+    diff = diff.assign(size=diff["delta_j_per_token"].astype(float).abs())
+    best = diff.sort_values("size", ascending=False).groupby("group", sort=False).head(1)
+    parts, statuses = [], []
+    for r in best.to_dict("records"):
+        d = format_interval(r["delta_j_per_token"], r.get("ci_lo"), r.get("ci_hi"),
+                            r.get("ci_coverage"), fmt="+.3g")
+        dist = r.get("distinguishable")
+        state = ("decided (interval excludes 0)" if dist is True else
+                 "undecided (interval holds 0)" if dist is False else
+                 f"undecided (no interval: {r.get('reason') or 'too few repeats'})")
+        parts.append(f"{r['group']}: {str(r['type_a']).split(' ')[0]}→"
+                     f"{str(r['type_b']).split(' ')[0]} ({r['config_a']} vs {r['config_b']}) "
+                     f"changes J/token by {d} — {state}")
+        statuses.append(DECIDED if dist is True else UNDECIDED)
+    top = best.iloc[0]
+    text = (f"Largest effect: the {top['group']} group. " + "; ".join(parts) + ".")
+    if len(best) > 1:
+        first, second = (_abs_range(best.iloc[i]) for i in (0, 1))
+        separated = first[0] > second[1]
+        text += (" The ranking of the groups is " + ("decided: their intervals of |Δ| do not "
+                 "overlap." if separated else "undecided: their intervals overlap."))
+        statuses.append(DECIDED if separated else UNDECIDED)
+    return Answer("layer_groups", q, text, _combine(statuses))
+
+
+def _abs_range(row: pd.Series) -> tuple[float, float]:
+    """The range of |Δ| over a row's interval (the point alone when there is none)."""
+    lo, hi = row.get("ci_lo"), row.get("ci_hi")
+    if not (_finite(lo) and _finite(hi)):
+        return 0.0, np.inf
+    lo_f, hi_f = float(lo), float(hi)
+    low = 0.0 if lo_f <= 0.0 <= hi_f else min(abs(lo_f), abs(hi_f))
+    return low, max(abs(lo_f), abs(hi_f))
+
+
+def limits(rd: ReportData) -> list[str]:
+    """What this study cannot tell, in plain words."""
+    out = []
+    lab = rd.labels
+    if lab.power_source == "modelled":
+        out.append("The power is modelled, not measured: these figures show what the "
+                   "pipeline computes, not what real hardware draws.")
+    out.append("No instrument uncertainty is in these figures: the meter chain (chip class, "
+               "current transformer, calibration reference) is not qualified here, so the "
+               "intervals cover repeat-to-repeat variation only.")
+    h = rd.headline()
+    if "accuracy_ci_lo" in h.columns:
+        half = ((h["accuracy_ci_hi"] - h["accuracy_ci_lo"]) / 2).dropna()
+        if len(half) and float(half.max()) > 0.05:
+            out.append(f"Accuracy is known only to ±{float(half.max()):.2f} (95 % interval): "
+                       "few items were scored, so accuracy differences smaller than that "
+                       "cannot be told apart.")
+    comps = _rows(rd.doc, "comparisons")
+    undecided = [r for r in comps if r.get("energy_distinguishable") is not True]
+    if comps:
+        out.append(f"{len(undecided)} of {len(comps)} paired energy comparisons are "
+                   "undecided (their interval holds 0, or there is none).")
+    if len(rd.per_run):
+        req = rd.per_run[rd.per_run["phase"] == "request"]
+        bad = int((~req["valid"].astype(bool)).sum())
+        if bad:
+            out.append(f"{bad} of {len(req)} runs are invalid and left out of every median, "
+                       "interval and the frontier (shown below with their reasons).")
+    return out
+
+
+def build(rd: ReportData) -> AnswerBlock:
+    return AnswerBlock([frontier_answer(rd), perplexity_answer(rd), layer_group_answer(rd)],
+                       limits(rd))
