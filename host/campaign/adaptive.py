@@ -24,6 +24,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations, pairwise
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -239,3 +240,56 @@ def power_lines(rules: DecisionRules, sd_pct: float, basis: str,
                                    sorted({*diffs_pct, rules.margin_pct} - {0.0}),
                                    alpha=rules.alpha)
     return [lines[0].rstrip(":") + f"; spread {basis}:", *lines[1:]]
+
+
+def spread_from_analysis(analysis_dir: Path, *, basis: str = "gross") -> tuple[float, int]:
+    """(pooled per-round spread of paired savings %, rounds) from an earlier analysis.
+
+    Reads repeats.csv and runs.csv of `analysis_dir` (a finished campaign's, or one before
+    it); pairs every two configurations' valid runs by round as the analysis does
+    (`round_pairs`: interleaved in time); (nan, 0) when nothing pairs or the files are absent.
+    """
+    from host.analysis.paired import round_pairs
+
+    try:
+        rep = pd.read_csv(analysis_dir / "repeats.csv")
+        runs = pd.read_csv(analysis_dir / "runs.csv")
+    except (OSError, ValueError, pd.errors.ParserError):
+        return math.nan, 0
+    need = {"config", "run_id", "scope", "phase", "unit", "basis", "j_per_token",
+            "t_start_meter_ns"}
+    if not need <= set(rep.columns) or not {"run_id", "phase", "valid"} <= set(runs.columns):
+        return math.nan, 0
+    ok = set(runs[(runs["phase"] == "request") & runs["valid"].astype(bool)]["run_id"])
+    rows = rep[(rep["scope"] == "all") & (rep["phase"] == "request")
+               & (rep["unit"] == "generated") & (rep["basis"] == basis)
+               & rep["run_id"].isin(ok)]
+    per: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for cfg, g in rows.groupby("config", sort=True):
+        v = pd.to_numeric(g["j_per_token"], errors="coerce").to_numpy(np.float64)
+        t = pd.to_numeric(g["t_start_meter_ns"], errors="coerce").to_numpy(np.float64)
+        keep = np.isfinite(v) & np.isfinite(t)
+        per[str(cfg)] = (v[keep], t[keep], g["run_id"].to_numpy(object)[keep])
+    ss, df, n_max = 0.0, 0, 0
+    for a, b in combinations(sorted(per), 2):
+        pairs = round_pairs(per[a][0], per[a][1], per[b][0], per[b][1], per[a][2], per[b][2])
+        if pairs is None:
+            continue
+        x = (pairs[0] - pairs[1]) / pairs[0] * 100.0
+        ss += float(np.sum((x - x.mean()) ** 2))
+        df += len(x) - 1
+        n_max = max(n_max, len(x))
+    return (math.sqrt(ss / df), n_max) if df else (math.nan, 0)
+
+
+def plan_lines(rules: DecisionRules, spread_pct: float, spread_basis: str) -> list[str]:
+    """What the study decides, how long it may measure, and the power analysis."""
+    budget = (f"; stops starting rounds after {rules.time_budget_s / 60:g} min of measuring"
+              if rules.time_budget_s else "")
+    lines = [f"decide: {', '.join(TARGET_NAMES[t] for t in rules.targets)}; rounds "
+             f"{rules.min_rounds}–{rules.max_rounds}{budget}; after round {rules.min_rounds} "
+             f"only configurations of undecided comparisons are measured; smallest difference "
+             f"worth resolving {rules.margin_pct:g} % of J/token; "
+             f"{100 * (1 - rules.alpha):g} % anytime-valid confidence sequence per comparison "
+             "(Lai 1976; docs/analysis.md)"]
+    return lines + power_lines(rules, spread_pct, spread_basis)

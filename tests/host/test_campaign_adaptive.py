@@ -12,6 +12,7 @@ the same decisions.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -174,3 +175,29 @@ def test_round_values_from_the_analysis_tables() -> None:
                         columns=["run_id", "phase", "valid"])
     v = ad.round_values(rep, runs, {"r1": 1, "r2": 1, "r3": 5})
     assert v == {"q8": {1: pytest.approx(0.11)}, "q4": {1: 0.08, 5: None}}
+
+
+def test_spread_from_an_earlier_analysis(tmp_path: Path) -> None:
+    """Pooled spread of per-round paired savings, rounds paired by time as the analysis does."""
+    import pandas as pd
+
+    a_vals = [0.100, 0.104, 0.098, 0.101]
+    b_vals = [0.090, 0.095, 0.087, 0.092]
+    rows, runs = [], []
+    for k, (a, b) in enumerate(zip(a_vals, b_vals, strict=True)):
+        for cfg, v, t in (("A", a, 10 * k), ("B", b, 10 * k + 5)):
+            rid = f"{cfg}{k}"
+            runs.append((rid, "request", True))
+            for r in range(2):  # two repeats per run, averaged into the round's value
+                rows.append((cfg, rid, "all", "request", "generated", "gross",
+                             v + (0.001 if r else -0.001), t + r))
+    pd.DataFrame(rows, columns=["config", "run_id", "scope", "phase", "unit", "basis",
+                                "j_per_token", "t_start_meter_ns"]).to_csv(
+        tmp_path / "repeats.csv", index=False)
+    pd.DataFrame(runs, columns=["run_id", "phase", "valid"]).to_csv(tmp_path / "runs.csv",
+                                                                    index=False)
+    savings = [(a - b) / a * 100 for a, b in zip(a_vals, b_vals, strict=True)]
+    sd, n = ad.spread_from_analysis(tmp_path)
+    assert n == 4 and sd == pytest.approx(float(np.std(savings, ddof=1)), rel=1e-9)
+    sd_none, n_none = ad.spread_from_analysis(tmp_path / "missing")
+    assert np.isnan(sd_none) and n_none == 0
