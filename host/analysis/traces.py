@@ -32,9 +32,8 @@ from epi.formats.trace import FAULT_EVENTS, INFO_EVENTS, Segment
 from epi.formats.trace import ChannelMeta as ChannelInfo
 from host.analysis.align import INT64_MAX, INT64_MIN, ChannelSeries, Intervals
 from host.analysis.trace_cache import CachedSamplesReader, ParquetColumns, host_columns
+from meter.chip.registers import ADJ_ERR_MASK, CAL_ERR_MASK  # SysStatus fields
 
-CALERR_MASK = 0xC000  # SysStatus CalErr: energy metering frozen → counter invalid
-ADJERR_MASK = 0x3000  # SysStatus AdjErr: measurement registers frozen → power invalid
 # Register full scale of the ATM90E26 (Irms 65.535 A, Pmean ±32.767 kW): readings at it saturate.
 FULL_SCALE_CURRENT_A = 65.535
 FULL_SCALE_POWER_W = 32767.0
@@ -290,7 +289,7 @@ def _collect(segments: list[Segment], channels: dict[int, ChannelInfo]
             parts.setdefault((boot, ch), []).append({
                 "t": tg, "p": p[good], "e": a["energy_j"][sel][good],
                 "seg": np.full(len(tg), seg.number, np.int64), "nopow": t[~good],
-                "adj": tg[(st & ADJERR_MASK) != 0], "cal": tg[(st & CALERR_MASK) != 0],
+                "adj": tg[(st & ADJ_ERR_MASK) != 0], "cal": tg[(st & CAL_ERR_MASK) != 0],
                 "sat": t[sat]})
         del a, mono, real, chan
     data = {}

@@ -3,7 +3,10 @@
 - `spidev_bus.SpidevBus`: Linux spidev with the kernel driving chip-select (CE0/CE1).
 - `gpio_cs_bus.GpioCsSpiBus`: spidev with chip-select lines driven by gpiozero (4 chips on 2 CEs).
 - `uart_bus.UartBus`: the chip's own UART mode over pyserial.
-- `emulated.EmulatedSpiBus`: the register-level emulator, directly.
+- `meter.emulation.emulated_bus.EmulatedSpiBus` (and `EmulatedSpidev`, a spidev stand-in):
+  the register-level emulator, outside this package since it is not hardware.
 
-Hardware modules (spidev, gpiozero, serial) are imported only by the bus that needs them.
+A bus reports only what it sees itself (timeouts, bad UART checksums) as `meter.errors.BusError`;
+the chip protocol (`meter.chip.protocol`) adds LastData verification on top. Hardware modules
+(spidev, gpiozero, serial) are imported only by the bus that needs them.
 """

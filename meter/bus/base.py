@@ -33,7 +33,7 @@ class Bus:
     def close(self) -> None:
         """Release the transport (idempotent)."""
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         return {"kind": self.kind}
 
     def __enter__(self) -> Bus:

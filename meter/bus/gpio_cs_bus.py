@@ -111,7 +111,7 @@ class GpioCsSpiBus(SpiFrameBus):
                 _SHARED.pop(shared.key, None)
                 shared.dev.close()
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         return {
             "kind": self.kind,
             "device": f"/dev/spidev{self.bus}.{self.device}",

@@ -30,7 +30,7 @@ class SpiDevice(Protocol):
 class SpidevModule(Protocol):
     """The `spidev` module (or `meter.emulation.emulated_bus.EmulatedSpidev`)."""
 
-    def SpiDev(self) -> SpiDevice: ...  # noqa: N802 (spidev's name)
+    def SpiDev(self) -> SpiDevice: ...  # spidev's name
 
 
 def import_spidev(spidev_module: SpidevModule | None) -> SpidevModule:
@@ -97,7 +97,7 @@ class SpidevBus(SpiFrameBus):
             self._closed = True
             self._dev.close()
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         return {
             "kind": self.kind,
             "device": f"/dev/spidev{self.bus}.{self.device}",

@@ -12,6 +12,8 @@ emulated chip (see `meter.emulation.uart_emulator`).
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from meter.bus.base import Bus
 from meter.chip.frames import uart_parse_read_reply, uart_read_request, uart_write_request
 from meter.clock import Clock, SystemClock
@@ -21,7 +23,7 @@ QUIET_AFTER_FAILURE_NS = 20_000_000
 REPLY_WINDOW_S = 0.005
 
 
-def _serial_module() -> object:
+def _serial_module() -> ModuleType:
     try:
         import serial
     except ImportError as exc:
@@ -54,11 +56,11 @@ class UartBus(Bus):
         self.timeout_s = timeout_s if timeout_s is not None else default_timeout_s
         self.clock: Clock = clock if clock is not None else SystemClock()
         try:
-            self._port = serial.serial_for_url(  # type: ignore[attr-defined]
+            self._port = serial.serial_for_url(
                 port, baudrate=baudrate, bytesize=8, parity="N", stopbits=1,
                 timeout=self.timeout_s, write_timeout=1.0,
             )
-        except (serial.SerialException, ValueError, OSError) as exc:  # type: ignore[attr-defined]
+        except (serial.SerialException, ValueError, OSError) as exc:
             raise BusError(f"cannot open serial port {port}: {exc}") from exc
         self._quiet_until_ns = 0
         self.stats = {"transactions": 0, "timeouts": 0, "checksum_errors": 0}
@@ -111,5 +113,5 @@ class UartBus(Bus):
         if port is not None and port.is_open:
             port.close()
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         return {"kind": self.kind, "port": self.port_name, "baudrate": self.baudrate}

@@ -35,7 +35,7 @@ FLOOR_X_UNIB = 0.05
 SLACK_COUNTS = 2
 # Counts further than this fraction (plus the floor) from what the power leads to expect are
 # re-read once: the re-read tells a redirected read from a genuine one (a fast load change).
-ENERGY_REREAD_REL = 0.5
+ENERGY_REREAD_REL = 0.25
 
 
 class Limits:

@@ -231,7 +231,7 @@ FIELDS = (
     Field("MMode", "LNSel", 10, 10, "metering line: 1 = L, 0 = N"),
     Field("MMode", "DisHPF", 9, 8, "high-pass filter disable bits"),
     Field("MMode", "Amod", 7, 6, "CF1 (active) pulse output mode"),
-    Field("MMode", "Rmod", 5, 4, "CF2 reactive pulse mode"),
+    Field("MMode", "Rmod", 5, 4, "CF2 (reactive) pulse output mode"),
     Field("MMode", "Zxcon", 3, 2, "zero-crossing output mode"),
     Field("MMode", "Pthresh", 1, 0, "L/N power difference threshold (anti-tamper)"),
     Field("EnStatus", "Qnoload", 15, 15, "reactive no-load"),

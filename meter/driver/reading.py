@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ class Reading:
     n_line: dict[str, float] | None = None
     ready: bool = True
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The fields as a plain dict (for JSON output)."""
         return dataclasses.asdict(self)
 

@@ -88,8 +88,8 @@ class EmulatedChip:
         *,
         meter_constant_imp_per_kwh: float = 1_000_000.0,
         refresh_period_s: float = 0.2,
-        frontend: dict | None = None,
-        errors: dict | None = None,
+        frontend: dict[str, float] | None = None,
+        errors: dict[str, float] | None = None,
         n_line: bool = False,
         ln_mode: int = 0,
         seed: int = 0,
@@ -158,7 +158,7 @@ class EmulatedChip:
         self._noload_q = True
         self._rev_p = False
         self._meas_cache: tuple | None = None
-        self._frozen: dict | None = None
+        self._frozen: dict[str, float] | None = None
         self._version = 0
 
     def reset_now(self) -> None:
@@ -297,7 +297,7 @@ class EmulatedChip:
                 self._latched_status |= regs.REV_P_CHG
             self._rev_p = rev_now
 
-    def _measurements(self) -> dict:
+    def _measurements(self) -> dict[str, float]:
         """Values of the measurement registers now (refreshed every `refresh_period_s`)."""
         if self.adj_state == "error":
             return self._frozen or {}
@@ -311,7 +311,7 @@ class EmulatedChip:
         self._meas_cache = (key, values)
         return values
 
-    def _compute_measurements(self, k: int) -> dict:
+    def _compute_measurements(self, k: int) -> dict[str, float]:
         m = self.model
         t1 = self._t_power_on + k * self.refresh_ns
         t0 = t1 - self.refresh_ns
@@ -579,7 +579,7 @@ class EmulatedChip:
         self._advance()
         return self._acc_counts[address]
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         return {
             "kind": "atm90e26-emulator",
             "meter_constant_imp_per_kwh": self.meter_constant_imp_per_kwh,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from meter.chip.checksum import checksum, cs1, cs2
@@ -19,8 +21,9 @@ VECTORS = [
 
 
 @pytest.mark.parametrize(("label", "words", "fn", "expected"), VECTORS, ids=[v[0] for v in VECTORS])
-def test_checksum_vectors(label: str, words: list[int], fn: object, expected: int) -> None:
-    assert fn(words) == expected  # type: ignore[operator]
+def test_checksum_vectors(label: str, words: list[int], fn: Callable[[list[int]], int],
+                          expected: int) -> None:
+    assert fn(words) == expected
 
 
 def test_checksum_is_sum_low_byte_and_xor_high_byte() -> None:

@@ -32,7 +32,8 @@ def test_module_stays_in_the_micropython_subset(path: str) -> None:
     for node in ast.walk(tree):
         where = f"{path}:{getattr(node, 'lineno', '?')}"
         assert not isinstance(node, (ast.AnnAssign, ast.NamedExpr, ast.Match)), where
-        if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and isinstance(node.ctx, ast.Load):
+        if isinstance(node, ast.Set) or (isinstance(node, (ast.List, ast.Tuple))
+                                         and isinstance(node.ctx, ast.Load)):
             # MicroPython: "*x must be assignment target" ([a, *b] is a SyntaxError there)
             assert not any(isinstance(e, ast.Starred) for e in node.elts), where
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meter.chip import frames
+from meter.chip import calibration, frames
 from meter.chip import registers as regs
 
 
@@ -119,3 +120,62 @@ def test_register_table_markdown_lists_every_register_and_the_docs_carry_it() ->
     assert "| 4AH | Pmean | R | 0000H | s16 | 1 W |" in text
     docs = (Path(__file__).resolve().parents[2] / "docs/meter.md").read_text()
     assert text in docs  # the docs' table is generated, not re-typed
+
+
+# ---- bit fields -------------------------------------------------------------------------------
+def test_bit_fields_sit_inside_their_register_without_overlap() -> None:
+    by_register: dict[str, int] = {}
+    for f in regs.FIELDS:
+        assert f.register in regs.BY_NAME, f
+        assert 0 <= f.lo <= f.hi <= 15, f
+        assert by_register.get(f.register, 0) & f.mask == 0, f"{f} overlaps"
+        by_register[f.register] = by_register.get(f.register, 0) | f.mask
+        assert regs.field(f.register, f.name) is f
+
+
+def test_bit_fields_match_the_datasheet_positions() -> None:
+    """Positions from the datasheet register pages (docs/atm90e26.md), not from the table."""
+    assert regs.CAL_ERR_MASK == 0xC000 and regs.ADJ_ERR_MASK == 0x3000
+    assert regs.field("MMode", "Lgain").mask == 0xE000
+    assert regs.field("MMode", "LNSel").mask == 0x0400
+    assert regs.field("EnStatus", "Lline").mask == 0x0800
+    # reset values decode as the datasheet describes them
+    mmode = regs.BY_NAME["MMode"].reset  # 9422H
+    assert regs.field("MMode", "Lgain").get(mmode) == 0b100  # gain 1
+    assert regs.field("MMode", "LNSel").get(mmode) == 1  # L line
+    en = regs.BY_NAME["EnStatus"].reset  # C800H: no-load both, L line
+    assert [regs.field("EnStatus", n).get(en) for n in ("Qnoload", "Pnoload", "Lline")] == [1] * 3
+    assert regs.field("FuncEn", "RevPEn").get(regs.BY_NAME["FuncEn"].reset) == 1  # 000CH
+
+
+def test_field_put_replaces_only_its_bits_and_refuses_what_does_not_fit() -> None:
+    f = regs.field("MMode", "Lgain")
+    word = f.put(0x9422, 0b011)  # gain 24
+    assert word == 0x7422 and f.get(word) == 0b011
+    assert calibration.l_pga_gain(word) == 24 and calibration.l_pga_gain(0x9422) == 1
+    with pytest.raises(ValueError, match="3 bits"):
+        f.put(0, 8)
+
+
+def test_the_docs_carry_the_generated_field_table() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs/atm90e26.md").read_text()
+    block = docs.split("<!-- fields:begin -->\n", 1)[1].split("\n<!-- fields:end -->", 1)[0]
+    assert block == regs.field_table_markdown()
+
+
+def test_no_register_mask_is_declared_twice() -> None:
+    """Outside the register table, no module binds a *_MASK name to an int literal equal to a
+    field's mask (import it from meter.chip.registers instead)."""
+    root = Path(__file__).resolve().parents[2]
+    masks = {f.mask for f in regs.FIELDS}
+    offenders = []
+    for top in ("meter", "host", "epi"):
+        for path in (root / top).rglob("*.py"):
+            if path == root / "meter/chip/registers.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                        and node.value.value in masks and any(
+                            isinstance(t, ast.Name) and "MASK" in t.id for t in node.targets)):
+                    offenders.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert offenders == []

@@ -15,12 +15,13 @@ from collections.abc import Iterator
 import pytest
 from gpiozero.pins.mock import MockFactory
 
+from meter.bus.base import Bus
 from meter.bus.gpio_cs_bus import GpioCsSpiBus
 from meter.bus.spidev_bus import SpidevBus
 from meter.bus.uart_bus import UartBus
 from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock
-from meter.driver.atm90e26 import ATM90E26Driver
+from meter.driver.atm90e26 import ATM90E26Driver, Reading
 from meter.emulation import uart_emulator as emulator_uart
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import FRAME_TIME_160K_S, EmulatedSpiBus, EmulatedSpidev
@@ -46,6 +47,7 @@ class Rig:
         self.bystander = EmulatedChip(self.model, self.clock, seed=seed + 1)
         self.chip_uart: emulator_uart.ChipUart | None = None
         self.factory: MockFactory | None = None
+        self.bus: Bus
         if kind == "emulated":
             self.bus = EmulatedSpiBus(self.chip, frame_time_s=FRAME_TIME_160K_S)
         elif kind == "spidev":
@@ -76,8 +78,9 @@ class Rig:
         else:
             self.chip.set_spi_faults(bit_error_rate=rate, partial_frame_rate=rate * 10, seed=5)
 
-    def run(self, n: int, period_s: float = 1.0) -> tuple[list, list[BaseException]]:
-        samples, errors = [], []
+    def run(self, n: int, period_s: float = 1.0) -> tuple[list[Reading], list[BusError]]:
+        samples: list[Reading] = []
+        errors: list[BusError] = []
         for _ in range(n):
             self.clock.advance(int(period_s * S))
             try:
@@ -88,7 +91,8 @@ class Rig:
 
     def energy_error_lsb(self, unmetered_j: float = 0.0) -> float:
         d = self.driver
-        truth = self.model.energy_j(d.energy_epoch_mono_ns, d.energy_t_mono_ns)  # type: ignore[arg-type]
+        assert d.energy_epoch_mono_ns is not None and d.energy_t_mono_ns is not None
+        truth = self.model.energy_j(d.energy_epoch_mono_ns, d.energy_t_mono_ns)
         return (d.energy_j - (truth - unmetered_j)) / d.calibration.joules_per_count()
 
     def unmetered_truth_j(self) -> float:
@@ -126,7 +130,8 @@ def test_clean_run_reads_the_model_and_meters_exactly(rig: Rig) -> None:
     # the remainders the chip holds below one LSB close the books exactly
     lsb = rig.driver.calibration.joules_per_count()
     now = rig.clock.monotonic_ns()
-    truth = rig.model.energy_j(rig.driver.energy_epoch_mono_ns, now)  # type: ignore[arg-type]
+    assert rig.driver.energy_epoch_mono_ns is not None
+    truth = rig.model.energy_j(rig.driver.energy_epoch_mono_ns, now)
     booked = rig.driver.energy_j + (rig.chip.pending_counts() - r0) * lsb
     assert booked == pytest.approx(truth, abs=0.1 if rig.kind == "uart" else 0.01)
     energies = [x.energy_j for x in samples]

@@ -29,7 +29,8 @@ def _rig(model: object, errors: dict) -> tuple[SimulatedClock, EmulatedChip, ATM
     return clock, chip, driver
 
 
-def _rel(measured: float, reference: float) -> float:
+def _rel(measured: float | None, reference: float) -> float:
+    assert measured is not None  # a ready reading
     return measured / reference - 1.0
 
 

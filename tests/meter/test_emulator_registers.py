@@ -20,6 +20,12 @@ def chip() -> EmulatedChip:
     return EmulatedChip(ConstantPower(10.0, power_factor=0.8), SimulatedClock())
 
 
+def _advance(chip: EmulatedChip, ns: int) -> None:
+    clock = chip.clock
+    assert isinstance(clock, SimulatedClock)
+    clock.advance(ns)
+
+
 def _rd(chip: EmulatedChip, address: int, cycles: int | None = None) -> int:
     return spi_read_value(chip.spi_transfer(spi_read_frame(address), cycles))
 
@@ -110,10 +116,10 @@ def test_calstart_state_machine_and_checksum_errors(chip: EmulatedChip) -> None:
 
 def test_metering_frozen_on_cs1_error_while_measurements_continue(chip: EmulatedChip) -> None:
     _configure(chip)
-    chip.clock.advance(2 * S)  # type: ignore[attr-defined]
+    _advance(chip, 2 * S)
     _rd(chip, regs.AT_ENERGY)
     chip.corrupt_register("Lgain", 0x0004)  # an upset in the metering block
-    chip.clock.advance(10 * S)  # type: ignore[attr-defined]
+    _advance(chip, 10 * S)
     assert _rd(chip, regs.AT_ENERGY) == 0  # energy silently stopped (whatnick #10)
     assert regs.reg("Pmean").decode(_rd(chip, 0x4A)) == 10.0  # measurements go on
     assert _rd(chip, regs.SYS_STATUS) & regs.CAL_ERR_MASK
@@ -130,13 +136,37 @@ def test_measurements_frozen_on_cs2_error() -> None:
     clock.advance(5 * S)  # ...and the load doubles
     assert _rd(chip, 0x4A) == before  # frozen
     assert _rd(chip, regs.SYS_STATUS) & regs.ADJ_ERR_MASK
-    chip.clock.advance(1 * S)  # type: ignore[attr-defined]
+    _advance(chip, 1 * S)
     assert _rd(chip, regs.AT_ENERGY) > 0  # metering continues
+
+
+def test_error_bits_that_clear_on_read_show_once_while_metering_stays_stopped() -> None:
+    """`status_errors_clear_on_read`: CalErr reads 11 once, then 00, yet the block stays
+    stopped (what a real chip may do): only the first read can tell."""
+    clock = SimulatedClock()
+    chip = EmulatedChip(ConstantPower(10.0), clock, status_errors_clear_on_read=True)
+    cal = _configure(chip)
+    clock.advance(2 * S)
+    _rd(chip, regs.AT_ENERGY)
+    chip.corrupt_register("Lgain", 0x0004)
+    clock.advance(S)
+    status = _rd(chip, regs.SYS_STATUS)
+    assert regs.field("SysStatus", "CalErr").get(status) == 0b11
+    assert _rd(chip, regs.SYS_STATUS) == 0 and chip.cal_state == "error"
+    clock.advance(5 * S)
+    assert _rd(chip, regs.AT_ENERGY) == 0  # still stopped
+    assert _rd(chip, regs.CS1) != cal.cs1()  # what confirms the error: CS1 read back
+    # a re-start clears the error; a new error shows once again
+    _configure(chip, cal)
+    assert chip.cal_state == "checked" and _rd(chip, regs.SYS_STATUS) == 0
+    chip.corrupt_register("Lgain", 0x0004)
+    assert _rd(chip, regs.SYS_STATUS) & regs.CAL_ERR_MASK == regs.CAL_ERR_MASK
+    assert chip.describe()["status_errors_clear_on_read"] is True
 
 
 def test_lsb_latch_holds_the_low_bits_of_the_last_rms_or_power_read(chip: EmulatedChip) -> None:
     _configure(chip)
-    chip.clock.advance(2 * S)  # type: ignore[attr-defined]
+    _advance(chip, 2 * S)
     hi = _rd(chip, 0x48)  # Irms of 10 W / (230 V · 0.8) = 54.348 mA
     _rd(chip, regs.LAST_DATA)  # other reads do not disturb the latch
     lo = _rd(chip, regs.LSB)
@@ -149,12 +179,12 @@ def test_lsb_latch_holds_the_low_bits_of_the_last_rms_or_power_read(chip: Emulat
 
 def test_read_clear_energy_and_small_power_mode(chip: EmulatedChip) -> None:
     _configure(chip)
-    chip.clock.advance(36 * S)  # type: ignore[attr-defined]  # 360 J = 1000 counts at 1e6
+    _advance(chip, 36 * S)  # 360 J = 1000 counts at 1e6
     assert _rd(chip, regs.AT_ENERGY) == 1000
     assert _rd(chip, regs.AT_ENERGY) == 0
     assert _rd(chip, regs.LAST_DATA) == 0
     _wr(chip, regs.SMALL_P_MOD, regs.SMALL_POWER_CODE)
-    chip.clock.advance(1 * S)  # type: ignore[attr-defined]
+    _advance(chip, 1 * S)
     assert regs.to_signed16(_rd(chip, 0x4A)) > 5000  # ~508 LSB per watt
 
 
@@ -171,11 +201,11 @@ def test_faults_absent_stuck_and_reset(chip: EmulatedChip) -> None:
     assert _rd(chip, regs.FUNC_EN) == 0x1234 and _rd(chip, regs.CAL_START) == 0x1234
     chip.set_stuck(None)
     assert _rd(chip, regs.FUNC_EN) == 0x0030  # the write was ignored
-    t = chip.clock.monotonic_ns()  # type: ignore[attr-defined]
+    t = chip.clock.monotonic_ns()
     chip.schedule_reset(t + 3 * S)
-    chip.clock.advance(2 * S)  # type: ignore[attr-defined]
+    _advance(chip, 2 * S)
     assert _rd(chip, regs.CAL_START) == regs.CHECK_CODE
-    chip.clock.advance(2 * S)  # type: ignore[attr-defined]
+    _advance(chip, 2 * S)
     assert _rd(chip, regs.CAL_START) == regs.POWER_ON_CODE
     assert chip.stats["resets"] == 1
 
