@@ -1,0 +1,89 @@
+"""One adaptive decision: from an analysis of the rounds so far to the next round's configurations.
+
+`decide_after_round` reads an analysis directory (results.csv, repeats.csv, runs.csv;
+formats.md §5), names the comparisons the study's [decide] table asks for (frontier
+neighbours from the accuracy and J/token it finds, savings against the baseline,
+perplexity-matched pairs, all pairs), gives each its sequential verdict over the paired
+per-round savings (`host.campaign.adaptive`), and says which configurations the next round
+measures — none once every comparison is settled or the budget is spent. It writes the
+result to `decisions.json` beside the analysis and reads it back on a second call, so a
+resumed campaign repeats the decision it took (a time budget is not reproducible) instead of
+taking a new one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from epi.core.files import write_json_atomic
+from host.campaign import adaptive as ad
+
+DECISIONS_JSON = "decisions.json"
+
+
+@dataclass(frozen=True)
+class RoundDecision:
+    """After `rounds_done` rounds: every comparison's verdict and the next round's configs."""
+
+    rounds_done: int
+    lines: tuple[str, ...]  # one per comparison (decided / equivalent / undecided …), notes
+    next_configs: tuple[str, ...]  # empty: the campaign stops adding rounds
+    states: dict[str, int]  # "decided"/"equivalent"/"undecided" → count
+    budget_spent: bool
+
+
+def _headline(results: pd.DataFrame, basis: str) -> pd.DataFrame:
+    h = results[(results["scope"] == "all") & (results["phase"] == "request")
+                & (results["unit"] == "generated") & (results["basis"] == basis)]
+    return h.drop_duplicates("config").set_index("config")
+
+
+def _column(h: pd.DataFrame, col: str) -> dict[str, float]:
+    if col not in h.columns:
+        return {}
+    v = pd.to_numeric(h[col], errors="coerce")
+    return {str(c): float(x) for c, x in v.items() if math.isfinite(x)}
+
+
+def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Sequence[str],
+                       round_of_run: Mapping[str, int], rounds_done: int, *,
+                       baseline: str | None, basis: str = "gross",
+                       ppl_tolerance: float = 0.01, out_of_time: bool = False
+                       ) -> RoundDecision:
+    """The decision after `rounds_done` rounds (see the module docstring)."""
+    saved = analysis_dir / DECISIONS_JSON
+    if saved.is_file():
+        try:
+            d = json.loads(saved.read_text())
+            return RoundDecision(int(d["rounds_done"]), tuple(d["lines"]),
+                                 tuple(d["next_configs"]), dict(d["states"]),
+                                 bool(d["budget_spent"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # unreadable: decide again
+    results = pd.read_csv(analysis_dir / "results.csv")
+    h = _headline(results, basis)
+    comps, notes = ad.comparisons(rules, list(configs), baseline=baseline,
+                                  accuracy=_column(h, "accuracy"),
+                                  j_per_token=_column(h, "j_per_token_median"),
+                                  ppl=_column(h, "perplexity"), ppl_tolerance=ppl_tolerance)
+    values = ad.round_values(pd.read_csv(analysis_dir / "repeats.csv"),
+                             pd.read_csv(analysis_dir / "runs.csv"), round_of_run, basis=basis)
+    spent = out_of_time or rounds_done >= rules.max_rounds
+    found = ad.assess(rules, comps, values, rounds_done, out_of_time=spent)
+    states: dict[str, int] = {}
+    for s in found:
+        states[s.verdict.state] = states.get(s.verdict.state, 0) + 1
+    decision = RoundDecision(rounds_done, tuple([s.text() for s in found] + notes),
+                             tuple(ad.configs_to_measure(found)), states, spent)
+    write_json_atomic(saved, {"rounds_done": rounds_done, "lines": list(decision.lines),
+                              "next_configs": list(decision.next_configs),
+                              "states": states, "budget_spent": spent,
+                              "method": ad.sequential.METHOD,
+                              "margin_pct": rules.margin_pct, "alpha": rules.alpha})
+    return decision

@@ -1,0 +1,61 @@
+"""One adaptive decision from analysis tables: verdicts, the next round's configurations, and
+the decision kept for a resumed campaign."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from host.campaign import adaptive as ad
+from host.campaign.adaptive_round import DECISIONS_JSON, decide_after_round
+
+# per round: base, a clearly cheaper map (−10 %), a map within noise of the base
+VALUES = {"base": [0.100, 0.103, 0.098, 0.101], "cheap": [0.090, 0.0927, 0.0882, 0.0909],
+          "close": [0.1005, 0.1021, 0.0992, 0.1009]}
+
+
+def _analysis(d: Path, rounds: int) -> dict[str, int]:
+    d.mkdir(parents=True, exist_ok=True)
+    rep, runs, res, round_of_run = [], [], [], {}
+    for cfg, vals in VALUES.items():
+        for k in range(1, rounds + 1):
+            rid = f"{cfg}-{k}"
+            round_of_run[rid] = k
+            runs.append((rid, cfg, "request", True))
+            rep.append((rid, cfg, "all", "request", "generated", "gross", vals[k - 1], k))
+        res.append((cfg, "all", "request", "generated", "gross", sum(vals) / 4, 0.5, None))
+    pd.DataFrame(rep, columns=["run_id", "config", "scope", "phase", "unit", "basis",
+                               "j_per_token", "t_start_meter_ns"]).to_csv(d / "repeats.csv",
+                                                                          index=False)
+    pd.DataFrame(runs, columns=["run_id", "config", "phase", "valid"]).to_csv(d / "runs.csv",
+                                                                              index=False)
+    pd.DataFrame(res, columns=["config", "scope", "phase", "unit", "basis",
+                               "j_per_token_median", "accuracy", "perplexity"]).to_csv(
+        d / "results.csv", index=False)
+    return round_of_run
+
+
+def test_decision_measures_only_undecided_configurations_and_is_kept(tmp_path: Path) -> None:
+    rules = ad.DecisionRules(targets=("baseline",), min_rounds=3, max_rounds=8, margin_pct=0.2)
+    rmap = _analysis(tmp_path / "a", 4)
+    d = decide_after_round(tmp_path / "a", rules, list(VALUES), rmap, 4, baseline="base")
+    assert d.states == {"decided": 1, "undecided": 1} and not d.budget_spent
+    assert d.next_configs == ("base", "close")  # "cheap" is decided: not measured again
+    assert any(line.startswith("savings vs baseline base → cheap: decided") for line in d.lines)
+    saved = json.loads((tmp_path / "a" / DECISIONS_JSON).read_text())
+    assert saved["next_configs"] == ["base", "close"] and "Lai" in saved["method"]
+    # a resumed campaign gets the same decision even when asked differently
+    again = decide_after_round(tmp_path / "a", rules, list(VALUES), rmap, 4, baseline="base",
+                               out_of_time=True)
+    assert again == d
+
+
+def test_budget_spent_stops_and_says_what_is_undecided(tmp_path: Path) -> None:
+    rules = ad.DecisionRules(targets=("baseline",), min_rounds=3, max_rounds=4, margin_pct=0.2)
+    rmap = _analysis(tmp_path / "b", 4)
+    d = decide_after_round(tmp_path / "b", rules, list(VALUES), rmap, 4, baseline="base")
+    assert d.budget_spent and d.next_configs == ()
+    assert any("undecided after the budget" in line and "rounds would resolve" in line
+               for line in d.lines)
