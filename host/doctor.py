@@ -125,7 +125,7 @@ def _model_checks() -> list[Check]:
                 checks.append(Check("models", name, False, f"corrupt manifest: {exc}",
                                     f"epi model prepare {name} --force"))
                 continue
-            detail = f"{path} ({m['n_params'] / 1e6:.1f} M params, {m['n_layers']} layers)"
+            detail = f"{path} ({m.n_params / 1e6:.1f} M params, {m.n_layers} layers)"
             checks.append(Check("models", name, True, detail))
         else:
             checks.append(Check("models", name, False, "not prepared", f"epi model prepare {name}"))

@@ -23,7 +23,7 @@ def prepare(name: str, force: bool) -> None:
     from host.quant.models import prepare_model
 
     manifest = prepare_model(name, force=force, log=lambda s: click.echo(s, err=True))
-    click.echo(manifest["path"])
+    click.echo(manifest.path)
 
 
 @model.command("list")

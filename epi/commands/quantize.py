@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -10,34 +11,44 @@ from epi.commands.params import THREADS, check_output_dir
 from epi.core.errors import UserError
 from epi.core.text import format_table
 
+if TYPE_CHECKING:
+    from epi.formats.manifests import QuantManifest
+    from host.quant.mixmap import Expansion
 
-def verification_table(rows: list[dict]) -> str:
+
+def verification_table(rows: list[dict[str, str]]) -> str:
     """A compact verification table: one line per map."""
     header = ("map", "groups (layers: type)", "bpw", "MiB", "s", "verified")
     keys = ("map", "groups", "bpw", "mib", "seconds", "verified")
     return format_table(header, [[r[k] for k in keys] for r in rows])
 
 
-def manifest_row(manifest: dict, skipped: bool) -> dict:
+def _map_label(exp: Expansion | None) -> str:
+    return exp.mixmap.id if exp else ""
+
+
+def manifest_row(manifest: QuantManifest, skipped: bool) -> dict[str, str]:
     """Table row of one quantization manifest."""
     from host.quant.quantize import fallback_summary
 
     groups = " ".join(
-        f"{g['layers_text']}:{g['map_type']}" for g in manifest["layer_groups"] if g["layers_text"]
+        f"{g.layers_text}:{g.map_type}" for g in manifest.layer_groups if g.layers_text
     )
     fb = fallback_summary(manifest)
-    if manifest["unpredicted"]:
-        verified = f"UNEXPECTED types in {len(manifest['unpredicted'])} tensors"
+    if manifest.unpredicted:
+        verified = f"UNEXPECTED types in {len(manifest.unpredicted)} tensors"
     elif fb:
         verified = f"DIFFERS from request: {fb}"
     else:
         verified = "as requested"
+    bpw, size, seconds = (manifest.total.bits_per_weight, manifest.output.size_bytes,
+                          manifest.quantize_seconds)
     return {
-        "map": manifest["map_id"],
+        "map": manifest.map_id,
         "groups": groups,
-        "bpw": f"{manifest['total']['bits_per_weight']:.3f}",
-        "mib": f"{manifest['output']['size_bytes'] / 2**20:.1f}",
-        "seconds": "cached" if skipped else f"{manifest['quantize_seconds']:.1f}",
+        "bpw": "?" if bpw is None else f"{bpw:.3f}",
+        "mib": "?" if size is None else f"{size / 2**20:.1f}",
+        "seconds": "cached" if skipped or seconds is None else f"{seconds:.1f}",
         "verified": verified,
     }
 
@@ -71,18 +82,17 @@ def quantize(
     from host.gguf_io.file import sha256_file
     from host.quant.gguf_info import read_model
     from host.quant.mixmap import load_mixmaps
-    from host.quant.quantize import quantize_map
+    from host.quant.quantize import quantize_expansion
 
     mixmaps, notices = load_mixmaps(list(maps))
     base = read_model(model_path)
     for note in notices:
         click.echo(f"note: {note}", err=True)
-    plans = []
     from host.quant.mixmap import expand
 
-    for m in mixmaps:  # validate every map against the model before any work starts
-        exp = expand(m, base.shape, base.tensors)
-        plans.append(m)
+    # every map is applied to the model once, before any work starts (its warnings first)
+    plans = [expand(m, base.shape, base.tensors) for m in mixmaps]
+    for exp in plans:
         for w in exp.warnings:
             click.echo(f"warning: {w}", err=True)
     base_sha = sha256_file(base.path)
@@ -92,10 +102,11 @@ def quantize(
         plans,
         label=label,
         file=click.get_text_stream("stderr"),
-        item_show_func=lambda m: m.id if m else "",
+        item_show_func=_map_label,
     ) as bar:
-        for m in bar:
-            result = quantize_map(m, base, base_sha, out_dir, threads=threads, force=force)
+        for exp in bar:
+            result = quantize_expansion(exp, base, base_sha, out_dir, threads=threads,
+                                        force=force)
             rows.append(manifest_row(result.manifest, result.skipped))
     click.echo(verification_table(rows))
     differing = [r["map"] for r in rows if r["verified"] != "as requested"]

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from epi.core.errors import UserError
 
@@ -25,7 +26,7 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _depth(value: Any) -> int:
+def _depth(value: object) -> int:
     """Nesting depth of a decoded JSON value (iterative: never recurses)."""
     deepest, stack = 0, [(value, 1)]
     while stack:
@@ -96,11 +97,12 @@ def read_toml_file(path: Path, what: str = "file") -> dict[str, Any]:
     """A TOML file's tables (tomllib, or tomli on Python 3.10). A missing, unreadable,
     non-UTF-8, malformed or absurdly nested file is a one-line `UserError` (`what` names the
     file's role in the missing-file message)."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
+    else:
         try:
-            import tomli as tomllib  # type: ignore[no-redef]
+            # tomli is the 3.10 back-port and is not installed where mypy checks (3.11 venv).
+            import tomli as tomllib  # type: ignore[import-not-found]
         except ModuleNotFoundError:
             raise UserError(f"{path}: reading TOML needs Python 3.11+ or tomli") from None
     text = decode_utf8(read_bytes(path, f"{what} not found"), str(path))
@@ -144,25 +146,36 @@ def range_text(lo: float | None, hi: float | None, lo_open: bool) -> str:
     return ""
 
 
-def check_int(value: Any, where: str, *, lo: int | None = None, hi: int | None = INT64_MAX,
+@overload
+def check_int(value: object, where: str, *, lo: int | None = None, hi: int | None = INT64_MAX,
+              null_ok: Literal[False] = False) -> int: ...
+@overload
+def check_int(value: object, where: str, *, lo: int | None = None, hi: int | None = INT64_MAX,
+              null_ok: bool) -> int | None: ...
+def check_int(value: object, where: str, *, lo: int | None = None, hi: int | None = INT64_MAX,
               null_ok: bool = False) -> int | None:
     """An integer (not a bool, not a float) within [lo, hi]; None only when null_ok."""
     if value is None and null_ok:
         return None
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    if ok and (lo is None or value >= lo) and (hi is None or value <= hi):
+    if (isinstance(value, int) and not isinstance(value, bool)
+            and (lo is None or value >= lo) and (hi is None or value <= hi)):
         return value
     want = "an integer" + range_text(lo, hi, False) + (" or null" if null_ok else "")
     raise UserError(f"{where}: expected {want}, got {value!r}")
 
 
-def check_float(value: Any, where: str, *, lo: float | None = None, hi: float | None = None,
+@overload
+def check_float(value: object, where: str, *, lo: float | None = None, hi: float | None = None,
+                lo_open: bool = False, null_ok: Literal[False] = False) -> float: ...
+@overload
+def check_float(value: object, where: str, *, lo: float | None = None, hi: float | None = None,
+                lo_open: bool = False, null_ok: bool) -> float | None: ...
+def check_float(value: object, where: str, *, lo: float | None = None, hi: float | None = None,
                 lo_open: bool = False, null_ok: bool = False) -> float | None:
     """A finite number (int or float, not a bool) within the range; None only when null_ok."""
     if value is None and null_ok:
         return None
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if ok and math.isfinite(value):
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         v = float(value)
         below = lo is not None and (v <= lo if lo_open else v < lo)
         if not below and (hi is None or v <= hi):
@@ -171,7 +184,13 @@ def check_float(value: Any, where: str, *, lo: float | None = None, hi: float | 
     raise UserError(f"{where}: expected {want}, got {value!r}")
 
 
-def check_str(value: Any, where: str, *, null_ok: bool = False, max_len: int = 4096
+@overload
+def check_str(value: object, where: str, *, null_ok: Literal[False] = False,
+              max_len: int = 4096) -> str: ...
+@overload
+def check_str(value: object, where: str, *, null_ok: bool, max_len: int = 4096
+              ) -> str | None: ...
+def check_str(value: object, where: str, *, null_ok: bool = False, max_len: int = 4096
               ) -> str | None:
     """A non-empty string (None only when null_ok)."""
     if value is None and null_ok:
@@ -182,7 +201,11 @@ def check_str(value: Any, where: str, *, null_ok: bool = False, max_len: int = 4
     raise UserError(f"{where}: expected {want}, got {_short(value)}")
 
 
-def check_id(value: Any, where: str, *, null_ok: bool = False) -> str | None:
+@overload
+def check_id(value: object, where: str, *, null_ok: Literal[False] = False) -> str: ...
+@overload
+def check_id(value: object, where: str, *, null_ok: bool) -> str | None: ...
+def check_id(value: object, where: str, *, null_ok: bool = False) -> str | None:
     """An id that becomes part of a file name: letters, digits, '.', '_', '-', at most 128
     characters, starting with a letter or digit (so never '-x', '.', '..' or a path)."""
     if value is None and null_ok:
@@ -193,7 +216,28 @@ def check_id(value: Any, where: str, *, null_ok: bool = False) -> str | None:
                     f"with a letter or digit, got {_short(value)}")
 
 
-def check_object_list(value: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
+def check_bool(value: object, where: str) -> bool:
+    """true or false (not 0/1)."""
+    if isinstance(value, bool):
+        return value
+    raise UserError(f"{where}: expected true or false, got {_short(value)}")
+
+
+def check_object(value: object, where: str) -> dict[str, object]:
+    """A JSON object (its values still to be checked); anything else is a one-line UserError."""
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: expected an object, got {_short(value)}")
+    return value
+
+
+def check_str_list(value: object, where: str) -> list[str]:
+    """A JSON list of non-empty strings."""
+    if not isinstance(value, list):
+        raise UserError(f"{where}: expected a list, got {_short(value)}")
+    return [check_str(v, f"{where}[{i}]") for i, v in enumerate(value)]
+
+
+def check_object_list(value: object, where: str) -> list[tuple[str, dict[str, Any]]]:
     """A JSON list of objects, as (``where[i]``, object) pairs for checking each one's fields;
     anything else is a one-line `UserError`."""
     if not isinstance(value, list):
@@ -204,6 +248,6 @@ def check_object_list(value: Any, where: str) -> list[tuple[str, dict[str, Any]]
     return [(f"{where}[{i}]", item) for i, item in enumerate(value)]
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

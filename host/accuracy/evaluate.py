@@ -119,7 +119,7 @@ def read_map_id(model: Path) -> str | None:
     """`map_id` of the quantization manifest `<stem>.manifest.json` beside the model (None
     when there is none, or it is a model manifest); a corrupt one is a one-line `UserError`."""
     manifest = quant_manifest_beside(model)
-    return None if manifest is None else str(manifest["map_id"])
+    return None if manifest is None else manifest.map_id
 
 
 def _llama_version() -> str:

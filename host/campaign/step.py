@@ -25,7 +25,7 @@ def do_prepare(a: dict[str, Any]) -> dict[str, Any]:
     from host.quant.models import prepare_model
 
     manifest = prepare_model(a["name"], log=_echo)
-    return {"path": manifest["path"], "sha256": manifest["sha256"]}
+    return {"path": manifest.path, "sha256": manifest.sha256}
 
 
 def do_quantize(a: dict[str, Any]) -> dict[str, Any]:
@@ -41,8 +41,8 @@ def do_quantize(a: dict[str, Any]) -> dict[str, Any]:
                      Path(a["out_dir"]), threads=a.get("threads"))
     _echo(f"{r.output}: {'up to date, skipped' if r.skipped else 'quantized'}")
     return {"output": str(r.output), "skipped": r.skipped,
-            "size_bytes": r.manifest["output"]["size_bytes"],
-            "bits_per_weight": r.manifest["total"]["bits_per_weight"]}
+            "size_bytes": r.manifest.output.size_bytes,
+            "bits_per_weight": r.manifest.total.bits_per_weight}
 
 
 def do_data(a: dict[str, Any]) -> dict[str, Any]:

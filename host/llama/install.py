@@ -11,6 +11,7 @@ import importlib.util
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import TypedDict
 
 from epi.core.errors import UserError
 
@@ -70,12 +71,20 @@ def vocab_path(name: str = "llama-spm") -> Path:
     return path
 
 
-def llama_info() -> dict[str, object]:
+class LlamaBuild(TypedDict):
+    """Version and build of the llama.cpp in use, as manifests and token logs record it."""
+
+    llama_cpp_python: str
+    build_flags: list[str]
+    rpc: bool
+
+
+def llama_info() -> LlamaBuild:
     """Version and build information recorded in manifests and token logs."""
     import llama_cpp
 
     return {
-        "llama_cpp_python": getattr(llama_cpp, "__version__", "unknown"),
+        "llama_cpp_python": str(getattr(llama_cpp, "__version__", "unknown")),
         "build_flags": build_flags(),
         "rpc": bool(llama_cpp.llama_supports_rpc()),
     }

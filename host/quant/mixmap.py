@@ -519,16 +519,13 @@ def import_maps(items: list[Path], out_dir: Path, *, force: bool = False) -> lis
 
 def _compact_layers(layers: list[int]) -> list[int | str]:
     """[0, 1, 2, 3, 7] -> ["0-3", 7]: the 'a-b' range form the epi schema reads."""
-    out: list[int | str] = []
-    start = prev = None
-    for n in [*layers, None]:
-        if start is not None and (n is None or n != prev + 1):
-            out.append(start if start == prev else f"{start}-{prev}")
-            start = None
-        if n is not None and start is None:
-            start = n
-        prev = n
-    return out
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive layers
+    for n in layers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return [a if a == b else f"{a}-{b}" for a, b in runs]
 
 
 # ---------------------------------------------------------------- expansion against a model

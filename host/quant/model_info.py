@@ -35,7 +35,7 @@ def manifest_map_id(model: Path) -> str | None:
         manifest = quant_manifest_beside(model)
     except UserError as exc:
         raise UserError(f"{exc}; fix it or pass --map-id") from None
-    return None if manifest is None else str(manifest["map_id"])
+    return None if manifest is None else manifest.map_id
 
 
 def model_facts(path: Path, map_id: str | None = None) -> ModelFacts:

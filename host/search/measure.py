@@ -166,7 +166,7 @@ def read_campaign_results(round_no: int, campaign_dir: Path) -> list[Measured]:
             gguf, size = None, None
             if manifests:
                 gguf = str(manifests[0].with_name(f"{cfg}.gguf"))
-                size = read_quant_manifest(manifests[0]).get("output", {}).get("size_bytes")
+                size = read_quant_manifest(manifests[0]).output.size_bytes
                 if not size and Path(gguf).exists():
                     size = Path(gguf).stat().st_size
             j = _float(row, "j_per_token_median")

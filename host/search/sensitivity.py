@@ -156,7 +156,7 @@ def quantize_document(document: dict, base: ModelInfo, base_sha: str, out_dir: P
     path.write_text(json.dumps(doc))
     mixmap = parse_mixmap(doc, path)
     result = quantize_map(mixmap, base, base_sha, out_dir, threads=threads)
-    odd = result.manifest.get("unpredicted") or []
+    odd = result.manifest.unpredicted
     if odd:
         raise UserError(f"{path}: the probe file does not hold the requested types "
                         f"({len(odd)} tensors differ); see {result.manifest_path}")

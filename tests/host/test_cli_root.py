@@ -65,7 +65,7 @@ def test_model_prepare_is_idempotent() -> None:
     second = prepare_model("smollm2")
     assert second == first
     assert model_path("smollm2").stat().st_mtime_ns == mtime  # not rewritten
-    assert first["n_layers"] == 30 and first["n_embd"] == 576
-    assert first["license"] == "Apache-2.0"
+    assert first.n_layers == 30 and first.n_embd == 576
+    assert first.license == "Apache-2.0"
     on_disk = json.loads(model_path("smollm2").with_suffix(".manifest.json").read_text())
-    assert on_disk["sha256"] == first["sha256"]
+    assert on_disk["sha256"] == first.sha256

@@ -281,15 +281,15 @@ def _load_quant_manifest(raw: bytes) -> Any:
     if m is None:
         assert ids == [None, None]
         return None
-    assert ids == [m["map_id"]] * 2 and SAFE_ID.match(m["map_id"])
-    size = m.get("output", {}).get("size_bytes")
+    assert ids == [m.map_id] * 2 and SAFE_ID.match(m.map_id)
+    size = m.output.size_bytes
     assert size is None or (type(size) is int and size >= 0)
-    for g in m.get("layer_groups", []):
-        assert all(type(x) is int and x >= 0 for x in g["layers"])
-        assert type(g["n_weights"]) is int and g["n_weights"] >= 0
-        bpw = g["bits_per_weight"]
+    for g in m.layer_groups:
+        assert all(type(x) is int and x >= 0 for x in g.layers)
+        assert type(g.n_weights) is int and g.n_weights >= 0
+        bpw = g.bits_per_weight
         assert bpw is None or (math.isfinite(bpw) and 0 <= bpw <= 64)
-        assert all(type(c) is int and c >= 0 for c in g["effective_types"].values())
+        assert all(type(c) is int and c >= 0 for c in g.effective_types.values())
     return m
 
 
@@ -308,7 +308,7 @@ def test_quant_manifest_bytes(raw: bytes) -> None:
 
 
 def test_valid_quant_manifest_is_accepted() -> None:
-    assert _load_quant_manifest(json.dumps(_quant_manifest()).encode())["map_id"] == "q4-mix"
+    assert _load_quant_manifest(json.dumps(_quant_manifest()).encode()).map_id == "q4-mix"
 
 
 @pytest.mark.parametrize("key", ["models.0.benchmarks.hellaswag.ci95",

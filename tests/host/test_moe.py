@@ -116,7 +116,7 @@ def test_study_map_on_moe_every_expert_tensor_verified(moe_model: Path, tmp_path
         for kind, expected in kinds.items():
             assert types[f"blk.{layer}.{kind}.weight"] == expected, (layer, kind)
         assert types[f"blk.{layer}.ffn_gate_inp.weight"] == "F32"  # llama.cpp never quantizes it
-    man = result.manifest
+    man = result.manifest.to_json()
     rows = {t["name"]: t for t in man["tensors"]}
     for name, effective in experts.items():
         assert rows[name]["role"] == "expert"
@@ -164,7 +164,7 @@ def test_map_names_router_and_shared_experts_separately(shexp_model: Path, tmp_p
         assert types[p + "attn_q.weight"] == ("Q6_K" if layer < 2 else "Q4_K")
         assert types[p + "ffn_gate_inp.weight"] == "F32"
         assert types[p + "ffn_gate_inp_shexp.weight"] == "F32"  # 1-D: never quantized
-    man = result.manifest
+    man = result.manifest.to_json()
     assert man["warnings"] == [] and man["unpredicted"] == []
     assert man["moe"]["shared_expert"]["Q8_0→Q8_0"] == 10  # gate+up x 4, down x 2
 
@@ -173,7 +173,7 @@ def test_router_type_llama_cpp_will_not_write_is_reported(moe_model: Path, tmp_p
     m = parse_mixmap(moe_map(moe={"router": "Q8_0"}), tmp_path / "moe.json")
     base = read_model(moe_model)
     result = quantize_map(m, base, sha256_file(moe_model), tmp_path, threads=2)
-    man = result.manifest
+    man = result.manifest.to_json()
     assert any("never quantizes the expert router" in w for w in man["warnings"])
     assert man["differs_from_request"] is True and man["unpredicted"] == []
     assert {(f["requested"], f["effective"]) for f in man["fallbacks"]} == {("Q8_0", "F32")}

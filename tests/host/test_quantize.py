@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,7 +54,7 @@ def independent_types(path: Path) -> dict[str, str]:
     return types
 
 
-def check_tensor_by_tensor(manifest: dict, out: Path, base: Path) -> None:
+def check_tensor_by_tensor(manifest: dict[str, Any], out: Path, base: Path) -> None:
     """Every tensor of the written file is what the map asked for (or a recorded fallback).
 
     The file and the base are read with the gguf package directly, not with the reader that
@@ -83,9 +84,9 @@ def test_quantize_three_maps_tensor_by_tensor(tiny_model: Path, tmp_path: Path) 
     for map_id in ("mix_high_early", "mix_extreme_late", "uniform_q8"):
         m = load_mixmap(STUDY / f"{map_id}.json")
         result = quantize_map(m, base, sha, tmp_path, threads=2)
-        check_tensor_by_tensor(result.manifest, result.output, tiny_model)
-        assert not result.manifest["differs_from_request"]  # 256-wide: every type fits
-        assert result.manifest["unpredicted"] == []
+        check_tensor_by_tensor(result.manifest.to_json(), result.output, tiny_model)
+        assert not result.manifest.to_json()["differs_from_request"]  # 256-wide: every type fits
+        assert result.manifest.to_json()["unpredicted"] == []
     man = json.loads((tmp_path / "mix_high_early.manifest.json").read_text())
     groups = {g["name"]: g for g in man["layer_groups"]}
     assert groups["early"]["layers"] == [0, 1]
@@ -103,8 +104,8 @@ def test_tensor_check_catches_a_manifest_that_misstates_a_type(
     base = read_model(tiny_model)
     result = quantize_map(load_mixmap(STUDY / "uniform_q8.json"), base, sha256_file(tiny_model),
                           tmp_path, threads=2)
-    check_tensor_by_tensor(result.manifest, result.output, tiny_model)
-    lying = json.loads(json.dumps(result.manifest))
+    check_tensor_by_tensor(result.manifest.to_json(), result.output, tiny_model)
+    lying = json.loads(json.dumps(result.manifest.to_json()))
     row = next(t for t in lying["tensors"] if t["name"] == "blk.0.attn_q.weight")
     row["effective"] = row["requested"] = "Q4_K"
     with pytest.raises(AssertionError):
@@ -119,8 +120,8 @@ def test_every_shipped_map_on_the_test_model(tiny_model: Path, tmp_path: Path) -
     assert len(maps) == 29
     for m in maps:
         result = quantize_map(m, base, sha, tmp_path, threads=2)
-        check_tensor_by_tensor(result.manifest, result.output, tiny_model)
-        assert result.manifest["unpredicted"] == []
+        check_tensor_by_tensor(result.manifest.to_json(), result.output, tiny_model)
+        assert result.manifest.to_json()["unpredicted"] == []
 
 
 @pytest.mark.parametrize("file_type", ["Q2_K", "Q3_K_S", "Q4_K_M", "Q5_K_M"])
@@ -145,7 +146,7 @@ def test_fallback_is_recorded_and_reported(tmp_path: Path) -> None:
     exp = expand(m, base.shape, base.tensors)
     assert any(t.expected == "Q8_0" for t in exp.tensors)
     result = quantize_map(m, base, sha256_file(model), tmp_path / "out", threads=2)
-    man = result.manifest
+    man = result.manifest.to_json()
     assert man["differs_from_request"] is True
     assert {(f["requested"], f["effective"]) for f in man["fallbacks"]} == {("Q6_K", "Q8_0")}
     assert man["unpredicted"] == []
@@ -165,6 +166,52 @@ def test_up_to_date_outputs_are_skipped(tiny_model: Path, tmp_path: Path) -> Non
     first.output.write_bytes(first.output.read_bytes()[:-10])  # damaged output: redone
     third = quantize_map(m, base, sha, tmp_path, threads=2)
     assert not third.skipped
+
+
+def test_manifest_on_disk_reads_back_as_the_typed_result(tiny_model: Path, tmp_path: Path
+                                                          ) -> None:
+    """The typed manifest `quantize_map` returns is the file it wrote: the reader turns the
+    file back into an equal record, and `to_json` into the same document."""
+    from epi.formats.manifests import read_quant_manifest
+
+    result = quantize_map(load_mixmap(STUDY / "mix_high_early.json"), read_model(tiny_model),
+                          sha256_file(tiny_model), tmp_path, threads=2)
+    on_disk = json.loads(result.manifest_path.read_text())
+    assert on_disk == result.manifest.to_json()
+    assert read_quant_manifest(result.manifest_path) == result.manifest
+    assert on_disk["layer_groups"][-1]["name"] == "non_block"
+    assert on_disk["base"]["sha256"] == sha256_file(tiny_model)
+    assert on_disk["output"]["size_bytes"] == result.output.stat().st_size
+
+
+def test_cli_quantize_applies_each_map_to_the_model_once(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`epi quantize` expands a map once: the expansion whose warnings it prints is the one
+    llama-quantize gets (issue 26: it was expanded a second time inside quantize_map)."""
+    import host.quant.mixmap as mixmap_module
+    from host.quant.mixmap import Expansion, MixMap, TensorInfo
+    from host.quant.quant_types import ModelShape
+    from tests.cli_run import run_epi
+
+    calls: list[str] = []
+    real = mixmap_module.expand
+
+    def counting(m: MixMap, shape: ModelShape, tensors: list[TensorInfo]) -> Expansion:
+        calls.append(m.id)
+        return real(m, shape, tensors)
+
+    import host.quant.quantize as quantize_module
+
+    monkeypatch.setattr(mixmap_module, "expand", counting)
+    monkeypatch.setattr(quantize_module, "expand", counting)
+    code, out, err = run_epi(monkeypatch, capsys, "quantize", str(STUDY / "uniform_q8.json"),
+                             str(STUDY / "mix_high_early.json"), "--model", str(tiny_model),
+                             "--out", str(tmp_path), "--threads", "2")
+    assert code == 0, err
+    assert sorted(calls) == ["mix_high_early", "uniform_q8"]
+    assert "as requested" in out
 
 
 def test_cli_quantize_prints_table(tiny_model: Path, tmp_path: Path) -> None:
@@ -239,12 +286,13 @@ def test_demo_maps_on_the_real_135m_model(tmp_path: Path) -> None:
     from host.quant.models import prepare_model
 
     manifest = prepare_model("smollm2")
-    assert manifest["n_layers"] == 30 and manifest["n_params"] == 134515008
-    base = read_model(Path(manifest["path"]))
-    sha = manifest["sha256"]
+    assert manifest.n_layers == 30 and manifest.n_params == 134515008
+    assert manifest.path is not None and manifest.sha256 is not None
+    base = read_model(Path(manifest.path))
+    sha = manifest.sha256
     for map_file in sorted((STUDY / "demo").glob("*.json")):
         m = load_mixmap(map_file)
         result = quantize_map(m, base, sha, tmp_path, threads=2)
-        check_tensor_by_tensor(result.manifest, result.output, base.path)
+        check_tensor_by_tensor(result.manifest.to_json(), result.output, base.path)
         # the demo maps use 32-weight-block types that fit every tensor of the 576-wide model
-        assert not result.manifest["differs_from_request"], result.manifest["fallbacks"][:3]
+        assert not result.manifest.differs_from_request, result.manifest.fallbacks[:3]
