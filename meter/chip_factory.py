@@ -15,16 +15,21 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Union
 
 from epi.core.errors import UserError
+from meter.board_config import BoardConfig, ChannelConfig
 from meter.bus.base import Bus
 from meter.chip.calibration import Calibration
 from meter.clock import Clock
 from meter.errors import BusError
 
 if TYPE_CHECKING:
-    from meter.board import BoardConfig, ChannelConfig
+    from meter.emulation.chip_emulator import EmulatedChip
+    from meter.emulation.power_models import PowerModel
+
+# what `power_model` options accept: one model for every channel, or one per enabled channel
+PowerModels = Union["PowerModel", Sequence["PowerModel"], None]
 
 ENV_VAR = "EPI_METER_CHIPS"
 KINDS = ("real", "emulated")
@@ -37,7 +42,7 @@ class OpenedChip:
     bus: Bus
     calibration: Calibration
     calibration_source: str
-    emulator: Any = None  # the EmulatedChip behind an emulated bus
+    emulator: EmulatedChip | None = None  # the chip behind an emulated bus
     first_measurement_s: float | None = None  # None: the driver's default for real chips
 
 
@@ -97,30 +102,16 @@ class EmulatedChips(ChipFactory):
 
     emulated = True
 
-    def __init__(self, *, power_model: Any = None, model_bus_timing: bool = True,
+    def __init__(self, *, power_model: PowerModels = None, model_bus_timing: bool = True,
                  seed: int = 0) -> None:
         self.power_model = power_model
         self.model_bus_timing = model_bus_timing
         self.seed = seed
-        self._models: list[Any] = []
+        self._models: list[PowerModel] = []
 
     def prepare(self, board: BoardConfig, enabled: Sequence[ChannelConfig], clock: Clock) -> None:
-        from meter.board import _default_models
-
-        pm = self.power_model
-        if pm is None:
-            models = [c.power_model for c in enabled]
-            if any(m is None for m in models):
-                defaults = _default_models(len(enabled), clock)
-                models = [m if m is not None else d for m, d in zip(models, defaults,
-                                                                   strict=True)]
-        elif isinstance(pm, (list, tuple)):
-            if len(pm) != len(enabled):
-                raise UserError(f"{len(pm)} power models for {len(enabled)} channels")
-            models = list(pm)
-        else:
-            models = [pm] * len(enabled)
-        self._models = models
+        configured = [c.power_model for c in enabled]
+        self._models = power_models_for(self.power_model, configured, clock)
 
     def open(self, board: BoardConfig, ch: ChannelConfig, position: int,
              clock: Clock) -> OpenedChip:
@@ -147,16 +138,53 @@ class EmulatedChips(ChipFactory):
         )
 
 
-def chip_factory(kind: str | ChipFactory | None = None, **options: Any) -> ChipFactory:
+def default_power_models(n: int, clock: Clock) -> list[PowerModel]:
+    """Channel 0 follows CPU activity (the inference process tree when EPI_METER_FOLLOW names
+    a follow file, else the whole machine); the others idle at Pi-5-like powers."""
+    from meter.emulation.power_models import ConstantPower, default_activity_model
+
+    models: list[PowerModel] = []
+    for i in range(n):
+        if i == 0:
+            try:
+                models.append(default_activity_model(clock))
+                continue
+            except (OSError, ValueError):
+                pass  # no /proc/stat here: a constant load instead
+        models.append(ConstantPower(2.7 + 0.45 * i, power_factor=0.6))
+    return models
+
+
+def power_models_for(given: PowerModels, configured: Sequence[object | None], clock: Clock
+                     ) -> list[PowerModel]:
+    """One power model per channel: `given` (one for all, or one each), else each channel's
+    configured model, else the defaults (`default_power_models`) where a channel has none."""
+    from meter.emulation.power_models import PowerModel
+
+    n = len(configured)
+    if given is None:
+        defaults = default_power_models(n, clock)
+        return [m if isinstance(m, PowerModel) else d
+                for m, d in zip(configured, defaults, strict=True)]
+    if isinstance(given, PowerModel):
+        return [given] * n
+    if len(given) != n:
+        raise UserError(f"{len(given)} power models for {n} channels")
+    return list(given)
+
+
+def chip_factory(kind: str | ChipFactory | None = None, *, power_model: PowerModels = None,
+                 model_bus_timing: bool = True, seed: int = 0,
+                 allow_uncalibrated: bool = False) -> ChipFactory:
     """A factory by name (``real``/``emulated``), else from ``EPI_METER_CHIPS``, else real."""
     if isinstance(kind, ChipFactory):
         return kind
     name = kind or os.environ.get(ENV_VAR) or "real"
     if name == "real":
-        return RealChips(**{k: v for k, v in options.items() if k == "allow_uncalibrated"})
+        return RealChips(allow_uncalibrated=allow_uncalibrated)
     if name == "emulated":
-        return EmulatedChips(**{k: v for k, v in options.items()
-                                if k in ("power_model", "model_bus_timing", "seed")})
+        return EmulatedChips(power_model=power_model, model_bus_timing=model_bus_timing,
+                             seed=seed)
     source = "chips" if kind else ENV_VAR
     raise UserError(f"{source} {name!r}: expected one of {', '.join(KINDS)}")
 

@@ -67,7 +67,7 @@ class BridgeStats:
     suppressed_events: int = 0
     faults: dict[str, int] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.__dict__.items()}
 
 
@@ -143,12 +143,18 @@ class BridgeRecorder:
         self.ready = threading.Event()  # set when the first sample row is written
         self.on_sample: Callable[[dict[str, Any]], None] | None = None  # live state/stream
         self.on_fault: Callable[[int | None, str], None] | None = None  # /metrics fault counter
+        self.on_sweep: Callable[[], None] | None = None  # /metrics and /status sweeps_total
         self._next_storage = 0
         self._disk_full_seen = False
 
     # ---- control ----------------------------------------------------------------------------
     def stop(self) -> None:
         self._stop.set()
+
+    def request_checkpoint(self) -> None:
+        """SIGHUP: call the statistics callback at the next pass of the loop (safe from a
+        signal handler: nothing is written here)."""
+        self._next_meta = 0
 
     def _now(self) -> tuple[int, int]:
         return self.clock.monotonic_ns(), self.clock.realtime_ns()
@@ -281,7 +287,8 @@ class BridgeRecorder:
         self._disk_full_seen = full
         self.writer.check_present()
 
-    def _housekeeping(self, now: int, stats_callback: Any) -> None:
+    def _housekeeping(self, now: int,
+                      stats_callback: Callable[[BridgeRecorder], None] | None) -> None:
         if self.connected and self.boot is not None and now >= self._next_ping:
             self._ping(now)
             if self._dense_until is None:
@@ -295,9 +302,10 @@ class BridgeRecorder:
             self._next_fit = now + self.refit_interval_ns
         if now >= self._next_meta:
             self._next_meta = now + self.meta_interval_ns
-            self.writer.update_meta(bridge=self.describe())
             if stats_callback is not None:
-                stats_callback(self)
+                stats_callback(self)  # the session writes the statistics and `bridge`
+            else:
+                self.writer.update_meta(bridge=self.describe())
 
     def _feed(self, data: bytes, t_recv: int) -> None:
         self._buf.extend(data)
@@ -440,6 +448,8 @@ class BridgeRecorder:
                 self._send(command("hello"))
             return
         self.stats.sweeps += 1
+        if self.on_sweep is not None:
+            self.on_sweep()
         m = self.mapping
         t_line = m.to_mono_ns(sw.t_us)
         t_line_real = self._real_of(t_line)

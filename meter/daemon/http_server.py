@@ -95,7 +95,9 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         # a socket timeout on every read and write of this connection (a half-open client
         # must not keep a thread): the server's connection_timeout_s
-        self.timeout = self.server.owner.connection_timeout_s
+        # typeshed declares `timeout` a ClassVar; socketserver reads it per instance, and this
+        # connection's value is the server's setting
+        self.timeout = self.server.owner.connection_timeout_s  # type: ignore[misc]
         super().setup()
     disable_nagle_algorithm = True  # else headers and body wait on delayed ACKs (~40 ms)
     server: _Server

@@ -63,9 +63,16 @@ class SampleSource(Protocol):
 
 
 class ChannelLike(Protocol):
-    index: int
-    name: str
-    driver: SampleSource
+    """What the sampler needs of an opened channel (``meter.board.Channel``)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def driver(self) -> SampleSource: ...
 
 
 # Which failed read is which event kind (any other BusError is a bus_error).
@@ -542,6 +549,8 @@ class Sampler:
             self._note_lateness(k, lateness, skipped, now)
             k = nxt
             checkpoint = self.checkpoint_requested.is_set()
+            if checkpoint:
+                self.checkpoint_requested.clear()
             if (now >= next_stats or checkpoint) and stats_callback is not None:
                 stats_callback(self.stats)
                 next_stats = now + self.stats_interval_ns

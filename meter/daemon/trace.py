@@ -49,7 +49,12 @@ from epi.formats.trace import (
 )
 
 LOCK_NAME = ".lock"
-_STALE_TMP_RE = re.compile(r"^\.seg-\d{6}\.(meta\.json|samples\.csv|events\.csv)\.tmp-\d+$")
+_STALE_TMP_RE = re.compile(
+    r"^\.seg-\d{6}\.((meta\.json|samples\.csv|events\.csv)\.tmp-\d+|reserve)$")
+# Space held back while a segment is written, freed to write its last events and meta.json
+# when the disk is full at the stop (meta.json is rewritten through a temporary file, so it
+# needs room for a whole new copy; a bridge's clock history makes it tens of KiB).
+RESERVE_BYTES = 256 * 1024
 
 
 class TraceLostError(UserError):
@@ -126,7 +131,8 @@ def last_sample_of(trace_dir: Path, segment: int) -> LastSample | None:
         meta = read_json_object(meta_path, "segment meta.json")
     except UserError:
         meta = {}
-    stats = meta.get("stats") if isinstance(meta.get("stats"), dict) else {}
+    raw_stats = meta.get("stats")
+    stats = raw_stats if isinstance(raw_stats, dict) else {}
     boot = meta.get("boot_id")
     return LastSample(
         segment=segment,
@@ -211,10 +217,13 @@ class TraceWriter:
         self.events_written = 0
         self.previous: LastSample | None = None
         # full disk: rows and events that could not be written, and since when
-        self.disk_full_since: tuple[int, int] | None = None  # (t_mono_ns, t_real_ns) of the first
+        # (t_mono_ns, t_real_ns) of the first row or event the full disk dropped
+        self.disk_full_since: tuple[int | None, int | None] | None = None
         self.rows_dropped = 0
         self.events_dropped = 0
         self.disk_full_episodes = 0
+        self.episode_rows_dropped = 0  # of the current (or last) disk-full episode
+        self.episode_events_dropped = 0
         self.meta_write_failures = 0
         self._recovered: list[str] = []  # disk_full/gap event lines to write once space returns
         self._lost: str | None = None  # set by the sync thread when the files were unlinked
@@ -250,6 +259,8 @@ class TraceWriter:
         self._samples_fd = _create_with_header(self.samples_path, SAMPLE_COLUMNS)
         self._events_fd = _create_with_header(self.events_path, EVENT_COLUMNS)
         write_json_atomic(self.meta_path, meta)
+        self.reserve_path: Path | None = self.trace_dir / f".seg-{self.segment:06d}.reserve"
+        _hold_space(self.reserve_path, RESERVE_BYTES)
         self._sync_thread = threading.Thread(
             target=self._sync_loop, name="trace-fsync", daemon=True
         )
@@ -281,6 +292,7 @@ class TraceWriter:
             self._check_open()
             if not self._append(self._samples_fd, data, rows[0]):
                 self.rows_dropped += len(lines)
+                self.episode_rows_dropped += len(lines)
                 return 0
             self._dirty = True
             self.rows_written += len(lines)
@@ -302,8 +314,8 @@ class TraceWriter:
                 os.ftruncate(fd, size)
             if self.disk_full_since is None:
                 self.disk_full_episodes += 1
-                t = _row_times(first_row)
-                self.disk_full_since = t
+                self.episode_rows_dropped = self.episode_events_dropped = 0
+                self.disk_full_since = _row_times(first_row)
             return False
         if self.disk_full_since is not None:
             self._note_recovered(_row_times(first_row))
@@ -313,7 +325,8 @@ class TraceWriter:
     def _note_recovered(self, now: tuple[int | None, int | None]) -> None:
         start = self.disk_full_since or (None, None)
         self.disk_full_since = None
-        what = f"{self.rows_dropped} sample row(s) and {self.events_dropped} event(s) dropped"
+        what = (f"{self.episode_rows_dropped} sample row(s) and {self.episode_events_dropped} "
+                f"event(s) dropped")
         self._recovered = [
             format_event_line(start[0], start[1], None, "disk_full",
                               f"no space left on the trace's file system: {what}; writing "
@@ -341,6 +354,23 @@ class TraceWriter:
     def disk_full(self) -> bool:
         """True while writes are being dropped for lack of space."""
         return self.disk_full_since is not None
+
+    def use_reserve(self, now: tuple[int, int]) -> None:
+        """Free the space held back at open, then close a disk-full episode at `now` (its
+        ``disk_full`` event and gap): called before the last events and meta.json of a stop,
+        so a stop on a full disk still leaves a correct meta.json. Once only."""
+        if self.reserve_path is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.reserve_path)
+        self.reserve_path = None
+        with self._lock:
+            if self._closed:
+                return
+            if self.disk_full_since is not None:
+                self._note_recovered(now)
+            if self._recovered:
+                self._flush_recovered()
 
     def check_present(self) -> None:
         """Raise TraceLostError if the segment's files were unlinked (``--out`` removed).
@@ -382,6 +412,7 @@ class TraceWriter:
             self._check_open()
             if not self._append(self._events_fd, data, (None, None, t_mono_ns, t_real_ns)):
                 self.events_dropped += 1
+                self.episode_events_dropped += 1
                 return
             self._dirty = True
             self.events_written += 1
@@ -431,7 +462,18 @@ class TraceWriter:
             os.close(self._samples_fd)
             os.close(self._events_fd)
         if final_meta:
+            failures = self.meta_write_failures
             self.update_meta(**final_meta)
+            if self.meta_write_failures > failures and self.reserve_path is not None:
+                # the disk is full: free the reserve and write the final meta again
+                with contextlib.suppress(OSError):
+                    os.unlink(self.reserve_path)
+                self.reserve_path = None
+                self.update_meta()
+        if self.reserve_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.reserve_path)
+            self.reserve_path = None
         if self._dir_lock is not None:
             self._dir_lock.release()
 
@@ -440,6 +482,23 @@ class TraceWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _hold_space(path: Path, n_bytes: int) -> None:
+    """A file of `n_bytes` zeros (space the segment may free later); none if it cannot be
+    written (a disk already full: the stop then does what it can without it)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError:
+        return
+    try:
+        _write_all(fd, bytes(n_bytes))
+        os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    finally:
+        os.close(fd)
 
 
 def _create_with_header(path: Path, columns: Sequence[str]) -> int:

@@ -36,6 +36,7 @@ from typing import Any
 
 from epi.formats.trace import Trace, read_trace
 from meter.clock import Clock, SystemClock
+from meter.daemon.sampler import SamplerStats
 from meter.daemon.service import DaemonOptions, MeterDaemon
 from meter.daemon.trace import UNMETERED_GAP_REASON
 from meter.emulation.faults import parse_fault_specs
@@ -266,14 +267,16 @@ def run_fault_soak(out: Path, duration_s: float, clock: Clock | None = None,
                          faults=specs, n_emulated_channels=len(LOADS_W))
     daemon = MeterDaemon(opts, log=lambda _line: None)
     result = daemon.run()
-    chips = {ch.index: ch.emulator for ch in daemon.channels}
+    chips = {ch.index: ch.emulator for ch in daemon.channels if ch.emulator is not None}
 
     def true_energy(channel: int, t0: int, t1: int) -> float:
         return float(chips[channel].true_energy_j(t0, t1))
 
     stopped = checksum_instants(daemon)
     _, found = check_trace(out, true_energy, specs, metering_stopped=stopped)
+    stats = result.stats
+    assert isinstance(stats, SamplerStats)  # emulated chips: the direct sampler ran
     return SoakResult(
         duration_s=duration_s, rate_hz=result.rate_hz, metering_stopped=stopped, **found,
-        skipped_sweeps=result.stats.skipped_sweeps, sweeps=result.stats.sweeps,
+        skipped_sweeps=stats.skipped_sweeps, sweeps=stats.sweeps,
     )

@@ -18,6 +18,8 @@ from meter.emulation import uart_emulator as emulator_uart
 class Serial(SerialBase):
     """A pyserial port whose far end is `emulator_uart.PORTS[NAME]`."""
 
+    is_open: bool  # set by SerialBase.__init__ (pyserial ships no type information)
+
     def open(self) -> None:
         if self.is_open:
             raise SerialException("Port is already open.")

@@ -40,11 +40,11 @@ class BackgroundRecording:
 
     def start(self, trace_dir: Path, node: str | None) -> None:
         """Begin recording into ``trace_dir``; returns once the segment is open."""
-        self.trace_dir = Path(trace_dir)
+        self.trace_dir = out = Path(trace_dir)
 
         def work() -> None:
             try:
-                record_sources(self.trace_dir, self.sources, clock=SystemClock(),
+                record_sources(out, self.sources, clock=SystemClock(),
                                stop=self._stop, node=node, log=self.log,
                                started=self._started)
             except BaseException as exc:  # reported by stop(), never lost

@@ -130,7 +130,8 @@ class ChannelTracker:
             self._mark_change(t, t_real, raw)
             return None
         if raw == prev:
-            return self._unchanged(t, t_real)
+            self._unchanged(t, t_real)
+            return None
         assert self._last_change_ns is not None and self._last_change_real_ns is not None
         dt_ns = t - self._last_change_ns
         step = raw - prev

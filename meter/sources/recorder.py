@@ -17,20 +17,45 @@ from __future__ import annotations
 import socket
 import statistics
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
-from epi import __version__
-from meter.clock import Clock, describe_clock
-from meter.daemon.trace import TraceWriter, gap_detail
+from epi.core.errors import UserError
+from meter.clock import Clock
+from meter.daemon.trace import TraceWriter
+from meter.recording.session import RecordingSession
 from meter.sources.common import COMPONENT_LABEL, NullSource, PowerSource
 from meter.sources.counters import ChannelTracker
 
 ADAPT_EVERY_READS = 32
 META_INTERVAL_S = 5.0
 MAX_INTERVAL_S = 5.0
-_Writer = Any  # a TraceWriter (or a test double with the same write methods)
+
+
+class RowWriter(Protocol):
+    """Where a poller writes: a TraceWriter, or a test double with the same two methods."""
+
+    def write_samples(self, rows: Iterable[Sequence[object]]) -> int: ...
+
+    def write_event(self, t_mono_ns: int | None, t_real_ns: int | None, channel: int | None,
+                    kind: str, detail: str = "") -> None: ...
+
+
+@dataclass
+class SourceStats:
+    """What the software sources did (the recording session's ``stats`` in meta.json)."""
+
+    polls: int = 0
+    samples_written: int = 0
+
+    @property
+    def sweeps(self) -> int:
+        return self.polls
+
+    def as_dict(self) -> dict[str, object]:
+        return {"polls": self.polls, "samples_written": self.samples_written}
 
 
 class SourcePoller:
@@ -48,15 +73,16 @@ class SourcePoller:
         self.freeze_after_s = freeze_after_s
         self.read_cost_ns: list[int] = []
         self.skipped_polls = 0
+        self.polls = 0
         self.trackers: list[ChannelTracker] = []
         self._seq = [0] * len(self.specs)
-        self._writer: _Writer = None
+        self._writer: RowWriter | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
     # -- thread ---------------------------------------------------------------------------
-    def start_without_thread(self, writer: _Writer) -> None:
+    def start_without_thread(self, writer: RowWriter) -> None:
         """Attach the writer and trackers; ``poll_once`` is then called by hand (tests, bench)."""
         self._writer = writer
         self.trackers = [
@@ -64,7 +90,7 @@ class SourcePoller:
             for spec, idx in zip(self.specs, self.indices, strict=True)
         ]
 
-    def start(self, writer: _Writer) -> None:
+    def start(self, writer: RowWriter) -> None:
         self.start_without_thread(writer)
         self._thread = threading.Thread(target=self._loop, name=f"source-{self.source.kind}",
                                         daemon=True)
@@ -79,9 +105,14 @@ class SourcePoller:
             tr.close(*now)
         self.source.close()
 
+    def _out(self) -> RowWriter:
+        if self._writer is None:
+            raise RuntimeError("source poller: start() first")
+        return self._writer
+
     def _emitter(self, channel: int) -> Callable[[int, int, str, str], None]:
         def emit(t: int, t_real: int, kind: str, detail: str) -> None:
-            self._writer.write_event(t, t_real, channel, kind, detail)
+            self._out().write_event(t, t_real, channel, kind, detail)
         return emit
 
     def _loop(self) -> None:
@@ -102,7 +133,7 @@ class SourcePoller:
             self.error = exc
             t = (self.clock.monotonic_ns(), self.clock.realtime_ns())
             for idx in self.indices:
-                self._writer.write_event(t[0], t[1], idx, "read_error",
+                self._out().write_event(t[0], t[1], idx, "read_error",
                                          f"source {self.source.kind} stopped: {exc!r}")
 
     def poll_once(self) -> int:
@@ -110,6 +141,7 @@ class SourcePoller:
         t0 = self.clock.monotonic_ns()
         r0 = self.clock.realtime_ns()
         values = self.source.read()
+        self.polls += 1
         t1 = self.clock.monotonic_ns()
         r1 = self.clock.realtime_ns()
         self.read_cost_ns.append(t1 - t0)
@@ -124,7 +156,7 @@ class SourcePoller:
                              None, None, None, None, row[3], None))
                 self._seq[i] += 1
         if rows:
-            self._writer.write_samples(rows)
+            self._out().write_samples(rows)
         return len(rows)
 
     def _adapt(self) -> None:
@@ -144,7 +176,7 @@ class SourcePoller:
             self.interval_s = min(2 * cost, MAX_INTERVAL_S)
 
     # -- description ----------------------------------------------------------------------
-    def channel_meta(self, node: str | None) -> list[dict[str, Any]]:
+    def channel_meta(self, node: str | None) -> list[dict[str, object]]:
         """The trace ``channels`` entries of this source's channels."""
         out = []
         for idx, spec in zip(self.indices, self.specs, strict=True):
@@ -156,7 +188,7 @@ class SourcePoller:
             })
         return out
 
-    def measured(self) -> dict[str, dict[str, Any]]:
+    def measured(self) -> dict[str, dict[str, object]]:
         """Per channel: what it did, with the update interval and read cost as measured."""
         costs = sorted(self.read_cost_ns)
         cost = {
@@ -191,13 +223,22 @@ class SourceRecorder:
             nxt += len(p.specs)
 
     @property
+    def stats(self) -> SourceStats:
+        """Polls and rows so far, over every source (a Feeder of the recording session)."""
+        trackers = [t for p in self.pollers for t in p.trackers]
+        return SourceStats(sum(p.polls for p in self.pollers), sum(t.stats.rows for t in trackers))
+
+    def request_checkpoint(self) -> None:
+        """Nothing to wake: the session's loop writes the statistics every few seconds."""
+
+    @property
     def n_channels(self) -> int:
         return sum(len(p.specs) for p in self.pollers)
 
-    def channel_meta(self) -> list[dict[str, Any]]:
+    def channel_meta(self) -> list[dict[str, object]]:
         return [c for p in self.pollers for c in p.channel_meta(self.node)]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """The trace's ``sources`` key: measured figures per channel and the sources used."""
         return {
             "label": COMPONENT_LABEL,
@@ -205,13 +246,17 @@ class SourceRecorder:
             "channels": {k: v for p in self.pollers for k, v in p.measured().items()},
         }
 
-    def final_channels(self, channels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def final_channels(self, channels: list[dict[str, object]]) -> list[dict[str, object]]:
         """``channels`` with each software channel's measured row period filled in."""
         period = {i: p.row_period_s() for p in self.pollers for i in p.indices}
-        return [dict(c, sample_period_s=period[c["channel"]]) if c.get("channel") in period
-                else c for c in channels]
+        out = []
+        for c in channels:
+            index = c.get("channel")
+            out.append(dict(c, sample_period_s=period[index])
+                       if isinstance(index, int) and index in period else c)
+        return out
 
-    def start(self, writer: _Writer) -> None:
+    def start(self, writer: RowWriter) -> None:
         for p in self.pollers:
             p.start(writer)
 
@@ -219,7 +264,7 @@ class SourceRecorder:
         for p in self.pollers:
             p.stop()
 
-    def meta_updates(self, writer: TraceWriter) -> dict[str, Any]:
+    def meta_updates(self, writer: TraceWriter) -> dict[str, object]:
         """Keys to rewrite in the segment metadata: the channels with their measured row
         period, and ``sources`` (call from the one thread that updates the metadata)."""
         return {"channels": self.final_channels(writer.meta.get("channels", [])),
@@ -240,66 +285,43 @@ def record_sources(out_dir: str | Path, sources: Sequence[PowerSource], *, clock
                    node: str | None = None, log: Callable[[str], None] = lambda _l: None,
                    freeze_after_s: float | None = None,
                    started: threading.Event | None = None,
-                   extra_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+                   extra_meta: dict[str, object] | None = None) -> dict[str, object]:
     """Write a trace segment with only software channels until ``stop`` or ``duration_s``.
 
     Returns the final ``sources`` metadata. No HTTP server: the runner on this machine shares
-    its monotonic clock (same boot id), so no clock sync is needed.
+    its monotonic clock (same boot id), so no clock sync is needed. The lock, meta.json,
+    restart gap and statistics are the recording session's (meter/recording/session.py).
     """
     node = node or socket.gethostname()
     rec = SourceRecorder(sources, 0, clock, node, freeze_after_s=freeze_after_s)
     if rec.n_channels == 0:
-        from epi.core.errors import UserError
         raise UserError("--source: no readable software power counter on this machine "
                         "(run `epi doctor` to see what is missing and the fix)")
-    from meter.daemon.service import clock_boot_id  # the daemon's boot-id rule (simulated clocks)
-
-    t0 = (clock.monotonic_ns(), clock.realtime_ns())
-    meta = {
-        "daemon_version": __version__, "host": socket.gethostname(),
-        "boot_id": clock_boot_id(clock), "started_mono_ns": t0[0], "started_real_ns": t0[1],
+    meta: dict[str, object] = {
         "emulated": False, "power_model": None,
         "sample_period_s": min(p.interval_s for p in rec.pollers),
-        "channels": rec.channel_meta(), "board": None,
-        "clock": describe_clock(clock),
-        "listen": None, "fault_injection": None,
-        "stats": {"clean_stop": False}, **(extra_meta or {}),
+        "channels": rec.channel_meta(), "board": None, "fault_injection": None,
+        **(extra_meta or {}),
     }
-    writer = TraceWriter(out_dir, meta)
-    clean = False
-    try:
-        prev = writer.previous
-        if prev is not None and prev.boot_id == meta["boot_id"]:
-            writer.write_event(prev.t_mono_ns, prev.t_real_ns, None, "gap",
-                               gap_detail(t0[0], t0[1], f"restart: segment {prev.segment} "
-                                          "ended before this one began"))
-        writer.write_event(t0[0], t0[1], None, "start",
-                           f"epi meter {__version__}: software sources only: {rec.summary()}")
-        rec.start(writer)
-        log(f"epi meter: recording {rec.n_channels} software channel(s) into {out_dir} segment "
-            f"{writer.segment}: {rec.summary()} — {COMPONENT_LABEL}")
-        if started is not None:
-            started.set()
-        deadline = None if duration_s is None else clock.monotonic_ns() + duration_s * 1e9
-        while True:  # the measured figures reach meta.json every few seconds (crash-safe)
-            left = None if deadline is None else (deadline - clock.monotonic_ns()) / 1e9
-            if stop.wait(META_INTERVAL_S if left is None else max(0.0, min(left, META_INTERVAL_S))):
-                break
-            if left is not None and left <= META_INTERVAL_S:
-                break
-            writer.update_meta(**rec.meta_updates(writer))
-        clean = True
-    finally:
-        rec.stop()
-        t1 = (clock.monotonic_ns(), clock.realtime_ns())
-        writer.write_event(t1[0], t1[1], None, "stop",
-                           "clean stop" if clean else "stopped by an error")
-        writer.update_meta(channels=rec.final_channels(writer.meta["channels"]),
-                           sources=rec.describe())
-        writer.close(stats={"clean_stop": clean, "ended_mono_ns": t1[0],
-                            "ended_real_ns": t1[1]})
-    rows = sum(t.stats.rows for p in rec.pollers for t in p.trackers)
-    log(f"epi meter: stopped: {rows} software-channel rows written")
+    with RecordingSession(out_dir, clock, log=log, ready=started) as session:
+        writer = session.begin(meta, f"software sources only: {rec.summary()}")
+        try:
+            rec.start(writer)
+            session.attach(rec)
+            log(f"epi meter: recording {rec.n_channels} software channel(s) into {out_dir} "
+                f"segment {writer.segment}: {rec.summary()} — {COMPONENT_LABEL}")
+            deadline = None if duration_s is None else clock.monotonic_ns() + duration_s * 1e9
+            while True:  # the measured figures reach meta.json every few seconds (crash-safe)
+                left = None if deadline is None else (deadline - clock.monotonic_ns()) / 1e9
+                wait_s = META_INTERVAL_S if left is None else max(0.0, min(left, META_INTERVAL_S))
+                if stop.wait(wait_s) or (left is not None and left <= META_INTERVAL_S):
+                    break
+                session.save_stats(rec.stats, **rec.meta_updates(writer))
+        finally:
+            rec.stop()
+        session.finish(rec.stats, f"{rec.stats.samples_written} software-channel rows",
+                       **rec.meta_updates(writer))
+    log(f"epi meter: stopped: {rec.stats.samples_written} software-channel rows written")
     for p in rec.pollers:
         if p.error is not None:
             log(f"epi meter: source {p.source.kind} stopped early: {p.error!r}")

@@ -104,3 +104,62 @@ def test_meta_stats_carry_the_rate_the_bus_sustains_as_it_runs(tmp_path: Path) -
     MeterDaemon(opts, log=lambda _line: None).run()
     stats = read_trace(tmp_path).segments[0].meta["stats"]
     assert stats["sustainable_rate_hz"] == pytest.approx(160_000 / (4 * 34 * 24), rel=1e-9)
+
+
+def test_each_disk_full_episode_counts_its_own_drops_and_a_stop_while_full_keeps_meta_right(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30: the second episode's event said the drops of both episodes, and a stop while
+    the disk was full left meta.json at its last checkpoint (clean_stop false, old counts).
+    Freeing a file gives its bytes back to the fake disk, as a file system does."""
+    import os
+
+    disk = FullDisk(monkeypatch, trace_mod)
+    real_unlink = os.unlink
+
+    def unlink(path: str | os.PathLike[str], *args: object, **kwargs: object) -> None:
+        size = os.stat(path).st_size if os.path.exists(path) else 0
+        real_unlink(path)
+        if disk.room is not None:
+            disk.room += size
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    opts = DaemonOptions(out_dir=tmp_path, emulate=True, listen=None,
+                         power_model=ConstantPower(9.0), rate_hz=20, stats_interval_s=0.5)
+    daemon = MeterDaemon(opts, log=lambda _line: None)
+    thread = threading.Thread(target=daemon.run)
+    thread.start()
+    try:
+        assert daemon.ready.wait(30)
+        sampler = daemon.sampler
+        assert sampler is not None
+        stats = sampler.stats
+        _wait_for("rows on disk", lambda: stats.samples_written >= 20)
+        disk.room = 0
+        _wait_for("first episode", lambda: getattr(stats, "samples_dropped", 0) >= 40)
+        written = stats.samples_written
+        disk.room = None
+        _wait_for("writing again", lambda: stats.samples_written >= written + 20)
+        first = getattr(stats, "samples_dropped", 0)
+        disk.room = 0
+        _wait_for("second episode", lambda: getattr(stats, "samples_dropped", 0) >= first + 24)
+        daemon.stop()  # while the disk is still full
+        thread.join(30)
+    finally:
+        disk.room = None
+        daemon.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    trace = read_trace(tmp_path)
+    seg = trace.segments[0]
+    final = seg.meta["stats"]
+    total = getattr(stats, "samples_dropped", 0)
+    assert final["clean_stop"] is True
+    assert final["sweeps"] == stats.sweeps and final["samples_dropped"] == total
+    assert final["samples_written"] == len(list(trace.samples())) == stats.samples_written
+    details = [e["detail"] for e in seg.events if e["kind"] == "disk_full"]
+    assert len(details) == 2
+    assert f": {first} sample row(s)" in details[0]
+    assert f": {total - first} sample row(s)" in details[1]
+    assert seg.events[-1]["kind"] == "stop"
+    assert not list(tmp_path.glob(".*reserve"))
