@@ -3,12 +3,13 @@
 `run()` exercises the line CRC, the tick extension past many `ticks_us` wraps, and a whole
 firmware (app, chip driver, telemetry, commands) on the `machine` stand-in with `FakeChip`s:
 sweeps in both encodings with cumulative counts, readiness (no values before a chip's first
-complete measurement after start-up: `fail: "not_ready"`), the plausibility checks (a glitched
-register word re-read, an implausible reading sent as `fail: "implausible"` with an event that
-says why), commands (ping, rate, read, write, malformed ones), an absent chip (an event and a
-`fail` entry, never a 0 reading) and a chip reset. The test suite runs it on MicroPython's
-WebAssembly port and on CPython (tests/meter/firmware/). Prints `SELFTEST OK <n>` on success,
-raises on the first failure.
+complete measurement after start-up: `fail: "not_ready"`), the plausibility checks (a
+glitched register word re-read, an implausible reading sent as `fail: "implausible"` with an
+event that says why), commands (ping, rate, read, write, malformed ones), an absent chip (an
+event and a `fail` entry, never a 0 reading), a chip reset, and a CS1 checksum error whose
+SysStatus bits clear on read (acted on at the first read, confirmed by CS1 read back). The
+test suite runs it on MicroPython's WebAssembly port and on CPython (tests/meter/firmware/).
+Prints `SELFTEST OK <n>` on success, raises on the first failure.
 MicroPython subset.
 """
 
@@ -24,7 +25,8 @@ from meter.firmware.mcutime import TickExtender
 
 class FakeChip:
     """A register-level ATM90E26 for the self-tests: LastData, read-clear energy, CalStart/
-    AdjStart state, CS1/CS2 read back as the chip's own computation, SoftReset."""
+    AdjStart state, CS1/CS2 read back as the chip's own computation, SoftReset, and SysStatus
+    error bits that clear on read (`checksum_error()`)."""
 
     def __init__(self, energy_per_read=0):
         self.energy_per_read = energy_per_read
@@ -42,6 +44,12 @@ class FakeChip:
         self.regs[0x48] = 52  # 0.052 A: U·I·PF = 11.96 W, consistent with Pmean
         self.regs[0x4D] = 1000  # PF 1.000
         self.last = 0
+        self.status = 0  # SysStatus: cleared on read
+
+    def checksum_error(self):
+        """An upset in the metering block: CS1 no longer matches; CalErr shows once."""
+        self.regs[0x22] ^= 0x0010  # PLconstL
+        self.status |= regs.CAL_ERR_MASK
 
     def spi_transfer(self, mosi):
         is_read = mosi[0] & 0x80
@@ -50,6 +58,9 @@ class FakeChip:
         if is_read:
             if a == regs.LAST_DATA:
                 v = self.last
+            elif a == regs.SYS_STATUS:
+                v = self.status
+                self.status = 0
             elif a == regs.AT_ENERGY:
                 v = self.energy_per_read & 0xFFFF
                 self.energy_cleared += v
@@ -267,6 +278,24 @@ def test_firmware(machine):
     check(any(m["k"] == "ev" and m["kind"] == "chip_reset" and m["n"] == 0 for m in msgs),
           "chip reset event")
     check(fw.chips[0].counts >= before, "counts kept across a chip reset")
+    # a CS1 checksum error whose SysStatus bits clear on read: acted on at the first read
+    # (CS1 read back differs from the calibration's), the calibration re-loaded, values again
+    _lines(hw.uart)
+    chips[17].checksum_error()
+    ticks.advance(200000)
+    fw.poll()
+    msgs = [json.loads(p) for p in _lines(hw.uart)]
+    events = [m for m in msgs if m["k"] == "ev"]
+    check([(m["kind"], m["n"]) for m in events] == [("checksum_error", 0)]
+          and "CS1" in events[0]["d"], "checksum error event")
+    check([m for m in msgs if m["k"] == "s"][-1]["c"][0].get("fail") == "checksum_error",
+          "checksum error: no values")
+    check(chips[17].regs[0x22] == fw.chips[0].calibration.get("PLconstL"), "re-loaded")
+    for _ in range(3):
+        ticks.advance(200000)
+        fw.poll()
+    msgs = [json.loads(p) for p in _lines(hw.uart)]
+    check([m for m in msgs if m["k"] == "s"][-1]["c"][0].get("p") == 12.0, "values again")
     return n_sweeps
 
 
