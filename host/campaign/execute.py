@@ -48,6 +48,14 @@ from host.campaign.layout import Layout
 from host.campaign.meter import emulated_daemon
 from host.campaign.plan import Plan, Step, base_path, build_plan, format_duration, plan_text
 from host.campaign.progress import Progress
+from host.campaign.specs import (
+    AccuracyArgs,
+    DataArgs,
+    PrepareArgs,
+    QuantizeArgs,
+    RunArgs,
+    StepArgs,
+)
 from host.campaign.study import Study
 from host.campaign.thermal import settle
 from host.campaign.verify import verify_done
@@ -140,34 +148,35 @@ class Campaign:
         self.stream.flush()
 
     # -- step arguments (the spec a step process reads)
-    def _args(self, step: Step, state: JournalState) -> tuple[dict[str, object], Path | None]:
+    def _args(self, step: Step, state: JournalState) -> tuple[StepArgs, Path | None]:
         st, lay = self.study, self.layout
         if step.kind == "prepare":
-            return {"name": step.detail}, None
+            return PrepareArgs(name=step.detail), None
         cfg = self.plan.config(step.config) if step.config else None
         if step.kind == "quantize":
             assert cfg is not None and cfg.map_path is not None
-            return {"map": str(cfg.map_path), "base": str(base_path(st, cfg.model)),
-                    "out_dir": str(cfg.gguf.parent), "threads": st.run.threads}, None
+            return QuantizeArgs(map=str(cfg.map_path), base=str(base_path(st, cfg.model)),
+                                out_dir=str(cfg.gguf.parent), threads=st.run.threads), None
         if step.kind == "data":
-            return {"benchmarks": list(st.accuracy.benchmarks),
-                    "texts": [st.accuracy.ppl] if st.accuracy.ppl == "lambada" else []}, None
+            return DataArgs(benchmarks=list(st.accuracy.benchmarks),
+                            texts=[st.accuracy.ppl] if st.accuracy.ppl == "lambada" else []
+                            ), None
         if step.kind == "accuracy":
             assert cfg is not None
             a = st.accuracy
-            return {"model": str(cfg.gguf), "benchmarks": a.benchmarks, "ppl": a.ppl,
-                    "ppl_windows": a.ppl_windows, "threads": a.threads, "seed": a.seed,
-                    "out": str(lay.root / "accuracy" / f"{cfg.config_id}.json")}, None
+            return AccuracyArgs(model=str(cfg.gguf), benchmarks=dict(a.benchmarks), ppl=a.ppl,
+                                ppl_windows=a.ppl_windows, threads=a.threads, seed=a.seed,
+                                out=str(lay.root / "accuracy" / f"{cfg.config_id}.json")), None
         if step.kind == "run":
             assert cfg is not None
             r = st.run
             run_dir = lay.run_dir(step, state.attempts.get(step.step_id, 0) + 1)
-            return {"model": str(cfg.gguf), "out": str(run_dir),
-                    "prompts": str(r.prompts) if r.prompts else None, "tokens": r.tokens,
-                    "repeats": r.repeats_per_run, "warmups": r.warmups, "threads": r.threads,
-                    "workers": r.workers, "split": r.split, "node": r.node,
-                    "meter": self.meter_url, "idle_s": r.idle_s,
-                    "cooldown_s": r.cooldown_s, "seed": st.seed}, run_dir
+            return RunArgs(model=str(cfg.gguf), out=str(run_dir),
+                           prompts=str(r.prompts) if r.prompts else None, tokens=r.tokens,
+                           repeats=r.repeats_per_run, warmups=r.warmups, threads=r.threads,
+                           workers=r.workers, split=r.split, node=r.node,
+                           meter=self.meter_url, idle_s=r.idle_s, cooldown_s=r.cooldown_s,
+                           seed=st.seed), run_dir
         raise AssertionError(step.kind)
 
     def run_dirs(self, state: JournalState) -> list[Path]:
@@ -407,7 +416,7 @@ def summary(step: Step, r: StepResult, s: Settle | None = None) -> str:
     if step.kind == "quantize":
         state = "up to date, skipped" if r.get("skipped") else "quantized"
         return (f"{Path(r.get('output', '?')).name} {state} "
-                f"({r.get('size_bytes', 0) / 1e6:.1f} MB, {r.get('bits_per_weight')} "
+                f"({(r.get('size_bytes') or 0) / 1e6:.1f} MB, {r.get('bits_per_weight')} "
                 "bits/weight)")
     if step.kind == "accuracy":
         comp = r.get("composite")
@@ -426,7 +435,7 @@ def summary(step: Step, r: StepResult, s: Settle | None = None) -> str:
     if step.kind == "data":
         return "prepared " + (", ".join(r.get("prepared", [])) or "nothing (already there)")
     if step.kind == "prepare":
-        return r.get("path", "")
+        return r.get("path") or ""
     return r.get("out", "")
 
 

@@ -52,12 +52,12 @@ class StepResult(TypedDict, total=False):
     campaign directory once journaled, except a prepared model's and the evaluation data's,
     which live outside any campaign)."""
 
-    path: str  # prepare
-    sha256: str
+    path: str | None  # prepare (None: the manifest has none)
+    sha256: str | None
     output: str  # quantize
     skipped: bool
-    size_bytes: int
-    bits_per_weight: float
+    size_bytes: int | None
+    bits_per_weight: float | None
     prepared: list[str]  # data
     root: str
     out: str  # accuracy, analysis, report

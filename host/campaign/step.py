@@ -11,24 +11,26 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
+from host.campaign.journal import StepResult
+from host.campaign.specs import AccuracyArgs, DataArgs, PrepareArgs, QuantizeArgs, RunArgs
 
 
 def _echo(line: str) -> None:
     print(line, flush=True)
 
 
-def do_prepare(a: dict[str, Any]) -> dict[str, Any]:
+def do_prepare(a: PrepareArgs) -> StepResult:
     from host.quant.models import prepare_model
 
     manifest = prepare_model(a["name"], log=_echo)
     return {"path": manifest.path, "sha256": manifest.sha256}
 
 
-def do_quantize(a: dict[str, Any]) -> dict[str, Any]:
+def do_quantize(a: QuantizeArgs) -> StepResult:
     from host.accuracy.cache import model_sha256
     from host.quant.gguf_info import read_model
     from host.quant.mixmap import load_mixmap
@@ -38,14 +40,14 @@ def do_quantize(a: dict[str, Any]) -> dict[str, Any]:
     if not base.is_file():
         raise UserError(f"{base}: base model not found")
     r = quantize_map(load_mixmap(Path(a["map"])), read_model(base), model_sha256(base),
-                     Path(a["out_dir"]), threads=a.get("threads"))
+                     Path(a["out_dir"]), threads=a["threads"])
     _echo(f"{r.output}: {'up to date, skipped' if r.skipped else 'quantized'}")
     return {"output": str(r.output), "skipped": r.skipped,
             "size_bytes": r.manifest.output.size_bytes,
             "bits_per_weight": r.manifest.total.bits_per_weight}
 
 
-def do_data(a: dict[str, Any]) -> dict[str, Any]:
+def do_data(a: DataArgs) -> StepResult:
     from host.accuracy import evaldata
 
     root = evaldata.data_dir()
@@ -55,7 +57,7 @@ def do_data(a: dict[str, Any]) -> dict[str, Any]:
     return {"prepared": prepared, "root": str(root)}
 
 
-def do_accuracy(a: dict[str, Any]) -> dict[str, Any]:
+def do_accuracy(a: AccuracyArgs) -> StepResult:
     """Score one model; benchmarks with different item counts are scored per count and
     merged, with the composite recomputed over all of them."""
     from host.accuracy.evaldata import resolve_ppl
@@ -66,13 +68,13 @@ def do_accuracy(a: dict[str, Any]) -> dict[str, Any]:
     by_n: dict[int, list[str]] = {}
     for bench, n in a["benchmarks"].items():
         by_n.setdefault(int(n), []).append(bench)
-    ppl_file, ppl_name = resolve_ppl(a.get("ppl"), None)
-    doc: dict[str, Any] | None = None
+    ppl_file, ppl_name = resolve_ppl(a["ppl"], None)
+    doc: dict[str, Any] | None = None  # host.accuracy's epi-accuracy document
     groups = sorted(by_n.items()) or [(10, [])]
     for i, (n, benches) in enumerate(groups):
         s = Settings(benches=benches, n=n, seed=a["seed"], threads=a["threads"],
                      ppl_file=ppl_file if i == 0 else None, ppl_name=ppl_name,
-                     ppl_windows=a.get("ppl_windows"),
+                     ppl_windows=a["ppl_windows"],
                      weights={b: 1.0 for b in a["benchmarks"]} or {"mmlu": 1.0})
         part = evaluate([model], s, echo=_echo)
         if doc is None:
@@ -93,30 +95,41 @@ def do_accuracy(a: dict[str, Any]) -> dict[str, Any]:
             "cached": all(b.get("cached") for b in entry["benchmarks"].values())}
 
 
-def do_run(a: dict[str, Any]) -> dict[str, Any]:
+def do_run(a: RunArgs) -> StepResult:
     from host.run.runner import RunSettings, run
 
     s = RunSettings(model=Path(a["model"]), out=Path(a["out"]),
-                    prompts=Path(a["prompts"]) if a.get("prompts") else None,
+                    prompts=Path(a["prompts"]) if a["prompts"] else None,
                     tokens=a["tokens"], repeats=a["repeats"], warmups=a["warmups"],
-                    threads=a.get("threads"), workers=a.get("workers"), split=a.get("split"),
+                    threads=a["threads"], workers=a["workers"], split=a["split"],
                     meter=a["meter"], idle_s=a["idle_s"], cooldown_s=a["cooldown_s"],
-                    seed=a.get("seed", 0), node=a.get("node"))
+                    seed=a["seed"], node=a["node"])
     r = run(s, echo=_echo)
     return {"run_dir": str(r.run_dir), "n_requests": r.n_requests, "n_measured": r.n_measured,
             "prefill_ms_median": r.prefill_ms_median,
             "decode_tok_s_median": r.decode_tok_s_median}
 
 
-KINDS = {"prepare": do_prepare, "quantize": do_quantize, "data": do_data,
-         "accuracy": do_accuracy, "run": do_run}
+def run_kind(kind: str, args: dict[str, object]) -> StepResult:
+    """Run one step of `kind` with the arguments the campaign wrote (host.campaign.specs)."""
+    if kind == "prepare":
+        return do_prepare(cast(PrepareArgs, args))
+    if kind == "quantize":
+        return do_quantize(cast(QuantizeArgs, args))
+    if kind == "data":
+        return do_data(cast(DataArgs, args))
+    if kind == "accuracy":
+        return do_accuracy(cast(AccuracyArgs, args))
+    if kind == "run":
+        return do_run(cast(RunArgs, args))
+    raise UserError(f"step kind {kind!r} is not prepare, quantize, data, accuracy or run")
 
 
 def main(argv: list[str]) -> int:
     spec_path = Path(argv[0])
     spec = json.loads(spec_path.read_text())
     try:
-        result = KINDS[spec["kind"]](spec["args"])
+        result = run_kind(spec["kind"], spec["args"])
     except UserError as exc:
         print(f"epi: error: {exc}", flush=True)
         write_json_atomic(spec_path.with_name("error.json"), {"error": str(exc)})

@@ -9,27 +9,40 @@ record says it did not settle. Either way, what happened is returned for the jou
 from __future__ import annotations
 
 import json
+import math
 import time
 import urllib.request
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from host.campaign.journal import Settle
 from host.campaign.study import ThermalSpec
 
 
-def total_power(status: dict[str, Any]) -> tuple[int, float] | None:
-    """(newest sample time ns, summed power W) of a /status snapshot, or None if no channel
-    has a reading yet."""
-    lasts = [c.get("last") for c in status.get("channels", [])]
-    lasts = [x for x in lasts if x and x.get("power_w") is not None]
-    if not lasts:
+def _finite(x: object) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    return max(int(x["t_mono_ns"]) for x in lasts), float(sum(x["power_w"] for x in lasts))
+    return float(x) if math.isfinite(x) else None
 
 
-def read_status(url: str) -> dict[str, Any]:
+def total_power(status: object) -> tuple[int, float] | None:
+    """(newest sample time ns, summed power W) of a /status snapshot, or None if no channel
+    has a reading yet (or the snapshot is not the daemon's shape)."""
+    chans = status.get("channels") if isinstance(status, dict) else None
+    readings: list[tuple[int, float]] = []
+    for c in chans if isinstance(chans, list) else []:
+        last = c.get("last") if isinstance(c, dict) else None
+        if not isinstance(last, dict):
+            continue
+        t, p = _finite(last.get("t_mono_ns")), _finite(last.get("power_w"))
+        if t is not None and p is not None:
+            readings.append((int(t), p))
+    if not readings:
+        return None
+    return max(t for t, _ in readings), sum(p for _, p in readings)
+
+
+def read_status(url: str) -> object:
     with urllib.request.urlopen(url.rstrip("/") + "/status", timeout=5) as resp:
         return json.loads(resp.read())
 
@@ -49,7 +62,7 @@ def stable(readings: list[tuple[int, float]], spec: ThermalSpec) -> tuple[bool, 
 
 
 def settle(spec: ThermalSpec, meter_url: str | None, *,
-           status: Callable[[str], dict[str, Any]] = read_status,
+           status: Callable[[str], object] = read_status,
            sleep: Callable[[float], None] = time.sleep,
            clock: Callable[[], float] = time.monotonic) -> Settle:
     """Wait by the rule; return {rule, waited_s, settled, ...} for the journal."""

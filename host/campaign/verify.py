@@ -27,7 +27,8 @@ def expected_output(step: Step, ev: Done, layout: Layout) -> tuple[Path | None, 
     if step.kind == "report":
         return layout.report_html, "report"
     if step.kind == "prepare":
-        return (Path(r["path"]) if "path" in r else None), "result.path"
+        path = r.get("path")
+        return (Path(path) if path else None), "result.path"
     if step.kind == "data":
         return (Path(r["root"]) if "root" in r else None), "result.root"
     key = {"quantize": "output", "accuracy": "out", "run": "run_dir"}[step.kind]

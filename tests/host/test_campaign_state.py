@@ -305,3 +305,25 @@ def test_the_same_map_twice_is_refused(tmp_path: Path) -> None:
     p = write_study(tmp_path, maps=f'["{maps_dir}/uniform_q8.json", "{maps_dir}/uniform_q*.json"]')
     with pytest.raises(UserError, match="listed twice"):
         load_study(p)
+
+
+@pytest.mark.parametrize("status", [
+    [], None, {"channels": None}, {"channels": [None, 3, "x"]},
+    {"channels": [{"last": {"t_mono_ns": "1", "power_w": 2.0}}]},
+    {"channels": [{"last": {"t_mono_ns": 1, "power_w": float("nan")}}]},
+    {"channels": [{"last": {"t_mono_ns": 1, "power_w": True}}]},
+])
+def test_a_malformed_meter_status_is_no_reading(status: object) -> None:
+    """A /status answer not of the daemon's shape is 'no reading yet' (the settle then times
+    out and says so), never a crash of the campaign."""
+    from host.campaign.thermal import total_power
+
+    assert total_power(status) is None
+
+
+def test_meter_status_sums_the_channels_newest_time() -> None:
+    from host.campaign.thermal import total_power
+
+    status = {"channels": [{"last": {"t_mono_ns": 5, "power_w": 1.5}},
+                           {"last": {"t_mono_ns": 7, "power_w": 2.25}}, {"last": None}]}
+    assert total_power(status) == (7, 3.75)

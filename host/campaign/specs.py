@@ -1,0 +1,56 @@
+"""What a campaign hands each step process (`spec.json`'s `args`), one TypedDict per step kind.
+
+The campaign (host.campaign.execute) builds them; the step (host.campaign.step) reads them
+back from JSON. Paths travel as text (JSON), relative to the working directory the campaign
+and its steps share.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict, Union
+
+
+class PrepareArgs(TypedDict):
+    name: str  # a prepared model name (`epi model prepare`)
+
+
+class QuantizeArgs(TypedDict):
+    map: str
+    base: str
+    out_dir: str
+    threads: int | None
+
+
+class DataArgs(TypedDict):
+    benchmarks: list[str]
+    texts: list[str]
+
+
+class AccuracyArgs(TypedDict):
+    model: str
+    benchmarks: dict[str, int]  # name → items
+    ppl: str | None
+    ppl_windows: int | None
+    threads: int
+    seed: int
+    out: str
+
+
+class RunArgs(TypedDict):
+    model: str
+    out: str
+    prompts: str | None
+    tokens: int
+    repeats: int
+    warmups: int
+    threads: int | None
+    workers: str | None
+    split: str | None
+    node: str | None
+    meter: str | None
+    idle_s: float
+    cooldown_s: float
+    seed: int
+
+
+StepArgs = Union[PrepareArgs, QuantizeArgs, DataArgs, AccuracyArgs, RunArgs]
