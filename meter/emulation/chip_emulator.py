@@ -59,6 +59,12 @@ _ERROR_KEYS = (
 _ENERGY_ADDRESSES = (0x40, 0x41, 0x42, 0x43, 0x44, 0x45)
 
 
+def _power_factor_and_angle(p_w: float, q_var: float, s_va: float) -> tuple[float, float]:
+    """PowerF (P/S, clamped to ±1) and Pangle (degrees) as the chip defines them (DS §5.5)."""
+    pf = max(min(p_w / s_va, 1.0), -1.0) if s_va > 0 else 0.0
+    return pf, math.degrees(math.atan2(q_var, p_w)) if (p_w or q_var) else 0.0
+
+
 class EmulatedChip:
     """One emulated ATM90E26 on a power model.
 
@@ -336,14 +342,8 @@ class EmulatedChip:
         p = (p_true + e["power_offset_w"]) * ku * ki + regs.to_signed16(r[0x37]) * w_per_sp
         q = (q_true + e["reactive_offset_var"]) * ku * ki + regs.to_signed16(r[0x38]) * w_per_sp
         s = u * i
-        out = {
-            "Urms": u,
-            "Irms": i,
-            "Freq": freq,
-            "Smean": s,
-            "PowerF": max(min(p / s, 1.0), -1.0) if s > 0 else 0.0,
-            "Pangle": math.degrees(math.atan2(q, p)) if (p or q) else 0.0,
-        }
+        pf, angle = _power_factor_and_angle(p, q, s)
+        out = {"Urms": u, "Irms": i, "Freq": freq, "Smean": s, "PowerF": pf, "Pangle": angle}
         if r[regs.SMALL_P_MOD] == regs.SMALL_POWER_CODE:
             out["Pmean"], out["Qmean"] = p / w_per_sp, q / w_per_sp
         else:
@@ -354,16 +354,9 @@ class EmulatedChip:
             p_n = p_true * ku * kn + regs.to_signed16(r[0x39]) * w_per_sp
             q_n = q_true * ku * kn + regs.to_signed16(r[0x3A]) * w_per_sp
             s_n = u * i_n
-            out.update(
-                {
-                    "Irms2": i_n,
-                    "Pmean2": p_n,
-                    "Qmean2": q_n,
-                    "Smean2": s_n,
-                    "PowerF2": max(min(p_n / s_n, 1.0), -1.0) if s_n > 0 else 0.0,
-                    "Pangle2": math.degrees(math.atan2(q_n, p_n)) if (p_n or q_n) else 0.0,
-                }
-            )
+            pf_n, angle_n = _power_factor_and_angle(p_n, q_n, s_n)
+            out.update({"Irms2": i_n, "Pmean2": p_n, "Qmean2": q_n, "Smean2": s_n,
+                        "PowerF2": pf_n, "Pangle2": angle_n})
         return out
 
     def _measurement_word(self, register: regs.Register) -> tuple[int, int]:
