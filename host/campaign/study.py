@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar, cast, overload
 
 from epi.core.errors import UserError
 from epi.core.limits import DAY_S, MAX_SEED, MAX_THREADS
@@ -147,7 +147,7 @@ class Study:
 class _Reader:
     """Typed access to one TOML table; every error names file and field."""
 
-    def __init__(self, path: Path, table: dict[str, Any], prefix: str) -> None:
+    def __init__(self, path: Path, table: dict[str, object], prefix: str) -> None:
         self.path, self.table, self.prefix = path, table, prefix
         self.used: set[str] = set()
 
@@ -155,25 +155,34 @@ class _Reader:
         where = f"{self.prefix}.{key}" if self.prefix else key
         return UserError(f"{self.path}: field {where!r}: {problem}")
 
-    def get(self, key: str, kinds: type | tuple[type, ...], default: Any = None,
-            required: bool = False) -> Any:
+    def _value(self, key: str, kinds: tuple[type, ...]) -> object:
+        """The field's value when present (None when absent), of one of `kinds`."""
         self.used.add(key)
         if key not in self.table:
-            if required:
-                raise self.fail(key, "missing")
-            return default
+            return None
         value = self.table[key]
-        if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple)
-                                                    else (kinds,)):
-            raise self.fail(key, f"expected {_kind_text(kinds)}, got {value!r}")
-        if not isinstance(value, kinds):
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             raise self.fail(key, f"expected {_kind_text(kinds)}, got {value!r}")
         return value
 
-    def number(self, key: str, default: float | None, low: float, *, integer: bool = False,
-               strict: bool = False, high: float | None = None) -> Any:
-        value = self.get(key, int if integer else (int, float), default)
+    @overload
+    def get(self, key: str, kind: type[T], default: T) -> T: ...
+    @overload
+    def get(self, key: str, kind: type[T], default: None = None) -> T | None: ...
+    def get(self, key: str, kind: type[T], default: T | None = None) -> T | None:
+        value = self._value(key, (kind,))
+        return default if value is None else cast(T, value)  # checked by _value
+
+    def need(self, key: str, kind: type[T]) -> T:
+        value = self.get(key, kind)
         if value is None:
+            raise self.fail(key, "missing")
+        return value
+
+    def _number(self, key: str, low: float, kinds: tuple[type, ...], strict: bool,
+                high: float | None) -> float | int | None:
+        value = self._value(key, kinds)
+        if not isinstance(value, (int, float)):
             return None
         if not math.isfinite(value):
             raise self.fail(key, f"{value} is not a finite number")
@@ -181,7 +190,30 @@ class _Reader:
             raise self.fail(key, f"{value} must be {'above' if strict else 'at least'} {low}")
         if high is not None and value > high:
             raise self.fail(key, f"{value} must be at most {high}")
-        return value if integer else float(value)
+        return value
+
+    @overload
+    def integer(self, key: str, default: int, low: int, *, high: int | None = None) -> int: ...
+    @overload
+    def integer(self, key: str, default: None, low: int, *, high: int | None = None
+                ) -> int | None: ...
+    def integer(self, key: str, default: int | None, low: int, *, high: int | None = None
+                ) -> int | None:
+        """A whole number in [low, high] (the default when absent)."""
+        value = self._number(key, low, (int,), False, high)
+        return default if value is None else int(value)
+
+    @overload
+    def real(self, key: str, default: float, low: float, *, strict: bool = False,
+             high: float | None = None) -> float: ...
+    @overload
+    def real(self, key: str, default: None, low: float, *, strict: bool = False,
+             high: float | None = None) -> float | None: ...
+    def real(self, key: str, default: float | None, low: float, *, strict: bool = False,
+             high: float | None = None) -> float | None:
+        """A finite number in [low, high] ((low, high] with strict; the default when absent)."""
+        value = self._number(key, low, (int, float), strict, high)
+        return default if value is None else float(value)
 
     def finish(self) -> None:
         unknown = sorted(set(self.table) - self.used)
@@ -189,21 +221,20 @@ class _Reader:
             raise self.fail(unknown[0], "unknown field (see docs/campaign.md)")
 
 
-def _kind_text(kinds: type | tuple[type, ...]) -> str:
+def _kind_text(kinds: tuple[type, ...]) -> str:
     names = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
              list: "a list", dict: "a table"}
-    ks = kinds if isinstance(kinds, tuple) else (kinds,)
-    return " or ".join(names.get(k, k.__name__) for k in ks)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _table(path: Path, doc: dict[str, Any], name: str) -> _Reader:
+def _table(path: Path, doc: dict[str, object], name: str) -> _Reader:
     value = doc.get(name, {})
     if not isinstance(value, dict):
         raise UserError(f"{path}: field {name!r}: expected a table [{name}]")
     return _Reader(path, value, name)
 
 
-def expand_maps(study_path: Path, where: str, items: list[Any]) -> tuple[Path, ...]:
+def expand_maps(study_path: Path, where: str, items: list[object]) -> tuple[Path, ...]:
     """Map entries (files, folders, globs; relative to the study file) → map files, in order.
     A file named twice (by any two entries) is refused: it would be one configuration."""
     out: list[Path] = []
@@ -239,7 +270,7 @@ def expand_maps(study_path: Path, where: str, items: list[Any]) -> tuple[Path, .
     return tuple(out)
 
 
-def _models(path: Path, doc: dict[str, Any]) -> tuple[ModelSpec, ...]:
+def _models(path: Path, doc: dict[str, object]) -> tuple[ModelSpec, ...]:
     raw = doc.get("models")
     if not isinstance(raw, list) or not raw:
         raise UserError(f"{path}: field 'models': expected one or more [[models]] tables")
@@ -249,7 +280,7 @@ def _models(path: Path, doc: dict[str, Any]) -> tuple[ModelSpec, ...]:
         if not isinstance(entry, dict):
             raise UserError(f"{path}: field 'models[{i}]': expected a table")
         r = _Reader(path, entry, f"models[{i}]")
-        name = r.get("name", str, required=True)
+        name = r.need("name", str)
         check_id(name, f"{path}: field 'models[{i}].name'")  # becomes OUT/models/NAME
         if name in names:  # one name, one base model: a second would quantize from the first
             raise r.fail("name", f"{name!r} is already the name of models[{names[name]}]; "
@@ -281,8 +312,8 @@ def load_study(path: Path | str) -> Study:
     # The name becomes a directory name (out/campaign-NAME); the default is the file's stem.
     check_id(name, f"{path}: field 'study.name'" + ("" if "name" in s.table else
                                                     " (default: the file's name)"))
-    seed = s.number("seed", 0, 0, integer=True, high=MAX_SEED)
-    repeats = s.number("repeats", 3, 1, integer=True, high=1000)
+    seed = s.integer("seed", 0, 0, high=MAX_SEED)
+    repeats = s.integer("repeats", 3, 1, high=1000)
     out_text = s.get("out", str, f"out/campaign-{name}")
     baseline = s.get("baseline", str)
     s.finish()
@@ -292,20 +323,20 @@ def load_study(path: Path | str) -> Study:
     r = _table(path, doc, "run")
     prompts = r.get("prompts", str)
     run = RunSpec(
-        tokens=r.number("tokens", 16, 2, integer=True, high=1_000_000),
-        repeats_per_run=r.number("repeats_per_run", 3, 2, integer=True, high=10_000),
-        warmups=r.number("warmups", 1, 0, integer=True, high=1000),
+        tokens=r.integer("tokens", 16, 2, high=1_000_000),
+        repeats_per_run=r.integer("repeats_per_run", 3, 2, high=10_000),
+        warmups=r.integer("warmups", 1, 0, high=1000),
         prompts=(path.parent / prompts) if prompts else None,
-        threads=r.number("threads", None, 1, integer=True, high=MAX_THREADS),
-        idle_s=r.number("idle_s", 3.0, 0.0, high=DAY_S),
-        cooldown_s=r.number("cooldown_s", 1.0, 0.0, high=DAY_S),
+        threads=r.integer("threads", None, 1, high=MAX_THREADS),
+        idle_s=r.real("idle_s", 3.0, 0.0, high=DAY_S),
+        cooldown_s=r.real("cooldown_s", 1.0, 0.0, high=DAY_S),
         workers=r.get("workers", str), split=r.get("split", str), node=r.get("node", str))
     r.finish()
 
     m = _table(path, doc, "meter")
     trace = m.get("trace", str)
     meter = MeterSpec(url=m.get("url", str), emulate=m.get("emulate", bool, False),
-                      rate_hz=m.number("rate_hz", None, 0.0, strict=True, high=1000.0),
+                      rate_hz=m.real("rate_hz", None, 0.0, strict=True, high=1000.0),
                       trace=(path.parent / trace) if trace else None)
     m.finish()
     if meter.url and meter.trace is None:
@@ -329,21 +360,21 @@ def load_study(path: Path | str) -> Study:
         if b not in BENCHMARKS:
             raise a.fail(f"benchmarks.{b}", f"unknown benchmark (known: {', '.join(BENCHMARKS)})")
     accuracy = AccuracySpec(benchmarks=dict(benches), ppl=a.get("ppl", str),
-                            ppl_windows=a.number("ppl_windows", 10, 1, integer=True,
+                            ppl_windows=a.integer("ppl_windows", 10, 1,
                                                  high=100_000),
-                            threads=a.number("threads", 1, 1, integer=True, high=MAX_THREADS),
-                            seed=a.number("seed", 0, 0, integer=True, high=MAX_SEED))
+                            threads=a.integer("threads", 1, 1, high=MAX_THREADS),
+                            seed=a.integer("seed", 0, 0, high=MAX_SEED))
     a.finish()
 
     t = _table(path, doc, "thermal")
     rule = t.get("rule", str, "fixed")
     if rule not in THERMAL_RULES:
         raise t.fail("rule", f"{rule!r} is not one of {', '.join(THERMAL_RULES)}")
-    thermal = ThermalSpec(rule=rule, wait_s=t.number("wait_s", 0.0, 0.0, high=DAY_S),
-                          tolerance=t.number("tolerance", 0.02, 0.0, strict=True, high=1.0),
-                          window_s=t.number("window_s", 10.0, 0.0, strict=True, high=DAY_S),
-                          timeout_s=t.number("timeout_s", 120.0, 0.0, high=DAY_S),
-                          poll_s=t.number("poll_s", 0.5, 0.0, strict=True, high=DAY_S))
+    thermal = ThermalSpec(rule=rule, wait_s=t.real("wait_s", 0.0, 0.0, high=DAY_S),
+                          tolerance=t.real("tolerance", 0.02, 0.0, strict=True, high=1.0),
+                          window_s=t.real("window_s", 10.0, 0.0, strict=True, high=DAY_S),
+                          timeout_s=t.real("timeout_s", 120.0, 0.0, high=DAY_S),
+                          poll_s=t.real("poll_s", 0.5, 0.0, strict=True, high=DAY_S))
     t.finish()
 
     an = _table(path, doc, "analysis")
@@ -355,19 +386,19 @@ def load_study(path: Path | str) -> Study:
         if text is not None and text not in allowed:
             raise an.fail(key, "expected " + " or ".join(f'"{x}"' for x in allowed))
         texts[key] = text
-    fracs = {key: an.number(key, None, 0.0, high=1.0)  # fractions, as `epi analyze` takes them
+    fracs = {key: an.real(key, None, 0.0, high=1.0)  # fractions, as `epi analyze` takes them
              for key in ("cv_threshold", "max_offset_frac", "max_lag_error_frac",
                          "ppl_tolerance", "max_resolution_frac")}
     analysis = AnalysisSpec(texts["energy_basis"], texts["energy_method"], texts["lag"],
                             fracs["cv_threshold"], fracs["max_offset_frac"],
                             fracs["max_lag_error_frac"], fracs["ppl_tolerance"],
                             fracs["max_resolution_frac"],
-                            an.number("min_samples", None, 2, integer=True, high=1_000_000))
+                            an.integer("min_samples", None, 2, high=1_000_000))
     an.finish()
 
     e = _table(path, doc, "estimate")
     d = Estimate()
-    estimate = Estimate(**{k: e.number(k, getattr(d, k), 0.0, strict=True)
+    estimate = Estimate(**{k: e.real(k, getattr(d, k), 0.0, strict=True)
                            for k in vars(d)})
     e.finish()
     return Study(path=path, name=name, seed=seed, repeats=repeats, out=out, baseline=baseline,
