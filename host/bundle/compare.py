@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from host.bundle.facts import ASPECTS, Config, Facts
+from host.bundle.facts import ASPECTS, FLAG_ASPECTS, Config, Facts
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,17 @@ def differences(all_facts: Sequence[Facts]) -> list[Difference]:
         if len(set(values)) > 1:
             out.append(Difference(aspect, meaning, values))
     return out
+
+
+def shown_values(d: Difference) -> tuple[str, ...]:
+    """Each bundle's value as the report prints it: for flag lists only the flags that not
+    every bundle has, with the number of shared ones."""
+    if d.aspect not in FLAG_ASPECTS:
+        return d.values
+    shared = set.intersection(*(set(v.split()) for v in d.values))
+    more = f"  (+{len(shared)} shared)" if shared else ""
+    return tuple((" ".join(t for t in v.split() if t not in shared) or "(no flag of its own)")
+                 + more for v in d.values)
 
 
 def _fmt(v: float | None, digits: int = 4) -> str:
@@ -64,11 +75,17 @@ def report(all_facts: Sequence[Facts]) -> list[str]:
             cells = [_fmt(getattr(c, attr)) if c is not None else "absent" for c in present]
             lines.append("| " + " | ".join([name, _short(k[0]), _short(k[1]), *cells]) + " |")
         lines.append("")
+        if attr == "j_per_token":
+            notes = [f"- {letter} {c.config}: null: {c.reason[:160]}"
+                     for k in keys for letter, f in zip(letters, all_facts, strict=True)
+                     if (c := f.configs.get(k)) is not None and c.j_per_token is None
+                     and c.reason]
+            lines += [*notes, ""] if notes else []
     diffs = differences(all_facts)
     lines += ["## Fairness", ""]
     if not diffs:
         lines.append("No difference found in: " + ", ".join(ASPECTS) + ".")
     for d in diffs:
         lines.append(f"- **UNFAIR: {d.aspect} differ** ({d.meaning}):")
-        lines += [f"  - {k}: {v}" for k, v in zip(letters, d.values, strict=True)]
+        lines += [f"  - {k}: {v}" for k, v in zip(letters, shown_values(d), strict=True)]
     return lines

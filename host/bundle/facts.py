@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from host.bundle.archive import Bundle
 
+#: facts whose value is a list of flags: a difference shows only the flags not shared
+FLAG_ASPECTS = ("llama.cpp build flags", "CPU features of the build")
 #: the fairness facts, in report order: name → what a difference means
 ASPECTS = {
     "llama.cpp build flags": "different compiler flags change speed and energy",
@@ -37,6 +39,7 @@ class Config:
     accuracy: float | None
     epi: float | None
     power_source: str | None
+    reason: str | None = None  # why a figure is null (results.csv's `reason`)
 
 
 @dataclass
@@ -162,7 +165,7 @@ def facts(bundle: Bundle) -> Facts:
         key = (sha, _map_sha(bundle, config))
         out.configs[key] = Config(config, key[0], key[1], _num(row.get("j_per_token_median")),
                                   _num(row.get("accuracy")), _num(row.get("epi")),
-                                  row.get("power_source") or None)
+                                  row.get("power_source") or None, row.get("reason") or None)
     out.aspects.update(_build_aspects(runs))
     results = _obj(bundle, "analysis/results.json")
     sources = results.get("power_sources")
