@@ -1,7 +1,8 @@
 """The ATM90E26 register table and value codecs — the one place the register map is typed.
 
-Used by the driver, the emulator, the CLI and the docs (`register_table_markdown()`), so the
-addresses, access rules, reset values, codecs and units are written down exactly once.
+Used by the chip protocol (driver and firmware), the emulator, the CLI, the analysis and the
+docs (`register_table_markdown()`, `field_table_markdown()`), so the addresses, access rules,
+reset values, codecs, units and bit fields (`FIELDS`) are written down exactly once.
 Source: docs/atm90e26.md §2–3 (datasheet Table-10 and register pages).
 
 Pure functions, no I/O, and only the Python subset MicroPython also runs (no dataclasses, no

@@ -1,7 +1,7 @@
 """Calibration procedures for one ATM90E26: gains against a reference load, offsets at no load.
 
-Kept out of the driver class (meter/driver/atm90e26.py), which does register access, start-up,
-readings and fault recovery: these procedures only use its public operations (`read_value`,
+Kept out of the driver class (meter/driver/atm90e26.py, the chip protocol over a bus): these
+procedures only use its public operations (`read_value`,
 `read_clear`, `write_register`, `apply_calibration`, the clock). Formulas: docs/atm90e26.md §6
 (application note 46102B §3.2), code in meter/chip/calibration.py.
 """
