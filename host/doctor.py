@@ -214,7 +214,7 @@ def _power_counter_checks() -> list[Check]:
     checks = []
     probes = probe_sources()
     for p in probes:
-        detail, _, fix = p["detail"].partition("; fix: ")
+        detail, _, fix = str(p["detail"]).partition("; fix: ")
         checks.append(Check(
             "power", f"{p['source']} (component power, not wall)",
             True if p["readable"] else (False if p["present"] else None),

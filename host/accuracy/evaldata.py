@@ -142,7 +142,9 @@ def extract_benchmark(
     target = root / bench
     if target.exists():
         shutil.rmtree(target)
-    data, extras, members = [], [], []
+    data: list[Path] = []
+    extras: list[Path] = []
+    members: list[str] = []
     for name in sorted(zf.namelist()):
         m = rx.match(name)
         if not m:

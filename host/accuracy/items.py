@@ -57,16 +57,18 @@ class Item:
         return [c + k for c, k in zip(self.contexts, self.continuations, strict=True)]
 
 
-def shared_item(item_id: str, context: str, choices: Sequence[str], gold: int) -> Item:
+def shared_item(item_id: str, context: str, choices: Sequence[object], gold: int) -> Item:
     """An item whose choices continue one context after a single space (llama.cpp's rule)."""
     if len(choices) < 2:
         raise RecordError("choices", f"needs at least 2 choices, got {len(choices)}")
     if not 0 <= gold < len(choices):
         raise RecordError("label", f"gold index {gold} outside 0..{len(choices) - 1}")
-    for c in choices:
+    texts: list[str] = []
+    for c in choices:  # hostile data files: a choice may be anything
         if not isinstance(c, str) or not c:
             raise RecordError("choices", "a choice is empty or not text")
-    return Item(item_id, (context,) * len(choices), tuple(" " + c for c in choices), gold)
+        texts.append(" " + c)
+    return Item(item_id, (context,) * len(texts), tuple(texts), gold)
 
 
 def _text(rec: Mapping[str, Any], field: str) -> str:

@@ -67,7 +67,6 @@ def _check_accuracy(block: dict[str, Any], where: str, value_key: str, ci_key: s
         raise UserError(f"{where}.{ci_key}: expected [lower, upper] or null, got {ci!r}")
     lo = check_float(ci[0], f"{where}.{ci_key}[0]", lo=0.0, hi=1.0)
     hi = check_float(ci[1], f"{where}.{ci_key}[1]", lo=0.0, hi=1.0)
-    assert lo is not None and hi is not None
     if lo > hi or (acc is not None and not lo <= acc <= hi):
         raise UserError(f"{where}.{ci_key}: interval {ci!r} contradicts {value_key} {acc!r} "
                         "(need lower ≤ accuracy ≤ upper)")

@@ -147,8 +147,9 @@ class Scorer:
 
     def close(self) -> None:
         """Free the model and contexts now (instead of at garbage collection)."""
-        if getattr(self, "_branching", None) is not None:
-            self._branching.close()
+        branching: BranchingContext | None = getattr(self, "_branching", None)
+        if branching is not None:
+            branching.close()
             self._branching = None
         llm = getattr(self, "llm", None)
         if llm is not None:

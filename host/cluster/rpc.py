@@ -70,8 +70,8 @@ def parse_workers(spec: str, option: str = "--workers") -> list[Endpoint]:
         raw.append((name or None, host, _parse_port(port_text, f"{option} {item!r}")))
     hosts = [h for _, h, _ in raw]
     endpoints: list[Endpoint] = []
-    for name, host, port in raw:
-        node = name or (host if hosts.count(host) == 1 else f"{host}:{port}")
+    for given, host, port in raw:
+        node = given or (host if hosts.count(host) == 1 else f"{host}:{port}")
         endpoints.append(Endpoint(host, port, node))
     for attr in ("address", "node"):
         values = [getattr(e, attr) for e in endpoints]

@@ -17,7 +17,6 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from epi.core.errors import UserError
 from epi.core.text import ranges_text
@@ -94,24 +93,26 @@ class MixMap:
     groups: tuple[Group, ...]
     non_block: dict[str, str]
     path: Path
-    raw: dict[str, Any]
+    raw: dict[str, object]
     moe: dict[str, str] = field(default_factory=dict)
     form: str = "epi"  # "epi" or "paper": the form the file was written in
 
-    def canonical(self) -> dict[str, Any]:
-        """The map in epi's own form (what `epi maps import` writes), whatever form it came in."""
+    def canonical(self, *, compact_layers: bool = False) -> dict[str, object]:
+        """The map in epi's own form, whatever form it came in; `compact_layers` writes layer
+        runs as "a-b" ranges (what `epi maps import` writes)."""
         groups = []
         for g in self.groups:
-            entry: dict[str, Any] = {"name": g.name}
+            entry: dict[str, object] = {"name": g.name}
             if g.fraction is not None:
                 entry["fraction"] = g.fraction
             else:
-                entry["layers"] = list(g.layers or ())
+                layers = list(g.layers or ())
+                entry["layers"] = _compact_layers(layers) if compact_layers else layers
             entry["type"] = g.type
             if g.overrides:
                 entry["overrides"] = dict(sorted(g.overrides.items()))
             groups.append(entry)
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "id": self.id,
@@ -142,7 +143,7 @@ def _fail(path: Path, where: str, problem: str) -> UserError:
     return UserError(f"{path}: {where}: {problem}")
 
 
-def _check_type(path: Path, where: str, value: Any) -> str:
+def _check_type(path: Path, where: str, value: object) -> str:
     if not isinstance(value, str):
         raise _fail(path, where, f"expected a quant type name, got {value!r:.40}")
     if not known_type(value):
@@ -151,7 +152,7 @@ def _check_type(path: Path, where: str, value: Any) -> str:
     return value
 
 
-def _layer_number(path: Path, where: str, item: Any) -> int:
+def _layer_number(path: Path, where: str, item: object) -> int:
     if isinstance(item, bool) or not isinstance(item, int):
         raise _fail(path, where, f"{item!r:.40} is not a layer number or 'a-b' range")
     if not 0 <= item < MAX_LAYERS:
@@ -159,7 +160,7 @@ def _layer_number(path: Path, where: str, item: Any) -> int:
     return item
 
 
-def _parse_layers(path: Path, where: str, value: Any) -> tuple[int, ...]:
+def _parse_layers(path: Path, where: str, value: object) -> tuple[int, ...]:
     """Layer numbers and 'a-b' ranges, bounded by MAX_LAYERS before anything is expanded."""
     if not isinstance(value, list):
         raise _fail(path, where, "expected a list of layer numbers or 'a-b' ranges")
@@ -186,7 +187,7 @@ def _parse_layers(path: Path, where: str, value: Any) -> tuple[int, ...]:
     return tuple(sorted(layers))
 
 
-def _check_id(path: Path, where: str, map_id: Any) -> str:
+def _check_id(path: Path, where: str, map_id: object) -> str:
     """Ids become file names (ID.gguf): a letter or digit first, then letters, digits, _ - ."""
     if not isinstance(map_id, str) or not ID_RE.fullmatch(map_id):
         raise _fail(
@@ -198,7 +199,8 @@ def _check_id(path: Path, where: str, map_id: Any) -> str:
     return map_id
 
 
-def _check_overrides(path: Path, where: str, overrides: Any, allowed: set[str]) -> dict[str, str]:
+def _check_overrides(path: Path, where: str, overrides: object, allowed: set[str]
+                     ) -> dict[str, str]:
     if not isinstance(overrides, dict):
         raise _fail(path, where, "expected an object {tensor kind: type}")
     for kind, otype in overrides.items():
@@ -212,7 +214,7 @@ def _check_overrides(path: Path, where: str, overrides: Any, allowed: set[str]) 
     return dict(overrides)
 
 
-def _parse_group(path: Path, i: int, raw: Any) -> Group:
+def _parse_group(path: Path, i: int, raw: object) -> Group:
     where = f"groups[{i}]"
     if not isinstance(raw, dict):
         raise _fail(path, where, "expected an object")
@@ -276,14 +278,14 @@ def _check_layer_overlap(path: Path, groups: tuple[Group, ...], list_key: str) -
             seen[layer] = g.name
 
 
-def is_paper_form(raw: Any) -> bool:
+def is_paper_form(raw: object) -> bool:
     """True for the study paper's form (`config_id`, `layer_groups`), not epi's own."""
     return isinstance(raw, dict) and "format" not in raw and bool(
         {"config_id", "layer_groups"} & set(raw)
     )
 
 
-def parse_mixmap(raw: Any, path: Path) -> MixMap:
+def parse_mixmap(raw: object, path: Path) -> MixMap:
     """Validate a decoded map in either form; raise UserError naming file, field and problem."""
     if not isinstance(raw, dict):
         raise _fail(path, "top level", "expected a JSON object")
@@ -509,11 +511,7 @@ def import_maps(items: list[Path], out_dir: Path, *, force: bool = False) -> lis
             raise UserError(f"{target}: exists; pass --force to replace it")
     out_dir.mkdir(parents=True, exist_ok=True)
     for m, target in zip(maps, targets, strict=True):
-        doc = m.canonical()
-        for g in doc["groups"]:
-            if "layers" in g:
-                g["layers"] = _compact_layers(g["layers"])
-        write_json_atomic(target, doc)
+        write_json_atomic(target, m.canonical(compact_layers=True))
     return targets
 
 

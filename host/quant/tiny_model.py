@@ -15,11 +15,14 @@ and installed next to the bindings by scripts/build_llama.sh.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from epi.core.errors import UserError
 from host.llama.install import vocab_path
+
+_T = TypeVar("_T")
 
 DEFAULT_LAYERS = 8
 DEFAULT_WIDTH = 256
@@ -61,10 +64,13 @@ def write_test_model(
         raise UserError(f"test model: n_embd {n_embd} is not a multiple of n_head {n_head}")
     vocab = gguf.GGUFReader(str(vocab_path()))
 
-    def field(name: str):
-        return vocab.fields[name].contents()
+    def field(name: str, kind: type[_T]) -> _T:
+        value = vocab.fields[name].contents()
+        if not isinstance(value, kind):
+            raise UserError(f"{vocab_path()}: {name} is not a {kind.__name__}")
+        return value
 
-    tokens = field("tokenizer.ggml.tokens")
+    tokens = field("tokenizer.ggml.tokens", list)
     n_vocab = len(tokens)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -89,12 +95,12 @@ def write_test_model(
             w.add_expert_shared_feed_forward_length(n_ff_shexp)
     w.add_vocab_size(n_vocab)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    w.add_tokenizer_model(field("tokenizer.ggml.model"))
+    w.add_tokenizer_model(field("tokenizer.ggml.model", str))
     w.add_token_list(tokens)
-    w.add_token_scores(field("tokenizer.ggml.scores"))
-    w.add_token_types(field("tokenizer.ggml.token_type"))
-    w.add_bos_token_id(field("tokenizer.ggml.bos_token_id"))
-    w.add_eos_token_id(field("tokenizer.ggml.eos_token_id"))
+    w.add_token_scores(field("tokenizer.ggml.scores", list))
+    w.add_token_types(field("tokenizer.ggml.token_type", list))
+    w.add_bos_token_id(field("tokenizer.ggml.bos_token_id", int))
+    w.add_eos_token_id(field("tokenizer.ggml.eos_token_id", int))
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
 

@@ -42,7 +42,7 @@ def _llama_class() -> type:
             )
             self._epi_bias, self._epi_n_bias = arr, len(token_ids)
 
-        def _init_sampler(self, **_: Any) -> Any:
+        def _init_sampler(self, *_args: object, **_kwargs: object) -> internals.LlamaSampler:
             sampler = internals.LlamaSampler()
             if self._epi_n_bias:
                 bias = llama_cpp.llama_sampler_init_logit_bias(

@@ -62,6 +62,12 @@ def default_prompts_path() -> Path:
     return Path(str(resources.files("host") / "data" / DEFAULT_FILE))
 
 
+def _nonempty_str(value: object, path: Path, key: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{path}: field {key!r} must be a non-empty string")
+    return value
+
+
 def load_prompt_set(path: Path | None = None) -> PromptSet:
     """Read and validate a prompt set; every problem is one UserError naming file and field."""
     path = Path(path) if path is not None else default_prompts_path()
@@ -77,11 +83,7 @@ def load_prompt_set(path: Path | None = None) -> PromptSet:
             f"{path}: field 'format_version' {version!r} is not one this epi reads "
             f"(1..{FORMAT_VERSION})"
         )
-    name = data.get("name")
-    set_version = data.get("version")
-    for key, value in (("name", name), ("version", set_version)):
-        if not isinstance(value, str) or not value.strip():
-            raise UserError(f"{path}: field {key!r} must be a non-empty string")
+    name, set_version = (_nonempty_str(data.get(key), path, key) for key in ("name", "version"))
     items = data.get("prompts")
     if not isinstance(items, list) or not items or len(items) > MAX_PROMPTS:
         raise UserError(f"{path}: field 'prompts' must be a list of 1 to {MAX_PROMPTS} prompts")

@@ -101,7 +101,7 @@ class Plan:
 
 
 def _check_numbers(s: RunSettings) -> None:
-    checks = (
+    checks: tuple[tuple[str, float, float], ...] = (
         ("--tokens", s.tokens, 1),
         ("--repeats", s.repeats, 1),
         ("--warmups", s.warmups, 0),
