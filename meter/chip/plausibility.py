@@ -1,7 +1,8 @@
 """Plausibility checks of a chip reading: what a bit error or a cut frame can produce.
 
 Applied by the one chip protocol (meter.chip.protocol), which the Pi's driver and the board
-firmware both run: one set of rules, one source file. MicroPython subset (no dataclasses, no annotations).
+firmware both run: one set of rules, one source file. MicroPython subset (no dataclasses, no
+annotations).
 
 The ATM90E26's SPI has no checksum on reads and no address echo. LastData confirms that the
 word we received is the word the chip sent, but a MOSI bit error can redirect a read to

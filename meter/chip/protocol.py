@@ -589,7 +589,10 @@ class Protocol:
         interval's counts still there, the first read went to another register (discarded);
         finding next to nothing, it was genuine (a fast load change): both reads counted."""
         self.stats["energy_rereads"] += 1
-        again = self.read_clear(regs.AT_ENERGY)
+        try:
+            again = self.read_clear(regs.AT_ENERGY)
+        except BusError:
+            return counts  # the re-read itself failed: the first word stands
         residue = plausibility.energy_bound_counts(
             [power_w, apparent_va or 0.0], self.seconds(self.rc_t - t), jpc, self.limits)
         if again <= residue:
