@@ -12,11 +12,13 @@ from host.report.build import write_report
 
 @click.command("report")
 @click.argument("analysis_dir", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Report directory [default: ANALYSIS_DIR/../report].")
 @click.option("--title", help="Report title [default: from the analysis directory name].")
 def report(analysis_dir: Path, out_dir: Path | None, title: str | None) -> None:
-    """Figures, tables and verdicts of an analysis as HTML (one file) + Markdown."""
+    """Figures, tables and verdicts of an analysis as HTML (one file) + Markdown.
+
+    Only the report's own files are written into --out; anything else there is kept."""
     out_dir = out_dir or analysis_dir.parent / "report"
     r = write_report(analysis_dir, out_dir, title)
     click.echo(f"wrote {r.markdown} and {len(r.figures)} figure files (PNG + SVG) in "
