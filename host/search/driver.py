@@ -18,6 +18,7 @@ from typing import Any
 
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
+from epi.formats.fields import check_float
 from host.search.measure import Measured, Measurer
 from host.search.models import Predictor, fit_predictor
 from host.search.optimizer import Budget, Candidate, descent_path, pick_candidates
@@ -73,24 +74,48 @@ class SearchState:
 
     @classmethod
     def load(cls, path: Path) -> SearchState:
+        """The saved state, every field checked: a state that is not an object, lacks a
+        field, or holds a non-finite KL is one line, never a crash or a hang."""
         if not path.exists():
             return cls()
-        try:
+        try:  # NaN stands for "not measured" in this file: plain json, not the strict reader
             doc = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
-            raise UserError(f"{path}: unreadable search state ({exc})") from exc
+            raise UserError(f"{path}: unreadable search state ({exc})") from None
+        if not isinstance(doc, dict):
+            raise UserError(f"{path}: expected a search state object, got "
+                            f"{type(doc).__name__}")
         if doc.get("format") != SEARCH_FORMAT:
             raise UserError(f"{path}: format: expected {SEARCH_FORMAT!r}")
-        measured = []
-        for m in doc.get("measured", []):
-            m = dict(m)
-            m["j_per_token_ci"] = tuple(m["j_per_token_ci"])
-            m["epi_ci"] = tuple(m["epi_ci"])
-            measured.append(Measured(**m))
-        return cls(doc.get("rounds", []), measured, dict(doc.get("direct_kl_nats", {})),
-                   {k: list(v) for k, v in doc.get("search_maps", {}).items()},
-                   {k: dict(v) for k, v in doc.get("predictions", {}).items()},
-                   {k: float(v) for k, v in doc.get("proxy_kl_nats", {}).items()})
+
+        def table(key: str) -> dict[str, object]:
+            v = doc.get(key, {})
+            if not isinstance(v, dict):
+                raise UserError(f"{path}: field {key!r}: expected an object")
+            return v
+
+        def kl(key: str) -> dict[str, float]:
+            return {k: check_float(v, f"{path}: field {key}.{k}", lo=0.0)
+                    for k, v in table(key).items()}
+
+        rounds = doc.get("rounds", [])
+        measured = doc.get("measured", [])
+        if not isinstance(rounds, list) or not all(isinstance(r, dict) for r in rounds):
+            raise UserError(f"{path}: field 'rounds': expected a list of objects")
+        if not isinstance(measured, list):
+            raise UserError(f"{path}: field 'measured': expected a list")
+        maps: dict[str, list[str]] = {}
+        for k, v in table("search_maps").items():
+            if not isinstance(v, list) or not all(isinstance(t, str) for t in v):
+                raise UserError(f"{path}: field search_maps.{k}: expected a list of types")
+            maps[k] = list(v)
+        preds = {k: v for k, v in table("predictions").items() if isinstance(v, dict)}
+        if len(preds) != len(table("predictions")):
+            raise UserError(f"{path}: field 'predictions': expected objects")
+        return cls(rounds,
+                   [Measured.from_json(m, f"{path}: measured[{i}]")
+                    for i, m in enumerate(measured)],
+                   kl("direct_kl_nats"), maps, preds, kl("proxy_kl_nats"))
 
 
 def latest_measured(state: SearchState) -> dict[str, Measured]:

@@ -46,6 +46,58 @@ class Measured:
     def usable(self) -> bool:
         return math.isfinite(self.j_per_token) and math.isfinite(self.accuracy)
 
+    @classmethod
+    def from_json(cls, obj: object, where: str) -> Measured:
+        """One entry of search.json's `measured`, every field checked (one line otherwise);
+        a figure is a number or NaN (none measured), never infinite."""
+        if not isinstance(obj, dict):
+            raise UserError(f"{where}: expected an object, got {type(obj).__name__}")
+        missing = [f for f in ("config", "round", "j_per_token", "j_per_token_ci", "accuracy",
+                               "epi", "epi_ci") if f not in obj]
+        if missing:
+            raise UserError(f"{where}: field {missing[0]!r} missing")
+
+        def text(key: str, null_ok: bool = False) -> str | None:
+            v = obj.get(key, "" if not null_ok else None)
+            if v is None and null_ok:
+                return None
+            if not isinstance(v, str):
+                raise UserError(f"{where}.{key}: expected text, got {v!r}")
+            return v
+
+        def whole(key: str) -> int | None:
+            v = obj.get(key)
+            if v is None and key == "size_bytes":
+                return None
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 2**62:
+                raise UserError(f"{where}.{key}: expected a whole number ≥ 0, got {v!r}")
+            return v
+
+        def pair(key: str) -> tuple[float, float]:
+            v = obj.get(key)
+            if not isinstance(v, (list, tuple)) or len(v) != 2:
+                raise UserError(f"{where}.{key}: expected [low, high], got {v!r}")
+            return _figure(v[0], f"{where}.{key}[0]"), _figure(v[1], f"{where}.{key}[1]")
+
+        config = text("config")
+        rnd = whole("round")
+        assert config is not None and rnd is not None
+        return cls(config, rnd, text("gguf", null_ok=True), whole("size_bytes"),
+                   _figure(obj.get("j_per_token"), f"{where}.j_per_token"),
+                   pair("j_per_token_ci"), _figure(obj.get("accuracy"), f"{where}.accuracy"),
+                   _figure(obj.get("epi"), f"{where}.epi"), pair("epi_ci"),
+                   text("power_source") or "", text("reason") or "",
+                   _figure(obj.get("perplexity"), f"{where}.perplexity"))
+
+
+def _figure(value: object, where: str) -> float:
+    """A measured figure as saved: a number, NaN or null (none); infinity is refused."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isinf(value):
+        raise UserError(f"{where}: expected a finite number or NaN, got {value!r}")
+    return float(value)
+
 
 Measurer = Callable[[int, Path, Sequence[Path]], list["Measured"]]
 
