@@ -26,7 +26,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from epi.core.errors import UserError
 from epi.formats.fields import (
@@ -80,8 +80,8 @@ class TokenLog:
 
     path: Path
     header: dict[str, Any]
-    events: dict[str, list[Any]]
-    requests: dict[str, list[Any]]
+    events: EventColumns
+    requests: RequestColumns
     idle: list[tuple[int, int]]  # (t_start_mono_ns, t_end_mono_ns), local clock
     notes: list[str] = field(default_factory=list)
 
@@ -184,15 +184,13 @@ def _read_records(path: Path, columns: tuple[str, ...]) -> tuple[list[list[str]]
     return body, cut
 
 
-def _ints(path: Path, rows: list[list[str]], col: int, name: str, lo: int, hi: int,
-          nullable: bool) -> list[int | None]:
+def _opt_ints(path: Path, rows: list[list[str]], col: int, name: str, lo: int, hi: int
+              ) -> list[int | None]:
+    """An integer column whose empty fields are None."""
     out: list[int | None] = []
     for i, r in enumerate(rows):
         text = r[col]
         if text == "":
-            if not nullable:
-                raise UserError(f"{path}: line {i + 2}: column {name} is empty (an integer is "
-                                "required)")
             out.append(None)
             continue
         if not re.fullmatch(r"[+-]?\d{1,19}", text):
@@ -206,6 +204,18 @@ def _ints(path: Path, rows: list[list[str]], col: int, name: str, lo: int, hi: i
     return out
 
 
+def _ints(path: Path, rows: list[list[str]], col: int, name: str, lo: int, hi: int
+          ) -> list[int]:
+    """An integer column with no empty field."""
+    out: list[int] = []
+    for i, v in enumerate(_opt_ints(path, rows, col, name, lo, hi)):
+        if v is None:
+            raise UserError(f"{path}: line {i + 2}: column {name} is empty (an integer is "
+                            "required)")
+        out.append(v)
+    return out
+
+
 def _strs(path: Path, rows: list[list[str]], col: int, name: str) -> list[str]:
     out = [r[col] for r in rows]
     for i, v in enumerate(out):
@@ -215,19 +225,49 @@ def _strs(path: Path, rows: list[list[str]], col: int, name: str) -> list[str]:
     return out
 
 
-def parse_events(path: Path) -> tuple[dict[str, list[Any]], int]:
+class EventColumns(TypedDict):
+    """events.csv by column (EVENT_COLUMNS); None where a field is empty (idle events)."""
+
+    request_id: list[int | None]
+    repeat: list[int | None]
+    warmup: list[int | None]
+    prompt_id: list[str]
+    event: list[str]
+    token_index: list[int | None]
+    token_id: list[int | None]
+    t_mono_ns: list[int]
+    t_real_ns: list[int]
+
+
+class RequestColumns(TypedDict):
+    """requests.csv by column (REQUEST_COLUMNS); the first-token and end times are None for a
+    request that generated no token."""
+
+    request_id: list[int]
+    repeat: list[int]
+    warmup: list[int]
+    prompt_id: list[str]
+    n_prompt_tokens: list[int]
+    n_generated_tokens: list[int]
+    t_start_mono_ns: list[int]
+    t_first_token_mono_ns: list[int | None]
+    t_end_mono_ns: list[int | None]
+    node: list[str]
+
+
+def parse_events(path: Path) -> tuple[EventColumns, int]:
     """events.csv by column, checked; (columns, cut final records dropped)."""
     rows, cut = _read_records(path, EVENT_COLUMNS)
-    ev: dict[str, list[Any]] = {
-        "request_id": _ints(path, rows, 0, "request_id", 0, INT64_MAX, True),
-        "repeat": _ints(path, rows, 1, "repeat", MIN_REPEAT, MAX_REPEAT, True),
-        "warmup": _ints(path, rows, 2, "warmup", 0, 1, True),
+    ev: EventColumns = {
+        "request_id": _opt_ints(path, rows, 0, "request_id", 0, INT64_MAX),
+        "repeat": _opt_ints(path, rows, 1, "repeat", MIN_REPEAT, MAX_REPEAT),
+        "warmup": _opt_ints(path, rows, 2, "warmup", 0, 1),
         "prompt_id": _strs(path, rows, 3, "prompt_id"),
         "event": [r[4] for r in rows],
-        "token_index": _ints(path, rows, 5, "token_index", 0, MAX_TOKENS, True),
-        "token_id": _ints(path, rows, 6, "token_id", 0, MAX_TOKEN_ID, True),
-        "t_mono_ns": _ints(path, rows, 7, "t_mono_ns", 0, INT64_MAX, False),
-        "t_real_ns": _ints(path, rows, 8, "t_real_ns", 0, INT64_MAX, False),
+        "token_index": _opt_ints(path, rows, 5, "token_index", 0, MAX_TOKENS),
+        "token_id": _opt_ints(path, rows, 6, "token_id", 0, MAX_TOKEN_ID),
+        "t_mono_ns": _ints(path, rows, 7, "t_mono_ns", 0, INT64_MAX),
+        "t_real_ns": _ints(path, rows, 8, "t_real_ns", 0, INT64_MAX),
     }
     prev = None
     tokens: dict[int, list[tuple[int, int, int]]] = {}  # request → (index, time, row)
@@ -248,7 +288,7 @@ def parse_events(path: Path) -> tuple[dict[str, list[Any]], int]:
             raise UserError(f"{path}: line {line}: t_mono_ns goes backwards ({t} after "
                             f"{prev}): events are not in time order")
         prev = t
-        if kind == "token":
+        if kind == "token" and rid is not None and tok is not None:  # both checked above
             tokens.setdefault(rid, []).append((tok, t, i))
     # Token times strictly increase within a request, in token_index order.
     for rid, toks in tokens.items():
@@ -260,20 +300,20 @@ def parse_events(path: Path) -> tuple[dict[str, list[Any]], int]:
     return ev, cut
 
 
-def parse_requests(path: Path) -> tuple[dict[str, list[Any]], int]:
+def parse_requests(path: Path) -> tuple[RequestColumns, int]:
     """requests.csv by column, checked on its own; (columns, cut final records dropped)."""
     rows, cut = _read_records(path, REQUEST_COLUMNS)
-    rq: dict[str, list[Any]] = {
-        "request_id": _ints(path, rows, 0, "request_id", 0, INT64_MAX, False),
-        "repeat": _ints(path, rows, 1, "repeat", MIN_REPEAT, MAX_REPEAT, False),
-        "warmup": _ints(path, rows, 2, "warmup", 0, 1, False),
+    rq: RequestColumns = {
+        "request_id": _ints(path, rows, 0, "request_id", 0, INT64_MAX),
+        "repeat": _ints(path, rows, 1, "repeat", MIN_REPEAT, MAX_REPEAT),
+        "warmup": _ints(path, rows, 2, "warmup", 0, 1),
         "prompt_id": _strs(path, rows, 3, "prompt_id"),
-        "n_prompt_tokens": _ints(path, rows, 4, "n_prompt_tokens", 1, MAX_TOKENS, False),
-        "n_generated_tokens": _ints(path, rows, 5, "n_generated_tokens", 0, MAX_TOKENS, False),
-        "t_start_mono_ns": _ints(path, rows, 6, "t_start_mono_ns", 0, INT64_MAX, False),
-        "t_first_token_mono_ns": _ints(path, rows, 7, "t_first_token_mono_ns", 0, INT64_MAX,
-                                       True),
-        "t_end_mono_ns": _ints(path, rows, 8, "t_end_mono_ns", 0, INT64_MAX, True),
+        "n_prompt_tokens": _ints(path, rows, 4, "n_prompt_tokens", 1, MAX_TOKENS),
+        "n_generated_tokens": _ints(path, rows, 5, "n_generated_tokens", 0, MAX_TOKENS),
+        "t_start_mono_ns": _ints(path, rows, 6, "t_start_mono_ns", 0, INT64_MAX),
+        "t_first_token_mono_ns": _opt_ints(path, rows, 7, "t_first_token_mono_ns", 0,
+                                           INT64_MAX),
+        "t_end_mono_ns": _opt_ints(path, rows, 8, "t_end_mono_ns", 0, INT64_MAX),
         "node": _strs(path, rows, 9, "node"),
     }
     seen: set[int] = set()
@@ -288,13 +328,13 @@ def parse_requests(path: Path) -> tuple[dict[str, list[Any]], int]:
         if (first is None) != (end is None) or (first is None) != (n == 0):
             raise UserError(f"{path}: line {line}: t_first_token_mono_ns and t_end_mono_ns "
                             "must both be empty exactly when n_generated_tokens is 0")
-        if first is not None and not rq["t_start_mono_ns"][i] <= first <= end:
+        if first is not None and end is not None and not rq["t_start_mono_ns"][i] <= first <= end:
             raise UserError(f"{path}: line {line}: times are unsorted (need t_start_mono_ns ≤ "
                             "t_first_token_mono_ns ≤ t_end_mono_ns)")
     return rq, cut
 
 
-def _from_events(ev: dict[str, list[Any]]) -> dict[int, dict[str, int]]:
+def _from_events(ev: EventColumns) -> dict[int, dict[str, int]]:
     """Per request: start, first token, last token and token count from events.csv."""
     out: dict[int, dict[str, int]] = {}
     for kind, rid, tok, t in zip(ev["event"], ev["request_id"], ev["token_index"],
@@ -312,16 +352,20 @@ def _from_events(ev: dict[str, list[Any]]) -> dict[int, dict[str, int]]:
     return out
 
 
-def _cross_check(rq: dict[str, list[Any]], ev: dict[str, list[Any]], rq_path: Path,
+def _cross_check(rq: RequestColumns, ev: EventColumns, rq_path: Path,
                  ev_path: Path, status: str, notes: list[str]) -> None:
     derived = _from_events(ev)
     for i, rid in enumerate(rq["request_id"]):
         d = derived.get(rid, {"n_tokens": 0})
-        for col, key, what in (("t_start_mono_ns", "start", "its request_start event"),
-                               ("t_first_token_mono_ns", "first", "its token 0 event"),
-                               ("t_end_mono_ns", "last", "its last token event"),
-                               ("n_generated_tokens", "n_tokens", "its number of token events")):
-            mine, theirs = rq[col][i], d.get(key)
+        for col, mine, key, what in (
+            ("t_start_mono_ns", rq["t_start_mono_ns"][i], "start", "its request_start event"),
+            ("t_first_token_mono_ns", rq["t_first_token_mono_ns"][i], "first",
+             "its token 0 event"),
+            ("t_end_mono_ns", rq["t_end_mono_ns"][i], "last", "its last token event"),
+            ("n_generated_tokens", rq["n_generated_tokens"][i], "n_tokens",
+             "its number of token events"),
+        ):
+            theirs = d.get(key)
             if mine != theirs:
                 got = "missing" if theirs is None else theirs
                 raise UserError(f"{rq_path}: line {i + 2}: {col} {mine} disagrees with {what} "
@@ -337,7 +381,7 @@ def _cross_check(rq: dict[str, list[Any]], ev: dict[str, list[Any]], rq_path: Pa
                      "between writing them; not analysed)")
 
 
-def _idle_windows(ev: dict[str, list[Any]], path: Path, notes: list[str]
+def _idle_windows(ev: EventColumns, path: Path, notes: list[str]
                   ) -> list[tuple[int, int]]:
     windows: list[tuple[int, int]] = []
     open_t: int | None = None
