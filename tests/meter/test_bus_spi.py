@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from gpiozero.pins.mock import MockFactory
 
@@ -14,6 +16,11 @@ from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import EmulatedSpidev
 from meter.emulation.power_models import ConstantPower
+
+
+def _selected(factory: MockFactory, pin: int) -> Callable[[], bool]:
+    """Whether GPIO `pin` (an active-low chip-select) is driven low."""
+    return lambda: not factory.pin(pin).state
 
 
 def _chip(clock: SimulatedClock, power_w: float = 5.0) -> EmulatedChip:
@@ -59,7 +66,7 @@ def test_gpio_chip_selects_idle_high_from_construction_and_frame_each_transfer()
     factory = MockFactory()
     chips = {pin: _chip(clock, 2.0 + k) for k, pin in enumerate((8, 7, 25, 24))}
     fake = EmulatedSpidev(gpio_cs=[
-        (lambda p=pin: not factory.pin(p).state, chip) for pin, chip in chips.items()
+        (_selected(factory, pin), chip) for pin, chip in chips.items()
     ])
     buses = {}
     for pin in chips:
@@ -96,7 +103,7 @@ def test_four_drivers_on_gpio_chip_selects_read_their_own_chips() -> None:
     pins = (8, 7, 25, 24)
     chips = [_chip(clock, 2.0 + k) for k in range(4)]
     fake = EmulatedSpidev(gpio_cs=[
-        (lambda p=pin: not factory.pin(p).state, chip) for pin, chip in zip(pins, chips,
+        (_selected(factory, pin), chip) for pin, chip in zip(pins, chips,
                                                                            strict=True)
     ])
     drivers = [
@@ -119,9 +126,10 @@ def test_gpio_cs_bus_releases_the_shared_spidev_when_the_last_user_closes() -> N
     fake = EmulatedSpidev()
     a = GpioCsSpiBus(5, spidev_module=fake, pin_factory=factory)
     b = GpioCsSpiBus(6, spidev_module=fake, pin_factory=factory)
-    dev = a._shared.dev  # type: ignore[union-attr]
-    assert b._shared is a._shared
+    shared = a._shared
+    assert shared is not None and b._shared is shared
+    dev = vars(shared.dev)  # the emulator's SpiDev records `closed`
     a.close()
-    assert not dev.closed
+    assert not dev["closed"]
     b.close()
-    assert dev.closed
+    assert dev["closed"]

@@ -106,8 +106,8 @@ def test_driver_over_a_real_pty_serial_port() -> None:
         driver.start()
         clock.sleep(0.12)
         sample = driver.read_sample()
-        assert abs(sample.power_w - 6.0) < 0.01
-        assert abs(sample.voltage_v - 230.0) < 0.01
+        assert sample.power_w is not None and abs(sample.power_w - 6.0) < 0.01
+        assert sample.voltage_v is not None and abs(sample.voltage_v - 230.0) < 0.01
         assert sample.status == 0
         driver.close()
         # 2400 baud works on the real tty too; 4800 (not a chip baud) gets no answer

@@ -14,12 +14,13 @@ from meter.driver import calibration_procedures as procedures
 from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import EmulatedSpiBus
-from meter.emulation.power_models import ConstantPower
+from meter.emulation.power_models import ConstantPower, PowerModel
 
 S = 1_000_000_000
 
 
-def _rig(model: object, errors: dict) -> tuple[SimulatedClock, EmulatedChip, ATM90E26Driver]:
+def _rig(model: PowerModel, errors: dict[str, float]
+         ) -> tuple[SimulatedClock, EmulatedChip, ATM90E26Driver]:
     clock = SimulatedClock()
     chip = EmulatedChip(model, clock, errors=errors, refresh_period_s=0.2)
     driver = ATM90E26Driver(EmulatedSpiBus(chip), Calibration.default(1e6), clock=clock,

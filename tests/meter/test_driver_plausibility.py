@@ -97,6 +97,7 @@ def test_bit_errors_never_give_an_unexplained_wrong_reading() -> None:
         assert r.voltage_v == pytest.approx(230.0, rel=0.01)
         assert r.power_factor == pytest.approx(0.8, abs=0.01)
     assert good > 1000
+    assert driver.energy_epoch_mono_ns is not None and driver.energy_t_mono_ns is not None
     truth = chip.true_energy_j(driver.energy_epoch_mono_ns, driver.energy_t_mono_ns)
     lost = sum(chip.true_energy_j(u["t0_mono_ns"], u["t1_mono_ns"]) for u in driver.unmetered)
     # a re-initialisation's unmetered window starts at the last good energy read, so the
