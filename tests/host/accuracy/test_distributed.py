@@ -67,7 +67,7 @@ def test_two_local_workers_give_the_single_process_result_item_by_item(
     with 2 threads, each into its own store: every item's scores are equal, float for float,
     and so is every figure of the results document."""
     settings = Settings(benches=["arc_challenge", "winogrande", "hellaswag"], n=7, seed=3,
-                        ctx=64, threads=2)
+                        ctx=512, threads=2)  # ctx 512: the campaign's accuracy step's
     monkeypatch.setenv(store.ENV, str(tmp_path / "single"))
     single = evaluate([tiny_model], settings)
     monkeypatch.setenv(store.ENV, str(tmp_path / "cluster"))
@@ -86,9 +86,19 @@ def test_two_local_workers_give_the_single_process_result_item_by_item(
             assert other[field] == res[field], (bench, field)
     assert b["composite"] == a["composite"]
 
-    # the cluster's results are in the store: a single-process run now scores nothing
+    # the cluster's results are in the store: a single-process run now scores nothing,
+    # and neither does a campaign's accuracy step for the same model, items and seed
     again = evaluate([tiny_model], settings)
     assert all(r["cached"] for r in again["models"][0]["benchmarks"].values())
+    from host.campaign.step import do_accuracy
+
+    step = do_accuracy({"model": str(tiny_model), "benchmarks": dict.fromkeys(one, 7),
+                        "ppl": None, "ppl_windows": None, "threads": 1, "seed": 3,
+                        "out": str(tmp_path / "campaign-acc.json")})
+    assert step["cached"] is True
+    doc = json.loads((tmp_path / "campaign-acc.json").read_text())
+    for bench, res in doc["models"][0]["benchmarks"].items():
+        assert res["items"] == b["benchmarks"][bench]["items"], bench
 
 
 def test_an_unreachable_scheduler_is_one_line(tiny_model: Path, prepared: Path,
