@@ -366,6 +366,7 @@ def test_study_toml_falls_back_to_tomli_without_tomllib(tmp_path: Path,
 
     import tomllib
 
+    monkeypatch.setattr(sys, "version_info", (3, 10, 14, "final", 0))  # the reader asks
     monkeypatch.setitem(sys.modules, "tomllib", None)  # import tomllib → ModuleNotFoundError
     monkeypatch.setitem(sys.modules, "tomli", types.SimpleNamespace(
         loads=tomllib.loads, TOMLDecodeError=tomllib.TOMLDecodeError))
