@@ -9,15 +9,9 @@ None` (None: the transport itself saw the access fail, e.g. a UART timeout) and
 
 What it guarantees, and how (application note §4.3; docs/atm90e26.md):
 
-- Every read is confirmed by LastData: the target read and the LastData read must agree; on a
-  mismatch LastData is read again, and an ordinary register is simply re-read.
-- Read-clear registers (SysStatus, energy) are never re-read once the chip may have cleared
-  them: the value is recovered from LastData. To tell "the chip executed the read" from "the
-  frame never reached it" (a cut frame, a lost UART request), every read-clear read follows
-  a verified access whose word is known (the *sentinel*): LastData still holding the sentinel
-  means the read did not happen and may be repeated.
-- Every write is confirmed by LastData; when LastData already holds the value about to be
-  written, a different register is read first, so a dropped write cannot pass.
+- Every access is verified through LastData, read-clear registers are read once with a
+  sentinel before them, writes are confirmed (`meter.chip.access.VerifiedAccess`, which
+  `Protocol` extends).
 - `init_chip()` runs reference §4.1: SoftReset, FuncEn (presence check), SagTh, CalStart
   5678H → PLconstH..MMode → CS1 (read back: the chip's own computation must equal ours),
   AdjStart 5678H → Ugain..QoffsetN → CS2, CalStart/AdjStart 8765H (read back), SysStatus clean.
@@ -45,6 +39,7 @@ raise (`recovered = True`), else the chip is marked `needs_init` for the caller 
 
 from meter.chip import plausibility
 from meter.chip import registers as regs
+from meter.chip.access import ABSENT_WORDS, VerifiedAccess, all_absent, hexword, reg_name
 from meter.chip.calibration import EMULATED_FRONTEND
 from meter.chip.errors import (
     BusError,
@@ -56,28 +51,13 @@ from meter.chip.errors import (
     VerifyError,
 )
 
-ABSENT_WORDS = (0x0000, 0xFFFF)
 RESET_FUNC_EN = regs.BY_NAME["FuncEn"].reset
-SENTINEL_CANDIDATES = (regs.CAL_START, regs.FUNC_EN, regs.ADJ_START, regs.address("MMode"))
 CHECKSUM_ERR_MASK = regs.CAL_ERR_MASK | regs.ADJ_ERR_MASK
-
-STAT_KEYS = (
-    "reads", "writes", "read_retries", "write_retries", "lastdata_recoveries",
-    "verify_failures", "reinits", "wrap_corrections", "implausible_rereads",
-    "implausible_rejected", "energy_misreads", "energy_rereads", "misreads",
-)
+PROTOCOL_STATS = ("reinits", "wrap_corrections", "implausible_rereads", "implausible_rejected",
+                  "energy_misreads", "energy_rereads", "misreads")
 
 
-def hexword(word):
-    return "no answer" if word is None else "0x%04X" % word
-
-
-def reg_name(address):
-    r = regs.BY_ADDRESS.get(address)
-    return "%s (%02XH)" % (r.name, address) if r is not None else "%02XH" % address
-
-
-class Protocol:
+class Protocol(VerifiedAccess):
     """One ATM90E26 behind `read_word`/`write_word` (see the module docstring).
 
     `measurements` is the tuple of (register name, with LSB extension) a reading reads, in
@@ -89,15 +69,12 @@ class Protocol:
                  on_event=None, sleep=None, retries=5, reset_settle_ticks=0,
                  first_measurement_ticks=0, limits=None, quanta=None, report_faults=True,
                  recover_at_once=True, unready_measurements=None):
-        self.read_word = read_word
-        self.write_word = write_word
+        super().__init__(read_word, write_word, now, retries)
         self.calibration = calibration
-        self.now = now
         self.ticks_per_s = ticks_per_s
         self.measurements = measurements
         self.on_event = on_event
         self.sleep = sleep
-        self.retries = max(1, retries)
         self.reset_settle_ticks = reset_settle_ticks
         self.first_measurement_ticks = first_measurement_ticks
         self.limits = limits or plausibility.Limits.for_frontend(
@@ -106,9 +83,6 @@ class Protocol:
         self.report_faults = report_faults
         self.recover_at_once = recover_at_once
         self.unready_measurements = unready_measurements  # read (and dropped) when not ready
-        self.ld = None  # what LastData holds after our last verified access
-        self.rc_t = 0  # when the last read-clear read reached the chip
-        self.rc_other = None  # the word read when LastData then said otherwise
         self.needs_init = True
         self.measuring_since = None  # when the measurement block (re)started
         self.counts = 0  # cumulative ATenergy counts (never wraps)
@@ -116,8 +90,7 @@ class Protocol:
         self.last_power = None  # W of the last accepted reading
         self.rejected = []  # type: list  # words of this reading rejected as misreads
         self.unmetered = []  # type: list  # (t_from, t_to, reason, estimate_j or None)
-        self.stats = {}  # type: dict
-        for key in STAT_KEYS:
+        for key in PROTOCOL_STATS:
             self.stats[key] = 0
 
     # ---- events -----------------------------------------------------------------------------
@@ -135,133 +108,6 @@ class Protocol:
     def seconds(self, ticks):
         return ticks / self.ticks_per_s
 
-    # ---- verified access --------------------------------------------------------------------
-    def read(self, address):
-        """A register word confirmed by LastData (read-clear registers: `read_clear`)."""
-        r = regs.BY_ADDRESS.get(address)
-        if r is not None and r.read_clear:
-            return self.read_clear(address)
-        self.stats["reads"] += 1
-        seen = []  # type: list
-        for attempt in range(self.retries):
-            if attempt:
-                self.stats["read_retries"] += 1
-            v = self.read_word(address)
-            l1 = self.read_word(regs.LAST_DATA)
-            if v is not None and v == l1:
-                self.ld = v
-                return v
-            l2 = self.read_word(regs.LAST_DATA)
-            if v is not None and l2 == v:
-                self.ld = v
-                return v
-            seen.append((v, l1, l2))
-        self.stats["verify_failures"] += 1
-        self.ld = None
-        if _all_absent(w for attempt in seen for w in attempt):
-            raise ChipAbsentError("%s: no answer from the chip (%d tries)"
-                                  % (reg_name(address), len(seen)))
-        last = seen[-1]
-        raise VerifyError("%s: read not confirmed by LastData (last try: read %s, LastData "
-                          "%s then %s)" % (reg_name(address), hexword(last[0]),
-                                           hexword(last[1]), hexword(last[2])))
-
-    def read_clear(self, address):
-        """A read-clear register, never re-read once the chip may have cleared it."""
-        self.stats["reads"] += 1
-        self.rc_other = None
-        sentinel = self.ensure_sentinel()
-        v = None
-        lastdata = []  # type: list
-        for attempt in range(self.retries):
-            if attempt:
-                self.stats["read_retries"] += 1
-            v = self.read_word(address)
-            self.rc_t = self.now()
-            lastdata = []
-            executed = True
-            for _ in range(self.retries + 1):
-                ld = self.read_word(regs.LAST_DATA)
-                if ld is None:
-                    continue
-                if v is not None and ld == v:
-                    self.ld = v
-                    if lastdata:
-                        self.stats["lastdata_recoveries"] += 1
-                    return v
-                if ld in lastdata:  # LastData is stable at ld
-                    if ld == sentinel:
-                        executed = False  # the read never reached the chip: nothing cleared
-                        break
-                    self.ld = ld
-                    self.stats["lastdata_recoveries"] += 1
-                    # v was garbled on MISO, or a redirected LastData read overwrote LastData
-                    # with another register's word: keep v for the energy check
-                    self.rc_other = v
-                    return ld
-                lastdata.append(ld)
-            if executed:
-                break  # LastData never settled: the cleared value is unknowable
-        self.stats["verify_failures"] += 1
-        self.ld = None
-        if _all_absent(lastdata) and _all_absent((v,)):
-            raise ChipAbsentError("%s: no answer from the chip" % reg_name(address))
-        raise VerifyError("%s: read-clear value not recoverable from LastData (read %s, "
-                          "LastData %s)" % (reg_name(address), hexword(v),
-                                            ", ".join(hexword(x) for x in lastdata)
-                                            or "no answer"))
-
-    def ensure_sentinel(self):
-        """Make sure LastData holds a known word before a read-clear read; return it."""
-        if self.ld is None:
-            self.read(regs.CAL_START)
-        return self.ld
-
-    def write(self, address, value):
-        """Write a word and confirm it through LastData (re-writing if it did not land)."""
-        value &= 0xFFFF
-        self.stats["writes"] += 1
-        if self.ld is None or self.ld == value:
-            self._make_lastdata_differ(value)
-        seen = []  # type: list
-        answered = False
-        for attempt in range(self.retries):
-            if attempt:
-                self.stats["write_retries"] += 1
-            if self.write_word(address, value):
-                answered = True
-            else:
-                seen.append("no answer")
-            l1 = self.read_word(regs.LAST_DATA)
-            if l1 == value:
-                self.ld = value
-                return
-            l2 = self.read_word(regs.LAST_DATA)
-            if l2 == value:
-                self.ld = value
-                return
-            seen.append("LastData %s/%s" % (hexword(l1), hexword(l2)))
-            answered = answered or l1 is not None or l2 is not None
-            if l1 is not None and l1 == l2 and l1 != value:
-                self.ld = l1
-        self.stats["verify_failures"] += 1
-        self.ld = None
-        if not answered:
-            raise ChipAbsentError("%s <- 0x%04X: no answer from the chip"
-                                  % (reg_name(address), value))
-        raise VerifyError("%s <- 0x%04X: write not confirmed (%s)"
-                          % (reg_name(address), value, "; ".join(seen[-3:])))
-
-    def _make_lastdata_differ(self, value):
-        for address in SENTINEL_CANDIDATES:
-            try:
-                if self.read(address) != value:
-                    return
-            except VerifyError:
-                continue
-        # every candidate holds `value` (or cannot be read): the write check may pass falsely
-        self.ld = None
-
     # ---- start-up and calibration -----------------------------------------------------------
     def init_chip(self):
         """SoftReset and load the calibration (reference §4.1); `counts` is kept."""
@@ -276,7 +122,7 @@ class Protocol:
             self.write(regs.FUNC_EN, cal.get("FuncEn"))
         except VerifyError as exc:
             words = [self.read_word(regs.LAST_DATA), self.read_word(regs.FUNC_EN)]
-            if _all_absent(words):
+            if all_absent(words):
                 raise ChipAbsentError(
                     "no ATM90E26 answers: FuncEn and LastData read %s/%s after writing FuncEn "
                     "(unplugged, unpowered, wrong chip-select or SPI mode)"
@@ -641,8 +487,3 @@ class Protocol:
                    "≈%d counts expected from the mean power); counted %d"
                    % (dt_s, wraps, counts, int(expected), fixed))
         return fixed
-
-
-def _all_absent(words):
-    """Whether every word is no answer (None) or what an absent chip's MISO gives."""
-    return all(w is None or w in ABSENT_WORDS for w in words)

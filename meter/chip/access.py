@@ -1,0 +1,185 @@
+"""Verified register access to an ATM90E26 (application note §4.3), over an abstract transport.
+
+`VerifiedAccess` moves words through two callables, `read_word(address) -> word or None`
+(None: the transport itself saw the access fail) and `write_word(address, word) -> bool`, and
+confirms each access through LastData (06H):
+
+- a read: the target read and the LastData read must agree; on a mismatch LastData is read
+  again, and an ordinary register is simply re-read;
+- a read-clear register (SysStatus, energy) is never re-read once the chip may have cleared
+  it: its value is recovered from LastData. Every read-clear read follows a verified access
+  whose word is known (the *sentinel*): LastData still holding it means the frame never
+  reached the chip (a cut frame, a lost UART request), so the read may be repeated;
+- a write: LastData must show the value; when it already does, a different register is read
+  first, so a dropped write cannot pass.
+
+Failures raise `VerifyError`, or `ChipAbsentError` when nothing but 0000H/FFFFH or no answer
+came back. Part of the chip protocol (`meter.chip.protocol`); MicroPython subset.
+"""
+
+from meter.chip import registers as regs
+from meter.chip.errors import ChipAbsentError, VerifyError
+
+ABSENT_WORDS = (0x0000, 0xFFFF)
+SENTINEL_CANDIDATES = (regs.CAL_START, regs.FUNC_EN, regs.ADJ_START, regs.address("MMode"))
+ACCESS_STATS = ("reads", "writes", "read_retries", "write_retries", "lastdata_recoveries",
+                "verify_failures")
+
+
+def hexword(word):
+    return "no answer" if word is None else "0x%04X" % word
+
+
+def reg_name(address):
+    r = regs.BY_ADDRESS.get(address)
+    return "%s (%02XH)" % (r.name, address) if r is not None else "%02XH" % address
+
+
+class VerifiedAccess:
+    """LastData-verified reads, read-clear reads and writes of one chip (module docstring).
+
+    `now()` stamps read-clear reads (`rc_t`, in the caller's ticks); `stats` counts accesses.
+    """
+
+    def __init__(self, read_word, write_word, now, retries=5):
+        self.read_word = read_word
+        self.write_word = write_word
+        self.now = now
+        self.retries = max(1, retries)
+        self.ld = None  # what LastData holds after our last verified access
+        self.rc_t = 0  # when the last read-clear read reached the chip
+        self.rc_other = None  # the word read when LastData then said otherwise
+        self.stats = {}  # type: dict
+        for key in ACCESS_STATS:
+            self.stats[key] = 0
+
+    def read(self, address):
+        """A register word confirmed by LastData (read-clear registers: `read_clear`)."""
+        r = regs.BY_ADDRESS.get(address)
+        if r is not None and r.read_clear:
+            return self.read_clear(address)
+        self.stats["reads"] += 1
+        seen = []  # type: list
+        for attempt in range(self.retries):
+            if attempt:
+                self.stats["read_retries"] += 1
+            v = self.read_word(address)
+            l1 = self.read_word(regs.LAST_DATA)
+            if v is not None and v == l1:
+                self.ld = v
+                return v
+            l2 = self.read_word(regs.LAST_DATA)
+            if v is not None and l2 == v:
+                self.ld = v
+                return v
+            seen.append((v, l1, l2))
+        self.stats["verify_failures"] += 1
+        self.ld = None
+        if all_absent(w for attempt in seen for w in attempt):
+            raise ChipAbsentError("%s: no answer from the chip (%d tries)"
+                                  % (reg_name(address), len(seen)))
+        last = seen[-1]
+        raise VerifyError("%s: read not confirmed by LastData (last try: read %s, LastData "
+                          "%s then %s)" % (reg_name(address), hexword(last[0]),
+                                           hexword(last[1]), hexword(last[2])))
+
+    def read_clear(self, address):
+        """A read-clear register, never re-read once the chip may have cleared it."""
+        self.stats["reads"] += 1
+        self.rc_other = None
+        sentinel = self.ensure_sentinel()
+        v = None
+        lastdata = []  # type: list
+        for attempt in range(self.retries):
+            if attempt:
+                self.stats["read_retries"] += 1
+            v = self.read_word(address)
+            self.rc_t = self.now()
+            lastdata = []
+            executed = True
+            for _ in range(self.retries + 1):
+                ld = self.read_word(regs.LAST_DATA)
+                if ld is None:
+                    continue
+                if v is not None and ld == v:
+                    self.ld = v
+                    if lastdata:
+                        self.stats["lastdata_recoveries"] += 1
+                    return v
+                if ld in lastdata:  # LastData is stable at ld
+                    if ld == sentinel:
+                        executed = False  # the read never reached the chip: nothing cleared
+                        break
+                    self.ld = ld
+                    self.stats["lastdata_recoveries"] += 1
+                    # v was garbled on MISO, or a redirected LastData read overwrote LastData
+                    # with another register's word: keep v for the energy check
+                    self.rc_other = v
+                    return ld
+                lastdata.append(ld)
+            if executed:
+                break  # LastData never settled: the cleared value is unknowable
+        self.stats["verify_failures"] += 1
+        self.ld = None
+        if all_absent(lastdata) and all_absent((v,)):
+            raise ChipAbsentError("%s: no answer from the chip" % reg_name(address))
+        raise VerifyError("%s: read-clear value not recoverable from LastData (read %s, "
+                          "LastData %s)" % (reg_name(address), hexword(v),
+                                            ", ".join(hexword(x) for x in lastdata)
+                                            or "no answer"))
+
+    def ensure_sentinel(self):
+        """Make sure LastData holds a known word before a read-clear read; return it."""
+        if self.ld is None:
+            self.read(regs.CAL_START)
+        return self.ld
+
+    def write(self, address, value):
+        """Write a word and confirm it through LastData (re-writing if it did not land)."""
+        value &= 0xFFFF
+        self.stats["writes"] += 1
+        if self.ld is None or self.ld == value:
+            self._make_lastdata_differ(value)
+        seen = []  # type: list
+        answered = False
+        for attempt in range(self.retries):
+            if attempt:
+                self.stats["write_retries"] += 1
+            if self.write_word(address, value):
+                answered = True
+            else:
+                seen.append("no answer")
+            l1 = self.read_word(regs.LAST_DATA)
+            if l1 == value:
+                self.ld = value
+                return
+            l2 = self.read_word(regs.LAST_DATA)
+            if l2 == value:
+                self.ld = value
+                return
+            seen.append("LastData %s/%s" % (hexword(l1), hexword(l2)))
+            answered = answered or l1 is not None or l2 is not None
+            if l1 is not None and l1 == l2 and l1 != value:
+                self.ld = l1
+        self.stats["verify_failures"] += 1
+        self.ld = None
+        if not answered:
+            raise ChipAbsentError("%s <- 0x%04X: no answer from the chip"
+                                  % (reg_name(address), value))
+        raise VerifyError("%s <- 0x%04X: write not confirmed (%s)"
+                          % (reg_name(address), value, "; ".join(seen[-3:])))
+
+    def _make_lastdata_differ(self, value):
+        for address in SENTINEL_CANDIDATES:
+            try:
+                if self.read(address) != value:
+                    return
+            except VerifyError:
+                continue
+        # every candidate holds `value` (or cannot be read): the write check may pass falsely
+        self.ld = None
+
+
+def all_absent(words):
+    """Whether every word is no answer (None) or what an absent chip's MISO gives."""
+    return all(w is None or w in ABSENT_WORDS for w in words)
