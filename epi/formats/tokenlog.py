@@ -87,7 +87,7 @@ class TokenLog:
 
 
 # ------------------------------------------------------------------------------- run.json
-def check_header(h: dict[str, Any], path: Path) -> None:
+def check_header(h: dict[str, object], path: Path) -> None:
     """Check run.json's fields in place (one-line `UserError` naming the field)."""
     check_format(h, path, FORMAT, FORMAT_VERSION)
     w = f"{path}: field"
@@ -122,11 +122,11 @@ def check_header(h: dict[str, Any], path: Path) -> None:
     settings = h.get("settings")
     if settings is not None and not isinstance(settings, dict):
         raise UserError(f"{w} settings: expected an object, got {settings!r}")
-    _check_placement(h, path, status)
+    _check_placement(h, path, str(status))
     _check_clock_sync(h, path)
 
 
-def _check_placement(h: dict[str, Any], path: Path, status: str) -> None:
+def _check_placement(h: dict[str, object], path: Path, status: str) -> None:
     placement = h.get("placement")
     if not isinstance(placement, list):
         raise UserError(f"{path}: field placement: expected a list, got {placement!r}")
@@ -149,7 +149,7 @@ def _check_placement(h: dict[str, Any], path: Path, status: str) -> None:
         seen.add(node)
 
 
-def _check_clock_sync(h: dict[str, Any], path: Path) -> None:
+def _check_clock_sync(h: dict[str, object], path: Path) -> None:
     for w, e in check_object_list(h.get("clock_sync", []), f"{path}: field clock_sync"):
         check_int(e.get("t_local_mono_ns"), f"{w}.t_local_mono_ns", lo=0)
         check_int(e.get("offset_ns"), f"{w}.offset_ns", lo=-INT64_MAX)
