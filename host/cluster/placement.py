@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -87,12 +87,23 @@ def parse_load_log(text: str) -> LoadLog:
     return log
 
 
+class PlacementEntry(TypedDict):
+    """One node of run.json's `placement` (docs/formats.md §2)."""
+
+    node: str
+    endpoint: str | None  # host:port of an RPC worker; None for the local node
+    devices: list[str]  # llama.cpp device names on that node
+    layers: list[int]  # repeating layers it holds
+    extra_tensors: list[str]  # non-layer parts: "token_embd", "output"
+    weights_mib: float
+
+
 def placement_from_log(
     log: LoadLog,
     n_layers: int,
     local_node: str,
     devices: dict[str, Endpoint],
-) -> list[dict[str, Any]]:
+) -> list[PlacementEntry]:
     """run.json `placement`: one entry per node, local node first.
 
     `devices` maps llama.cpp device names of RPC workers (e.g. "RPC0") to their endpoints;
@@ -111,7 +122,7 @@ def placement_from_log(
                 f"{src} and moved them to {dst}; the layers would not run where the placement "
                 "says"
             )
-    entries: dict[str, dict[str, Any]] = {
+    entries: dict[str, PlacementEntry] = {
         local_node: {
             "node": local_node,
             "endpoint": None,
@@ -159,7 +170,7 @@ def check_predicted(predicted: dict[str, list[int]], n_layers: int, split: list[
 
 
 def check_placement(
-    placement: list[dict[str, Any]], predicted: dict[str, list[int]], n_layers: int
+    placement: list[PlacementEntry], predicted: dict[str, list[int]], n_layers: int
 ) -> None:
     """Refuse a load where a worker got nothing or llama.cpp deviated from the prediction.
 

@@ -23,11 +23,38 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from epi.core.errors import UserError
+from host.cluster.placement import PlacementEntry
+
+if TYPE_CHECKING:
+    from host.run.engine import LoadedModel
 
 LLAMA_LOG = "llama.log"
+
+
+class LoadedMessage(TypedDict):
+    """Payload of ("loaded", ...): where the model went and what generation bans."""
+
+    placement: list[PlacementEntry]
+    n_params: int
+    eog_ids: list[int]
+    load_s: float
+
+
+class RequestMessage(TypedDict):
+    """Payload of ("request", ...): one finished request's headline figures."""
+
+    request_id: int
+    repeat: int
+    warmup: bool
+    prompt_id: str
+    n_prompt_tokens: int
+    n_generated_tokens: int
+    prefill_ms: float
+    decode_ns: int
+    total_ms: float
 
 
 @dataclass(frozen=True)
@@ -66,7 +93,7 @@ def child_main(conn: Connection, job: Job) -> None:
         conn.close()
 
 
-def _load(job: Job, run_dir: Path) -> tuple[Any, list[dict[str, Any]], int]:
+def _load(job: Job, run_dir: Path) -> tuple[LoadedModel, list[PlacementEntry], int]:
     from host.cluster.placement import check_placement, placement_from_log
     from host.cluster.rpc import Endpoint, attach
     from host.run.engine import load_model
@@ -94,17 +121,13 @@ def _run(conn: Connection, job: Job, run_dir: Path) -> None:
 
     t0 = time.monotonic()
     loaded, placement, n_params = _load(job, run_dir)
-    conn.send(
-        (
-            "loaded",
-            {
-                "placement": placement,
-                "n_params": n_params,
-                "eog_ids": loaded.eog_ids,
-                "load_s": time.monotonic() - t0,
-            },
-        )
-    )
+    message: LoadedMessage = {
+        "placement": placement,
+        "n_params": n_params,
+        "eog_ids": loaded.eog_ids,
+        "load_s": time.monotonic() - t0,
+    }
+    conn.send(("loaded", message))
     llm = loaded.llm
     log = CsvAppender(run_dir)
     request_id = 0
@@ -128,22 +151,18 @@ def _run(conn: Connection, job: Job, run_dir: Path) -> None:
             node=job.node,
         )
         log.write_request(rec)
-        conn.send(
-            (
-                "request",
-                {
-                    "request_id": request_id,
-                    "repeat": repeat,
-                    "warmup": warmup,
-                    "prompt_id": prompt_id,
-                    "n_prompt_tokens": len(tokens),
-                    "n_generated_tokens": len(t.token_ids),
-                    "prefill_ms": (t.token_mono_ns[0] - t.t_start_mono_ns) / 1e6,
-                    "decode_ns": t.token_mono_ns[-1] - t.token_mono_ns[0],
-                    "total_ms": (t.t_end_mono_ns - t.t_start_mono_ns) / 1e6,
-                },
-            )
-        )
+        summary: RequestMessage = {
+            "request_id": request_id,
+            "repeat": repeat,
+            "warmup": warmup,
+            "prompt_id": prompt_id,
+            "n_prompt_tokens": len(tokens),
+            "n_generated_tokens": len(t.token_ids),
+            "prefill_ms": (t.token_mono_ns[0] - t.t_start_mono_ns) / 1e6,
+            "decode_ns": t.token_mono_ns[-1] - t.token_mono_ns[0],
+            "total_ms": (t.t_end_mono_ns - t.t_start_mono_ns) / 1e6,
+        }
+        conn.send(("request", summary))
         request_id += 1
 
     try:

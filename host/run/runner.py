@@ -25,19 +25,23 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from epi.core.errors import UserError
 from epi.core.text import ranges_text
+from host.cluster.placement import PlacementEntry
 from host.cluster.rpc import Endpoint, parse_workers, probe
 from host.quant.model_info import ModelFacts, model_facts
-from host.run.child import LLAMA_LOG, Job
+from host.run.child import LLAMA_LOG, Job, LoadedMessage, RequestMessage
 from host.run.prompts import PromptSet, load_prompt_set, prompt_tokens
 from host.run.tokenlog import RUN_JSON, RunHeader, boot_id, host_name
+
+if TYPE_CHECKING:
+    from meter.sources.background import BackgroundRecording
 
 DEFAULT_TOKENS = 64
 DEFAULT_REPEATS = 3
@@ -169,7 +173,7 @@ def plan_run(s: RunSettings) -> Plan:
     )
 
 
-def _header_fields(plan: Plan) -> dict[str, Any]:
+def _header_fields(plan: Plan) -> dict[str, object]:
     from host.llama.install import llama_info
     from host.run.cpu_features import cpu_features
 
@@ -219,13 +223,13 @@ def _header_fields(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _default_clock_sync(url: str) -> dict[str, Any]:
+def _default_clock_sync(url: str) -> Mapping[str, object]:
     from epi.core.clocksync import estimate_offset
 
     return estimate_offset(url).as_dict()
 
 
-def describe_placement(placement: list[dict[str, Any]]) -> list[str]:
+def describe_placement(placement: list[PlacementEntry]) -> list[str]:
     """One line per node: which layers (and non-layer tensors) it holds."""
     lines = []
     for e in placement:
@@ -315,7 +319,7 @@ class RunResult:
     n_measured: int
     prefill_ms_median: float | None
     decode_tok_s_median: float | None
-    placement: list[dict[str, Any]]
+    placement: list[PlacementEntry]
 
 
 def _plural(n: int, one: str, many: str | None = None) -> str:
@@ -330,8 +334,8 @@ def run(
     settings: RunSettings,
     *,
     echo: Callable[[str], None] = _echo_stderr,
-    clock_sync: Callable[[str], dict[str, Any]] | None = None,
-    on_message: Callable[[str, Any], None] | None = None,
+    clock_sync: Callable[[str], Mapping[str, object]] | None = None,
+    on_message: Callable[[str, object], None] | None = None,
 ) -> RunResult:
     """Plan, then run with the inference child; raise RunFailed when the run fails.
 
@@ -356,7 +360,7 @@ def run(
         header.add_clock_sync(start_sync, "start")
     try:
         if power is not None:
-            power.start(header.run_dir / "power", header.data["node"])
+            power.start(header.run_dir / "power", header.text("node"))
             header.update(power_trace="power")
         try:
             return _supervise(plan, header, echo, sync, on_message)
@@ -373,7 +377,8 @@ def run(
         raise
 
 
-def _open_power(settings: RunSettings, echo: Callable[[str], None]) -> Any:
+def _open_power(settings: RunSettings, echo: Callable[[str], None]
+                ) -> BackgroundRecording | None:
     """`--power SPEC`: the software sources, recorded beside the run (meter/sources)."""
     if not settings.power:
         return None
@@ -386,14 +391,14 @@ def _supervise(
     plan: Plan,
     header: RunHeader,
     echo: Callable[[str], None],
-    sync: Callable[[str], dict[str, Any]],
-    on_message: Callable[[str, Any], None] | None,
+    sync: Callable[[str], Mapping[str, object]],
+    on_message: Callable[[str, object], None] | None,
 ) -> RunResult:
     s = plan.settings
     job = Job(
         model=str(plan.facts.path),
         run_dir=str(header.run_dir),
-        node=header.data["node"],
+        node=header.text("node"),
         threads=plan.threads,
         n_ctx=plan.n_ctx,
         seed=s.seed,
@@ -410,7 +415,8 @@ def _supervise(
     )
     proc, conn = _start_child(job, header.run_dir / LLAMA_LOG)
     n_prompts = len(job.prompts)
-    measured: list[dict[str, Any]] = []
+    measured: list[RequestMessage] = []
+    placement: list[PlacementEntry] = []
     n_requests = 0
     wait_s = s.stall_timeout_s
     error: str | None = None
@@ -434,10 +440,12 @@ def _supervise(
                 on_message(kind, payload)
             wait_s = s.stall_timeout_s
             if kind == "loaded":
-                settings = dict(header.data["settings"], eog_suppressed=payload["eog_ids"])
-                header.update(placement=payload["placement"], settings=settings)
-                echo(f"loaded in {payload['load_s']:.1f} s; placement:")
-                for line in describe_placement(payload["placement"]):
+                loaded = cast(LoadedMessage, payload)  # the child's message (host.run.child)
+                placement = loaded["placement"]
+                settings = dict(header.settings(), eog_suppressed=loaded["eog_ids"])
+                header.update(placement=placement, settings=settings)
+                echo(f"loaded in {loaded['load_s']:.1f} s; placement:")
+                for line in describe_placement(placement):
                     echo(f"  {line}")
             elif kind == "cooldown":
                 r = payload
@@ -456,10 +464,11 @@ def _supervise(
             elif kind == "idle":
                 wait_s = s.idle_s + s.stall_timeout_s
             elif kind == "request":
+                summary = cast(RequestMessage, payload)
                 n_requests += 1
-                if not payload["warmup"]:
-                    measured.append(payload)
-                echo(_request_line(payload, n_prompts, s.repeats, s.warmups))
+                if not summary["warmup"]:
+                    measured.append(summary)
+                echo(_request_line(summary, n_prompts, s.repeats, s.warmups))
             elif kind == "error":
                 error = payload
                 _wait(proc, 30)
@@ -495,11 +504,11 @@ def _supervise(
         n_measured=len(measured),
         prefill_ms_median=statistics.median(prefill) if prefill else None,
         decode_tok_s_median=statistics.median(decode) if decode else None,
-        placement=header.data["placement"],
+        placement=placement,
     )
 
 
-def _request_line(p: dict[str, Any], n_prompts: int, repeats: int, warmups: int) -> str:
+def _request_line(p: RequestMessage, n_prompts: int, repeats: int, warmups: int) -> str:
     idx = p["request_id"] % n_prompts + 1
     if p["warmup"]:
         what = f"warm-up {p['repeat'] + warmups + 1}/{warmups}"

@@ -15,10 +15,9 @@ import csv
 import io
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from epi.core.errors import UserError
 from epi.core.files import read_boot_id, write_json_atomic
@@ -70,11 +69,11 @@ class RequestRecord:
     t_end_real_ns: int
     node: str
 
-    def event_rows(self) -> list[tuple[Any, ...]]:
+    def event_rows(self) -> list[tuple[int | str, ...]]:
         """The request's rows of events.csv, in time order."""
         w = int(self.warmup)
         head = (self.request_id, self.repeat, w, self.prompt_id)
-        rows: list[tuple[Any, ...]] = [
+        rows: list[tuple[int | str, ...]] = [
             (*head, "request_start", "", "", self.t_start_mono_ns, self.t_start_real_ns)
         ]
         rows.extend(
@@ -86,7 +85,7 @@ class RequestRecord:
         rows.append((*head, "request_end", "", "", self.t_end_mono_ns, self.t_end_real_ns))
         return rows
 
-    def request_row(self) -> tuple[Any, ...]:
+    def request_row(self) -> tuple[int | str, ...]:
         """The request's row of requests.csv.
 
         `t_end_mono_ns` there is the last token's time (decode = first → last token, as
@@ -114,13 +113,13 @@ class RequestRecord:
 class RunHeader:
     """run.json of one token log: created with status "running", rewritten atomically on change."""
 
-    def __init__(self, run_dir: Path, data: dict[str, Any]) -> None:
+    def __init__(self, run_dir: Path, data: dict[str, object]) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / RUN_JSON
         self.data = data
 
     @classmethod
-    def create(cls, run_dir: Path, fields: dict[str, Any]) -> RunHeader:
+    def create(cls, run_dir: Path, fields: dict[str, object]) -> RunHeader:
         """Start a new token log in `run_dir` (created; must not already hold one).
 
         `fields` are the header keys besides format, version, run_id and status. The CSV files
@@ -135,7 +134,7 @@ class RunHeader:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"{run_dir}: cannot create run directory ({exc.strerror})") from None
-        data: dict[str, Any] = {
+        data: dict[str, object] = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "run_id": fields.pop("run_id", None) or new_run_id(),
@@ -153,17 +152,34 @@ class RunHeader:
     def save(self) -> None:
         write_json_atomic(self.path, self.data)
 
-    def update(self, **changes: Any) -> None:
+    def update(self, **changes: object) -> None:
         """Change top-level keys and rewrite run.json."""
         self.data.update(changes)
         self.save()
 
-    def add_clock_sync(self, entry: dict[str, Any], when: str) -> None:
+    def text(self, key: str) -> str:
+        """A string field this writer set (node, host, run_id, status)."""
+        value = self.data.get(key)
+        if not isinstance(value, str):
+            raise ValueError(f"run.json field {key!r} is not a string: {value!r}")
+        return value
+
+    def settings(self) -> dict[str, object]:
+        """The `settings` object (empty until set)."""
+        value = self.data.get("settings", {})
+        if not isinstance(value, dict):
+            raise ValueError(f"run.json field 'settings' is not an object: {value!r}")
+        return value
+
+    def add_clock_sync(self, entry: Mapping[str, object], when: str) -> None:
         """Append one clock-sync estimate (`offset_ns` = meter − local monotonic)."""
         if when not in ("start", "end", "during"):
             raise ValueError(f"clock sync 'when' must be start/end/during, not {when!r}")
-        self.data.setdefault("clock_sync", []).append({**entry, "when": when})
-        self.data["clock_drift_ppm"] = clock_drift_ppm(self.data["clock_sync"])
+        entries = self.data.setdefault("clock_sync", [])
+        if not isinstance(entries, list):
+            raise ValueError(f"run.json field 'clock_sync' is not a list: {entries!r}")
+        entries.append({**entry, "when": when})
+        self.data["clock_drift_ppm"] = clock_drift_ppm(entries)
         self.save()
 
     def finish(self, status: str, error: str | None = None) -> None:
@@ -177,15 +193,22 @@ class RunHeader:
         self.save()
 
 
-def clock_drift_ppm(entries: Sequence[dict[str, Any]]) -> float | None:
+def clock_drift_ppm(entries: Sequence[Mapping[str, object]]) -> float | None:
     """Rate difference meter − local in ppm from the first and last estimate; None if < 2."""
     if len(entries) < 2:
         return None
     first, last = entries[0], entries[-1]
-    dt = last["t_local_mono_ns"] - first["t_local_mono_ns"]
+    dt = _ns(last, "t_local_mono_ns") - _ns(first, "t_local_mono_ns")
     if dt <= 0:
         return None
-    return (last["offset_ns"] - first["offset_ns"]) / dt * 1e6
+    return (_ns(last, "offset_ns") - _ns(first, "offset_ns")) / dt * 1e6
+
+
+def _ns(entry: Mapping[str, object], key: str) -> int:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"clock-sync estimate field {key!r} is not an integer: {value!r}")
+    return value
 
 
 @dataclass
