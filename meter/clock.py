@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 # A fixed, readable default start for simulated runs (2024-01-01T00:00:00Z) so results repeat.
 DEFAULT_SIM_REAL_NS = 1_704_067_200_000_000_000
@@ -41,7 +41,7 @@ def is_simulated(clock: object) -> bool:
     return bool(getattr(clock, "simulated", False))
 
 
-def describe_clock(clock: object) -> dict[str, Any]:
+def describe_clock(clock: object) -> dict[str, object]:
     """A clock's own description, or {"kind": "system"} for one that has none."""
     describe = getattr(clock, "describe", None)
     return describe() if callable(describe) else {"kind": "system"}
@@ -69,7 +69,7 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         self.sleep_until(self.monotonic_ns() + int(seconds * 1e9))
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {"kind": "system"}
 
 
@@ -122,7 +122,7 @@ class SimulatedClock:
     def sleep(self, seconds: float) -> None:
         self.advance(int(seconds * 1e9))
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {
             "kind": "simulated",
             "start_mono_ns": self._start_mono_ns,

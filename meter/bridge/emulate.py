@@ -19,10 +19,12 @@ import random
 import threading
 import tty
 from collections import deque
-from typing import Any
+from collections.abc import Callable
 
 from meter.bridge.link import wire_ns
+from meter.clock import Clock
 from meter.emulation.mcu import EmulatedMcu, McuClock
+from meter.emulation.power_models import PowerModel
 from meter.errors import LinkLost
 from meter.firmware.app import Firmware
 from meter.firmware.config import default_config
@@ -31,7 +33,8 @@ from meter.firmware.config import default_config
 class EmulatedBoard:
     """Chips + MCU + firmware of one emulated epi-meter board."""
 
-    def __init__(self, clock: Any, power_models: list[Any], *, meter_constant: float = 1e8,
+    def __init__(self, clock: Clock, power_models: list[PowerModel], *,
+                 meter_constant: float = 1e8,
                  baud: int = 115200, rate_hz: float = 10.0, encoding: str = "json",
                  drift_ppm: float = 30.0, model_spi_time: bool = True, tick_bits: int = 30,
                  refresh_period_s: float = 0.2, seed: int = 0) -> None:
@@ -62,7 +65,7 @@ class EmulatedBoard:
         self.tick_bits = tick_bits
         self.model_spi_time = model_spi_time
         self.files: dict[str, str] = {}
-        self.sink: Any = None
+        self.sink: Callable[[bytes], None] | None = None
         self.boots = 0
         self.firmware: Firmware
         self.hw: EmulatedMcu
@@ -202,7 +205,7 @@ class PtyBridge:
         self.master: int | None = None
         self.slave: int | None = None
         self._plug()
-        self.port = link_path or os.ttyname(self.slave)  # type: ignore[arg-type]
+        self.port = link_path or self._slave_name
         board.sink = self._write
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="emulated-mcu", daemon=True)
@@ -212,10 +215,11 @@ class PtyBridge:
         tty.setraw(slave)
         os.set_blocking(master, False)
         self.master, self.slave = master, slave
+        self._slave_name = os.ttyname(slave)
         if self.link_path is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.link_path)
-            os.symlink(os.ttyname(slave), self.link_path)
+            os.symlink(self._slave_name, self.link_path)
 
     def unplug(self) -> None:
         with self._lock:

@@ -22,12 +22,19 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from epi.core.errors import UserError
+from meter.bridge.emulate import EmulatedBoard, PtyBridge
+from meter.bridge.link import Link
+from meter.clock import Clock
 from meter.emulation.faults import FaultInjector, FaultSpec, parse_fault_specs
 from meter.errors import LinkLost
+
+if TYPE_CHECKING:
+    from meter.emulation.chip_emulator import EmulatedChip
 
 KINDS = ("drop-bytes", "flip-bits", "lose-lines", "unplug", "mcu-reset")
 _SPEC = re.compile(r"^([a-z-]+)@(\d+(?:\.\d+)?)(?:\+(\d+(?:\.\d+)?))?$")
@@ -47,7 +54,7 @@ class UartFault:
                 "modelled": True}
 
 
-def parse_uart_faults(specs: Any) -> list[UartFault]:
+def parse_uart_faults(specs: Iterable[str]) -> list[UartFault]:
     out = []
     for spec in specs:
         for part in str(spec).split(","):
@@ -66,7 +73,7 @@ def parse_uart_faults(specs: Any) -> list[UartFault]:
     return out
 
 
-def parse_bridge_faults(specs: Any) -> tuple[list[UartFault], list[FaultSpec]]:
+def parse_bridge_faults(specs: Iterable[str]) -> tuple[list[UartFault], list[FaultSpec]]:
     """(UART faults, chip faults) of `--fault-injection` values for an emulated bridge."""
     uart: list[UartFault] = []
     chip: list[FaultSpec] = []
@@ -83,7 +90,7 @@ def parse_bridge_faults(specs: Any) -> tuple[list[UartFault], list[FaultSpec]]:
 class _ChipChannel:
     """What meter.emulation.faults.FaultInjector needs to know of a channel."""
 
-    def __init__(self, index: int, emulator: Any) -> None:
+    def __init__(self, index: int, emulator: EmulatedChip) -> None:
         self.index = index
         self.name = f"ch{index}"
         self.emulator = emulator
@@ -93,7 +100,8 @@ class FaultyLink:
     """Wraps a link; corrupts or cuts it on schedule. `board` (an EmulatedBoard, or a
     PtyBridge around one) receives `mcu-reset`, its chips the `chip_faults`."""
 
-    def __init__(self, inner: Any, clock: Any, faults: list[UartFault], *, board: Any = None,
+    def __init__(self, inner: Link, clock: Clock, faults: list[UartFault], *,
+                 board: EmulatedBoard | PtyBridge | None = None,
                  seed: int = 0, chip_faults: list[FaultSpec] | None = None) -> None:
         self.inner = inner
         self.clock = clock
@@ -106,7 +114,9 @@ class FaultyLink:
         self.chip_faults = list(chip_faults or [])
         self.chip_injector: FaultInjector | None = None
         if self.chip_faults:
-            emulated = getattr(board, "board", board)  # a PtyBridge holds its EmulatedBoard
+            emulated = board.board if isinstance(board, PtyBridge) else board
+            if emulated is None:
+                raise ValueError("chip faults need the emulated board")
             chips = [_ChipChannel(i, c) for i, c in enumerate(emulated.chips.values())]
             self.chip_injector = FaultInjector(self.chip_faults, chips, self.t0)
 
@@ -128,7 +138,8 @@ class FaultyLink:
             if f.kind == "mcu-reset" and t >= f.start_s and i not in self.resets_done:
                 self.resets_done.add(i)
                 self._count("mcu-reset")
-                self.board.reset_mcu()
+                if self.board is not None:
+                    self.board.reset_mcu()
 
     def open(self) -> None:
         if self._active("unplug"):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
 
 from meter.bridge.link import SerialLink
 from meter.bridge.protocol import LineError, Message, command, decode_line
@@ -25,7 +24,7 @@ def default_port() -> str | None:
     return next((p for p in CANDIDATE_PORTS if os.path.exists(p)), None)
 
 
-def hello(port: str, baud: int = 115200, timeout_s: float = 2.0) -> dict[str, Any] | None:
+def hello(port: str, baud: int = 115200, timeout_s: float = 2.0) -> dict[str, object] | None:
     """The firmware's hello fields, or None when nothing on `port` answers in time.
 
     Raises LinkLost when the port cannot be opened.
@@ -67,9 +66,12 @@ def doctor_rows(port: str | None = None, baud: int | None = None) -> list[tuple]
         return [("bridge port", True, f"{port} at {baud} baud", ""),
                 ("bridge firmware", False, "no epi firmware answers hello",
                  "epi meter firmware deploy --port <the Pico's USB port>; wiring: docs/bridge.md")]
-    chans = info.get("channels") or []
+    chans = info.get("channels")
+    hw = info.get("hw")
+    mcu = hw.get("mcu", "?") if isinstance(hw, dict) else "?"
     return [("bridge port", True, f"{port} at {baud} baud", ""),
             ("bridge firmware", True,
              f"epi firmware {info.get('fw')} (protocol {info.get('proto')}) on "
-             f"{(info.get('hw') or {}).get('mcu', '?')}, board {info.get('board')}, "
-             f"{len(chans)} channel(s), boot {info.get('boot')}", "")]
+             f"{mcu}, board {info.get('board')}, "
+             f"{len(chans) if isinstance(chans, list) else 0} channel(s), "
+             f"boot {info.get('boot')}", "")]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import binascii
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from meter.chip import registers as regs
 from meter.firmware.crc import seal, unseal
@@ -57,7 +56,7 @@ class Sweep:
 @dataclass(frozen=True)
 class Message:
     kind: str  # hello, pong, r, err, ev
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, object] = field(default_factory=dict)
 
 
 def _uint(data: bytes, pos: int, n: int) -> tuple[int, int]:
@@ -154,7 +153,7 @@ def decode_line(raw: bytes) -> Sweep | Message:
     raise LineError("parse", f"unknown line kind {kind!r}")
 
 
-def command(name: str, **fields: Any) -> bytes:
+def command(name: str, **fields: object) -> bytes:
     """A command line for the firmware, sealed with its CRC."""
     obj = {"cmd": name, **fields}
     return seal(json.dumps(obj, separators=(",", ":")).encode())

@@ -31,12 +31,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from meter.bridge.clockmap import ClockMapper, Mapping
+from meter.bridge.hello import Hello, parse_hello
 from meter.bridge.link import Link, wire_ns
 from meter.bridge.protocol import LineError, Message, Sweep, command, decode_line
 from meter.chip.calibration import joules_per_count
+from meter.clock import Clock
 from meter.daemon.event_budget import EventBudget
 from meter.daemon.trace import EVENT_KINDS, TraceWriter, gap_detail
 from meter.errors import LinkLost
@@ -88,7 +89,7 @@ class BridgeRecorder:
     def __init__(
         self,
         link: Link,
-        clock: Any,
+        clock: Clock,
         writer: TraceWriter,
         *,
         baud: int,
@@ -117,11 +118,11 @@ class BridgeRecorder:
         self.meta_interval_ns = round(meta_interval_s * 1e9)
         self.log = log
         self.stats = BridgeStats()
-        self.hello: dict[str, Any] | None = None
+        self.hello: Hello | None = None
         self.boot: str | None = None
         self.mapper = ClockMapper()
         self.mapping: Mapping | None = None
-        self.clock_history: list[dict[str, Any]] = []
+        self.clock_history: list[dict[str, object]] = []
         self.channels: dict[int, _Channel] = {}
         self.last_seq: int | None = None
         self.last_sweep_t: tuple[int, int] | None = None
@@ -141,7 +142,7 @@ class BridgeRecorder:
         self._event_budget = EventBudget()
         self._stop = threading.Event()
         self.ready = threading.Event()  # set when the first sample row is written
-        self.on_sample: Callable[[dict[str, Any]], None] | None = None  # live state/stream
+        self.on_sample: Callable[[dict[str, object]], None] | None = None  # live state/stream
         self.on_fault: Callable[[int | None, str], None] | None = None  # /metrics fault counter
         self.on_sweep: Callable[[], None] | None = None  # /metrics and /status sweeps_total
         self._next_storage = 0
@@ -215,12 +216,14 @@ class BridgeRecorder:
 
     def _configure(self) -> None:
         """After a hello: the firmware streams with our rate and encoding."""
-        if self.encoding is not None and self.hello and self.hello.get("enc") != self.encoding:
+        hello = self.hello
+        if hello is None:
+            return
+        if self.encoding is not None and hello.encoding != self.encoding:
             self._send(command("encoding", enc=self.encoding))
-        if self.rate_hz is not None and self.hello and abs(
-                float(self.hello.get("rate_hz") or 0) - self.rate_hz) > 1e-6:
+        if self.rate_hz is not None and abs((hello.rate_hz or 0.0) - self.rate_hz) > 1e-6:
             self._send(command("rate", hz=self.rate_hz))
-        if self.hello and not self.hello.get("streaming", True):
+        if not hello.streaming:
             self._send(command("start"))
 
     def _ping(self, now: int) -> None:
@@ -346,7 +349,8 @@ class BridgeRecorder:
         if msg.kind == "hello":
             self._hello(f)
         elif msg.kind == "pong":
-            t_send = self._pings.pop(f.get("id"), None)  # type: ignore[arg-type]
+            ping_id = f.get("id")
+            t_send = self._pings.pop(ping_id, None) if isinstance(ping_id, int) else None
             t_us = f.get("t")
             if t_send is not None and isinstance(t_us, int):
                 self.stats.pongs += 1
@@ -370,26 +374,31 @@ class BridgeRecorder:
             self.stats.command_errors += 1
             self.log(f"epi meter bridge: firmware refused a command: {f.get('error')}")
 
-    def _hello(self, f: dict[str, Any]) -> None:
-        boot = str(f.get("boot"))
+    def _hello(self, f: dict[str, object]) -> None:
+        try:
+            hello = parse_hello(f)
+        except LineError as exc:  # never convert counts with a constant that is not one
+            self.stats.unparsable += 1
+            self.event(None, "bus_error", f"bridge: hello dropped: {exc.detail}")
+            return
+        boot = hello.boot
         if self.boot is not None and boot != self.boot:
             self._mcu_reset(f"new boot id {boot} (was {self.boot})")
         self.boot = boot
-        self.hello = dict(f)
-        fw_channels = {}
-        for c in f.get("channels") or []:
-            ch = self.channels.setdefault(int(c["n"]), _Channel())
-            ch.jpc = joules_per_count(float(c["meter_constant_imp_per_kwh"]))
-            fw_channels[int(c["n"])] = c
+        self.hello = hello
+        for c in hello.channels:
+            self.channels.setdefault(c.channel, _Channel()).jpc = joules_per_count(
+                c.meter_constant_imp_per_kwh)
         self._configure()
         # the trace's channel entries get what only the firmware knows (docs/formats.md §1)
-        entries = []
-        for entry in self.writer.meta.get("channels") or []:
-            c = fw_channels.get(entry.get("channel"))
-            if c is not None:
-                mc = float(c["meter_constant_imp_per_kwh"])
+        entries: list[object] = []
+        listed = self.writer.meta.get("channels")
+        for entry in listed if isinstance(listed, list) else []:
+            fw = hello.channel(entry.get("channel")) if isinstance(entry, dict) else None
+            if isinstance(entry, dict) and fw is not None:
+                mc = fw.meter_constant_imp_per_kwh
                 entry = {**entry, "meter_constant_imp_per_kwh": mc,
-                         "calibration": {"source": f"MCU: {c.get('cal')}",
+                         "calibration": {"source": f"MCU: {fw.calibration}",
                                          "joules_per_count": joules_per_count(mc)}}
             entries.append(entry)
         self.writer.update_meta(bridge=self.describe(), channels=entries)
@@ -531,11 +540,11 @@ class BridgeRecorder:
                        "until the recorder stopped"), t=(o_mono, o_real), limit=False)
         self.writer.update_meta(bridge=self.describe())
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {
             "bridged": True,
             "link": self.link.describe(),
-            "firmware": self.hello,
+            "firmware": self.hello.fields if self.hello is not None else None,
             "boot": self.boot,
             "clock": self.mapping.describe() if self.mapping else None,
             "clock_history": list(self.clock_history),

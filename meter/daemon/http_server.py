@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from epi.core.errors import UserError
@@ -76,7 +75,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket],
+                     client_address: object) -> None:
         """A client that went away is not an error worth a traceback in the daemon's log."""
         exc = sys.exc_info()[1]
         if isinstance(exc, (BrokenPipeError, ConnectionResetError, TimeoutError)):
@@ -102,7 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # else headers and body wait on delayed ACKs (~40 ms)
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         """Quiet: a scraper every few seconds must not flood the daemon's log."""
 
     # -- helpers ------------------------------------------------------------------------------
@@ -150,7 +150,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _clock(self, t_recv: int) -> None:
         owner = self.server.owner
         info = owner.state.info
-        reply: dict[str, Any] = {
+        reply: dict[str, object] = {
             "t_recv_mono_ns": t_recv,
             "t_real_ns": owner.clock.realtime_ns(),
             "boot_id": info.get("boot_id"),

@@ -8,7 +8,6 @@ octave from 1 µs, so a reported quantile is within 9 % of the true one, above 1
 from __future__ import annotations
 
 import math
-from typing import Any
 
 _BUCKETS_PER_OCTAVE = 8
 _BASE_NS = 1_000  # 1 µs: everything below lands in bucket 0
@@ -73,7 +72,7 @@ class JitterStats:
     def std_ns(self) -> float | None:
         return math.sqrt(self._m2 / (self.count - 1)) if self.count > 1 else None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """JSON-ready summary (null where there is no data yet)."""
         mean, std = self.mean_ns, self.std_ns
         return {

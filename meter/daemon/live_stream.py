@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 
 class Message(NamedTuple):
@@ -90,16 +90,17 @@ class LiveHub:
         with self._lock:
             return sum(s.dropped for s in self._subs)
 
-    def publish(self, message: dict[str, Any]) -> None:
+    def publish(self, message: dict[str, object]) -> None:
         """Serialise once and queue for every subscriber (cheap when nobody listens)."""
         with self._lock:
             subs = list(self._subs)
             self.published += 1
         if not subs:
             return
+        channel = message.get("channel")
         msg = Message(
             str(message.get("type", "")),
-            message.get("channel"),
+            channel if isinstance(channel, int) else None,
             json.dumps(message, separators=(",", ":"), allow_nan=False),
         )
         for sub in subs:

@@ -13,7 +13,6 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass
@@ -28,7 +27,7 @@ class ChannelInfo:
 @dataclass
 class _ChannelState:
     info: ChannelInfo
-    last: dict[str, Any] | None = None  # the latest valid sample
+    last: dict[str, object] | None = None  # the latest valid sample
     up: bool = False
     samples_total: int = 0
     faults: dict[str, int] = field(default_factory=dict)
@@ -37,21 +36,24 @@ class _ChannelState:
 class MeterState:
     """Thread-safe latest readings and counters, updated by the sampler, read by the server."""
 
-    def __init__(self, channels: Sequence[ChannelInfo], info: dict[str, Any]) -> None:
+    def __init__(self, channels: Sequence[ChannelInfo], info: dict[str, object]) -> None:
         self._lock = threading.Lock()
         self._channels = {c.index: _ChannelState(c) for c in channels}
         self.info = dict(info)
         self.sweeps_total = 0
         self.late_sweeps_total = 0
         self.skipped_sweeps_total = 0
-        self.jitter: dict[str, Any] = {}
+        self.jitter: dict[str, object] = {}
         self.sustainable_rate_hz: float | None = None  # None until the first sweep
         self.stream_clients: Callable[[], int] | None = None
 
     # -- updates (sampler thread) ----------------------------------------------------------
-    def record_sample(self, sample: dict[str, Any]) -> None:
+    def record_sample(self, sample: dict[str, object]) -> None:
+        index = sample.get("channel")
+        if not isinstance(index, int):
+            raise ValueError(f"a live sample names no channel: {sample!r}")
         with self._lock:
-            ch = self._channels[sample["channel"]]
+            ch = self._channels[index]
             ch.last = sample
             ch.up = True
             ch.samples_total += 1
@@ -73,7 +75,7 @@ class MeterState:
         *,
         late: bool,
         skipped: int,
-        jitter: dict[str, Any],
+        jitter: dict[str, object],
         sustainable_rate_hz: float | None = None,
     ) -> None:
         with self._lock:
@@ -85,7 +87,7 @@ class MeterState:
                 self.sustainable_rate_hz = sustainable_rate_hz
 
     # -- reads (server threads) ------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """JSON-ready copy of everything (for /status)."""
         with self._lock:
             return {
@@ -108,6 +110,14 @@ class MeterState:
                     for c in self._channels.values()
                 ],
             }
+
+
+def _number(value: object) -> float | int | None:
+    """`value` when it is a number (not a bool), else None: samples, info and the jitter
+    summary are JSON-shaped, and only their numbers become exposition values."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return None
 
 
 def _escape(value: object) -> str:
@@ -186,14 +196,11 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
         return {"channel": ch.index, "name": ch.name, "node": ch.node or ""}
 
     for metric, key, help_text in _GAUGES:
-        rows = [
-            (ch, last[key])
-            for ch, up, _, _, last in channels
-            if up and last is not None and last.get(key) is not None
-        ]
         out.family(metric, "gauge", help_text)
-        for ch, value in rows:
-            out.sample(metric, labels(ch), value)
+        for ch, up, _, _, last in channels:
+            value = _number(last.get(key)) if up and last is not None else None
+            if value is not None:
+                out.sample(metric, labels(ch), value)
 
     out.family(
         "epi_meter_energy_joules_total",
@@ -201,13 +208,15 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
         "Cumulative active energy since the daemon (segment) started, from the energy registers.",
     )
     for ch, _, _, _, last in channels:
-        if last is not None and last.get("energy_j") is not None:
-            out.sample("epi_meter_energy_joules_total", labels(ch), last["energy_j"])
+        energy = _number(last.get("energy_j")) if last is not None else None
+        if energy is not None:
+            out.sample("epi_meter_energy_joules_total", labels(ch), energy)
 
     out.family("epi_meter_status_bits", "gauge", "SysStatus bits of the latest sample.")
     for ch, up, _, _, last in channels:
-        if up and last is not None and last.get("status") is not None:
-            out.sample("epi_meter_status_bits", labels(ch), last["status"])
+        status = _number(last.get("status")) if up and last is not None else None
+        if status is not None:
+            out.sample("epi_meter_status_bits", labels(ch), status)
 
     out.family("epi_meter_channel_up", "gauge", "1 if the channel's latest read succeeded.")
     for ch, up, _, _, _ in channels:
@@ -219,10 +228,9 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
         "CLOCK_REALTIME of the channel's latest valid sample, s since the epoch.",
     )
     for ch, _, _, _, last in channels:
-        if last is not None:
-            out.sample(
-                "epi_meter_last_sample_timestamp_seconds", labels(ch), last["t_real_ns"] / 1e9
-            )
+        t_real = _number(last.get("t_real_ns")) if last is not None else None
+        if t_real is not None:
+            out.sample("epi_meter_last_sample_timestamp_seconds", labels(ch), t_real / 1e9)
 
     out.family("epi_meter_samples_total", "counter", "Valid samples written per channel.")
     for ch, _, n, _, _ in channels:
@@ -246,7 +254,7 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
     )
     out.sample("epi_meter_skipped_sweeps_total", {}, skipped)
 
-    period = info.get("sample_period_s")
+    period = _number(info.get("sample_period_s"))
     out.family("epi_meter_sample_period_seconds", "gauge", "Scheduled period of one sweep, s.")
     if period is not None:
         out.sample("epi_meter_sample_period_seconds", {}, float(period))
@@ -265,14 +273,17 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
         "summary",
         "How long after its deadline each sweep began, s.",
     )
-    if jitter.get("count"):
+    count = _number(jitter.get("count"))
+    if count:
         for q, key in (("0.5", "p50_ns"), ("0.9", "p90_ns"), ("0.99", "p99_ns")):
-            if jitter.get(key) is not None:
+            quantile = _number(jitter.get(key))
+            if quantile is not None:
                 out.sample(
-                    "epi_meter_schedule_lateness_seconds", {"quantile": q}, jitter[key] / 1e9
+                    "epi_meter_schedule_lateness_seconds", {"quantile": q}, quantile / 1e9
                 )
-        out.sample("epi_meter_schedule_lateness_seconds_sum", {}, jitter.get("sum_ns", 0) / 1e9)
-        out.sample("epi_meter_schedule_lateness_seconds_count", {}, jitter["count"])
+        out.sample("epi_meter_schedule_lateness_seconds_sum", {},
+                   (_number(jitter.get("sum_ns")) or 0) / 1e9)
+        out.sample("epi_meter_schedule_lateness_seconds_count", {}, count)
 
     out.family(
         "epi_meter_clock_monotonic_seconds", "gauge", "Meter CLOCK_MONOTONIC at scrape time, s."
@@ -282,7 +293,7 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
         "epi_meter_clock_realtime_seconds", "gauge", "Meter CLOCK_REALTIME at scrape time, s."
     )
     out.sample("epi_meter_clock_realtime_seconds", {}, real_ns / 1e9)
-    started = info.get("started_real_ns")
+    started = _number(info.get("started_real_ns"))
     out.family("epi_meter_start_time_seconds", "gauge", "CLOCK_REALTIME when the daemon started.")
     if started is not None:
         out.sample("epi_meter_start_time_seconds", {}, started / 1e9)

@@ -37,7 +37,7 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from meter.clock import Clock, is_simulated
 from meter.daemon.event_budget import EventBudget
@@ -45,6 +45,7 @@ from meter.daemon.jitter import JitterStats
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import MeterState
 from meter.daemon.trace import UNMETERED_GAP_REASON, TraceWriter, gap_detail
+from meter.driver.atm90e26 import UnmeteredInterval
 from meter.errors import (
     BusError,
     ChecksumError,
@@ -59,7 +60,7 @@ SamplerClock = Clock  # the earlier name
 class SampleSource(Protocol):
     """What the sampler needs of a driver (``meter.driver.atm90e26.ATM90E26Driver``)."""
 
-    def read_sample(self) -> Any: ...
+    def read_sample(self) -> object: ...
 
 
 class ChannelLike(Protocol):
@@ -96,17 +97,26 @@ def fault_kind(exc: BaseException) -> str:
     return "bus_error"
 
 
-def _unmetered(driver: Any) -> list[dict[str, Any]]:
+def _unmetered(driver: object) -> list[UnmeteredInterval]:
     """The driver's list of intervals it could not meter (empty for drivers without one)."""
     lost = getattr(driver, "unmetered", None)
     return lost if isinstance(lost, list) else []
 
 
-def _value(sample: Any, name: str) -> Any:
+def _value(sample: object, name: str) -> float | int | None:
+    """A reading's number (`Reading` or a test double's attribute); None when it is missing,
+    not a number, or not finite."""
     v = getattr(sample, name, None)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+def _time(sample: object, name: str, default: int) -> int:
+    v = getattr(sample, name, None)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v else default
 
 
 @dataclass
@@ -147,7 +157,7 @@ class SamplerStats:
         p90 = self.sweep_duration.quantile_ns(0.9)
         return 1e9 / p90 if p90 else None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "sweeps": self.sweeps,
             "late_sweeps": self.late_sweeps,
@@ -370,8 +380,8 @@ class Sampler:
         self._unmetered_seen[ch.index] = len(lost)
 
     # -- sweeping -----------------------------------------------------------------------------
-    def _sweep(self, seq: int) -> list[tuple[Any, ...]]:
-        rows: list[tuple[Any, ...]] = []
+    def _sweep(self, seq: int) -> list[tuple[object, ...]]:
+        rows: list[tuple[object, ...]] = []
         clock = self.clock
         for ch in self.channels:
             run = self._runs[ch.index]
@@ -397,8 +407,8 @@ class Sampler:
                 self._reading = None
             t1m, t1r = clock.monotonic_ns(), clock.realtime_ns()
             # the driver's own time stamp (middle of its register reads), else ours
-            t_mono = _value(sample, "t_mono_ns") or (t0m + t1m) // 2
-            t_real = _value(sample, "t_real_ns") or (t0r + t1r) // 2
+            t_mono = _time(sample, "t_mono_ns", (t0m + t1m) // 2)
+            t_real = _time(sample, "t_real_ns", (t0r + t1r) // 2)
             run.consecutive_failures = 0
             self._release_held(ch.index, None, False)
             self._declare_unmetered(ch)
@@ -437,14 +447,15 @@ class Sampler:
         self._disk_full_seen = full
         self.writer.check_present()
 
-    def _publish(self, rows: list[tuple[Any, ...]]) -> None:
+    def _publish(self, rows: list[tuple[object, ...]]) -> None:
         if self.state is None and self.hub is None:
             return
         keys = ("seq", "channel", "t_mono_ns", "t_real_ns", "power_w", "voltage_v",
                 "current_a", "power_factor", "frequency_hz", "energy_j", "status")
         for row in rows:
             msg = {"type": "sample", **dict(zip(keys, row, strict=True))}
-            msg["name"] = self._names[row[1]]
+            index = row[1]
+            msg["name"] = self._names[index] if isinstance(index, int) else "?"
             if self.state is not None:
                 self.state.record_sample(msg)
             if self.hub is not None:

@@ -32,7 +32,6 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from epi.core.errors import UserError
 from epi.core.files import read_boot_id, write_json_atomic
@@ -196,7 +195,7 @@ class TraceWriter:
     def __init__(
         self,
         trace_dir: str | os.PathLike[str],
-        meta: dict[str, Any],
+        meta: dict[str, object],
         *,
         fsync_interval_s: float = 0.5,
         lock: TraceLock | None = None,
@@ -277,7 +276,7 @@ class TraceWriter:
 
     # -- writing ------------------------------------------------------------------------------
     @property
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> dict[str, object]:
         """The segment metadata as last written."""
         return dict(self._meta)
 
@@ -417,7 +416,7 @@ class TraceWriter:
             self._dirty = True
             self.events_written += 1
 
-    def update_meta(self, **updates: Any) -> None:
+    def update_meta(self, **updates: object) -> None:
         """Atomically rewrite meta.json with some keys added or replaced (e.g. ``stats``)."""
         with self._lock:
             self._meta.update(updates)
@@ -450,7 +449,7 @@ class TraceWriter:
         if self._closed:
             raise RuntimeError("trace segment already closed")
 
-    def close(self, **final_meta: Any) -> None:
+    def close(self, **final_meta: object) -> None:
         """Sync, close the files, write the final metadata and release the directory."""
         if self._closed:
             return

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from epi.formats.trace import Trace, read_trace
 from meter.clock import Clock, SystemClock
@@ -110,7 +110,7 @@ class SoakResult:
     rate_hz: float
     rows: int
     zero_rows: int
-    unexplained_rows: list[dict[str, Any]]
+    unexplained_rows: list[dict[str, object]]
     energy: dict[int, ChannelEnergy]
     events: dict[str, int] = field(default_factory=dict)
     skipped_sweeps: int = 0
@@ -204,10 +204,20 @@ def channel_energy(trace: Trace, channel: int, true_energy: TrueEnergy,
     )
 
 
+class TraceFindings(TypedDict):
+    """What `check_trace` found in a soak's trace (the fields of `SoakResult` it fills)."""
+
+    rows: int
+    zero_rows: int
+    unexplained_rows: list[dict[str, object]]
+    energy: dict[int, ChannelEnergy]
+    events: dict[str, int]
+
+
 def check_trace(trace_dir: Path, true_energy: TrueEnergy, specs: Sequence[str],
                 loads_w: Sequence[float] = LOADS_W,
                 metering_stopped: dict[int, list[int]] | None = None,
-                ) -> tuple[Trace, dict[str, Any]]:
+                ) -> tuple[Trace, TraceFindings]:
     """Read a soak's trace back and check its rows and energy (see the module docstring).
 
     ``metering_stopped``: per channel, the instants a checksum fault stopped the emulated

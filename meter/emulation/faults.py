@@ -25,9 +25,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from epi.core.errors import UserError
+
+if TYPE_CHECKING:
+    from meter.emulation.chip_emulator import EmulatedChip
 
 ONE_SHOT = frozenset({"reset", "checksum"})
 SPANS = frozenset({"absent", "stuck", "bit-errors", "partial-frames"})
@@ -50,7 +53,7 @@ class FaultSpec:
     value: float | None
     text: str
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {
             "kind": self.kind,
             "channel": self.channel,
@@ -98,6 +101,28 @@ def parse_fault_specs(texts: Iterable[str]) -> list[FaultSpec]:
     return specs
 
 
+class FaultTarget(Protocol):
+    """A channel faults can be injected into: its number, name and emulated chip (None for a
+    real chip, which is refused)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def emulator(self) -> EmulatedChip | None: ...
+
+
+class AppliedFault(TypedDict):
+    """One thing the injector did: which spec, when, and what (reset, on, off)."""
+
+    spec: str
+    t_mono_ns: int
+    action: str
+
+
 class FaultInjector:
     """Applies fault specs to emulated chips as the schedule's time passes.
 
@@ -105,10 +130,11 @@ class FaultInjector:
     are applied once, in time order. ``applied`` lists what was done and when.
     """
 
-    def __init__(self, specs: Sequence[FaultSpec], channels: Sequence[Any], t0_mono_ns: int):
+    def __init__(self, specs: Sequence[FaultSpec], channels: Sequence[FaultTarget],
+                 t0_mono_ns: int) -> None:
         self.specs = list(specs)
-        self.applied: list[dict[str, Any]] = []
-        actions: list[tuple[int, int, str, Any, FaultSpec]] = []
+        self.applied: list[AppliedFault] = []
+        actions: list[tuple[int, int, str, EmulatedChip, FaultSpec]] = []
         for order, spec in enumerate(self.specs):
             chip = self._chip(spec, channels)
             start = t0_mono_ns + round(spec.start_s * 1e9)
@@ -124,10 +150,10 @@ class FaultInjector:
         self._actions = actions
 
     @staticmethod
-    def _chip(spec: FaultSpec, channels: Sequence[Any]) -> Any:
+    def _chip(spec: FaultSpec, channels: Sequence[FaultTarget]) -> EmulatedChip:
         for ch in channels:
             if spec.channel in (str(ch.index), ch.name):
-                chip = getattr(ch, "emulator", None)
+                chip = ch.emulator
                 if chip is None:
                     raise UserError(
                         f"--fault-injection {spec.text!r}: channel {ch.name} is a real chip; "
@@ -146,7 +172,7 @@ class FaultInjector:
             self.applied.append({"spec": spec.text, "t_mono_ns": now_mono_ns, "action": what})
 
     @staticmethod
-    def _apply(chip: Any, spec: FaultSpec, what: str) -> None:
+    def _apply(chip: EmulatedChip, spec: FaultSpec, what: str) -> None:
         on = what == "on"
         if spec.kind == "checksum":
             chip.corrupt_register("Lgain", 0x0001)
@@ -160,5 +186,5 @@ class FaultInjector:
         elif spec.kind == "partial-frames":
             chip.set_spi_faults(partial_frame_rate=spec.value if on else 0.0)
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[dict[str, object]]:
         return [s.describe() for s in self.specs]

@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
+from meter.clock import Clock
 from meter.emulation import machine_stub
+
+if TYPE_CHECKING:
+    from meter.emulation.chip_emulator import EmulatedChip
 
 
 class McuClock:
     """MCU microseconds as a function of host CLOCK_MONOTONIC: linear with a drift."""
 
-    def __init__(self, clock: Any, *, drift_ppm: float = 0.0, start_us: int = 0,
+    def __init__(self, clock: Clock, *, drift_ppm: float = 0.0, start_us: int = 0,
                  tick_bits: int = 30) -> None:
         self.clock = clock
         self.rate = 1.0 + drift_ppm * 1e-6
@@ -52,8 +56,8 @@ class EmulatedMcu:
 
     def __init__(
         self,
-        clock: Any,
-        chips: dict[int, Any],
+        clock: Clock,
+        chips: dict[int, EmulatedChip],
         *,
         uart_sink: Callable[[bytes], None] | None = None,
         mcu_clock: McuClock | None = None,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from epi.core.errors import UserError
 from meter.clock import SystemClock
@@ -57,7 +56,7 @@ class BackgroundRecording:
         if self._error is not None:
             raise self._error
 
-    def stop(self) -> dict[str, Any] | None:
+    def stop(self) -> dict[str, object] | None:
         """Stop and close the trace; raises what went wrong in the recording thread."""
         self._stop.set()
         if self._thread is not None:

@@ -12,7 +12,6 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 COMPONENT_LABEL = "component power, not wall power"
 SCOPES = frozenset({"wall", "package", "dram", "platform", "gpu", "board_rails", "other"})
@@ -56,9 +55,9 @@ class ChannelSpec:
     measures: str  # one sentence: what it sees and what it misses
     path: str | None = None  # sysfs directory, device, or command it reads
     max_range_j: float | None = None  # an energy counter wraps to 0 after this (RAPL)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {
             "source": self.source,
             "scope": self.scope,
@@ -92,7 +91,7 @@ class PowerSource(ABC):
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release the library or files (most sources hold nothing open)."""
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {"kind": self.kind, "min_interval_s": self.min_interval_s}
 
 

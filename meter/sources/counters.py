@@ -24,7 +24,6 @@ import statistics
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from meter.sources.common import ChannelSpec, SourceError
 
@@ -60,7 +59,7 @@ class TrackerStats:
             return None
         return statistics.median(snapshot) / 1e9
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "reads": self.reads,
             "updates": self.updates,

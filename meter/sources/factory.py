@@ -12,7 +12,6 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from epi.core.errors import UserError
 from meter.sources.common import NullSource, PowerSource, SourceError, sysfs_root
@@ -78,7 +77,7 @@ def open_sources(spec: str, env: SourceEnv | None = None,
     return opened
 
 
-def probe_sources(env: SourceEnv | None = None) -> list[dict[str, Any]]:
+def probe_sources(env: SourceEnv | None = None) -> list[dict[str, object]]:
     """Per source: ``present`` (the counters exist), ``readable`` and a one-line detail."""
     env = env or SourceEnv()
     root = sysfs_root(env.sysfs_root)
@@ -88,7 +87,7 @@ def probe_sources(env: SourceEnv | None = None) -> list[dict[str, Any]]:
         "nvml": env.nvml is not None or ctypes.util.find_library("nvidia-ml") is not None,
         "pmic": env.pmic_runner is not None or shutil.which(COMMAND[0]) is not None,
     }
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for kind in SOURCE_KINDS:
         if not present[kind]:
             out.append({"source": kind, "present": False, "readable": False,

@@ -267,7 +267,9 @@ class SourceRecorder:
     def meta_updates(self, writer: TraceWriter) -> dict[str, object]:
         """Keys to rewrite in the segment metadata: the channels with their measured row
         period, and ``sources`` (call from the one thread that updates the metadata)."""
-        return {"channels": self.final_channels(writer.meta.get("channels", [])),
+        listed = writer.meta.get("channels")
+        channels = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
+        return {"channels": self.final_channels(channels),
                 "sources": self.describe()}
 
     def finish(self, writer: TraceWriter) -> None:
