@@ -20,9 +20,13 @@ from host.campaign.study import load_study
               help="With --dry-run: measure the accuracy stage's time with a short scoring "
                    "probe on this machine (one model load, a few items per benchmark) instead "
                    "of the study file's assumed seconds per item.")
+@click.option("--accuracy-workers", type=click.IntRange(1, 100_000), default=None,
+              help="With --dry-run: also show the time with the accuracy stage on N Dask "
+                   "workers (epi accuracy --cluster), beside the metered runs.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False),
               help="Campaign directory [default: the study file's `out`].")
-def campaign(study_file: Path, dry_run: bool, probe_accuracy: bool, out: Path | None) -> None:
+def campaign(study_file: Path, dry_run: bool, probe_accuracy: bool,
+             accuracy_workers: int | None, out: Path | None) -> None:
     """Quantize, score, measure (interleaved, resumable), analyse and report a study."""
     study = load_study(study_file)
     if out is not None:
@@ -32,8 +36,11 @@ def campaign(study_file: Path, dry_run: bool, probe_accuracy: bool, out: Path | 
     if probe_accuracy and not dry_run:
         raise click.UsageError("--probe-accuracy goes with --dry-run (a campaign measures the "
                                "accuracy stage's time itself before the stage starts)")
+    if accuracy_workers is not None and not dry_run:
+        raise click.UsageError("--accuracy-workers goes with --dry-run")
     if dry_run:
-        print_plan(study, click.echo, probe_accuracy=probe_accuracy)
+        print_plan(study, click.echo, probe_accuracy=probe_accuracy,
+                   accuracy_workers=accuracy_workers)
         return
     check_output_dir(study.out, "--out" if out is not None else f"{study_file}: out")
     report = Campaign(study).run()

@@ -147,3 +147,25 @@ def measured_or_assumed(study: Study, models: list[Path], n_configs: int
         return measure(study, model, n_configs)
     except (UserError, OSError, ValueError, RuntimeError) as exc:
         return assumed(study, f"the probe failed: {exc}")
+
+
+def offload_lines(projection: AccuracyProjection, stage_s: float, runs_s: float,
+                  total_s: float, workers: int) -> list[str]:
+    """The plan's time with the accuracy stage on `workers` Dask workers (`epi accuracy
+    --cluster`), run beside the metered runs: the stage's items split evenly, each worker as
+    fast as `projection`'s per-item time (measured here or assumed, said which); scheduling
+    and transfer are not included."""
+    from host.campaign.plan import format_duration as fmt
+
+    on_n = stage_s / workers
+    offloaded = total_s - stage_s - runs_s + max(on_n, runs_s)
+    basis = ("MEASURED on this machine" if projection.measured
+             else "ASSUMED (the study file's rate)")
+    return [
+        f"accuracy on {workers} Dask worker(s) (epi accuracy --cluster, docs/accuracy.md): "
+        f"stage {fmt(stage_s)} → {fmt(on_n)} (items split evenly; each worker at the per-item "
+        f"time above, {basis}; scheduling not included)",
+        f"study with accuracy offloaded beside the metered runs ({fmt(runs_s)}): "
+        f"{fmt(total_s)} → {fmt(offloaded)} (critical path: "
+        f"{'accuracy' if on_n > runs_s else 'the metered runs'})",
+    ]

@@ -439,8 +439,8 @@ def summary(step: Step, r: StepResult, s: Settle | None = None) -> str:
     return r.get("out", "")
 
 
-def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool = False
-            ) -> None:
+def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool = False,
+            accuracy_workers: int | None = None) -> None:
     """Print the plan and the estimate; touch nothing. The accuracy figure is one measured
     earlier in this campaign directory, or (`probe_accuracy`) measured now with a short probe
     where a model file is on this host, or else the study file's assumption, said as such."""
@@ -459,3 +459,10 @@ def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool =
         echo(line)
     for line in plan_text(plan, set(state.done)):
         echo(line)
+    if accuracy_workers and plan.accuracy is not None:
+        left = [s for s in plan.steps if s.step_id not in state.done]
+        for line in accuracy_projection.offload_lines(
+                plan.accuracy, sum(s.estimate_s for s in left if s.kind == "accuracy"),
+                sum(s.estimate_s for s in left if s.kind == "run"),
+                sum(s.estimate_s for s in left), accuracy_workers):
+            echo(line)
