@@ -9,6 +9,7 @@ import click
 
 from epi.commands.params import (
     BoundedInt,
+    check_output_dir,
 )
 from epi.core.errors import UserError
 
@@ -77,6 +78,7 @@ def import_(paths: tuple[Path, ...], out_dir: Path, force: bool) -> None:
     """Convert maps (the study paper's form or epi's) into epi's form, one ID.json each."""
     from host.quant.mixmap import import_maps
 
+    check_output_dir(out_dir, "--out")
     for target in import_maps(list(paths), out_dir, force=force):
         click.echo(str(target))
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from epi.commands.params import BoundedInt
+from epi.commands.params import BoundedInt, check_output_file
 from epi.core.errors import UserError
 
 
@@ -55,6 +55,7 @@ def tiny(out: Path, arch: str, layers: int, experts: int, experts_used: int) -> 
 
     if out.exists():
         raise UserError(f"{out}: exists; remove it or choose another path")
+    check_output_file(out, "OUT", make_parents=True)
     if experts_used > experts:
         raise UserError(f"--experts-used: {experts_used} is more than --experts {experts}")
     click.echo(
