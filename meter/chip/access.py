@@ -27,10 +27,12 @@ ACCESS_STATS = ("reads", "writes", "read_retries", "write_retries", "lastdata_re
 
 
 def hexword(word):
+    # type: (int | None) -> str
     return "no answer" if word is None else "0x%04X" % word
 
 
 def reg_name(address):
+    # type: (int) -> str
     r = regs.BY_ADDRESS.get(address)
     return "%s (%02XH)" % (r.name, address) if r is not None else "%02XH" % address
 
@@ -46,14 +48,15 @@ class VerifiedAccess:
         self.write_word = write_word
         self.now = now
         self.retries = max(1, retries)
-        self.ld = None  # what LastData holds after our last verified access
-        self.rc_t = 0  # when the last read-clear read reached the chip
-        self.rc_other = None  # the word read when LastData then said otherwise
-        self.stats = {}  # type: dict
+        self.ld = None  # type: int | None  # what LastData holds after our last access
+        self.rc_t = 0  # type: int  # when the last read-clear read reached the chip
+        self.rc_other = None  # type: int | None  # the word read, LastData said otherwise
+        self.stats = {}  # type: dict[str, int]
         for key in ACCESS_STATS:
             self.stats[key] = 0
 
     def read(self, address):
+        # type: (int) -> int
         """A register word confirmed by LastData (read-clear registers: `read_clear`)."""
         r = regs.BY_ADDRESS.get(address)
         if r is not None and r.read_clear:
@@ -75,7 +78,7 @@ class VerifiedAccess:
             seen.append((v, l1, l2))
         self.stats["verify_failures"] += 1
         self.ld = None
-        if all_absent(w for attempt in seen for w in attempt):
+        if all_absent([w for attempt in seen for w in attempt]):
             raise ChipAbsentError("%s: no answer from the chip (%d tries)"
                                   % (reg_name(address), len(seen)))
         last = seen[-1]
@@ -84,6 +87,7 @@ class VerifiedAccess:
                                            hexword(last[1]), hexword(last[2])))
 
     def read_clear(self, address):
+        # type: (int) -> int
         """A read-clear register, never re-read once the chip may have cleared it."""
         self.stats["reads"] += 1
         self.rc_other = None
@@ -121,7 +125,7 @@ class VerifiedAccess:
                 break  # LastData never settled: the cleared value is unknowable
         self.stats["verify_failures"] += 1
         self.ld = None
-        if all_absent(lastdata) and all_absent((v,)):
+        if all_absent(lastdata) and all_absent([v]):
             raise ChipAbsentError("%s: no answer from the chip" % reg_name(address))
         raise VerifyError("%s: read-clear value not recoverable from LastData (read %s, "
                           "LastData %s)" % (reg_name(address), hexword(v),
@@ -129,12 +133,14 @@ class VerifiedAccess:
                                             or "no answer"))
 
     def ensure_sentinel(self):
+        # type: () -> int | None
         """Make sure LastData holds a known word before a read-clear read; return it."""
         if self.ld is None:
             self.read(regs.CAL_START)
         return self.ld
 
     def write(self, address, value):
+        # type: (int, int) -> None
         """Write a word and confirm it through LastData (re-writing if it did not land)."""
         value &= 0xFFFF
         self.stats["writes"] += 1
@@ -170,6 +176,7 @@ class VerifiedAccess:
                           % (reg_name(address), value, "; ".join(seen[-3:])))
 
     def _make_lastdata_differ(self, value):
+        # type: (int) -> None
         for address in SENTINEL_CANDIDATES:
             try:
                 if self.read(address) != value:
@@ -181,5 +188,6 @@ class VerifiedAccess:
 
 
 def all_absent(words):
+    # type: (list) -> bool
     """Whether every word is no answer (None) or what an absent chip's MISO gives."""
     return all(w is None or w in ABSENT_WORDS for w in words)

@@ -83,13 +83,14 @@ class Protocol(VerifiedAccess):
         self.report_faults = report_faults
         self.recover_at_once = recover_at_once
         self.unready_measurements = unready_measurements  # read (and dropped) when not ready
-        self.needs_init = True
-        self.measuring_since = None  # when the measurement block (re)started
-        self.counts = 0  # cumulative ATenergy counts (never wraps)
-        self.t_energy = None  # when the last ATenergy read reached the chip
-        self.last_power = None  # W of the last accepted reading
-        self.rejected = []  # type: list  # words of this reading rejected as misreads
-        self.unmetered = []  # type: list  # (t_from, t_to, reason, estimate_j or None)
+        self.needs_init = True  # type: bool
+        self.measuring_since = None  # type: int | None  # when measuring (re)started
+        self.counts = 0  # type: int  # cumulative ATenergy counts (never wraps)
+        self.t_energy = None  # type: int | None  # when the last ATenergy read was
+        self.last_power = None  # type: float | None  # W of the last accepted reading
+        self.rejected = []  # type: list[int]  # words of this reading rejected as misreads
+        # intervals the chip could not meter: (t_from, t_to, reason, estimate_j or None)
+        self.unmetered = []  # type: list[tuple[int, int, str, float | None]]
         for key in PROTOCOL_STATS:
             self.stats[key] = 0
 
@@ -106,10 +107,12 @@ class Protocol(VerifiedAccess):
         raise exc
 
     def seconds(self, ticks):
+        # type: (int) -> float
         return ticks / self.ticks_per_s
 
     # ---- start-up and calibration -----------------------------------------------------------
     def init_chip(self):
+        # type: () -> None
         """SoftReset and load the calibration (reference §4.1); `counts` is kept."""
         self.needs_init = True
         self.measuring_since = None
@@ -170,6 +173,7 @@ class Protocol(VerifiedAccess):
             raise ChecksumError("SysStatus 0x%04X after the 8765H checks" % status)
 
     def measurement_ready(self, t):
+        # type: (int) -> bool
         """Whether a read begun at `t` sees a complete measurement (not the reset zeros)."""
         since = self.measuring_since
         return (not self.needs_init and since is not None
@@ -177,6 +181,7 @@ class Protocol(VerifiedAccess):
 
     # ---- one reading ------------------------------------------------------------------------
     def read_measurements(self, spec=None):
+        # type: (tuple | None) -> tuple[dict[str, float], list[int]]
         """(values {name: value}, words [register words in read order, LSB after each
         extended one]) of `spec` ((name, extended) pairs; default `measurements`)."""
         values = {}  # type: dict
@@ -212,6 +217,7 @@ class Protocol(VerifiedAccess):
         return values, words, "; ".join(reasons2)
 
     def read_sample(self):
+        # type: () -> tuple[int, int, int, dict[str, float] | None, list[int] | None]
         """One checked reading: (t_start, status, t_energy, values, words); values and words
         are None for a reading before the chip's first complete measurement. Raises a
         `BusError` subclass on a fault (see the module docstring)."""
@@ -362,6 +368,7 @@ class Protocol(VerifiedAccess):
         self.event("reinit", "re-initialised after %s; %s" % (reason, note))
 
     def note_unmetered(self, t_from, t_to, reason):
+        # type: (int | None, int | None, str) -> str
         if t_from is None or t_to is None or t_to <= t_from:
             return "no metered interval lost"
         dt_s = self.seconds(t_to - t_from)

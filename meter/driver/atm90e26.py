@@ -190,11 +190,11 @@ class ATM90E26Driver:
     # ---- verified access ----------------------------------------------------------------------
     def read_register(self, address: int) -> int:
         """A register word confirmed by LastData (read-clear registers: `read_clear`)."""
-        return int(self.protocol.read(address))
+        return self.protocol.read(address)
 
     def read_clear(self, address: int) -> int:
         """A read-clear register, never re-read once the chip may have cleared it."""
-        return int(self.protocol.read_clear(address))
+        return self.protocol.read_clear(address)
 
     def write_register(self, address: int, value: int) -> None:
         """Write a word and confirm it through LastData (re-writing if it did not land)."""
@@ -235,13 +235,12 @@ class ATM90E26Driver:
     # ---- readings -----------------------------------------------------------------------------
     @property
     def energy_counts(self) -> int:
-        return int(self.protocol.counts)
+        return self.protocol.counts
 
     @property
     def energy_t_mono_ns(self) -> int | None:
         """When the last energy read reached the chip (energy_j is metered up to then)."""
-        t: int | None = self.protocol.t_energy
-        return t
+        return self.protocol.t_energy
 
     @property
     def energy_j(self) -> float:
@@ -250,7 +249,7 @@ class ATM90E26Driver:
 
     def measurement_ready(self, t_mono_ns: int) -> bool:
         """Whether a read begun at `t_mono_ns` sees a complete measurement (not reset zeros)."""
-        return bool(self.protocol.measurement_ready(t_mono_ns))
+        return self.protocol.measurement_ready(t_mono_ns)
 
     def read_sample(self) -> Reading:
         """Read the chip once; raises a `BusError` subclass on a fault (after recovering).
@@ -309,7 +308,7 @@ class ATM90E26Driver:
     @property
     def last_read_clear_t_ns(self) -> int:
         """When the last read-clear read reached the chip."""
-        return int(self.protocol.rc_t)
+        return self.protocol.rc_t
 
     def add_energy_counts(self, counts: int, t_mono_ns: int | None = None) -> None:
         """Count energy a procedure read from ATenergy itself (metered up to `t_mono_ns`)."""
