@@ -50,19 +50,33 @@ ANALYSIS_COLUMNS = ("channel", "t_mono_ns", "t_real_ns", "power_w", "energy_j", 
 @dataclass
 class ChannelData:
     """One channel in one clock domain, joined over its segments: the rows with a valid power
-    reading (`t_mono_ns`, `power_w`, `energy_j`, their `segment`), how many rows it has in all,
-    and the times of the rows that matter elsewhere (missing power, SysStatus flags, full
-    scale)."""
+    reading (`t_mono_ns`, `power_w`, `energy_j`; `seg_counts[i]` of them from segment
+    `seg_numbers[i]`), how many rows it has in all, and the times of the rows that matter
+    elsewhere (missing power, SysStatus flags, full scale)."""
 
     t_mono_ns: np.ndarray
     power_w: np.ndarray
     energy_j: np.ndarray
-    segment: np.ndarray
+    seg_numbers: np.ndarray
+    seg_counts: np.ndarray
     n_rows: int
     nopower_t_ns: np.ndarray
     adjerr_t_ns: np.ndarray
     calerr_t_ns: np.ndarray
     saturated_t_ns: np.ndarray
+
+    @property
+    def segment(self) -> np.ndarray:
+        """The segment number of every row (built when asked: 8 bytes a row)."""
+        return np.repeat(self.seg_numbers, self.seg_counts)
+
+    @property
+    def seg_start_idx(self) -> np.ndarray:
+        """Index of the first row of each segment that has rows ([0] when none has)."""
+        counts = self.seg_counts[self.seg_counts > 0]
+        if not len(counts):
+            return np.zeros(1, np.int64)
+        return np.concatenate([[0], np.cumsum(counts[:-1])]).astype(np.int64)
 
 
 @dataclass
@@ -143,9 +157,6 @@ class Trace:
     def _build_series(self, channel: int, boot_id: str | None) -> ChannelSeries:
         key = (_boot_key(boot_id), channel)
         d = self.data.get(key) or _empty_channel()
-        seg = d.segment
-        starts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]]) if len(seg) else np.zeros(
-            1, np.int64)
         inv = self.invalid[(self.invalid["channel"] == channel)
                            & (self.invalid["boot_key"] == key[0])]
         all_scope = inv[inv["scope"] == "all"]
@@ -165,7 +176,7 @@ class Trace:
             t_mono_ns=d.t_mono_ns,
             power_w=d.power_w,
             energy_j=d.energy_j,
-            seg_start_idx=starts.astype(np.int64),
+            seg_start_idx=d.seg_start_idx,
             invalid=Intervals.build(all_scope["start_ns"].to_numpy(np.int64),
                                     all_scope["end_ns"].to_numpy(np.int64),
                                     all_scope["reason"].to_numpy(object)),
@@ -187,7 +198,7 @@ class Trace:
 
 def _empty_channel() -> ChannelData:
     i64, f64 = np.zeros(0, np.int64), np.zeros(0, np.float64)
-    return ChannelData(i64, f64, f64, i64, 0, i64, i64, i64, i64)
+    return ChannelData(i64, f64, f64, i64, i64, 0, i64, i64, i64, i64)
 
 
 def current_limit_a(info: ChannelInfo | None) -> float:
@@ -262,9 +273,30 @@ def _gap_end(kind: str, detail: str) -> int:
 
 def _collect(segments: list[Segment], channels: dict[int, ChannelInfo]
              ) -> tuple[dict[tuple[str, int], ChannelData], dict[str, Domain]]:
-    """Read every segment once (only the analysis's columns) into per-channel arrays."""
-    parts: dict[tuple[str, int], list[dict[str, np.ndarray]]] = {}
-    counts: dict[tuple[str, int], int] = {}
+    """Read every segment (only the analysis's columns) into per-channel arrays.
+
+    Two passes: the first counts each channel's valid rows, so that the second fills arrays
+    allocated once at their final size (no per-segment pieces to join: at a study's scale
+    those double the memory, and the allocator keeps the freed pieces)."""
+    good_counts: dict[tuple[str, int], dict[int, int]] = {}
+    for seg in segments:
+        if not seg.n_samples:
+            continue
+        a = _segment_arrays(seg, ("channel", "power_w"))
+        chan = a["channel"][~np.isnan(a["power_w"])]
+        boot = _boot_key(seg.boot_id)
+        for ch in np.unique(a["channel"]).tolist():
+            good_counts.setdefault((boot, ch), {})[seg.number] = int(np.count_nonzero(
+                chan == ch))
+    data: dict[tuple[str, int], ChannelData] = {}
+    for key, per_seg in good_counts.items():
+        n = sum(per_seg.values())
+        data[key] = ChannelData(
+            np.empty(n, np.int64), np.empty(n, np.float64), np.empty(n, np.float64),
+            np.array(list(per_seg), np.int64), np.array(list(per_seg.values()), np.int64),
+            0, *([np.zeros(0, np.int64)] * 4))
+    filled = dict.fromkeys(data, 0)
+    sparse: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {k: [] for k in data}
     doms: dict[str, list[tuple[int, int, int, int, int]]] = {}
     limits = {ch: current_limit_a(info) for ch, info in channels.items()}
     for seg in segments:
@@ -278,34 +310,35 @@ def _collect(segments: list[Segment], channels: dict[int, ChannelInfo]
                            int(real.max())))
         chan = a["channel"]
         for ch in np.unique(chan).tolist():
+            key = (boot, ch)
+            d = data[key]
             sel = chan == ch
             t, p = mono[sel], a["power_w"][sel]
             good = ~np.isnan(p)
-            st = a["status"][sel][good]
             tg = t[good]
+            lo, hi = filled[key], filled[key] + len(tg)
+            d.t_mono_ns[lo:hi] = tg
+            d.power_w[lo:hi] = p[good]
+            d.energy_j[lo:hi] = a["energy_j"][sel][good]
+            filled[key] = hi
+            d.n_rows += len(t)
+            st = a["status"][sel][good]
             sat = (a["current_a"][sel] >= limits.get(ch, FULL_SCALE_CURRENT_A)) | (
                 np.abs(p) >= FULL_SCALE_POWER_W)
-            counts[(boot, ch)] = counts.get((boot, ch), 0) + len(t)
-            parts.setdefault((boot, ch), []).append({
-                "t": tg, "p": p[good], "e": a["energy_j"][sel][good],
-                "seg": np.full(len(tg), seg.number, np.int64), "nopow": t[~good],
-                "adj": tg[(st & ADJ_ERR_MASK) != 0], "cal": tg[(st & CAL_ERR_MASK) != 0],
-                "sat": t[sat]})
+            sparse[key].append((t[~good], tg[(st & ADJ_ERR_MASK) != 0],
+                                tg[(st & CAL_ERR_MASK) != 0], t[sat]))
         del a, mono, real, chan
-    data = {}
-    for key, chunks in parts.items():
-        def cat(name: str, chunks: list[dict[str, np.ndarray]] = chunks) -> np.ndarray:
-            return np.concatenate([c[name] for c in chunks])
-        data[key] = ChannelData(cat("t"), cat("p"), cat("e"), cat("seg"), counts[key],
-                                cat("nopow"), cat("adj"), cat("cal"), cat("sat"))
-        chunks.clear()
+    for key, d in data.items():
+        parts = sparse[key]
+        d.nopower_t_ns, d.adjerr_t_ns, d.calerr_t_ns, d.saturated_t_ns = (
+            np.concatenate([pt[i] for pt in parts]) for i in range(4))
     domains = {}
     for boot, spans in doms.items():
         if not spans:
             domains[boot] = Domain(0, None, None)
             continue
-        n, mono_lo, mono_hi, real_lo, real_hi = zip(*spans, strict=True)
-        domains[boot] = Domain(sum(n), (min(mono_lo), max(mono_hi)),
+        rows, mono_lo, mono_hi, real_lo, real_hi = zip(*spans, strict=True)
+        domains[boot] = Domain(sum(rows), (min(mono_lo), max(mono_hi)),
                                (min(real_lo), max(real_hi)))
     return data, domains
 
