@@ -28,8 +28,10 @@ What it guarantees, and how (application note §4.3; docs/atm90e26.md):
   ours), never by a second SysStatus read: a chip may clear those bits on read, and metering
   must not stay stopped with frozen registers.
 - Energy: ATenergy (absolute active, read-clear, 0.1 pulse per count) is checked against the
-  power over the interval (`checked_energy`), unwrapped after a long gap, and added to
-  `counts`, an int that never wraps.
+  power over the interval (`checked_energy`: counts above the bound, or far from what the
+  power leads to expect, are re-read once, which tells a read redirected to another register
+  from a genuine one), unwrapped after a long gap, and added to `counts`, an int that never
+  wraps.
 
 A fault raises a `meter.chip.errors.BusError` subclass whose `kind` is its event kind. With
 `report_faults` the fault is also sent to `on_event` (and marked `reported`); with
