@@ -245,3 +245,20 @@ def test_unpack_refuses_a_non_empty_target(study: tuple[Path, SimpleNamespace], 
                            str(tmp_path / "full"))
     assert code == 2 and "not an empty directory" in err
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
+
+
+def test_bundle_of_a_bad_analysis_directory_is_one_line(
+        study: tuple[Path, SimpleNamespace], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """No results.json, a missing token-log directory: one line, no bundle written."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    analysis, _ = study
+    shutil.rmtree(analysis.parent / "r_q8")
+    for target, message in ((empty, "no results.json: not an analysis directory"),
+                            (analysis, "run directory")):
+        out = tmp_path / f"{target.name}.tar.gz"
+        code, _, err = run_epi(monkeypatch, capsys, "bundle", str(target), "--out", str(out))
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and message in lines[0], err
+        assert not out.exists()

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from epi.cli import cli
 from host.campaign.accuracy_projection import AccuracyProjection, offload_lines
+from tests.host.accuracy.test_campaign_accuracy_projection import _study
 
 MEASURED = AccuracyProjection(500.0, True, "MEASURED on this machine: …")
 
@@ -24,31 +25,6 @@ def test_offload_splits_the_stage_and_runs_it_beside_the_metered_runs() -> None:
     assert "25m00s → 11m40s" in runs and "critical path: accuracy" in runs  # 200 + 500
     assumed = AccuracyProjection(500.0, False, "ASSUMED …")
     assert "ASSUMED (the study file's rate)" in offload_lines(assumed, 10, 1, 12, 3)[0]
-
-
-def _study(tmp_path: Path, base: Path) -> Path:
-    p = tmp_path / "study.toml"
-    p.write_text(f"""
-[study]
-name = "offload"
-out = "camp"
-
-[[models]]
-name = "tiny"
-path = "{base}"
-include_base = true
-
-[run]
-tokens = 4
-
-[meter]
-emulate = true
-
-[accuracy]
-benchmarks = {{ hellaswag = 10 }}
-threads = 2
-""")
-    return p
 
 
 def _seconds(text: str) -> int:
