@@ -12,6 +12,7 @@ METER_COMMANDS = {
     "run": "epi.commands.meter_run:run",
     "sync": "epi.commands.meter_sync:sync",
     "firmware": "epi.commands.meter_firmware:firmware",
+    "watch": "epi.commands.meter_watch:watch",
 }
 
 METER_HELP = {
@@ -20,6 +21,7 @@ METER_HELP = {
     "run": "Run the sampling daemon: traces, clock sync, live stream, /metrics.",
     "sync": "Estimate the clock offset to a running meter daemon.",
     "firmware": "The board MCU's firmware: build (mpy-cross), deploy (mpremote), console.",
+    "watch": "A terminal live view of a running daemon: power, events, sample rate, clock.",
 }
 
 

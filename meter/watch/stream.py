@@ -1,0 +1,94 @@
+"""The client side of the daemon's `/stream`: one HTTP connection, one JSON message a line.
+
+The daemon sends a heartbeat at least every second to every client, so a read that waits
+longer than `idle_timeout_s` means the daemon is gone (or hung): the stream ends with that
+reason instead of blocking for ever.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+from epi.core.errors import UserError
+
+JSONMessage = dict[str, object]
+
+
+class StreamEnded(Exception):
+    """The daemon closed the stream, went silent or sent something that is not its stream."""
+
+
+def split_url(url: str) -> tuple[str, int, str]:
+    """(host, port, base path) of a daemon URL `http://HOST:PORT[/base]`; a one-line
+    `UserError` for anything else."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise UserError(f"meter URL {url!r}: expected http://HOST:PORT (the daemon's --listen)")
+    try:
+        port = parts.port or 80
+    except ValueError:
+        raise UserError(f"meter URL {url!r}: the port is not a number") from None
+    return parts.hostname, port, parts.path.rstrip("/")
+
+
+class StreamClient:
+    """An open `/stream` connection to a meter daemon."""
+
+    def __init__(self, url: str, *, channels: tuple[int, ...] = (),
+                 idle_timeout_s: float = 5.0) -> None:
+        host, port, base = split_url(url)
+        self.url = url
+        query = "&".join(f"channel={c}" for c in channels)
+        self._path = f"{base}/stream" + (f"?{query}" if query else "")
+        self._conn = http.client.HTTPConnection(host, port, timeout=idle_timeout_s)
+        self._resp: http.client.HTTPResponse | None = None
+
+    def open(self) -> JSONMessage:
+        """Connect and return the daemon's `hello` (its run description)."""
+        try:
+            self._conn.request("GET", self._path, headers={"Accept": "application/x-ndjson"})
+            resp = self._conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            raise UserError(f"meter {self.url}: cannot reach /stream ({exc})") from None
+        if resp.status != 200:
+            body = resp.read(300).decode(errors="replace").strip()
+            raise UserError(f"meter {self.url}: /stream answered HTTP {resp.status} ({body})")
+        self._resp = resp
+        try:
+            hello = self._next()
+        except StreamEnded as exc:
+            raise UserError(f"meter {self.url}: /stream {exc}") from None
+        if hello.get("type") != "hello":
+            raise UserError(f"meter {self.url}: /stream did not start with a hello (not an "
+                            "epi meter daemon?)")
+        return hello
+
+    def _next(self) -> JSONMessage:
+        if self._resp is None:
+            raise StreamEnded("not open")
+        try:
+            line = self._resp.readline()
+        except TimeoutError:
+            raise StreamEnded("went silent (no heartbeat)") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise StreamEnded(f"connection lost ({exc})") from None
+        if not line:
+            raise StreamEnded("closed by the daemon")
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            raise StreamEnded(f"sent a line that is not JSON ({line[:60]!r})") from None
+        if not isinstance(msg, dict):
+            raise StreamEnded(f"sent a message that is not an object ({line[:60]!r})")
+        return msg
+
+    def messages(self) -> Iterator[JSONMessage]:
+        """Every message after the hello, until the stream ends (StreamEnded says why)."""
+        while True:
+            yield self._next()
+
+    def close(self) -> None:
+        self._conn.close()
