@@ -453,7 +453,8 @@ def _sample_columns(lines: list[str], channels: set[int] | None,
     k = len(present)
     # The daemon writes one row per channel per sweep in a fixed order: then channel c's
     # times are a stride of the column (no per-channel copy by comparison).
-    strided = k > 0 and len(chans) % k == 0 and len(set(chans[:k])) == k and chans[k:] == chans[:-k]
+    strided = (k > 0 and len(chans) % k == 0 and len(set(chans[:k])) == k
+               and chans[k:] == chans[:-k])
     for i, ch in enumerate(chans[:k] if strided else present):  # a handful of channels
         ts = (times if k == 1 else times[i::k] if strided
               else list(itertools.compress(times, map(ch.__eq__, chans))))
