@@ -10,6 +10,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -66,7 +67,7 @@ def decode_complete_lines(data: bytes, where: str, *, garbage_tail: bool = False
         return data[: data.rfind(b"\n", 0, exc.start) + 1].decode("utf-8"), dropped + 1
 
 
-def parse_json_bytes(raw: bytes, where: str) -> Any:
+def parse_json_bytes(raw: bytes, where: str) -> object:
     """Decode strict UTF-8 JSON; NaN/Infinity and nesting deeper than 64 are refused."""
     text = decode_utf8(raw, where)
     try:
@@ -122,7 +123,7 @@ def read_json_object(path: Path, what: str = "file") -> dict[str, Any]:
     return data
 
 
-def check_format(data: dict[str, Any], where: object, fmt: str, version: int) -> int:
+def check_format(data: Mapping[str, object], where: object, fmt: str, version: int) -> int:
     """Refuse another format, or a `format_version` that is not 1..`version`."""
     if data.get("format") != fmt:
         raise UserError(f"{where}: field format is {data.get('format')!r}, expected {fmt!r}")
@@ -237,7 +238,7 @@ def check_str_list(value: object, where: str) -> list[str]:
     return [check_str(v, f"{where}[{i}]") for i, v in enumerate(value)]
 
 
-def check_object_list(value: object, where: str) -> list[tuple[str, dict[str, Any]]]:
+def check_object_list(value: object, where: str) -> list[tuple[str, dict[str, object]]]:
     """A JSON list of objects, as (``where[i]``, object) pairs for checking each one's fields;
     anything else is a one-line `UserError`."""
     if not isinstance(value, list):

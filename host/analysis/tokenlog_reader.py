@@ -14,8 +14,10 @@ only). This view turns its columns into frames for the windows code. What it gua
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -118,9 +120,10 @@ def read_run(path: str | Path) -> RunLog:
         "t_real_ns": np.array(ev["t_real_ns"], dtype=np.int64),
     })
     keep = [i for i, n in enumerate(rq["n_generated_tokens"]) if n > 0]
+    cols = cast("Mapping[str, list[object]]", rq)  # RequestColumns: every value is a list
     requests = pd.DataFrame({
-        c: (np.array([rq[c][i] for i in keep], dtype=object) if c in ("prompt_id", "node")
-            else np.array([rq[c][i] for i in keep], dtype=np.int64))
+        c: (np.array([cols[c][i] for i in keep], dtype=object) if c in ("prompt_id", "node")
+            else np.array([cols[c][i] for i in keep], dtype=np.int64))
         for c in REQUEST_COLUMNS
     })
     idle = pd.DataFrame({"t_start_mono_ns": np.array([a for a, _ in log.idle], dtype=np.int64),
