@@ -27,6 +27,42 @@ from host.campaign import adaptive as ad
 DECISIONS_JSON = "decisions.json"
 
 
+ASSESS = "assess"
+
+
+def assess_dir(root: Path, round_k: int) -> Path:
+    return root / ASSESS / f"round-{round_k}"
+
+
+def decided_rounds(root: Path, min_rounds: int) -> list[tuple[int, tuple[str, ...]]]:
+    """(round, its configurations) for every round a recorded decision added, in order:
+    the decision after round K (`assess/round-K/decisions.json` under the campaign directory
+    `root`) names round K + 1's configurations."""
+    out: list[tuple[int, tuple[str, ...]]] = []
+    k = min_rounds
+    while True:
+        try:
+            doc = json.loads((assess_dir(root, k) / DECISIONS_JSON).read_text())
+            nxt = tuple(str(c) for c in doc["next_configs"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return out
+        if not nxt:
+            return out
+        k += 1
+        out.append((k, nxt))
+
+
+def finished(root: Path, min_rounds: int) -> bool:
+    """Whether the recorded decisions already ended the adaptive rounds."""
+    rounds = decided_rounds(root, min_rounds)
+    last = rounds[-1][0] if rounds else min_rounds
+    try:
+        doc = json.loads((assess_dir(root, last) / DECISIONS_JSON).read_text())
+        return not doc["next_configs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 @dataclass(frozen=True)
 class RoundDecision:
     """After `rounds_done` rounds: every comparison's verdict and the next round's configs."""

@@ -59,3 +59,20 @@ def test_budget_spent_stops_and_says_what_is_undecided(tmp_path: Path) -> None:
     assert d.budget_spent and d.next_configs == ()
     assert any("undecided after the budget" in line and "rounds would resolve" in line
                for line in d.lines)
+
+
+def test_recorded_decisions_give_the_added_rounds(tmp_path: Path) -> None:
+    from epi.core.files import write_json_atomic
+    from host.campaign.adaptive_round import assess_dir, decided_rounds, finished
+
+    assert decided_rounds(tmp_path, 3) == [] and not finished(tmp_path, 3)
+    for k, nxt in ((3, ["base", "close"]), (4, ["close", "base"])):
+        assess_dir(tmp_path, k).mkdir(parents=True)
+        write_json_atomic(assess_dir(tmp_path, k) / DECISIONS_JSON, {"next_configs": nxt})
+    assert decided_rounds(tmp_path, 3) == [(4, ("base", "close")), (5, ("close", "base"))]
+    assert not finished(tmp_path, 3)  # round 5 is decided but not yet assessed
+    assess_dir(tmp_path, 5).mkdir(parents=True)
+    write_json_atomic(assess_dir(tmp_path, 5) / DECISIONS_JSON, {"next_configs": []})
+    assert finished(tmp_path, 3) and len(decided_rounds(tmp_path, 3)) == 2
+    (assess_dir(tmp_path, 4) / DECISIONS_JSON).write_text("{torn")
+    assert decided_rounds(tmp_path, 3) == [(4, ("base", "close"))]  # stops at the unreadable
