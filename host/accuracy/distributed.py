@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from epi.core.errors import UserError
@@ -84,7 +85,7 @@ def parse_cluster(text: str) -> ClusterSpec:
     raise UserError(f"--cluster: expected tcp://HOST:PORT or local:N, got {text!r}")
 
 
-def _import_distributed() -> Any:
+def _import_distributed() -> ModuleType:
     try:
         import distributed
     except ImportError as exc:
