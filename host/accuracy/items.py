@@ -18,7 +18,6 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 BENCHMARKS: tuple[str, ...] = ("hellaswag", "arc_challenge", "arc_easy", "mmlu", "winogrande")
 FORMAT = "cloze"  # stated in every result: choices are scored as continuations, not letters
@@ -71,7 +70,7 @@ def shared_item(item_id: str, context: str, choices: Sequence[object], gold: int
     return Item(item_id, (context,) * len(texts), tuple(texts), gold)
 
 
-def _text(rec: Mapping[str, Any], field: str) -> str:
+def _text(rec: Mapping[str, object], field: str) -> str:
     value = rec.get(field)
     if not isinstance(value, str):
         raise RecordError(field, "missing or not text")
@@ -86,11 +85,12 @@ def hellaswag_preprocess(text: str) -> str:
     return text.replace("  ", " ")
 
 
-def hellaswag_item(rec: Mapping[str, Any], row: int) -> Item:
+def hellaswag_item(rec: Mapping[str, object], row: int) -> Item:
     """HF `hellaswag` / rowanz JSONL record → item."""
     label = _text(rec, "activity_label")
-    if isinstance(rec.get("ctx_a"), str) and isinstance(rec.get("ctx_b"), str):
-        ctx = rec["ctx_a"] + " " + rec["ctx_b"].capitalize()
+    ctx_a, ctx_b = rec.get("ctx_a"), rec.get("ctx_b")
+    if isinstance(ctx_a, str) and isinstance(ctx_b, str):
+        ctx = ctx_a + " " + ctx_b.capitalize()
     else:
         ctx = _text(rec, "ctx")
     endings = rec.get("endings")
@@ -101,7 +101,7 @@ def hellaswag_item(rec: Mapping[str, Any], row: int) -> Item:
     return shared_item(f"row{row}", context, [hellaswag_preprocess(str(e)) for e in endings], gold)
 
 
-def _int_label(value: Any, field: str) -> int:
+def _int_label(value: object, field: str) -> int:
     if isinstance(value, bool):
         raise RecordError(field, f"bad label {value!r}")
     if isinstance(value, int):
@@ -116,7 +116,7 @@ def question_context(question: str) -> str:
     return f"Question: {question}\nAnswer:"
 
 
-def arc_item(rec: Mapping[str, Any], row: int) -> Item:
+def arc_item(rec: Mapping[str, object], row: int) -> Item:
     """HF `ai2_arc` record (or the original nested ARC JSONL record) → item."""
     question = rec.get("question")
     choices = rec.get("choices")
@@ -142,7 +142,7 @@ def arc_item(rec: Mapping[str, Any], row: int) -> Item:
     )
 
 
-def mmlu_item(rec: Mapping[str, Any], row: int) -> Item:
+def mmlu_item(rec: Mapping[str, object], row: int) -> Item:
     """HF `cais/mmlu`-style record (question, subject, choices, answer) → item."""
     question = _text(rec, "question")
     choices = rec.get("choices")
@@ -157,7 +157,7 @@ def mmlu_item(rec: Mapping[str, Any], row: int) -> Item:
     return shared_item(f"{subject}/row{row}", question_context(question), list(choices), gold)
 
 
-def winogrande_item(rec: Mapping[str, Any], row: int) -> Item:
+def winogrande_item(rec: Mapping[str, object], row: int) -> Item:
     """HF `winogrande` record → partial-scoring item (lm-evaluation-harness's formulation)."""
     sentence = _text(rec, "sentence")
     options = [_text(rec, "option1"), _text(rec, "option2")]

@@ -17,7 +17,6 @@ import json
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from epi.core.errors import UserError
 from host.accuracy.items import (
@@ -67,7 +66,7 @@ def data_files(path: Path) -> list[Path]:
     return [path]
 
 
-def read_table(path: Path) -> list[dict[str, Any]]:
+def read_table(path: Path) -> list[dict[str, object]]:
     """Records of one HF-datasets file (Arrow, Parquet or JSON Lines)."""
     suffix = _suffix(path)
     try:
@@ -96,7 +95,7 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _read_json_lines(path: Path) -> list[dict[str, Any]]:
+def _read_json_lines(path: Path) -> list[dict[str, object]]:
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:
@@ -279,7 +278,7 @@ def write_multiple_choice_bin(items: Sequence[Item], path: Path) -> Path:
 
 
 def _records_to_items(
-    bench: str, path: Path, records: list[dict[str, Any]], row0: int
+    bench: str, path: Path, records: list[dict[str, object]], row0: int
 ) -> Iterator[Item]:
     convert = CONVERTERS[bench]
     for i, rec in enumerate(records):

@@ -27,7 +27,7 @@ def write_results(path: Path, doc: dict[str, Any]) -> Path:
     return Path(path)
 
 
-def check_document(doc: Any, where: str) -> dict[str, Any]:
+def check_document(doc: object, where: str) -> dict[str, Any]:
     """Validate the top level and every model entry; one line per problem."""
     if not isinstance(doc, dict):
         raise UserError(f"{where}: not a JSON object")
@@ -72,7 +72,7 @@ def _check_accuracy(block: dict[str, Any], where: str, value_key: str, ci_key: s
                         "(need lower ≤ accuracy ≤ upper)")
 
 
-def _check_items(items: Any, where: str) -> None:
+def _check_items(items: object, where: str) -> None:
     """Per-item outcomes (optional): unique string ids and, per ranking, one 0/1 per id."""
     if items is None:
         return
