@@ -38,6 +38,9 @@ from meter.emulation.power_models import FOLLOW_ENV
 DAEMON_JSON = "daemon.json"
 FOLLOW_PIDS = "follow.pids"
 ACTIVITIES = ("process_tree", "machine")
+ACTIVITY_TEXT = {"process_tree": "channel 0 follows the CPU time of this campaign's processes "
+                                 "(ActivityModel, process tree)",
+                 "machine": "channel 0 follows this machine's CPU (ActivityModel)"}
 
 
 def stop_stale_daemon(campaign_dir: Path) -> bool:
