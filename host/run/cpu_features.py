@@ -11,8 +11,9 @@ notes it per run.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 # llama.cpp's name for a feature -> the /proc/cpuinfo flag that says the CPU has it
 CPUINFO_FLAG = {
@@ -56,7 +57,20 @@ def cpu_has(cpu_flags: set[str]) -> list[str]:
     return [name for name in (*X86, *ARM) if CPUINFO_FLAG[name] in cpu_flags]
 
 
-def compare(build: list[str], cpu_flags: set[str] | None) -> dict[str, Any]:
+class _Features(TypedDict):
+    build: list[str]
+    cpu: list[str] | None
+    missing_in_build: list[str]
+    notes: dict[str, str]  # feature -> why the build leaves it out on purpose
+
+
+class CpuFeatures(_Features, total=False):
+    """The build's CPU features next to the CPU's, as run.json `llama_cpp.cpu_features`."""
+
+    cpu_reason: str  # why `cpu` is None
+
+
+def compare(build: list[str], cpu_flags: set[str] | None) -> CpuFeatures:
     """{"build": [...], "cpu": [...] | None, "missing_in_build": [...], "notes": {...}}.
 
     `cpu` is None (with `missing_in_build` empty) when the CPU's flags could not be read.
@@ -85,22 +99,28 @@ def read_cpu_flags(path: Path = Path("/proc/cpuinfo")) -> set[str] | None:
         return None
 
 
-def cpu_features() -> dict[str, Any]:
+def cpu_features() -> CpuFeatures:
     """This machine: the build's features next to the CPU's (see `compare`)."""
     return compare(build_features(), read_cpu_flags())
 
 
-def unused(features: dict[str, Any] | None) -> list[str]:
-    """Features the CPU has and the build leaves out, except those left out on purpose."""
+def unused(features: Mapping[str, object] | None) -> list[str]:
+    """Features the CPU has and the build leaves out, except those left out on purpose
+    (`features` as `compare` makes it, or as read back from a run.json)."""
     if not features:
         return []
-    notes = features.get("notes") or {}
-    return [f for f in features.get("missing_in_build") or [] if f not in notes]
+    notes = features.get("notes")
+    missing = features.get("missing_in_build")
+    if not isinstance(missing, list):
+        return []
+    return [f for f in missing if isinstance(f, str) and not (isinstance(notes, dict)
+                                                                and f in notes)]
 
 
-def run_notes(header: dict[str, Any]) -> list[str]:
+def run_notes(header: Mapping[str, object]) -> list[str]:
     """The analysis's note for a run whose build left out CPU features (run.json header)."""
-    features = (header.get("llama_cpp") or {}).get("cpu_features")
+    llama = header.get("llama_cpp")
+    features = llama.get("cpu_features") if isinstance(llama, dict) else None
     missing = unused(features if isinstance(features, dict) else None)
     if not missing:
         return []
