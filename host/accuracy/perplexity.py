@@ -8,6 +8,11 @@ each window's first token is replaced by BOS when the model adds one, and the la
 chunks, second half scored, so every scored token sees at least n_ctx/2 tokens of context;
 with `stride ≤ n_ctx/2` it is the usual sliding window, every token after the first window
 scored once with at least `n_ctx − stride` tokens before it.
+
+Each window is one llama.cpp decode on the scorer's branching context with logits requested
+only for the rows that predict a scored token, as llama-perplexity requests them — not every
+row's logits copied into Python and most of them discarded; the KV cache is cleared before
+each window, as llama-perplexity clears it per chunk.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from epi.core.errors import UserError
+from host.accuracy.branching import Group
 from host.accuracy.scorer import Scorer
 from host.accuracy.stats import perplexity_stats
 
@@ -74,12 +80,16 @@ def perplexity_tokens(
     nll2_sum = 0.0
     count = 0
     starts = window_starts(len(tokens), n_ctx, stride, max_windows)
+    ctx = scorer.branching()
+    if n_ctx > ctx.n_ctx:
+        raise UserError(f"{scorer.path}: a window of {n_ctx} tokens does not fit the context "
+                        f"of {ctx.n_ctx}")
     for s in starts:
         window = list(tokens[s : s + n_ctx])
         if scorer.add_bos:
             window[0] = scorer.bos
-        scorer.reset()  # each window from scratch, as llama-perplexity clears its KV cache
-        nll = -scorer.logprobs(window, n_ctx - m)
+        # each window from scratch (score clears the KV cache), as llama-perplexity does
+        nll = -ctx.score([Group((tuple(window),), (n_ctx - m,))])[0][0]
         nll_sum += float(nll.sum())
         nll2_sum += float(np.square(nll).sum())
         count += len(nll)
