@@ -64,6 +64,9 @@ def timed(fn: Callable[[], dict]) -> tuple[float, float, dict]:
     return time.monotonic() - t0, _cpu_s() - c0, out
 
 
+# (ours s/unit, theirs s/unit, CPU-time ratio or None, ours 2N wall s) of one round
+Row = tuple[float, float, float | None, float]
+
 NOISE = "; rounds where t(2N) <= t(N) (load noise larger than the work) are left out"
 
 
@@ -97,6 +100,7 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="rounds (median and spread)")
+    ap.add_argument("--only", choices=("mc", "ppl"), help="time one of the two (default both)")
     args = ap.parse_args()
     print(machine_line("bench_accuracy.py"), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,13 +136,16 @@ def main() -> None:
                 sys.exit(f"llama-perplexity failed: {out.get('reason')}")
             return out
 
-        mc_rows, ppl_rows = [], []
+        mc_rows: list[Row] = []
+        ppl_rows: list[Row] = []
         last: dict[str, dict] = {}
         for r in range(args.repeats):
             for what, sides, rows, per in (
                 ("mc", (ours_mc, theirs_mc), mc_rows, args.n),
                 ("ppl", (ours_ppl, theirs_ppl), ppl_rows, args.windows),
             ):
+                if args.only not in (None, what):
+                    continue
                 t: dict[tuple[str, int], float] = {}
                 cpu: dict[tuple[str, int], float] = {}
                 order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
@@ -158,6 +165,14 @@ def main() -> None:
                       f" theirs {t['theirs', 2]:.1f} s); CPU-time ratio ours/theirs "
                       f"{cpu_ratio if cpu_ratio is None else round(cpu_ratio, 2)}", flush=True)
 
+    if args.only != "ppl":
+        report_mc(args, mc_rows, last)
+    if args.only != "mc":
+        report_ppl(args, ppl_rows, last)
+
+
+def report_mc(args: argparse.Namespace, mc_rows: list[Row], last: dict[str, dict]) -> None:
+    """Print and emit the HellaSwag figures."""
     ours_acc = last["mc-ours-2"]["accuracy_token_norm"]
     theirs_acc = last["mc-theirs-2"]["accuracy"]
     n2 = 2 * args.n
@@ -170,13 +185,6 @@ def main() -> None:
     print(f"accuracy on the {n2} items: ours {ours_acc:.4f} (accuracy_token_norm), "
           f"llama-perplexity {theirs_acc:.4f}; difference {abs(ours_acc - theirs_acc):.4f} "
           f"({round(abs(ours_acc - theirs_acc) * n2)} item(s))")
-    ppl_ratios = [ratio(o, t) for o, t, _, _ in ppl_rows]
-    ppl_ratio, ppl_spread = valid_summary(ppl_ratios)
-    print(f"perplexity (W={args.windows}, 2W windows of {args.ctx}): ours "
-          f"{summary([o for o, *_ in ppl_rows])[0]:.3f} s/window, llama-perplexity "
-          f"{summary([t for _, t, *_ in ppl_rows])[0]:.3f} s/window; ratio ours/theirs "
-          f"{fmt(ppl_ratio, ppl_spread)}; ppl ours "
-          f"{last['ppl-ours-2']['ppl']:.6f}, llama-perplexity {last['ppl-theirs-2']['ppl']:.4f}")
     emit("mc_scoring_vs_llama_perplexity", mc_ratio, valid(mc_ratios), mc_spread,
          f"HellaSwag N={args.n}/2N, {args.threads} threads, ctx {args.ctx}{NOISE}")
     mc_cpus = [c for _, _, c, _ in mc_rows]
@@ -187,6 +195,23 @@ def main() -> None:
          f"CPU seconds, robust to machine load{NOISE}")
     emit("mc_accuracy_diff_vs_llama_perplexity", abs(ours_acc - theirs_acc), 1, None,
          f"{n2} items")
+
+
+def report_ppl(args: argparse.Namespace, ppl_rows: list[Row], last: dict[str, dict]) -> None:
+    """Print and emit the perplexity figures (with the agreement of the two perplexities)."""
+    ppl_ratios = [ratio(o, t) for o, t, _, _ in ppl_rows]
+    ppl_ratio, ppl_spread = valid_summary(ppl_ratios)
+    print(f"perplexity (W={args.windows}, 2W windows of {args.ctx}): ours "
+          f"{summary([o for o, *_ in ppl_rows])[0]:.3f} s/window, llama-perplexity "
+          f"{summary([t for _, t, *_ in ppl_rows])[0]:.3f} s/window; ratio ours/theirs "
+          f"{fmt(ppl_ratio, ppl_spread)}; ppl ours "
+          f"{last['ppl-ours-2']['ppl']:.6f}, llama-perplexity {last['ppl-theirs-2']['ppl']:.4f}")
+    ppl_cpus = [c for _, _, c, _ in ppl_rows]
+    ppl_cpu, ppl_cpu_spread = valid_summary(ppl_cpus)
+    print(f"perplexity CPU time (same W/2W difference): ratio ours/theirs "
+          f"{fmt(ppl_cpu, ppl_cpu_spread)}")
+    verdict = crosscheck.compare_ppl(last["ppl-ours-2"]["ppl"], last["ppl-theirs-2"])
+    print(f"perplexity agreement (crosscheck.compare_ppl): {verdict}")
     emit("ppl_window_vs_llama_perplexity", ppl_ratio, valid(ppl_ratios), ppl_spread,
          f"W={args.windows}/2W windows of {args.ctx}{NOISE}")
 

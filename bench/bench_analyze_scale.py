@@ -156,8 +156,8 @@ def generate(root: Path, hours: float, runs: int) -> dict[str, object]:
     return info
 
 
-def analyze(root: Path, out: Path) -> tuple[float, float, str]:
-    """(wall s, peak RSS MB, last output line) of one `epi analyze` child process."""
+def analyze(root: Path, out: Path) -> tuple[float, float, float, str]:
+    """(wall s, CPU s, peak RSS MB, last output line) of one `epi analyze` child process."""
     runs = sorted(str(p) for p in (root / "runs").iterdir())
     cmd = [sys.executable, "-m", "epi", "analyze", *runs, "--trace", str(root / "trace"),
            "--out", str(out)]
@@ -171,7 +171,8 @@ def analyze(root: Path, out: Path) -> tuple[float, float, str]:
     if proc.returncode:
         raise SystemExit(f"epi analyze failed ({proc.returncode}):\n{text[-3000:]}")
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    return wall, usage.ru_maxrss / 1024.0, lines[-1] if lines else ""
+    cpu = usage.ru_utime + usage.ru_stime
+    return wall, cpu, usage.ru_maxrss / 1024.0, lines[-1] if lines else ""
 
 
 def main() -> None:
@@ -199,12 +200,14 @@ def main() -> None:
     figures = {}
     for phase in ("cold", "warm"):
         load = os.getloadavg()[0]
-        wall, rss, last = analyze(root, out)
-        figures[phase] = (wall, rss, load)
-        print(f"  {phase:<5} epi analyze: {wall:6.1f} s wall, peak RSS {rss:6.0f} MB "
-              f"(load at start {load:.2f}); {last[:100]}", flush=True)
+        wall, cpu, rss, last = analyze(root, out)
+        figures[phase] = (wall, rss, load, cpu)
+        print(f"  {phase:<5} epi analyze: {wall:6.1f} s wall, {cpu:6.1f} s CPU, peak RSS "
+              f"{rss:6.0f} MB (load at start {load:.2f}, at end {os.getloadavg()[0]:.2f}); "
+              f"{last[:80]}", flush=True)
     note = (f"{info['rows']} rows, {info['segments']} segments, {info['runs']} runs; "
-            f"load at start cold {figures['cold'][2]:.2f}, warm {figures['warm'][2]:.2f}")
+            f"CPU s cold {figures['cold'][3]:.0f}, warm {figures['warm'][3]:.0f}; load at "
+            f"start cold {figures['cold'][2]:.2f}, warm {figures['warm'][2]:.2f}")
     emit("analyze-study-scale-cold-s", round(figures["cold"][0], 1), 1, None, note)
     emit("analyze-study-scale-warm-s", round(figures["warm"][0], 1), 1, None, note)
     emit("analyze-study-scale-peak-mb", round(max(f[1] for f in figures.values())), 2,
