@@ -61,6 +61,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 CONNECTION_TIMEOUT_S = 10.0  # a connection that sends nothing (half-open) is closed after this
+LISTEN_BACKLOG = 512
+STREAM_BUFFER_BYTES = 256 * 1024  # a stream client's unsent bytes at most; beyond, messages drop
 
 
 def is_loopback(host: str) -> bool:
@@ -74,6 +76,9 @@ def is_loopback(host: str) -> bool:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # the listen backlog: a burst of clients waits in the kernel, not in connect() retries
+    # (socketserver's default of 5 held 400 connecting clients for a minute)
+    request_queue_size = LISTEN_BACKLOG
 
     def handle_error(self, request: socket.socket | tuple[bytes, socket.socket],
                      client_address: object) -> None:
@@ -180,6 +185,10 @@ class _Handler(BaseHTTPRequestHandler):
         sse = fmt == "sse" or (not fmt and "text/event-stream" in self.headers.get("Accept", ""))
         sub = owner.hub.subscribe()
         self.close_connection = True
+        if sub is None:
+            self._send_json(503, {"error": f"{owner.hub.max_clients} stream clients follow "
+                                           "already; try again later"})
+            return
         try:
             self.send_response(200)
             self.send_header(
@@ -188,22 +197,25 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-store")
             self.send_header("Connection", "close")
             self.end_headers()
+            out = _StreamOut(self.connection, sse, owner.connection_timeout_s)
             hello = {"type": "hello", **owner.state.info, "t_mono_ns": owner.clock.monotonic_ns()}
-            self._emit(sse, "hello", json.dumps(hello, allow_nan=False))
+            out.add("hello", json.dumps(hello, allow_nan=False))
             delivered, dropped_told = 0, 0
             last_emit = time.monotonic()
-            while limit is None or delivered < limit:
+            while (limit is None or delivered < limit) and out.flush():
                 messages = sub.get(heartbeat_s)
                 if sub.dropped > dropped_told:
                     gone = sub.dropped - dropped_told
                     dropped_told = sub.dropped
-                    self._emit(sse, "dropped", json.dumps({"type": "dropped", "count": gone}))
+                    out.add("dropped", json.dumps({"type": "dropped", "count": gone}))
                 if not messages and sub.closed:
                     break
                 for msg in messages:
                     if channels and msg.channel is not None and msg.channel not in channels:
                         continue
-                    self._emit(sse, msg.type, msg.json)
+                    if not out.add(msg.type, msg.json):
+                        sub.dropped += 1  # the client does not read: its messages go
+                        continue
                     last_emit = time.monotonic()
                     if msg.type == "sample":
                         delivered += 1
@@ -213,20 +225,54 @@ class _Handler(BaseHTTPRequestHandler):
                 # also how a client that went away is noticed (and its thread ended)
                 if time.monotonic() - last_emit >= heartbeat_s:
                     beat = {"type": "heartbeat", "t_mono_ns": owner.clock.monotonic_ns()}
-                    self._emit(sse, "heartbeat", json.dumps(beat))
+                    out.add("heartbeat", json.dumps(beat))
                     last_emit = time.monotonic()
+            out.drain()
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             pass  # the client went away: that ends its stream, nothing else
         finally:
             sub.close()
 
-    def _emit(self, sse: bool, kind: str, text: str) -> None:
-        if sse:
-            data = f"event: {kind}\ndata: {text}\n\n"
-        else:
-            data = text + "\n"
-        self.wfile.write(data.encode())
-        self.wfile.flush()
+
+class _StreamOut:
+    """A stream client's outgoing bytes, written without ever blocking the handler: what the
+    socket does not take now waits in a bounded buffer; a full buffer refuses new messages
+    (counted as dropped by the caller); a client that takes nothing for `stall_s` is closed."""
+
+    def __init__(self, conn: socket.socket, sse: bool, stall_s: float) -> None:
+        self.conn = conn
+        conn.setblocking(False)  # with a timeout, send() would wait for room first
+        self.sse = sse
+        self.stall_s = stall_s
+        self.pending = bytearray()
+        self.progress = time.monotonic()
+
+    def add(self, kind: str, text: str) -> bool:
+        """Queue one message whole; False (nothing queued) when the buffer is full."""
+        data = (f"event: {kind}\ndata: {text}\n\n" if self.sse else text + "\n").encode()
+        if len(self.pending) + len(data) > STREAM_BUFFER_BYTES:
+            return False
+        self.pending += data
+        return True
+
+    def flush(self) -> bool:
+        """Send what the socket takes now; False when the client is gone or stalled."""
+        while self.pending:
+            try:
+                n = self.conn.send(self.pending)
+            except (BlockingIOError, InterruptedError):
+                return time.monotonic() - self.progress < self.stall_s
+            except OSError:
+                return False
+            del self.pending[:n]
+            self.progress = time.monotonic()
+        self.progress = time.monotonic()
+        return True
+
+    def drain(self) -> None:
+        """The last bytes (a `limit` reached), waiting for the client up to `stall_s`."""
+        while self.flush() and self.pending:
+            time.sleep(0.01)
 
 
 def _stderr(line: str) -> None:

@@ -1,16 +1,24 @@
-"""Fan-out of live samples and events to stream clients, bounded so a slow client costs nothing.
+"""Fan-out of live samples and events to stream clients: nothing a client does reaches the
+sampling thread.
 
-The sampler publishes each message once (already serialised to JSON); every subscriber has
-its own bounded queue. A client that does not keep up loses its oldest messages, and the
-loss is counted and told to it, never allowed to slow the sampling thread or grow memory.
+The sampler publishes each message once (serialised to JSON once) into one bounded ring;
+publishing costs the same with 0 or 64 clients — no per-client queue, no wake-up. Each
+subscriber keeps its own cursor into the ring and collects what is new every
+`POLL_INTERVAL_S` (live data is at most that much late). A client that falls further behind
+than the ring holds loses its oldest messages; the loss is counted and told to it. At most
+`max_clients` subscribe at once (the server answers the others 503).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from typing import NamedTuple
+
+POLL_INTERVAL_S = 0.1
+MAX_CLIENTS = 64
 
 
 class Message(NamedTuple):
@@ -22,56 +30,60 @@ class Message(NamedTuple):
 
 
 class Subscription:
-    """One client's bounded queue of JSON messages."""
+    """One client's cursor into the hub's ring."""
 
-    def __init__(self, hub: LiveHub, maxlen: int) -> None:
+    def __init__(self, hub: LiveHub, cursor: int) -> None:
         self._hub = hub
-        self._queue: deque[Message] = deque()
-        self._maxlen = maxlen
-        self._cond = threading.Condition()
+        self.cursor = cursor  # sequence number of the next message this client gets
         self.dropped = 0
-        self.closed = False
+        self._closed = threading.Event()
 
-    def _put(self, message: Message) -> None:
-        with self._cond:
-            if len(self._queue) >= self._maxlen:
-                self._queue.popleft()
-                self.dropped += 1
-            self._queue.append(message)
-            self._cond.notify()
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
 
     def get(self, timeout_s: float) -> list[Message]:
-        """All pending messages, waiting up to ``timeout_s`` for the first; [] on time-out."""
-        with self._cond:
-            if not self._queue and not self.closed:
-                self._cond.wait(timeout_s)
-            out = list(self._queue)
-            self._queue.clear()
-            return out
+        """All pending messages, waiting up to ``timeout_s`` for the first; [] on time-out or
+        once closed."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            out = self._hub._since(self)
+            if out or self.closed:
+                return out
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return []
+            self._closed.wait(min(left, POLL_INTERVAL_S))
 
     def close(self) -> None:
         """Stop delivering to this subscriber and wake it."""
-        with self._cond:
-            self.closed = True
-            self._cond.notify_all()
+        self._closed.set()
         self._hub._remove(self)
 
 
 class LiveHub:
     """Publish/subscribe for the live stream (`/stream`)."""
 
-    def __init__(self, queue_len: int = 4096) -> None:
+    def __init__(self, queue_len: int = 4096, max_clients: int = MAX_CLIENTS) -> None:
         self.queue_len = queue_len
+        self.max_clients = max_clients
+        self._ring: deque[Message] = deque(maxlen=queue_len)
+        self._next = 0  # sequence number of the next message published
         self._subs: set[Subscription] = set()
         self._lock = threading.Lock()
         self.published = 0
+        self.refused = 0  # subscriptions refused: max_clients were following already
         self.closed = False
 
-    def subscribe(self) -> Subscription:
-        sub = Subscription(self, self.queue_len)
+    def subscribe(self) -> Subscription | None:
+        """A new subscriber from the next message on; None when `max_clients` follow already."""
         with self._lock:
+            if not self.closed and len(self._subs) >= self.max_clients:
+                self.refused += 1
+                return None
+            sub = Subscription(self, self._next)
             if self.closed:
-                sub.closed = True
+                sub._closed.set()
             else:
                 self._subs.add(sub)
         return sub
@@ -79,6 +91,18 @@ class LiveHub:
     def _remove(self, sub: Subscription) -> None:
         with self._lock:
             self._subs.discard(sub)
+
+    def _since(self, sub: Subscription) -> list[Message]:
+        """The messages published since the subscriber's cursor (counting what the ring lost)."""
+        with self._lock:
+            oldest = self._next - len(self._ring)
+            if sub.cursor < oldest:
+                sub.dropped += oldest - sub.cursor
+                sub.cursor = oldest
+            start = sub.cursor - oldest
+            out = [self._ring[i] for i in range(start, len(self._ring))]
+            sub.cursor = self._next
+        return out
 
     @property
     def n_clients(self) -> int:
@@ -91,20 +115,20 @@ class LiveHub:
             return sum(s.dropped for s in self._subs)
 
     def publish(self, message: dict[str, object]) -> None:
-        """Serialise once and queue for every subscriber (cheap when nobody listens)."""
+        """Serialise once and append to the ring (nothing at all when nobody listens)."""
         with self._lock:
-            subs = list(self._subs)
             self.published += 1
-        if not subs:
-            return
+            if not self._subs:
+                return
         channel = message.get("channel")
         msg = Message(
             str(message.get("type", "")),
             channel if isinstance(channel, int) else None,
             json.dumps(message, separators=(",", ":"), allow_nan=False),
         )
-        for sub in subs:
-            sub._put(msg)
+        with self._lock:
+            self._ring.append(msg)
+            self._next += 1
 
     def close(self) -> None:
         """End every subscription (daemon shutting down)."""
