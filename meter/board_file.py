@@ -49,6 +49,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "v_u_mv": (0.0, 1000.0),
     "ratio": (0.0, 1e6),
     "burden_ohm": (0.0, 1e6),
+    "turns": (0.0, 100.0),
+    "max_current_a": (0.0, 1e4),
+    "accuracy_class_pct": (0.0, 10.0),
     "meter_constant_imp_per_kwh": (0.0, 1e12),
 }
 # Keys each table may hold: anything else is a typo that must not be dropped silently.
@@ -59,7 +62,8 @@ _KNOWN_KEYS: dict[str, frozenset[str]] = {
     "sampling": frozenset({"period_s"}),
     "emulator": frozenset({"refresh_period_s"}),
     "frontend": frozenset({"un_v", "ib_a", "v_l_mv", "v_u_mv"}),
-    "ct": frozenset({"model", "ratio", "burden_ohm"}),
+    "ct": frozenset({"model", "ratio", "burden_ohm", "turns", "max_current_a",
+                     "accuracy_class_pct"}),
     "uart": frozenset({"port", "baudrate"}),
     "channel": frozenset({"name", "node", "chip_select", "uart", "ct",
                           "meter_constant_imp_per_kwh", "calibration", "enabled", "n_line"}),
@@ -297,10 +301,15 @@ def _ct_frontend(ct: Table, frontend: dict[str, float], where: str, path: Path
     """The board's front end with V_L from the channel's CT ratio and burden, when given."""
     out = dict(frontend)
     ratio, burden = ct.get("ratio"), ct.get("burden_ohm")
+    # issue 27: the feed looped `turns` times through the clamp; V_L (hence the PL constant)
+    # includes them, so the chip meters the conductor's own energy (docs/meter.md)
+    turns = _positive(ct.get("turns", 1), path, where + "ct.turns")
+    if turns != int(turns):
+        raise _err(path, where + "ct.turns", f"a whole number of turns, got {turns:g}")
     if ratio is not None or burden is not None:
         r = _positive(ratio, path, where + "ct.ratio")
         b = _positive(burden, path, where + "ct.burden_ohm")
-        out["v_l_mv"] = frontend["ib_a"] / r * b * 1000.0
+        out["v_l_mv"] = frontend["ib_a"] / r * b * 1000.0 * turns
     return out
 
 

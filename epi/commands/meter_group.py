@@ -13,6 +13,7 @@ METER_COMMANDS = {
     "sync": "epi.commands.meter_sync:sync",
     "firmware": "epi.commands.meter_firmware:firmware",
     "watch": "epi.commands.meter_watch:watch",
+    "plan": "epi.commands.meter_plan:plan",
 }
 
 METER_HELP = {
@@ -22,6 +23,7 @@ METER_HELP = {
     "sync": "Estimate the clock offset to a running meter daemon.",
     "firmware": "The board MCU's firmware: build (mpy-cross), deploy (mpremote), console.",
     "watch": "A terminal live view of a running daemon: power, events, sample rate, clock.",
+    "plan": "What each channel's CT, burden, gain and meter constant resolve at a load.",
 }
 
 
