@@ -154,7 +154,7 @@ class Scorer:
         llm = getattr(self, "llm", None)
         if llm is not None:
             llm.close()
-            self.llm = None  # type: ignore[assignment]
+            del self.llm  # freed; a second close() finds no attribute
 
     def __enter__(self) -> Scorer:
         return self
