@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -245,9 +244,9 @@ def campaign_measurer(settings: CampaignSettings, echo: Callable[[str], None]) -
         study = round_dir / "study.toml"
         campaign_dir = round_dir / "campaign"
         study.write_text(study_text(f"search-round{round_no}", settings, maps, campaign_dir))
-        echo(f"campaign {study}")
+        echo(f"search round {round_no}: campaign {study}")
         try:
-            Campaign(load_study(study), stream=sys.stdout).run()
+            Campaign(load_study(study)).run()  # its progress on stderr, as `epi campaign`
         except UserError as exc:
             raise SearchRoundFailed(
                 f"{study}: the campaign of search round {round_no} failed ({exc}); run "

@@ -63,7 +63,7 @@ def test_small_budget_search_measures_through_the_campaign_and_resumes(tmp_path:
     first = _search(model, out, text)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     log = first.stdout
-    assert log.count("$ epi campaign") == 2  # two rounds, each one campaign
+    assert log.count(": campaign ") == 2  # two rounds, each one campaign
     assert "sensitivity: 6 probe(s)" in log  # 3 layers × 2 types
     assert "verdict: " in log
 
@@ -139,5 +139,5 @@ def test_small_budget_search_measures_through_the_campaign_and_resumes(tmp_path:
     # the same command again continues from search.json and measures nothing twice
     again = _search(model, out, text)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "$ epi campaign" not in again.stdout
+    assert ": campaign " not in again.stdout
     assert "probe(s) to quantize" not in again.stdout
