@@ -115,17 +115,20 @@ def estimate_lag(series: ChannelSeries, prefill: tuple[np.ndarray, np.ndarray],
         return fail(f"{n_req} requests: too few edges to estimate a lag (need ≥ 3)")
     windows = [_disjoint(np.asarray(prefill[0], np.float64), np.asarray(prefill[1], np.float64)),
                _disjoint(np.asarray(decode[0], np.float64), np.asarray(decode[1], np.float64))]
-    t = series.t_mono_ns
     margin = max_lag_ms * 1e6 + 2 * NS
     lo = min(float(w[0][0]) for w in windows) - margin
     hi = max(float(w[1][-1]) for w in windows) + margin
-    e = series.energy_j
+    # Only the samples around the requests (one more each side): a study's series holds days.
+    i0 = max(int(np.searchsorted(series.t_mono_ns, lo, side="left")) - 1, 0)
+    i1 = int(np.searchsorted(series.t_mono_ns, hi, side="right")) + 1
+    t = series.t_mono_ns[i0:i1]
+    e = None if series.energy_j is None else series.energy_j[i0:i1]
     point = e is None or not np.isfinite(e).any()
     if point:
         sel = (t >= lo) & (t <= hi)
         t0 = t[sel].astype(np.float64)
         t1 = t0
-        y = series.power_w[sel]
+        y = series.power_w[i0:i1][sel]
         keep = np.isfinite(y)
         if len(series.invalid):
             keep &= series.invalid.overlapping(t[sel], t[sel]) < 0
@@ -135,9 +138,10 @@ def estimate_lag(series: ChannelSeries, prefill: tuple[np.ndarray, np.ndarray],
         with np.errstate(invalid="ignore", divide="ignore"):
             y = (e[1:] - e[:-1]) / ((t1 - t0) / NS)
         keep = (t0 >= lo) & (t1 <= hi) & np.isfinite(y) & (t1 > t0)
-        seg = np.zeros(len(t), np.int64)
-        seg[series.seg_start_idx[series.seg_start_idx < len(t)]] = 1
-        keep &= np.cumsum(seg)[1:] == np.cumsum(seg)[:-1]  # same segment
+        starts = series.seg_start_idx
+        new_seg = np.zeros(len(t), bool)  # a segment starts at this sample
+        new_seg[starts[(starts > i0) & (starts < i1)] - i0] = True
+        keep &= ~new_seg[1:]  # both ends in the same segment
         for iv in (series.invalid, series.counter_invalid):
             if len(iv):
                 keep &= iv.overlapping(t[:-1], t[1:]) < 0
