@@ -25,8 +25,8 @@ from meter.daemon.service import DaemonOptions, MeterDaemon
 )
 @click.option(
     "--emulate-bridge", is_flag=True,
-    help="The board's MCU emulated: its firmware runs here on CPython behind a pseudo-terminal "
-    "and the bridge recorder reads it through pyserial (docs/bridge.md).",
+    help="The board's MCU emulated: its firmware runs here on CPython behind an emumcu:// "
+    "serial port and the bridge recorder reads it through pyserial (docs/bridge.md).",
 )
 @click.option(
     "--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),

@@ -5,9 +5,9 @@ Chosen by meter.daemon.service.MeterDaemon.run instead of the SPI sampler; both 
 bridge adds `bus: "bridge"` in `board`, `bridge: {...}` (firmware hello, link, clock mapping,
 counters) and `bridged: true`.
 
-Links: a real board's serial port (`SerialLink`); `--emulate-bridge` on the system clock runs
-the firmware in a thread behind a pseudo-terminal (`PtyBridge`) and opens its other end with
-the same `SerialLink`; on a SimulatedClock (tests, benchmarks) the in-process `SimLink`.
+Links: a real board's serial port, or `--emulate-bridge`'s firmware behind an `emumcu://` port
+(meter/bridge/emulated_port.py; faults injected on its wire): both opened by the same
+`SerialLink` through pyserial, on the system clock or a SimulatedClock.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from epi.core.errors import UserError
 from meter.board import emulated_board, load_board
 from meter.board_config import BoardConfig, BridgeConfig, ChannelConfig
 from meter.bridge.capacity import link_capacity_hz, widest_sweep_line_bytes
-from meter.bridge.emulate import EmulatedBoard, PtyBridge, SimLink
-from meter.bridge.faults import FaultyLink, UartFault, parse_bridge_faults
-from meter.bridge.link import Link, SerialLink
+from meter.bridge.emulate import EmulatedBoard
+from meter.bridge.emulated_port import EmulatedPort, serve_board
+from meter.bridge.faults import UartFault, parse_bridge_faults
+from meter.bridge.link import SerialLink
 from meter.bridge.recorder import BridgeRecorder
 from meter.chip_factory import power_models_for
 from meter.clock import Clock, is_simulated
@@ -98,27 +99,18 @@ def check_link_rate(rate_hz: float, cfg: BridgeConfig, n_channels: int, where: s
 def run_bridge(plan: BridgePlan, session: RecordingSession) -> RunResult:
     """Record the MCU's telemetry into the session's trace; returns the run's result."""
     o, clock, cfg, enabled = plan.options, plan.clock, plan.bridge, plan.enabled
-    pty: PtyBridge | None = None
+    port: EmulatedPort | None = None
     emu: EmulatedBoard | None = None
-    link: Link
     try:
-        if plan.emulate:
+        if plan.emulate:  # the firmware behind an emumcu:// port, read through pyserial
             models = power_models_for(o.power_model, [c.power_model for c in plan.board.channels],
                                       clock)
             emu = EmulatedBoard(clock, list(models), baud=cfg.baud,
                                 rate_hz=plan.rate_hz or DEFAULT_EMULATED_RATE_HZ,
                                 encoding=cfg.encoding or "json",
                                 model_spi_time=is_simulated(clock))
-            if is_simulated(clock):
-                link = SimLink(emu, cfg.baud)
-            else:
-                pty = PtyBridge(emu).start()
-                link = SerialLink(pty.port, cfg.baud)
-            if plan.uart_faults or plan.chip_faults:
-                link = FaultyLink(link, clock, plan.uart_faults, board=pty or emu,
-                                  chip_faults=plan.chip_faults)
-        else:
-            link = SerialLink(cfg.port, cfg.baud)
+            port = serve_board(emu, cfg.baud, plan.uart_faults, plan.chip_faults)
+        link = SerialLink(port.url if port is not None else cfg.port, cfg.baud)
         url = session.serve(o.listen, [ChannelInfo(c.index, c.name, c.node) for c in enabled])
         meta = _meta(plan, emu)
         described = link.describe()
@@ -127,7 +119,7 @@ def run_bridge(plan: BridgePlan, session: RecordingSession) -> RunResult:
         recorder = BridgeRecorder(link, clock, writer, baud=cfg.baud,
                                   channels=[c.index for c in enabled], rate_hz=plan.rate_hz,
                                   encoding=cfg.encoding, log=session.log,
-                                  wire_time=pty is None)
+                                  idle_until=port.idle_until if port is not None else None)
         names = {c.index: c.name for c in enabled}
         state, hub = session.state, session.hub
 
@@ -155,8 +147,8 @@ def run_bridge(plan: BridgePlan, session: RecordingSession) -> RunResult:
                     f"{stats.samples_written} samples")
         return RunResult(Path(o.out_dir), writer.segment, stats, url, plan.rate_hz or 0.0)
     finally:
-        if pty is not None:
-            pty.stop()
+        if port is not None:
+            port.close()
 
 
 def _meta(plan: BridgePlan, emu: EmulatedBoard | None) -> dict[str, object]:

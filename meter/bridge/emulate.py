@@ -1,23 +1,19 @@
-"""The board's MCU emulated on this machine: the real firmware on CPython, talking to the real
-bridge recorder through a pseudo-terminal (real time) or a simulated UART wire (SimulatedClock).
+"""The board's MCU emulated on this machine: the real firmware on CPython at the far end of a
+simulated UART wire, which the bridge recorder reads through pyserial (`emumcu://`).
 
 * `EmulatedBoard` builds the register-level chips (meter.emulation.chip_emulator), the MCU
   (`EmulatedMcu`: machine stand-in, drifting crystal, 30-bit ticks) and boots the firmware;
   `reset_mcu()` reboots it mid-stream (new boot id, counts and seq from 0, chips re-set).
-* `PtyBridge` runs the firmware in a thread on one end of a pty pair; the recorder opens the
-  other end with pyserial (`SerialLink`), exactly as it opens /dev/ttyAMA0 on a Pi.
-* `SimLink` is the recorder's link for a SimulatedClock: reading advances the clock, runs the
-  firmware's `poll()` and delivers bytes after their time on an 8N1 wire at `baud`, so
-  sustained rates and clock mapping are exercised with real wire timing, hours in seconds.
+* `SimLink` is the wire: reading runs the firmware's `poll()` and delivers bytes after their
+  time on an 8N1 wire at `baud` (the MCU's transmit buffer and host latency modelled), on
+  the system clock or a SimulatedClock (hours in seconds). `meter/bridge/emulated_port.py`
+  puts it behind an `emumcu://` port URL, so the recorder opens it with `SerialLink` exactly
+  as it opens /dev/ttyAMA0 on a Pi.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
-import threading
-import tty
 from collections import deque
 from collections.abc import Callable
 
@@ -187,93 +183,3 @@ class SimLink:
 
     def describe(self) -> dict:
         return {"kind": "simulated-uart", "baud": self.baud}
-
-
-class PtyBridge:
-    """The emulated board's firmware in a thread on the master side of a pty pair.
-
-    With `link_path`, the port is a symlink to the pty's slave side (like a udev name for a
-    USB serial adapter): `unplug()` closes the pty and removes the link (the reader gets an
-    I/O error, reopening fails), `replug()` makes a new pty behind the same path; the MCU keeps
-    running meanwhile, its output lost.
-    """
-
-    def __init__(self, board: EmulatedBoard, link_path: str | None = None) -> None:
-        self.board = board
-        self.link_path = link_path
-        self._lock = threading.RLock()
-        self.master: int | None = None
-        self.slave: int | None = None
-        self._plug()
-        self.port = link_path or self._slave_name
-        board.sink = self._write
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name="emulated-mcu", daemon=True)
-
-    def _plug(self) -> None:
-        master, slave = os.openpty()
-        tty.setraw(slave)
-        os.set_blocking(master, False)
-        self.master, self.slave = master, slave
-        self._slave_name = os.ttyname(slave)
-        if self.link_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.link_path)
-            os.symlink(self._slave_name, self.link_path)
-
-    def unplug(self) -> None:
-        with self._lock:
-            if self.link_path is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.link_path)
-            for fd in (self.master, self.slave):
-                if fd is not None:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-            self.master = self.slave = None
-
-    def replug(self) -> None:
-        with self._lock:
-            self._plug()
-
-    def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view and not self._stop.is_set():
-            with self._lock:
-                if self.master is None:
-                    return  # unplugged: the bytes go nowhere
-                try:
-                    n = os.write(self.master, view)
-                    view = view[n:]
-                    continue
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    return
-            self._stop.wait(0.001)
-
-    def start(self) -> PtyBridge:
-        self.thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                if self.master is not None:
-                    with contextlib.suppress(BlockingIOError, OSError):
-                        data = os.read(self.master, 4096)
-                        if data:
-                            self.board.hw.uart.feed(data)
-                wait_us = self.board.firmware.poll()
-            if wait_us > 0:
-                self._stop.wait(min(wait_us, 2000) / 1e6)
-
-    def reset_mcu(self) -> None:
-        with self._lock:
-            self.board.reset_mcu()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self.thread.is_alive():
-            self.thread.join(timeout=5)
-        self.unplug()

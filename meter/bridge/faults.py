@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from epi.core.errors import UserError
-from meter.bridge.emulate import EmulatedBoard, PtyBridge
+from meter.bridge.emulate import EmulatedBoard
 from meter.bridge.link import Link
 from meter.clock import Clock
 from meter.emulation.faults import FaultInjector, FaultSpec, parse_fault_specs
@@ -97,11 +97,11 @@ class _ChipChannel:
 
 
 class FaultyLink:
-    """Wraps a link; corrupts or cuts it on schedule. `board` (an EmulatedBoard, or a
-    PtyBridge around one) receives `mcu-reset`, its chips the `chip_faults`."""
+    """Wraps a link; corrupts or cuts it on schedule (the far end of an emumcu:// port).
+    `board` (the EmulatedBoard) receives `mcu-reset`, its chips the `chip_faults`."""
 
     def __init__(self, inner: Link, clock: Clock, faults: list[UartFault], *,
-                 board: EmulatedBoard | PtyBridge | None = None,
+                 board: EmulatedBoard | None = None,
                  seed: int = 0, chip_faults: list[FaultSpec] | None = None) -> None:
         self.inner = inner
         self.clock = clock
@@ -114,10 +114,9 @@ class FaultyLink:
         self.chip_faults = list(chip_faults or [])
         self.chip_injector: FaultInjector | None = None
         if self.chip_faults:
-            emulated = board.board if isinstance(board, PtyBridge) else board
-            if emulated is None:
+            if board is None:
                 raise ValueError("chip faults need the emulated board")
-            chips = [_ChipChannel(i, c) for i, c in enumerate(emulated.chips.values())]
+            chips = [_ChipChannel(i, c) for i, c in enumerate(board.chips.values())]
             self.chip_injector = FaultInjector(self.chip_faults, chips, self.t0)
 
     def _t(self) -> float:

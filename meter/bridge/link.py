@@ -33,8 +33,11 @@ class SerialLink:
         import serial
 
         self.close()
+        if "meter.emulation" not in serial.protocol_handler_packages:  # emumcu://, emuchip://
+            serial.protocol_handler_packages.append("meter.emulation")
         try:
-            self.ser = serial.Serial(self.port, self.baud, timeout=0.05, write_timeout=1.0)
+            self.ser = serial.serial_for_url(self.port, self.baud, timeout=0.05,
+                                             write_timeout=1.0)
         except (serial.SerialException, OSError, ValueError) as exc:
             self.ser = None
             raise LinkLost(f"{self.port}: {exc}") from None

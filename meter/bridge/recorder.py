@@ -102,6 +102,7 @@ class BridgeRecorder:
         meta_interval_s: float = 5.0,
         wire_time: bool = True,
         log: Callable[[str], None] = lambda line: None,
+        idle_until: Callable[[int], None] | None = None,
     ) -> None:
         self.link = link
         self.clock = clock
@@ -117,6 +118,7 @@ class BridgeRecorder:
         self.reconnect_ns = round(reconnect_s * 1e9)
         self.meta_interval_ns = round(meta_interval_s * 1e9)
         self.log = log
+        self.idle_hook = idle_until  # an emulated port: its MCU runs while the link is down
         self.stats = BridgeStats()
         self.hello: Hello | None = None
         self.boot: str | None = None
@@ -273,7 +275,7 @@ class BridgeRecorder:
 
     def _idle_until(self, t_mono_ns: int) -> None:
         """Wait for the next reconnect try (an emulated link keeps its MCU running)."""
-        idle = getattr(self.link, "idle_until", None)
+        idle = self.idle_hook or getattr(self.link, "idle_until", None)
         if idle is not None:
             idle(t_mono_ns)
         else:

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from epi.formats.trace import read_trace
-from meter.bridge.emulate import EmulatedBoard, SimLink
+from meter.bridge.emulate import EmulatedBoard
+from meter.bridge.emulated_port import serve_board
+from meter.bridge.link import SerialLink
 from meter.bridge.recorder import BridgeRecorder
 from meter.chip import registers as regs
 from meter.clock import SimulatedClock
@@ -64,7 +66,9 @@ def test_reads_straddling_the_first_refresh_never_give_a_row(tmp_path: Path) -> 
     board.chips[cs] = proxy  # the MCU's SPI reaches the chip through the proxy
     board.reset_mcu()
     writer = TraceWriter(tmp_path, {"test": True}, lock=TraceLock(tmp_path))
-    rec = BridgeRecorder(SimLink(board, 921600), clock, writer, baud=921600)
+    port = serve_board(board, 921600)  # the firmware behind an emumcu:// port
+    rec = BridgeRecorder(SerialLink(port.url, 921600), clock, writer, baud=921600,
+                         idle_until=port.idle_until)
     rec.run(1.0)
     # chip resets at many phases of the 20 ms sweep schedule: every re-start is followed by
     # reads that begin on the reset zeros and straddle the first refresh

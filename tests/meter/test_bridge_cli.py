@@ -1,6 +1,6 @@
-"""The bridge's commands and board files: `epi meter run --emulate-bridge` over a real
-pseudo-terminal, `epi meter firmware build|deploy|console`, the doctor check, and one-line
-errors for bad `bus = "bridge"` board files."""
+"""The bridge's commands and board files: `epi meter run --emulate-bridge` through pyserial
+(the firmware behind an `emumcu://` port), `epi meter firmware build|deploy|console`, the
+doctor check, and one-line errors for bad `bus = "bridge"` board files."""
 
 from __future__ import annotations
 
@@ -81,25 +81,27 @@ def test_firmware_deploy_dry_run_is_one_mpremote_argv(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def pty_board():
-    from meter.bridge.emulate import EmulatedBoard, PtyBridge
+def mcu_port():
+    from meter.bridge.emulate import EmulatedBoard
+    from meter.bridge.emulated_port import serve_board
 
     board = EmulatedBoard(SystemClock(), [ConstantPower(4.0), ConstantPower(6.0)],
                           model_spi_time=False)
-    bridge = PtyBridge(board).start()
-    yield bridge
-    bridge.stop()
+    port = serve_board(board, 115200)
+    yield port.url
+    port.close()
 
 
-def test_probe_and_doctor_see_the_firmware_on_a_pty(pty_board,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_probe_and_doctor_see_the_firmware_on_an_emulated_port(
+        mcu_port: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from meter.bridge.probe import doctor_rows, hello
 
-    info = hello(pty_board.port, 115200, timeout_s=10.0)
+    assert mcu_port.startswith("emumcu://")
+    info = hello(mcu_port, 115200, timeout_s=10.0)
     assert info is not None and info["fw"] == "1.0.0" and len(info["channels"]) == 2
-    monkeypatch.setenv("EPI_BRIDGE_PORT", pty_board.port)
+    monkeypatch.setenv("EPI_BRIDGE_PORT", mcu_port)
     rows = {item: (ok, detail) for item, ok, detail, _ in doctor_rows()}
-    assert rows["bridge port"][0] is True and pty_board.port in rows["bridge port"][1]
+    assert rows["bridge port"][0] is True and mcu_port in rows["bridge port"][1]
     ok, detail = rows["bridge firmware"]
     assert ok is True and "epi firmware 1.0.0" in detail
 
@@ -118,8 +120,8 @@ def test_doctor_says_when_no_firmware_answers(tmp_path: Path) -> None:
     assert rows == {"bridge port": True, "bridge firmware": False}
 
 
-def test_console_sends_a_command_and_prints_the_answer(pty_board) -> None:
-    res = CliRunner().invoke(cli, ["meter", "firmware", "console", "--port", pty_board.port,
+def test_console_sends_a_command_and_prints_the_answer(mcu_port: str) -> None:
+    res = CliRunner().invoke(cli, ["meter", "firmware", "console", "--port", mcu_port,
                                    "--send", "ping", "--send", '{"cmd": "read", "ch": 0, '
                                    '"reg": "Urms"}', "--seconds", "2"])
     assert res.exit_code == 0, res.output
@@ -128,7 +130,7 @@ def test_console_sends_a_command_and_prints_the_answer(pty_board) -> None:
 
 
 @pytest.mark.slow
-def test_meter_run_emulate_bridge_over_a_pty(tmp_path: Path) -> None:
+def test_meter_run_emulate_bridge_through_pyserial(tmp_path: Path) -> None:
     out = tmp_path / "trace"
     res = CliRunner().invoke(cli, ["meter", "run", "--emulate-bridge", "--out", str(out),
                                    "--duration", "4", "--listen", "off"])
@@ -136,7 +138,7 @@ def test_meter_run_emulate_bridge_over_a_pty(tmp_path: Path) -> None:
     meta = json.loads((out / "seg-000001.meta.json").read_text())
     assert meta["bridged"] is True and meta["emulated"] is True
     assert meta["bridge"]["link"]["kind"] == "serial"
-    assert meta["bridge"]["link"]["port"].startswith("/dev/")
+    assert meta["bridge"]["link"]["port"].startswith("emumcu://")
     assert meta["bridge"]["firmware"]["fw"] == "1.0.0"
     assert meta["stats"]["clean_stop"] is True
     rows = (out / "seg-000001.samples.csv").read_text().splitlines()[1:]
@@ -155,38 +157,39 @@ def _wait(cond, timeout_s: float = 30.0) -> None:
 
 @pytest.mark.slow
 def test_serial_port_unplugged_and_replugged_is_a_recorded_reconnect(tmp_path: Path) -> None:
-    """The real SerialLink on a pty behind a stable path: the port vanishes (I/O error, the
-    path gone) and comes back; the recorder keeps going and writes the gap."""
+    """The real SerialLink on an emulated port that vanishes (`unplug`: open, read and write
+    fail as for a pulled USB adapter) and comes back; the recorder keeps going, the MCU keeps
+    running meanwhile, and the trace has the gap."""
     import threading
 
     from epi.formats.trace import read_trace
-    from meter.bridge.emulate import EmulatedBoard, PtyBridge
+    from meter.bridge.emulate import EmulatedBoard
+    from meter.bridge.emulated_port import serve_board
+    from meter.bridge.faults import parse_uart_faults
     from meter.bridge.link import SerialLink
     from meter.bridge.recorder import BridgeRecorder
     from meter.daemon.trace import TraceLock, TraceWriter
 
     clock = SystemClock()
     board = EmulatedBoard(clock, [ConstantPower(4.0)], model_spi_time=False)
-    pty = PtyBridge(board, link_path=str(tmp_path / "ttyEPI")).start()
+    port = serve_board(board, 115200, parse_uart_faults(["unplug@2+1.5"]))
     writer = TraceWriter(tmp_path / "t", {"test": True}, lock=TraceLock(tmp_path / "t"))
-    rec = BridgeRecorder(SerialLink(pty.port, 115200), clock, writer, baud=115200,
-                         reconnect_s=0.2)
+    rec = BridgeRecorder(SerialLink(port.url, 115200), clock, writer, baud=115200,
+                         reconnect_s=0.2, idle_until=port.idle_until)
     worker = threading.Thread(target=rec.run, daemon=True)
     worker.start()
     try:
         _wait(lambda: rec.stats.samples_written >= 5)
-        pty.unplug()
         _wait(lambda: not rec.connected)
         seq_before = rec.last_seq
         _wait(lambda: board.firmware.seq > (seq_before or 0) + 5)  # the MCU goes on
-        pty.replug()
         _wait(lambda: rec.stats.reconnects == 1 and rec.last_seq is not None
               and rec.last_seq > (seq_before or 0) + 5)
         _wait(lambda: rec.stats.samples_written >= 12)
     finally:
         rec.stop()
         worker.join(timeout=10)
-        pty.stop()
+        port.close()
         writer.close()
     assert not worker.is_alive()
     trace = read_trace(tmp_path / "t")

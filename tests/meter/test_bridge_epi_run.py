@@ -1,5 +1,5 @@
-"""Done-when flow in one test: `epi meter run --emulate-bridge` (the real firmware behind a
-pseudo-terminal, real time), `epi run` with clock sync against it, then the analysis: J/token
+"""Done-when flow in one test: `epi meter run --emulate-bridge` (the real firmware behind an
+emumcu:// serial port, real time), `epi run` with clock sync against it, then the analysis: J/token
 through the bridge, with the emulated channel's constant 6 W as the truth."""
 
 from __future__ import annotations

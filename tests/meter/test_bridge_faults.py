@@ -148,7 +148,9 @@ def test_unknown_fault_kind_is_a_user_error(tmp_path: Path) -> None:
 def test_chip_faults_behind_the_mcu_are_trace_events_never_zero_rows(tmp_path: Path) -> None:
     """A chip reset, a corrupted calibration register (CS1 error) and an absent chip on the
     emulated board: the firmware reports each, the trace has the events and gaps, no 0 W row."""
-    from meter.bridge.emulate import EmulatedBoard, SimLink
+    from meter.bridge.emulate import EmulatedBoard
+    from meter.bridge.emulated_port import serve_board
+    from meter.bridge.link import SerialLink
     from meter.bridge.recorder import BridgeRecorder
     from meter.daemon.trace import TraceLock, TraceWriter
 
@@ -157,7 +159,9 @@ def test_chip_faults_behind_the_mcu_are_trace_events_never_zero_rows(tmp_path: P
                                   ScriptedProfile([(0, 7.0)], start_mono_ns=T0)])
     chip0, chip1 = board.chips.values()
     writer = TraceWriter(tmp_path, {"test": True}, lock=TraceLock(tmp_path))
-    rec = BridgeRecorder(SimLink(board, 115200), clock, writer, baud=115200)
+    port = serve_board(board, 115200)  # the firmware behind an emumcu:// port
+    rec = BridgeRecorder(SerialLink(port.url, 115200), clock, writer, baud=115200,
+                         idle_until=port.idle_until)
     chip0.schedule_reset(T0 + 3 * NS)
     rec.run(4.5)
     chip1.corrupt_register("Lgain")

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from epi.formats.trace import read_trace, segment_paths
-from meter.bridge.emulate import EmulatedBoard, SimLink
+from meter.bridge.emulate import EmulatedBoard
+from meter.bridge.emulated_port import serve_board
+from meter.bridge.link import SerialLink
 from meter.bridge.recorder import BridgeRecorder
 from meter.clock import SimulatedClock
 from meter.daemon import trace as trace_mod
@@ -67,7 +69,9 @@ def test_a_full_disk_is_a_counted_disk_full_fault_and_recording_resumes(
     clock = SimulatedClock(5 * NS)
     board = EmulatedBoard(clock, [ConstantPower(10.0)])
     writer = TraceWriter(tmp_path, {"test": True}, lock=TraceLock(tmp_path))
-    rec = BridgeRecorder(SimLink(board, 115200), clock, writer, baud=115200)
+    port = serve_board(board, 115200)  # the firmware behind an emumcu:// port
+    rec = BridgeRecorder(SerialLink(port.url, 115200), clock, writer, baud=115200,
+                         idle_until=port.idle_until)
     seen: list[tuple[int | None, str]] = []
     rec.on_fault = lambda ch, kind: seen.append((ch, kind))
     rec.run(2.0)

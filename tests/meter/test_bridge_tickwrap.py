@@ -10,7 +10,9 @@ import itertools
 from pathlib import Path
 
 from epi.formats.trace import read_trace
-from meter.bridge.emulate import EmulatedBoard, SimLink
+from meter.bridge.emulate import EmulatedBoard
+from meter.bridge.emulated_port import serve_board
+from meter.bridge.link import SerialLink
 from meter.bridge.protocol import Sweep
 from meter.bridge.recorder import BridgeRecorder
 from meter.clock import SimulatedClock
@@ -30,9 +32,10 @@ def test_hours_of_tick_wraps_leave_time_and_energy_intact(tmp_path: Path) -> Non
     clock = SimulatedClock(7 * 10**9)
     board = EmulatedBoard(clock, [ConstantPower(5.0)], rate_hz=10.0, drift_ppm=-40.0,
                           tick_bits=21)
-    link = SimLink(board, 115200)
+    port = serve_board(board, 115200)  # the firmware behind an emumcu:// port
     writer = TraceWriter(tmp_path, {"test": True}, lock=TraceLock(tmp_path))
-    rec = _Recorder(link, clock, writer, baud=115200)
+    rec = _Recorder(SerialLink(port.url, 115200), clock, writer, baud=115200,
+                    idle_until=port.idle_until)
     rec.seen = []
     rec.run(60.0)
     writer.close()

@@ -1,0 +1,126 @@
+"""pyserial URL handler `emumcu://NAME`: a serial port wired to an emulated board's MCU.
+
+The bridge's one way to fake a serial link, in the style of `emuchip://` (protocol_emuchip.py):
+`meter.bridge.link.SerialLink` opens every port with `serial.serial_for_url`, so the daemon,
+`epi meter firmware console`, the probe and the tests read the emulated firmware through the
+same pyserial calls as a real `/dev/ttyAMA0`. The far end is registered with `register_port`
+(`meter.bridge.emulate.serve_board` does it): an `McuEnd` that moves bytes with 8N1 wire
+timing on the board's clock (the firmware runs as the port is read: on a SimulatedClock time
+jumps, on the system clock it sleeps) and injects the UART faults. A lost far end
+(`unplug@…`) is a `SerialException` on open, read and write, as a vanished USB adapter is.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from serial.serialutil import PortNotOpenError, SerialBase, SerialException
+
+from meter.errors import LinkLost
+
+SCHEME = "emumcu://"
+
+
+class McuEnd(Protocol):
+    """The far end of an `emumcu://` port (a `Link` whose reads run the firmware)."""
+
+    def open(self) -> None: ...
+
+    def read(self, timeout_s: float) -> bytes: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+PORTS: dict[str, McuEnd] = {}
+
+
+def register_port(name: str, end: McuEnd) -> str:
+    """Wire `end` to `emumcu://NAME`; returns the URL."""
+    PORTS[name] = end
+    return SCHEME + name
+
+
+def unregister_port(name: str) -> None:
+    PORTS.pop(name, None)
+
+
+class Serial(SerialBase):
+    """A pyserial port whose far end is `PORTS[NAME]`."""
+
+    is_open: bool  # set by SerialBase.__init__ (pyserial ships no type information)
+
+    def open(self) -> None:
+        if self.is_open:
+            raise SerialException("Port is already open.")
+        url = str(self.port)
+        if not url.lower().startswith(SCHEME):
+            raise SerialException(f"expected {SCHEME}NAME, got {url!r}")
+        end = PORTS.get(url[len(SCHEME):])
+        if end is None:
+            raise SerialException(f"{url}: no emulated MCU registered there")
+        try:
+            end.open()
+        except LinkLost as exc:
+            raise SerialException(f"{url}: {exc}") from None
+        self._end = end
+        self._rx = bytearray()
+        self.is_open = True
+
+    def _reconfigure_port(self, *args: object, **kwargs: object) -> None:
+        """Nothing to configure: the far end keeps its own baud rate."""
+
+    def close(self) -> None:
+        if self.is_open:
+            self._end.close()
+        self.is_open = False
+
+    def _pull(self, timeout_s: float) -> None:
+        try:
+            self._rx += self._end.read(timeout_s)
+        except LinkLost as exc:
+            self.is_open = False
+            raise SerialException(str(exc)) from None
+
+    @property
+    def in_waiting(self) -> int:
+        if not self.is_open:
+            raise PortNotOpenError()
+        if not self._rx:
+            self._pull(0.0)
+        return len(self._rx)
+
+    def read(self, size: int = 1) -> bytes:
+        if not self.is_open:
+            raise PortNotOpenError()
+        if len(self._rx) < size:
+            self._pull(0.0 if self.timeout is None and self._rx else float(self.timeout or 0.0))
+        out = bytes(self._rx[:size])
+        del self._rx[:size]
+        return out
+
+    def write(self, data: bytes) -> int:
+        if not self.is_open:
+            raise PortNotOpenError()
+        try:
+            self._end.write(bytes(data))
+        except LinkLost as exc:
+            self.is_open = False
+            raise SerialException(str(exc)) from None
+        return len(data)
+
+    def reset_input_buffer(self) -> None:
+        self._rx.clear()
+
+    def reset_output_buffer(self) -> None:
+        """Writes are delivered at once; nothing is buffered."""
+
+    def flush(self) -> None:
+        """Writes are delivered at once; nothing to wait for."""
+
+    def _update_dtr_state(self) -> None:
+        """No modem lines."""
+
+    def _update_rts_state(self) -> None:
+        """No modem lines."""
