@@ -149,7 +149,7 @@ def worker_context(model: str, sha: str, items: Sequence[Item], ctx: int,
 
 
 def score_chunk(model: str, sha: str, items: Sequence[Item], n_ctx: int,
-                threads: int | None) -> list[dict[str, Any]]:
+                threads: int | None) -> list[mc.ItemRecord]:
     """Per-item records of one chunk (multiple_choice.score_items, one item per batch)."""
     scorer = _worker_models(model, sha, threads).get(n_ctx)
     return mc.score_items(scorer, items)
@@ -165,7 +165,7 @@ def chunks(n_items: int, n_workers: int) -> list[tuple[int, int]]:
     return [(i, min(i + size, n_items)) for i in range(0, n_items, size)]
 
 
-def merge(items: Sequence[Item], parts: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def merge(items: Sequence[Item], parts: Sequence[list[mc.ItemRecord]]) -> list[mc.ItemRecord]:
     """The chunks' records joined in item order; each record must belong to its item."""
     records = [r for part in parts for r in part]
     if len(records) != len(items):

@@ -22,7 +22,9 @@ host/accuracy/branching.py; docs/accuracy.md states the logit differences this c
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypedDict
+
+import numpy as np
 
 from epi.core.errors import UserError
 from host.accuracy.branching import Group
@@ -72,8 +74,16 @@ def item_groups(scorer: Scorer, item: Item) -> list[Group]:
     return [Group((tuple(q),), (s,)) for q, s in pairs]
 
 
+class ItemRecord(TypedDict):
+    """One scored item: the cacheable raw material of every metric."""
+
+    id: str
+    gold: int
+    scores: list[list[float]]  # per choice: [logprob_sum, n_tokens, n_bytes]
+
+
 def _choice_scores(scorer: Scorer, groups: Sequence[Group],
-                   logprobs: Sequence[Sequence[Any]]) -> list[list[float]]:
+                   logprobs: Sequence[Sequence[np.ndarray]]) -> list[list[float]]:
     out = []
     for group, lps in zip(groups, logprobs, strict=True):
         for seq, start, lp in zip(group.seqs, group.starts, lps, strict=True):
@@ -86,7 +96,7 @@ def score_item(scorer: Scorer, item: Item) -> list[list[float]]:
     """[[logprob_sum, n_tokens, n_bytes], ...] for every choice of `item`, scored alone."""
     groups = item_groups(scorer, item)
     ctx = scorer.branching()
-    lps: list[Any] = []
+    lps: list[list[np.ndarray]] = []
     for g in groups:
         lps.extend(ctx.score([g]))
     return _choice_scores(scorer, groups, lps)
@@ -97,7 +107,7 @@ def score_items(
     items: Sequence[Item],
     progress: Callable[[int], None] | None = None,
     pack: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[ItemRecord]:
     """Per-item records {id, gold, scores} (the cacheable raw material of every metric).
 
     Every item is one llama.cpp batch (its context once, the KV cache branched per choice),
@@ -105,8 +115,8 @@ def score_items(
     one batch while their tokens and choices fit the context (measured slower on the CPU, and
     an item's figures then depend slightly on its neighbours: off by default).
     """
+    records: list[ItemRecord] = []
     if not pack:
-        records = []
         for item in items:
             records.append({"id": item.id, "gold": item.gold,
                             "scores": score_item(scorer, item)})
@@ -114,7 +124,6 @@ def score_items(
                 progress(1)
         return records
     ctx = scorer.branching()
-    records = []
     pending: list[tuple[Item, list[Group]]] = []
 
     def flush() -> None:
@@ -163,7 +172,7 @@ def predictions(scores: Sequence[Sequence[float]]) -> dict[str, int]:
     }
 
 
-def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def summarize(records: Sequence[ItemRecord]) -> dict[str, object]:
     """Accuracies, correct counts and Wilson 95 % intervals under the three rankings."""
     n = len(records)
     if n == 0:
@@ -172,7 +181,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for rec in records:
         for metric, choice in predictions(rec["scores"]).items():
             correct[metric] += int(choice == rec["gold"])
-    out: dict[str, Any] = {"n": n}
+    out: dict[str, object] = {"n": n}
     for metric, key in METRICS.items():
         suffix = "" if metric == "raw" else "_" + metric
         out[key] = correct[metric] / n
