@@ -60,6 +60,8 @@ INFO_EVENTS: frozenset[str] = frozenset(
 FAULT_EVENTS: frozenset[str] = frozenset(
     {"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "gap", "implausible",
      "disk_full",
+     # reverse active energy on a wall-meter channel (a reversed CT, or export; issue 27)
+     "reverse_energy",
      # software power sources (meter/sources, docs/sources.md)
      "counter_backwards", "counter_frozen", "permission_denied", "read_error"})
 # Software power sources a channel may name (docs/sources.md); absent: a wall-meter channel.

@@ -31,7 +31,10 @@ What it guarantees, and how (application note §4.3; docs/atm90e26.md):
   power over the interval (`checked_energy`: counts above the bound, or far from what the
   power leads to expect, are re-read once, which tells a read redirected to another register
   from a genuine one), unwrapped after a long gap, and added to `counts`, an int that never
-  wraps.
+  wraps — less its reverse part: ANenergy (reverse active) is read right after it and kept
+  apart in `reverse_counts`, so reverse energy (a CT clamped the wrong way round, or export)
+  is never added as consumption; the first reverse counts of an episode send a
+  `reverse_energy` event with the fix.
 
 A fault raises a `meter.chip.errors.BusError` subclass whose `kind` is its event kind. With
 `report_faults` the fault is also sent to `on_event` (and marked `reported`); with
@@ -55,6 +58,8 @@ from meter.chip.errors import (
 
 RESET_FUNC_EN = regs.BY_NAME["FuncEn"].reset
 CHECKSUM_ERR_MASK = regs.CAL_ERR_MASK | regs.ADJ_ERR_MASK
+# ANenergy counts accepted without a negative Pmean (a direction change inside one interval)
+REVERSE_SLACK_COUNTS = 2
 PROTOCOL_STATS = ("reinits", "wrap_corrections", "implausible_rereads", "implausible_rejected",
                   "energy_misreads", "energy_rereads", "misreads")
 
@@ -87,7 +92,10 @@ class Protocol(VerifiedAccess):
         self.unready_measurements = unready_measurements  # read (and dropped) when not ready
         self.needs_init = True  # type: bool
         self.measuring_since = None  # type: int | None  # when measuring (re)started
-        self.counts = 0  # type: int  # cumulative ATenergy counts (never wraps)
+        self.counts = 0  # type: int  # cumulative forward counts: ATenergy less ANenergy
+        self.reverse_counts = 0  # type: int  # cumulative ANenergy counts (reverse active)
+        self.reverse_carry = 0  # type: int  # ANenergy read ahead of ATenergy (read later)
+        self.reversing = False  # type: bool  # inside a reverse-energy episode
         self.t_energy = None  # type: int | None  # when the last ATenergy read was
         self.last_power = None  # type: float | None  # W of the last accepted reading
         self.rejected = []  # type: list[int]  # words of this reading rejected as misreads
@@ -143,6 +151,7 @@ class Protocol(VerifiedAccess):
         self.stats["reinits"] += 1
         self.read_clear(regs.AT_ENERGY)  # discard what was metered during the sequence
         self.t_energy = self.rc_t
+        self.reverse_carry = 0
 
     def write_blocks(self, cal):
         """CalStart 5678 → metering → CS1; AdjStart 5678 → measurement → CS2; both 8765."""
@@ -255,7 +264,7 @@ class Protocol(VerifiedAccess):
             apparent = values.get("Smean")
         counts = self.checked_energy(counts, t_energy, power, apparent)
         counts = self.unwrap(counts, t_energy, power)
-        self.counts += counts
+        self.counts += self.split_reverse(counts, t_energy, power)
         self.t_energy = t_energy
         if power is not None:
             self.last_power = power
@@ -478,6 +487,52 @@ class Protocol(VerifiedAccess):
                            "ATenergy clears it): counted" % (counts, int(expected), w))
                 return counts + w
         return counts
+
+    def split_reverse(self, counts, t, power_w):
+        # type: (int, int, float | None) -> int
+        """The forward part of `counts` (absolute, ATenergy read at `t`): ANenergy, read now,
+        is the reverse part, kept in `reverse_counts`. ANenergy read a moment after ATenergy
+        may hold a few counts ATenergy shows next time: carried over, so totals stay exact.
+
+        ANenergy is read only when Pmean was negative in this reading or the last (or counts
+        are carried over): a forward-only channel reads exactly what it read before. Reverse
+        flow that never turns a reading's Pmean negative stays in ANenergy until one does, and
+        is then bounded below. A word above the absolute counts plus what the power allows
+        since is a misread (ignored: the sign of Pmean decides); so is a failed read."""
+        jpc = self.calibration.joules_per_count()
+        negative = power_w is not None and power_w < 0
+        may_reverse = negative or (self.last_power is not None and self.last_power < 0)
+        if not may_reverse and not self.reverse_carry:
+            # forward power now and before: ANenergy is not read (the bus traffic of a
+            # forward-only channel stays as it was); what it holds waits for a negative Pmean
+            return counts
+        try:
+            reverse = self.read_clear(regs.AN_ENERGY)
+        except BusError:
+            reverse = counts if negative else 0
+        else:
+            room = plausibility.physical_bound_counts(self.seconds(self.rc_t - t), jpc,
+                                                      self.limits)
+            if reverse > counts + room:
+                self.stats["energy_misreads"] += 1
+                self.event("misread", "ANenergy read %d counts (absolute %d, Pmean %s): not "
+                           "the reverse register's word; %s" % (
+                               reverse, counts, "-" if power_w is None else "%.3f" % power_w,
+                               "all reverse" if negative else "none counted as reverse"))
+                reverse = counts if negative else 0
+        reverse += self.reverse_carry
+        used = reverse if reverse < counts else counts
+        self.reverse_carry = reverse - used
+        self.reverse_counts += used
+        if used > REVERSE_SLACK_COUNTS and not self.reversing:
+            self.reversing = True
+            self.event("reverse_energy", "%d counts (%.3f J) of REVERSE active energy "
+                       "(ANenergy): the CT is clamped the wrong way round, or this node exports "
+                       "energy. Not counted as consumption. Fix: turn the clamp round (its arrow "
+                       "pointing at the load) and restart the run" % (used, used * jpc))
+        elif not used and not negative:
+            self.reversing = False
+        return counts - used
 
     def unwrap(self, counts, t, power_w):
         """Add whole register wraps that a long gap between reads can hide."""

@@ -175,7 +175,9 @@ CAL_START = 0x20
 CS1 = 0x2C
 ADJ_START = 0x30
 CS2 = 0x3B
-AT_ENERGY = 0x42
+AP_ENERGY = 0x40  # forward active energy
+AN_ENERGY = 0x41  # reverse active energy
+AT_ENERGY = 0x42  # absolute active energy = forward + reverse
 EN_STATUS = 0x46
 
 # Control words.

@@ -214,6 +214,7 @@ class ATM90E26Driver:
         p = self.protocol
         p.init_chip()
         p.counts = 0
+        p.reverse_counts = 0
         p.last_power = None
         self.energy_epoch_mono_ns = p.t_energy
 
@@ -230,6 +231,7 @@ class ATM90E26Driver:
         p.calibration = cal
         p.read_clear(regs.AT_ENERGY)
         p.t_energy = p.rc_t
+        p.reverse_carry = 0
         p.note_unmetered(t0, p.t_energy, "calibration rewritten")
 
     # ---- readings -----------------------------------------------------------------------------
@@ -244,8 +246,14 @@ class ATM90E26Driver:
 
     @property
     def energy_j(self) -> float:
-        """Cumulative absolute active energy since `start()`, J."""
+        """Cumulative forward (consumed) active energy since `start()`, J: reverse energy is
+        kept apart (`reverse_energy_j`), never added here."""
         return self.energy_counts * self.calibration.joules_per_count()
+
+    @property
+    def reverse_energy_j(self) -> float:
+        """Cumulative reverse active energy since `start()` (ANenergy), J."""
+        return self.protocol.reverse_counts * self.calibration.joules_per_count()
 
     def measurement_ready(self, t_mono_ns: int) -> bool:
         """Whether a read begun at `t_mono_ns` sees a complete measurement (not reset zeros)."""

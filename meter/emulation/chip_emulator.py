@@ -82,6 +82,8 @@ class EmulatedChip:
         n_line: whether the N line carries the load current (else N-line registers read 0).
         ln_mode: the MMD1:MMD0 pins (EnStatus bits 1:0).
         seed: seed of the fault-injection random generator.
+        ct_reversed: the CT clamped the wrong way round: the chip sees the load's power with
+            its sign flipped (Pmean < 0, energy in ANenergy instead of APenergy).
         status_errors_clear_on_read: SysStatus CalErr/AdjErr read as set once per error and
             then as clear while the error (and the stopped block) lasts — what a real chip may
             do, since the datasheet calls SysStatus read-clear. Default False: level bits.
@@ -100,6 +102,7 @@ class EmulatedChip:
         ln_mode: int = 0,
         seed: int = 0,
         status_errors_clear_on_read: bool = False,
+        ct_reversed: bool = False,
     ) -> None:
         self.model = power_model
         self.clock = clock
@@ -114,6 +117,7 @@ class EmulatedChip:
         self.n_line = bool(n_line)
         self.ln_mode = ln_mode & regs.EN_LN_MODE
         self.status_errors_clear_on_read = bool(status_errors_clear_on_read)
+        self.ct_reversed = bool(ct_reversed)
         fe = self.frontend
         self._design_gain = calib.l_pga_gain(regs.BY_NAME["MMode"].reset)
         self.design_pl = calib.pl_constant(
@@ -271,6 +275,8 @@ class EmulatedChip:
         if self.cal_state not in ("run", "checked"):
             return
         fwd_j, rev_j = self.model.energy_parts_j(t0, t_ns)
+        if self.ct_reversed:  # the current, hence the power, is seen with its sign flipped
+            fwd_j, rev_j = rev_j, fwd_j
         dt_s = (t_ns - t0) / NS_PER_S
         mean_abs_w = (fwd_j + rev_j) / dt_s
         t_mid = (t0 + t_ns) // 2
@@ -322,6 +328,8 @@ class EmulatedChip:
         t1 = self._t_power_on + k * self.refresh_ns
         t0 = t1 - self.refresh_ns
         p_true = m.energy_j(t0, t1) / (self.refresh_ns / NS_PER_S)
+        if self.ct_reversed:
+            p_true = -p_true
         v_true = m.voltage_v(t1)
         pf_true = min(max(m.power_factor(t1), 1e-6), 1.0)
         freq = m.frequency_hz(t1)
