@@ -180,7 +180,10 @@ def layer_group_answer(rd: ReportData) -> Answer:
                      f"changes J/token by {d} — {state}")
         statuses.append(DECIDED if dist is True else UNDECIDED)
     top = best.iloc[0]
-    text = (f"Largest effect: the {top['group']} group. " + "; ".join(parts) + ".")
+    lead = (f"Largest effect: the {top['group']} group. " if len(best) > 1 else
+            f"Only the {top['group']} group is varied by maps that differ in one group; "
+            "which group is most sensitive needs maps varying the others too. ")
+    text = lead + "; ".join(parts) + "."
     if len(best) > 1:
         first, second = (_abs_range(best.iloc[i]) for i in (0, 1))
         separated = first[0] > second[1]

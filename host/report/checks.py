@@ -25,8 +25,57 @@ _J_COLUMNS = ("j_per_token_median", "j_per_token_ci_lo", "j_per_token_ci_hi",
               "epi_ci_hi")
 
 
+# The columns the report reads as numbers or as true/false, per file; a cell that is neither
+# empty nor of its kind is refused (a text in a number column would otherwise crash a figure).
+NUMBERS = {
+    "results.csv": ("n_runs", "n_runs_valid", "n_repeats", "j_per_token_median",
+                    "j_per_token_cv", "j_per_token_ci_lo", "j_per_token_ci_hi", "ci_coverage",
+                    "j_per_token_mean", "energy_per_request_j_median",
+                    "duration_per_request_s_median", "accuracy", "accuracy_ci_lo",
+                    "accuracy_ci_hi", "epi", "epi_ci_lo", "epi_ci_hi", "epi_ci_coverage",
+                    "perplexity"),
+    "runs.csv": ("cv", "n_windows", "median_duration_s"),
+    "windows.csv": ("request_id", "t0_local_ns", "t1_local_ns", "t0_meter_ns", "t1_meter_ns",
+                    "duration_s", "n_prompt_tokens", "n_generated_tokens", "n_samples",
+                    "energy_j", "energy_net_j"),
+    "repeats.csv": ("j_per_token", "energy_per_request_j", "duration_per_request_s"),
+}
+COUNTS = {"n_runs", "n_runs_valid", "n_repeats", "n_windows", "n_samples", "n_prompt_tokens",
+          "n_generated_tokens", "request_id"}
+MAX_COUNT = 2 ** 53
+BOOLS = {"runs.csv": ("valid",)}
+_TRUE_FALSE = {"true", "false", "1", "0", "1.0", "0.0"}
+
+
 def _fail(path: Path, what: str) -> UserError:
     return UserError(f"{path}: {what}")
+
+
+def check_types(table: pd.DataFrame, path: Path) -> None:
+    """Every number column holds numbers (or nothing), every true/false column true or false."""
+    for col in NUMBERS.get(path.name, ()):
+        if col not in table.columns:
+            continue
+        raw = table[col]
+        vals = pd.to_numeric(raw, errors="coerce").astype(float)
+        bad = raw.notna() & vals.isna() & ~raw.astype(str).str.lower().isin(["nan", ""])
+        bad |= np.isinf(vals)
+        if col in COUNTS:
+            bad |= vals.notna() & ((vals < 0) | (vals >= MAX_COUNT) | (vals != np.floor(vals)))
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            what = "a count (a whole number ≥ 0)" if col in COUNTS else "a finite number"
+            raise _fail(path, f"row {i + 2}: field {col!r} is {str(raw.iloc[i])[:40]!r}, "
+                        f"not {what}")
+    for col in BOOLS.get(path.name, ()):
+        if col not in table.columns:
+            continue
+        raw = table[col].astype(str).str.strip().str.lower()
+        bad = ~raw.isin(_TRUE_FALSE)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise _fail(path, f"row {i + 2}: field {col!r} is {str(table[col].iloc[i])[:40]!r}, "
+                        "expected True or False")
 
 
 def check_results(results: pd.DataFrame, path: Path, run_configs: set[str]) -> None:
@@ -58,6 +107,10 @@ def check_results(results: pd.DataFrame, path: Path, run_configs: set[str]) -> N
     if extra:
         raise _fail(path, f"configuration {extra[0]!r} has no run in results.json (files "
                     "from different analyses, or edited)")
+    missing = sorted(run_configs - set(results["config"].astype(str)))
+    if missing:
+        raise _fail(path, f"configuration {missing[0]!r} of results.json's runs has no row "
+                    "(files from different analyses, or edited)")
 
 
 def check_windows(windows: pd.DataFrame, path: Path, verdicts: pd.DataFrame,
@@ -136,3 +189,93 @@ def run_index(doc: Mapping[str, object]) -> tuple[set[str], set[str]]:
     runs = runs if isinstance(runs, list) else []
     return ({str(r["run_id"]) for r in runs if isinstance(r, dict)},
             {str(r["config"]) for r in runs if isinstance(r, dict)})
+
+
+# results.json's record lists: the names each record must carry (known configurations or
+# plain strings), and the kinds of the fields the report reads. A number may be null.
+_NAME, _TEXT, _NUM, _FLAG = "name", "text", "number", "flag"
+RECORDS: dict[str, dict[str, str]] = {
+    "comparisons": {"comparison": _TEXT, "config_a": _NAME, "config_b": _NAME,
+                    **dict.fromkeys(("energy_delta_j_per_token", "energy_delta_ci_lo",
+                                     "energy_delta_ci_hi", "energy_ci_coverage", "n_pairs",
+                                     "accuracy_delta", "accuracy_delta_ci_lo",
+                                     "accuracy_delta_ci_hi", "accuracy_mcnemar_p"), _NUM),
+                    "energy_distinguishable": _FLAG, "accuracy_distinguishable": _FLAG},
+    "savings": {"config": _NAME, "baseline": _NAME,
+                **dict.fromkeys(("j_per_token", "latency_s", "energy_saving_pct",
+                                 "energy_saving_pct_ci_lo", "energy_saving_pct_ci_hi",
+                                 "energy_ci_coverage", "n_pairs", "latency_saving_pct",
+                                 "accuracy_delta", "accuracy_delta_ci_lo",
+                                 "accuracy_delta_ci_hi", "accuracy_mcnemar_p"), _NUM),
+                "energy_distinguishable": _FLAG, "accuracy_distinguishable": _FLAG},
+    "perplexity_matched_pairs": {"cheaper": _NAME, "dearer": _NAME,
+                                 **dict.fromkeys(("ppl_cheaper", "ppl_dearer",
+                                                  "j_per_token_cheaper", "j_per_token_dearer",
+                                                  "saving_pct", "saving_pct_ci_lo",
+                                                  "saving_pct_ci_hi", "ci_coverage",
+                                                  "n_pairs"), _NUM),
+                                 "distinguishable": _FLAG},
+    "phase_breakdown": {"config": _NAME, **dict.fromkeys(("prefill_mj", "decode_mj",
+                                                         "idle_mj"), _NUM)},
+    "layer_groups.differential": {"group": _TEXT, "config_a": _NAME, "config_b": _NAME,
+                                  "type_a": _TEXT, "type_b": _TEXT,
+                                  **dict.fromkeys(("delta_j_per_token", "ci_lo", "ci_hi",
+                                                   "ci_coverage", "n_a", "n_b"), _NUM),
+                                  "distinguishable": _FLAG},
+}
+_OPTIONAL_TEXT = ("reason", "verdict", "energy_ci_method", "accuracy_method", "ci_method",
+                  "power_source", "method", "energy_basis", "basis")
+
+
+def _field_ok(value: object, kind: str, configs: set[str]) -> bool:
+    if kind == _NAME:
+        return isinstance(value, str) and value in configs
+    if kind == _TEXT:
+        return isinstance(value, str)
+    if kind == _FLAG:
+        return value is None or isinstance(value, bool)
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def _records(doc: Mapping[str, object], key: str) -> object:
+    if "." not in key:
+        return doc.get(key)
+    outer, inner = key.split(".")
+    holder = doc.get(outer)
+    return holder.get(inner) if isinstance(holder, dict) else None
+
+
+def check_records(doc: Mapping[str, object], path: Path, configs: set[str]) -> None:
+    """Every record the report words or tabulates has its names (configurations of this
+    analysis) and fields of the right kind; `pareto` and `notes` hold strings."""
+    for key, fields in RECORDS.items():
+        rows = _records(doc, key)
+        if rows is None:
+            continue
+        if not isinstance(rows, list):
+            raise _fail(path, f"field {key!r}: expected a list of records")
+        for i, r in enumerate(rows):
+            where = f"field '{key}[{i}]'"
+            if not isinstance(r, dict):
+                raise _fail(path, f"{where}: expected an object, got {type(r).__name__}")
+            for name, kind in fields.items():
+                if kind in (_NAME, _TEXT) and name not in r:
+                    raise _fail(path, f"{where}: key {name!r} missing")
+                if name in r and not _field_ok(r[name], kind, configs):
+                    want = {"name": "a configuration of this analysis", "text": "a string",
+                            "flag": "true, false or null", "number": "a number or null"}[kind]
+                    raise _fail(path, f"{where}.{name}: expected {want}, got "
+                                f"{str(r[name])[:40]!r}")
+            for name in _OPTIONAL_TEXT:
+                if r.get(name) is not None and not isinstance(r[name], str):
+                    raise _fail(path, f"{where}.{name}: expected a string")
+    for key in ("pareto", "notes"):
+        items = doc.get(key)
+        if isinstance(items, list) and not all(isinstance(x, str) for x in items):
+            raise _fail(path, f"field {key!r}: expected a list of strings")
+    pareto = doc.get("pareto")
+    if isinstance(pareto, list):
+        unknown = [c for c in pareto if c not in configs]
+        if unknown:
+            raise _fail(path, f"field 'pareto': {str(unknown[0])[:40]!r} is not a configuration "
+                        "of this analysis")

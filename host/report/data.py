@@ -309,20 +309,25 @@ def load(analysis_dir: Path | str) -> ReportData:
     for col in ("config", "scope", "phase", "unit", "basis"):
         if col not in results.columns:
             raise UserError(f"{d / 'results.csv'}: column {col!r} missing")
-    opts = doc.get("options") or {}
-    kind, detail = power_labels(doc, results)
-    labels = Labels(kind, detail, str(opts.get("energy_basis", "gross")),
-                    str(opts.get("energy_method", "counter")), str(opts.get("edge", "step")),
-                    ci_text(results, str(opts.get("energy_basis", "gross"))))
     runs, windows = _read_csv(d / "runs.csv"), _read_csv(d / "windows.csv")
     _require_columns(runs, d / "runs.csv", ("run_id", "phase", "valid", "reasons", "cv"))
     _require_columns(windows, d / "windows.csv",
                      ("run_id", "config", "kind", "scope", "energy_j", "energy_net_j",
                       "n_samples", "duration_s", "n_prompt_tokens", "n_generated_tokens"))
+    repeats = _read_csv(d / "repeats.csv")
+    for table, name in ((results, "results.csv"), (runs, "runs.csv"), (windows, "windows.csv"),
+                        (repeats, "repeats.csv")):
+        checks.check_types(table, d / name)
     checks.check_results(results, d / "results.csv", run_configs)
+    checks.check_records(doc, d / "results.json", run_configs)
     checks.check_verdicts(runs, d / "runs.csv", results, run_ids)
     checks.check_windows(windows, d / "windows.csv", runs, run_ids)
-    rd = ReportData(d, doc, results, runs, _read_csv(d / "repeats.csv"), windows, labels)
+    opts = doc.get("options") or {}
+    kind, detail = power_labels(doc, results)
+    labels = Labels(kind, detail, str(opts.get("energy_basis", "gross")),
+                    str(opts.get("energy_method", "counter")), str(opts.get("edge", "step")),
+                    ci_text(results, str(opts.get("energy_basis", "gross"))))
+    rd = ReportData(d, doc, results, runs, repeats, windows, labels)
     rd.per_run = per_run_figures(rd)
     rd.models = model_facts(doc)
     rd.settles = campaign_settles(d.parent / "journal.jsonl", doc)

@@ -41,7 +41,7 @@ background:#f4f9fd}.answers dt{font-weight:600;margin-top:.6em}.answers dd{margi
 .status-cannot{background:#eee}
 .method{font-size:.88em;background:#fafafa;border:1px solid #ddd;border-radius:6px;
 padding:.3em 1em}.method dt{font-weight:600;display:inline}.method dd{display:inline;margin:0}
-.method div{margin:.25em 0}
+.method div{margin:.25em 0}.answers h2,.method h2{margin-top:.4em}
 """
 
 

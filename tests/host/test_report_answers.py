@@ -93,7 +93,7 @@ def test_answer_block_names_configurations_figures_and_status(answered: Path) ->
     assert "decided: different joules" in q2.text
     # Q3: the late group (the only one the maps differ in), q8 draws more: Δ > 0, decided
     q3 = by["layer_groups"]
-    assert q3.status == answers_mod.DECIDED and "Largest effect: the late group" in q3.text
+    assert q3.status == answers_mod.DECIDED and "Only the late group is varied" in q3.text
     delta = float(re.search(r"changes J/token by (\S+) \[", q3.text).group(1))
     assert delta > 0
     assert "Q4_0→Q8_0 (q4 vs q8)" in q3.text

@@ -156,6 +156,14 @@ def test_a_configuration_missing_from_results_json_is_refused(cli: Runner, study
     _one_line_refusal(cli, adir, tmp_path / "r", "'q8'", "no run in results.json")
 
 
+def test_a_configuration_missing_from_results_csv_is_refused(cli: Runner, study_analysis,
+                                                             tmp_path: Path) -> None:
+    adir, _ = study_analysis
+    res = _csv(adir, "results.csv")
+    res[res["config"] != "q4"].to_csv(adir / "results.csv", index=False)
+    _one_line_refusal(cli, adir, tmp_path / "r", "results.csv", "'q4'", "has no row")
+
+
 def test_a_truncated_windows_csv_is_refused(cli: Runner, study_analysis, tmp_path: Path) -> None:
     adir, _ = study_analysis
     text = (adir / "windows.csv").read_bytes()
@@ -223,3 +231,51 @@ def test_generated_corruptions_of_the_tables_are_refused_or_consistent(study_ana
         return
     for build in (report_tables.build_all,):
         build(rd)
+
+
+_RECORD_KEYS = ["comparisons", "perplexity_matched_pairs", "savings", "phase_breakdown",
+                "layer_groups", "pareto", "notes"]
+_FIELDS = ["config", "config_a", "config_b", "cheaper", "dearer", "baseline", "comparison",
+           "group", "type_a", "type_b", "energy_distinguishable", "distinguishable",
+           "saving_pct", "energy_delta_j_per_token", "delta_j_per_token", "ci_lo", "ci_hi",
+           "prefill_mj", "decode_mj", "idle_mj", "ppl_cheaper", "energy_saving_pct", "reason"]
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**6), st.floats(),
+                    st.sampled_from(["q4", "q8", "q2", "nope", ""]), st.text(max_size=8),
+                    st.lists(st.integers(), max_size=2),
+                    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(_RECORD_KEYS),
+       entry=st.dictionaries(st.sampled_from(_FIELDS), _VALUES, min_size=1, max_size=8),
+       extra=_VALUES)
+def test_generated_results_json_records_are_refused_or_worded(study_analysis,
+                                                              tmp_path_factory, key, entry,
+                                                              extra) -> None:
+    """Hostile records in results.json (comparisons, pairs, savings, phase breakdown, the
+    layer-group differential, pareto, notes): refused in one line naming the field, or the
+    answers, blocks and tables are built — never another exception."""
+    from host.report import answers, method
+
+    src, _ = study_analysis
+    d = tmp_path_factory.mktemp("records")
+    for name in (*report_data.FILES, "comparisons.csv"):
+        if (src / name).exists():
+            (d / name).write_bytes((src / name).read_bytes())
+    doc = json.loads((d / "results.json").read_text())
+    if key == "layer_groups":
+        doc[key] = {"differential": [entry, extra]}
+    elif key in ("pareto", "notes"):
+        doc[key] = [extra]
+    else:
+        doc[key] = [entry, extra]
+    (d / "results.json").write_text(json.dumps(doc))
+    try:
+        rd = report_data.load(d)
+    except UserError as exc:
+        assert "\n" not in str(exc) and "results.json" in str(exc)
+        return
+    report_tables.build_all(rd)
+    answers.build(rd)
+    method.measurement_block(rd)

@@ -48,8 +48,8 @@ def _scrape(url: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
-    """Sample names a running emulated daemon exports, once a fault (a checksum error injected at 0.3 s) has
-    been counted, so the fault counter has samples too."""
+    """Sample names a running emulated daemon exports, once a fault (a checksum error
+    injected at 0.3 s) has been counted, so the fault counter has samples too."""
     opts = DaemonOptions(out_dir=tmp_path_factory.mktemp("trace"), emulate=True,
                          listen="127.0.0.1:0", rate_hz=20, duration_s=60,
                          faults=["checksum:1@0.3"])
