@@ -26,10 +26,11 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
+from epi.core.errors import UserError
 from host.accuracy.items import Item
 from host.accuracy.readers import write_hellaswag_txt, write_multiple_choice_bin
 from host.llama.install import tool_env, tool_path
@@ -72,7 +73,24 @@ def _last_row_is(pattern: re.Pattern[str], output: str, n: int) -> bool:
     return bool(rows) and int(rows[-1][0]) == n
 
 
-def _failure(output: str, rc: int, attempts: int = 1) -> dict[str, Any]:
+class _ToolRunBase(TypedDict):
+    ok: bool
+    attempts: int
+
+
+class ToolRun(_ToolRunBase, total=False):
+    """One llama-perplexity run: its figure (`ppl` and `ppl_se`, or `accuracy` over `n` items)
+    and `seconds` when `ok`, else the `reason` in one line."""
+
+    reason: str
+    ppl: float
+    ppl_se: float
+    accuracy: float
+    n: int
+    seconds: float
+
+
+def _failure(output: str, rc: int, attempts: int = 1) -> ToolRun:
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     errors = [ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
     last = (errors or lines or ["no output"])[-1]
@@ -84,7 +102,7 @@ def _failure(output: str, rc: int, attempts: int = 1) -> dict[str, Any]:
 
 
 def perplexity(model: Path, text: Path, n_ctx: int, max_windows: int | None,
-               threads: int) -> dict[str, Any]:
+               threads: int) -> ToolRun:
     """llama-perplexity's perplexity of `text` (non-overlapping chunks of n_ctx)."""
     args = ["-f", str(text), "-c", str(n_ctx), "-b", str(n_ctx),
             "--chunks", str(max_windows or -1)]
@@ -96,7 +114,7 @@ def perplexity(model: Path, text: Path, n_ctx: int, max_windows: int | None,
             "attempts": attempts}
 
 
-def hellaswag(model: Path, items: Sequence[Item], n_ctx: int, threads: int) -> dict[str, Any]:
+def hellaswag(model: Path, items: Sequence[Item], n_ctx: int, threads: int) -> ToolRun:
     """llama-perplexity's HellaSwag accuracy (per-token mean) on exactly `items`."""
     with tempfile.TemporaryDirectory(prefix="epi-xcheck-") as tmp:
         task = write_hellaswag_txt(items, Path(tmp) / "hellaswag.txt")
@@ -110,7 +128,7 @@ def hellaswag(model: Path, items: Sequence[Item], n_ctx: int, threads: int) -> d
             "seconds": seconds, "attempts": attempts}
 
 
-def multiple_choice(model: Path, items: Sequence[Item], n_ctx: int, threads: int) -> dict[str, Any]:
+def multiple_choice(model: Path, items: Sequence[Item], n_ctx: int, threads: int) -> ToolRun:
     """llama-perplexity's multiple-choice accuracy (per-token mean) on exactly `items`."""
     with tempfile.TemporaryDirectory(prefix="epi-xcheck-") as tmp:
         task = write_multiple_choice_bin(items, Path(tmp) / "tasks.bin")
@@ -126,23 +144,33 @@ def multiple_choice(model: Path, items: Sequence[Item], n_ctx: int, threads: int
             "seconds": seconds, "attempts": attempts}
 
 
-def compare_ppl(ours: float, theirs: dict[str, Any]) -> dict[str, Any]:
+def _number(run: Mapping[str, object], key: str) -> float:
+    """A figure of a tool run (fresh, or read back from the result store)."""
+    value = run.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UserError(f"llama-perplexity result: field {key!r} is not a number: {value!r:.40}")
+    return float(value)
+
+
+def compare_ppl(ours: float, theirs: Mapping[str, object]) -> dict[str, object]:
     """Our perplexity next to llama-perplexity's, with the verdict."""
     if not theirs.get("ok"):
         return {"ours": ours, "llama_perplexity": None, "rel_diff": None, "agree": None,
                 "reason": theirs.get("reason")}
-    rel = abs(ours - theirs["ppl"]) / theirs["ppl"]
-    return {"ours": ours, "llama_perplexity": theirs["ppl"], "rel_diff": rel,
+    ppl = _number(theirs, "ppl")
+    rel = abs(ours - ppl) / ppl
+    return {"ours": ours, "llama_perplexity": ppl, "rel_diff": rel,
             "agree": rel <= PPL_REL_TOLERANCE, "tolerance_rel": PPL_REL_TOLERANCE,
-            "tool_seconds": theirs["seconds"]}
+            "tool_seconds": _number(theirs, "seconds")}
 
 
-def compare_accuracy(ours: float, theirs: dict[str, Any]) -> dict[str, Any]:
+def compare_accuracy(ours: float, theirs: Mapping[str, object]) -> dict[str, object]:
     """Our per-token-normalised accuracy next to llama-perplexity's, with the verdict."""
     if not theirs.get("ok"):
         return {"ours": ours, "llama_perplexity": None, "abs_diff": None, "agree": None,
                 "reason": theirs.get("reason")}
-    diff = abs(ours - theirs["accuracy"])
-    return {"ours": ours, "llama_perplexity": theirs["accuracy"], "abs_diff": diff,
+    accuracy = _number(theirs, "accuracy")
+    diff = abs(ours - accuracy)
+    return {"ours": ours, "llama_perplexity": accuracy, "abs_diff": diff,
             "agree": diff <= ACC_ABS_TOLERANCE + 1e-9, "tolerance_abs": ACC_ABS_TOLERANCE,
-            "metric": "accuracy_token_norm", "tool_seconds": theirs["seconds"]}
+            "metric": "accuracy_token_norm", "tool_seconds": _number(theirs, "seconds")}

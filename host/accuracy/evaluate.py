@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,14 +230,16 @@ def evaluate_perplexity(models: _Models, sha: str, settings: Settings, text_sha:
     return out
 
 
-def _cached_tool_run(key: dict[str, Any], run: Callable[[], dict[str, Any]],
-                     use_cache: bool) -> dict[str, Any]:
+def _cached_tool_run(key: dict[str, Any], run: Callable[[], crosscheck.ToolRun],
+                     use_cache: bool) -> Mapping[str, object]:
+    """A successful llama-perplexity run from the store, else a fresh one (kept when ok)."""
     stored = cache.load_result(key) if use_cache else None
-    if stored is None:
-        stored = run()
-        if stored.get("ok"):
-            cache.store_result(key, stored)
-    return stored
+    if stored is not None:
+        return stored
+    fresh = run()
+    if fresh["ok"]:
+        cache.store_result(key, fresh)
+    return fresh
 
 
 def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str, BenchData],
@@ -252,7 +254,7 @@ def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str,
             out["perplexity"] = {"agree": None, "reason": "stride != ctx: llama-perplexity's "
                                  "--ppl-stride uses a different window rule; not compared"}
         else:
-            def run_ppl() -> dict[str, Any]:
+            def run_ppl() -> crosscheck.ToolRun:
                 echo(f"{model.name}: llama-perplexity perplexity …")
                 return crosscheck.perplexity(model, Path(settings.ppl_file or ""), settings.ctx,
                                              settings.ppl_windows, settings.threads)
@@ -267,8 +269,9 @@ def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str,
             continue
         runner = crosscheck.hellaswag if name == "hellaswag" else crosscheck.multiple_choice
 
-        def run_bench(bd: BenchData = bd, runner: Callable[..., dict[str, Any]] = runner,
-                      name: str = name) -> dict[str, Any]:
+        def run_bench(bd: BenchData = bd,
+                      runner: Callable[..., crosscheck.ToolRun] = runner,
+                      name: str = name) -> crosscheck.ToolRun:
             echo(f"{model.name}: llama-perplexity {name} …")
             return runner(model, bd.items, settings.ctx, settings.threads)
 
