@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from host.accuracy import multiple_choice as mc
 from host.accuracy.items import Item
@@ -45,6 +45,26 @@ def probe_seconds_per_token(scorer: Scorer, items: Sequence[Item]) -> float:
     return seconds / sum(item_kv_tokens(scorer, it) for it in timed)
 
 
+class BenchProjection(TypedDict):
+    """One benchmark's projection: items, KV tokens to evaluate, probed rate, seconds."""
+
+    n: int
+    kv_tokens: int
+    s_per_token: float
+    seconds: float
+
+
+class Projection(TypedDict):
+    """What `projected_seconds` returns (model load included in `seconds`)."""
+
+    seconds: float
+    load_s: float
+    benches: dict[str, BenchProjection]
+    probe_items: int
+    threads: int
+    n_ctx: int
+
+
 def projected_seconds(
     model: Path,
     benches: Sequence[str],
@@ -55,7 +75,7 @@ def projected_seconds(
     seed: int = 0,
     probe_items: int = PROBE_ITEMS,
     data_dir: Path | None = None,
-) -> dict[str, Any]:
+) -> Projection:
     """Projected seconds to score `n_items` of every benchmark (int, or per benchmark) on `model`.
 
     Returns {"seconds", "load_s", "benches": {name: {"n", "kv_tokens", "s_per_token",
@@ -69,8 +89,7 @@ def projected_seconds(
     t0 = time.perf_counter()
     scorer = Scorer(Path(model), n_ctx, threads)
     load_s = time.perf_counter() - t0
-    out: dict[str, Any] = {"load_s": load_s, "benches": {}, "probe_items": probe_items,
-                           "threads": threads, "n_ctx": n_ctx}
+    benches_out: dict[str, BenchProjection] = {}
     try:
         for bench in benches:
             n = n_items[bench] if isinstance(n_items, Mapping) else n_items
@@ -80,15 +99,16 @@ def projected_seconds(
             probe = take_subset(all_items, min(probe_items + 1, len(all_items)), seed + 1, bench)
             rate = probe_seconds_per_token(scorer, probe)
             tokens = sum(item_kv_tokens(scorer, it) for it in items)
-            out["benches"][bench] = {"n": len(items), "kv_tokens": tokens,
-                                     "s_per_token": rate, "seconds": rate * tokens}
+            benches_out[bench] = {"n": len(items), "kv_tokens": tokens,
+                                  "s_per_token": rate, "seconds": rate * tokens}
     finally:
         scorer.close()
-    out["seconds"] = load_s + sum(b["seconds"] for b in out["benches"].values())
-    return out
+    return {"seconds": load_s + sum(b["seconds"] for b in benches_out.values()),
+            "load_s": load_s, "benches": benches_out, "probe_items": probe_items,
+            "threads": threads, "n_ctx": n_ctx}
 
 
-def describe(projection: Mapping[str, Any]) -> str:
+def describe(projection: Projection) -> str:
     """One line: the total and each benchmark's share."""
     parts = ", ".join(f"{name} {b['n']} items {b['seconds']:.0f} s"
                       for name, b in projection["benches"].items())
