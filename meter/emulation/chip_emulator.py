@@ -11,8 +11,10 @@
   on a CS2 error, the LSB latch (low 16 bits of the last RMS/power register read), the
   24-cycle SPI frame rule (fewer: partial read, no write; more: read completes, write refused),
   small-power mode.
-- physics: measurement registers refresh every `refresh_period_s` from the power model
-  (Pmean is the exact mean power of the last refresh window), scaled by the gains written
+- physics: measurement registers refresh together every `refresh_period_s` (one metering
+  cycle) from the power model, each averaged over that cycle: Pmean is the exact mean power,
+  Irms the RMS current (64 slices), Smean = Urms·Irms and PowerF = P/S as the chip defines
+  them, so a load that changes within a cycle reads as it would; scaled by the gains written
   to the chip and by the front end's own errors (`errors`), so calibration has something to
   correct. Energy accumulates from the model's exact integral at the meter constant set by
   the PL constant, in 0.1-pulse register steps, so energy read from the registers over a run
@@ -44,6 +46,7 @@ from meter.clock import Clock
 from meter.emulation.power_models import PowerModel
 
 NS_PER_S = 1_000_000_000
+RMS_SAMPLES = 64  # slices of a metering cycle the emulated Irms is the RMS over
 
 _ERROR_KEYS = (
     "voltage",
@@ -333,7 +336,7 @@ class EmulatedChip:
         v_true = m.voltage_v(t1)
         pf_true = min(max(m.power_factor(t1), 1e-6), 1.0)
         freq = m.frequency_hz(t1)
-        i_true = abs(p_true) / (v_true * pf_true)
+        i_true = self._rms_power_w(t0, t1) / (v_true * pf_true)
         q_true = abs(p_true) * math.tan(math.acos(pf_true))
         r = self._regs
         e = self.errors
@@ -366,6 +369,18 @@ class EmulatedChip:
             out.update({"Irms2": i_n, "Pmean2": p_n, "Qmean2": q_n, "Smean2": s_n,
                         "PowerF2": pf_n, "Pangle2": angle_n})
         return out
+
+    def _rms_power_w(self, t0: int, t1: int) -> float:
+        """RMS of the model's power over one metering cycle (midpoints of `RMS_SAMPLES`
+        slices): the chip's Irms is an RMS over its cycle, so a load that changes within it
+        reads a larger current than the mean power gives, and PowerF = P / (U·Irms) smaller."""
+        m, n = self.model, RMS_SAMPLES
+        step = (t1 - t0) / n
+        total = 0.0
+        for j in range(n):
+            p = m.power_w(t0 + int((j + 0.5) * step))
+            total += p * p
+        return math.sqrt(total / n)
 
     def _measurement_word(self, register: regs.Register) -> tuple[int, int]:
         """(register word, LSB latch word) for a measurement register."""
