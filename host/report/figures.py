@@ -73,7 +73,8 @@ def _stamp(ax: plt.Axes, rd: ReportData) -> None:
         text += f" · {COMPONENT.upper()}"
     ax.text(0.99, 0.01, f"{text} · {rd.basis}", transform=ax.transAxes, ha="right",
             va="bottom", fontsize=7, color=MODELLED_COLOR
-            if rd.labels.power_source == "modelled" else "#333333", alpha=0.85)
+            if rd.labels.power_source == "modelled" else "#333333", alpha=0.85, zorder=10,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5})
 
 
 def _caption(rd: ReportData, what: str, differs: str = "") -> str:
@@ -290,7 +291,7 @@ def phase_energy(rd: ReportData) -> Figure:
     ax.set_ylabel(f"energy per request, J ({rd.basis if rd.basis == 'gross' else 'gross'})")
     ax.set_title("Per-phase energy per request")
     if len(d):
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     _stamp(ax, rd)
     cap = _caption(rd, "Median energy per request (J) split into prefill and decode (stacked); "
