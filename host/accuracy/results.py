@@ -8,12 +8,16 @@ format or a newer version with one line naming the file.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from epi.core.errors import UserError
 from epi.formats.fields import check_float, check_id, check_int, check_str, read_json_object
 from host.accuracy.cache import atomic_write_json
+
+if TYPE_CHECKING:
+    from host.accuracy.multiple_choice import ItemRecord
 
 FORMAT = "epi-accuracy"
 FORMAT_VERSION = 1
@@ -56,7 +60,8 @@ ACCURACY_KEYS = (("accuracy", "ci95"), ("accuracy_norm", "ci95_norm"),
                  ("accuracy_token_norm", "ci95_token_norm"))
 
 
-def _check_accuracy(block: dict[str, Any], where: str, value_key: str, ci_key: str) -> None:
+def _check_accuracy(block: Mapping[str, object], where: str, value_key: str, ci_key: str
+                    ) -> None:
     """An accuracy in [0, 1] (or null) and its interval [lo, hi] ⊂ [0, 1] around it."""
     acc = check_float(block.get(value_key), f"{where}.{value_key}", lo=0.0, hi=1.0,
                       null_ok=True)
@@ -92,9 +97,10 @@ def _check_items(items: object, where: str) -> None:
             raise UserError(f"{where}.{key}: outcomes must be 0 or 1")
 
 
-def check_model_entry(m: dict[str, Any], where: str) -> None:
+def check_model_entry(m: Mapping[str, object], where: str) -> None:
     """Every field of a model entry that a reader uses: types, ranges, finiteness."""
-    if not (isinstance(m["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", m["sha256"])):
+    sha = m["sha256"]
+    if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
         raise UserError(f"{where}: field 'sha256': not a sha256 hex digest")
     check_str(m["path"], f"{where}: field path")
     check_id(m["map_id"], f"{where}: field map_id", null_ok=True)
@@ -140,7 +146,7 @@ def accuracy_by_sha256(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {m["sha256"]: m for m in doc["models"]}
 
 
-def item_outcomes(records: list[dict[str, Any]]) -> dict[str, Any]:
+def item_outcomes(records: Sequence[ItemRecord]) -> dict[str, list[str] | list[int]]:
     """Per-item correctness under each ranking, for paired comparisons between models.
 
     `{"ids": [item id, ...], "accuracy": [0/1, ...], "accuracy_norm": [...],
@@ -150,14 +156,14 @@ def item_outcomes(records: list[dict[str, Any]]) -> dict[str, Any]:
     """
     from host.accuracy.multiple_choice import METRICS, predictions
 
-    out: dict[str, Any] = {"ids": [str(r["id"]) for r in records]}
+    out: dict[str, list[str] | list[int]] = {"ids": [str(r["id"]) for r in records]}
     chosen = [predictions(r["scores"]) for r in records]
     for metric, key in METRICS.items():
         out[key] = [int(c[metric] == r["gold"]) for c, r in zip(chosen, records, strict=True)]
     return out
 
 
-def outcomes_by_item(block: dict[str, Any], metric: str) -> dict[str, int] | None:
+def outcomes_by_item(block: Mapping[str, object], metric: str) -> dict[str, int] | None:
     """{item id: 1 if right} of one benchmark entry under `metric`; None when not stored."""
     items = block.get("items")
     if not isinstance(items, dict) or not isinstance(items.get(metric), list):
