@@ -9,6 +9,7 @@ library (host.search.measure), the figure and the page. The command parses optio
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -103,6 +104,21 @@ def check_request(req: SearchRequest) -> None:
     check_meter_options(req.meter_url, req.meter_trace, req.meter_rate_hz)
 
 
+def bound_options(req: SearchRequest, types: list[str] | tuple[str, ...],
+                  run_threads: int) -> dict[str, object]:
+    """The options whose change would make an earlier round's figures another search's: the
+    space, the proxy's text and windows, what and how each map is measured. Budget, candidates
+    and per-round count are left out: raising them is how a finished search is continued."""
+    prompts = (hashlib.sha256(req.prompts.read_bytes()).hexdigest()
+               if req.prompts is not None else None)
+    return {"types": list(types), "text": req.text, "kl_windows": req.kl_windows,
+            "kl_ctx": req.kl_ctx, "objective": req.objective,
+            "meter": req.meter_url or "emulated", "meter_rate_hz": req.meter_rate_hz,
+            "lag": req.lag, "cv_threshold": req.cv_threshold, "prompts_sha256": prompts,
+            "tokens": req.tokens, "repeats": req.repeats, "items": req.items,
+            "run_threads": run_threads, "seed": req.seed}
+
+
 def _held_out_text(name: str, echo: Echo) -> Path:
     from host.accuracy.evaldata import TEXTS, data_dir, ensure_prepared, text_file
 
@@ -119,10 +135,12 @@ def run(req: SearchRequest, echo: Echo) -> SearchOutcome:
     """Search, measure, write OUT (resumable: a second call continues where one stopped)."""
     from host.accuracy.perplexity import read_text
     from host.accuracy.scorer import Scorer
+    from host.llama.install import llama_info
     from host.quant.gguf_info import read_model
     from host.quant.mixmap import collect_map_files
-    from host.search.driver import SearchSettings, run_search, summary
+    from host.search.driver import SearchSettings, check_state, run_search, summary
     from host.search.figure import plot_search
+    from host.search.identity import check_unquantized, search_identity
     from host.search.measure import CampaignSettings, campaign_measurer, check_study
     from host.search.page import write_page
     from host.search.sensitivity import (
@@ -135,6 +153,7 @@ def run(req: SearchRequest, echo: Echo) -> SearchOutcome:
 
     check_request(req)
     model = read_model(req.base)
+    check_unquantized(model.tensor_types, req.base)
     if model.shape.n_layers < 1:
         raise UserError(f"{req.base}: no transformer layers to search over")
     space = build_space(model, req.types)
@@ -156,6 +175,9 @@ def run(req: SearchRequest, echo: Echo) -> SearchOutcome:
     out = req.out
     out.mkdir(parents=True, exist_ok=True)
     check_study(campaign, against_files, out)
+    identity = search_identity(req.base, against_files,
+                               bound_options(req, space.types, run_threads), llama_info())
+    check_state(out / "search.json", identity)  # before the proxy's minutes of work
     echo(f"search space: {space.n_layers} layers × {len(space.types)} types "
          f"({', '.join(space.types)}); non-block {space.non_block}")
 
@@ -176,6 +198,7 @@ def run(req: SearchRequest, echo: Echo) -> SearchOutcome:
     settings = SearchSettings(
         out=out, budget=req.budget, candidates=req.candidates, per_round=req.per_round,
         objective=req.objective, against=against_files, seed=req.seed,
+        identity=identity,
     )
     state, path, predictor = run_search(space, kl_table, settings,
                                         campaign_measurer(campaign, echo), direct_kl,

@@ -19,6 +19,7 @@ from typing import Any
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.formats.fields import check_float
+from host.search.identity import check_identity
 from host.search.measure import Measured, Measurer
 from host.search.models import Predictor, fit_predictor
 from host.search.optimizer import Budget, Candidate, descent_path, pick_candidates
@@ -46,6 +47,8 @@ class SearchSettings:
     objective: str = "epi"
     against: list[Path] = field(default_factory=list)  # hand-made maps
     seed: int = 0
+    # what a state of this search must describe (host.search.identity.search_identity)
+    identity: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,6 +63,8 @@ class SearchState:
     predictions: dict[str, dict[str, Any]] = field(default_factory=dict)
     # config -> summed per-layer proxy KL (search maps; hand-made maps expressible in the space)
     proxy_kl: dict[str, float] = field(default_factory=dict)
+    # the model, maps, options and build this state describes (None: an older state's)
+    identity: dict[str, object] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,6 +75,7 @@ class SearchState:
             "search_maps": self.search_maps,
             "predictions": self.predictions,
             "proxy_kl_nats": self.proxy_kl,
+            "identity": self.identity,
         }
 
     @classmethod
@@ -112,10 +118,23 @@ class SearchState:
         preds = {k: v for k, v in table("predictions").items() if isinstance(v, dict)}
         if len(preds) != len(table("predictions")):
             raise UserError(f"{path}: field 'predictions': expected objects")
+        identity = doc.get("identity")
+        if identity is not None and not isinstance(identity, dict):
+            raise UserError(f"{path}: field 'identity': expected an object")
         return cls(rounds,
                    [Measured.from_json(m, f"{path}: measured[{i}]")
                     for i, m in enumerate(measured)],
-                   kl("direct_kl_nats"), maps, preds, kl("proxy_kl_nats"))
+                   kl("direct_kl_nats"), maps, preds, kl("proxy_kl_nats"), identity)
+
+
+def check_state(path: Path, identity: dict[str, object]) -> SearchState:
+    """The saved state, refused in one line if it describes another search; a state with
+    nothing measured yet becomes this search's."""
+    state = SearchState.load(path)
+    check_identity(state.identity, identity,
+                   bool(state.rounds or state.measured or state.search_maps), path)
+    state.identity = identity
+    return state
 
 
 def latest_measured(state: SearchState) -> dict[str, Measured]:
@@ -300,7 +319,7 @@ def run_search(
 ) -> tuple[SearchState, list[Candidate], Predictor]:
     """The propose → measure → refit loop; returns the state, the descent path and the fit."""
     state_path = settings.out / "search.json"
-    state = SearchState.load(state_path)
+    state = check_state(state_path, settings.identity)
     path = descent_path(space, kl_table)
     echo(f"descent: {len(path)} states from {path[0].bpw:.3f} to {path[-1].bpw:.3f} bits/weight")
     anchor = settings.against[:1]

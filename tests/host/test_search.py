@@ -236,7 +236,7 @@ def four_layer_search(tmp_path: Path) -> tuple[SearchSpace, dict, SearchSettings
     space = synthetic_space(4, weights=1 << 20)
     kl_table = convex_kl(4, [1.0, 0.2, 5.0, 0.5])
     hand = tmp_path / "hand"
-    hand.mkdir()
+    hand.mkdir(exist_ok=True)
     for t in ("Q8_0", "Q4_0"):
         doc = mixmap_document(f"uniform_{t.lower()}", (t,) * 4, space, "hand-made")
         (hand / f"uniform_{t.lower()}.json").write_text(json.dumps(doc))
