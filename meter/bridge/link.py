@@ -27,7 +27,7 @@ class SerialLink:
     def __init__(self, port: str, baud: int) -> None:
         self.port = port
         self.baud = baud
-        self.ser: Any = None
+        self.ser: Any = None  # a serial.Serial: pyserial ships no type information
 
     def open(self) -> None:
         import serial

@@ -14,7 +14,7 @@ runs the real `SpidevBus` / `GpioCsSpiBus` code paths without hardware.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Protocol
 
 from meter.bus.base import MAX_SPEED_HZ, SpiFrameBus
 from meter.clock import is_simulated
@@ -23,6 +23,16 @@ from meter.emulation.chip_emulator import EmulatedChip
 FRAME_TIME_160K_S = 24 / 160e3
 BATCH_NS = 2_000_000
 
+
+
+class _SpiDevState(Protocol):
+    """What a transfer reads of the fake `spidev.SpiDev` it came through."""
+
+    bus: int | None
+    device: int | None
+    mode: int
+    no_cs: bool
+    closed: bool
 
 class EmulatedSpiBus(SpiFrameBus):
     """SPI straight into an `EmulatedChip`."""
@@ -101,8 +111,9 @@ class EmulatedSpidev:
 
         self.SpiDev = SpiDev
 
-    def _xfer(self, dev: Any, values: list[int], speed_hz: int, delay_us: int) -> list[int]:
-        if dev.closed or dev.bus is None:
+    def _xfer(self, dev: _SpiDevState, values: list[int], speed_hz: int, delay_us: int
+              ) -> list[int]:
+        if dev.closed or dev.bus is None or dev.device is None:  # never opened, or closed
             raise OSError(9, "Bad file descriptor")
         selected = []
         if not dev.no_cs:

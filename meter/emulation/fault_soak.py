@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from epi.formats.trace import Trace, read_trace
 from meter.clock import Clock, SystemClock

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from typing import Any
 
 from meter.sources.common import ChannelSpec, PowerSource, SourceError
 
@@ -37,7 +36,7 @@ class NvmlError(Exception):
 class NvmlBinding:
     """The few NVML calls epi makes, each checked; ``lib`` has the C functions."""
 
-    def __init__(self, lib: Any) -> None:
+    def __init__(self, lib: ctypes.CDLL) -> None:
         self.lib = lib
 
     @classmethod
