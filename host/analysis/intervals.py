@@ -191,6 +191,9 @@ def _finite(x: object) -> bool:
     return math.isfinite(_number(x))
 
 
+number, finite = _number, _finite  # the same narrowing for the report's readers of cells
+
+
 def format_interval(value: object, lo: object, hi: object, coverage: object = None, *,
                     at_least: bool = False, n: object = None, fmt: str = ".4g") -> str:
     """"value [lo, hi] 75 % n=3": an interval printed with the coverage it has, and n.

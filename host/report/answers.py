@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from host.analysis.intervals import format_interval, pct
+from host.analysis.intervals import finite as _finite
+from host.analysis.intervals import format_interval, number, pct
 from host.report.data import ReportData
 
 DECIDED = "decided"
@@ -42,13 +43,6 @@ class Answer:
 class AnswerBlock:
     answers: list[Answer]
     limits: list[str]  # what this study cannot tell
-
-
-def _finite(x: object) -> bool:
-    try:
-        return bool(np.isfinite(float(x)))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
 
 
 def _rows(doc: Mapping[str, object], key: str) -> list[dict[str, object]]:
@@ -149,7 +143,7 @@ def perplexity_answer(rd: ReportData) -> Answer:
 
 
 def _num(x: object) -> str:
-    return format(float(x), ".3f") if _finite(x) else "null"  # type: ignore[arg-type]
+    return format(number(x), ".3f") if _finite(x) else "null"
 
 
 def layer_group_answer(rd: ReportData) -> Answer:

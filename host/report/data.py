@@ -33,7 +33,7 @@ from epi.formats.manifests import (
     manifest_beside,
     read_any_manifest,
 )
-from host.analysis.intervals import pct
+from host.analysis.intervals import number, pct
 from host.analysis.power_source import COMPONENT
 from host.report import checks
 from host.report.layer_columns import layer_group_cells
@@ -453,7 +453,7 @@ def model_facts(doc: dict[str, Any]) -> pd.DataFrame:
             elif man.file_type:
                 types = dict.fromkeys(types, man.file_type)
         if not _finite_number(bpw) and _finite_number(size) and model.get("n_params"):
-            bpw = float(size) * 8 / float(model["n_params"])  # type: ignore[arg-type]  # finite
+            bpw = number(size) * 8 / number(model["n_params"])
         rows.append({"config": cfg, "size_bytes": size, "bits_per_weight": bpw,
                      "n_layers": n_layers, **types, "manifest_problem": problem})
     return pd.DataFrame(rows).set_index("config", drop=False) if rows else pd.DataFrame()

@@ -30,7 +30,8 @@ from matplotlib.transforms import blended_transform_factory
 
 from epi.core.errors import UserError
 from epi.formats.tokenlog import parse_events
-from host.analysis.intervals import pct
+from host.analysis.intervals import finite as _finite
+from host.analysis.intervals import number, pct
 from host.analysis.power_source import COMPONENT
 from host.report.data import ReportData, interval_text
 from host.report.label_layout import PointLabel, place_labels
@@ -58,13 +59,6 @@ class Figure:
     alt: str = ""
 
 
-def _finite(x: object) -> bool:
-    try:
-        return bool(np.isfinite(float(x)))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-
-
 def _stamp(ax: plt.Axes, rd: ReportData) -> None:
     """A corner label on the plot itself: modelled power can never be mistaken for measured."""
     text = ("MODELLED POWER (emulator)" if rd.labels.power_source == "modelled"
@@ -90,7 +84,7 @@ def _run_points(rd: ReportData, phase: str = "request") -> pd.DataFrame:
 
 
 def _g(x: object) -> str:
-    return format(float(x), ".4g") if _finite(x) else "null"  # type: ignore[arg-type]
+    return format(number(x), ".4g") if _finite(x) else "null"
 
 
 def _obstacles(ax: plt.Axes) -> list[Artist]:
@@ -501,9 +495,9 @@ def _diff_interval(row: dict) -> str:
     method = str(row.get("ci_method") or "")
     kind = "paired by round" if method.startswith("paired") else "Welch (unpaired)"
     n_a, n_b = row.get("n_a"), row.get("n_b")
-    n = (f", n={int(float(n_a))}/{int(float(n_b))} repeats"  # type: ignore[arg-type]  # _finite checked
+    n = (f", n={int(number(n_a))}/{int(number(n_b))} repeats"
          if _finite(n_a) and _finite(n_b) else "")
-    return f"{pct(float(cov))} {kind}{n}"  # type: ignore[arg-type]  # _finite checked
+    return f"{pct(number(cov))} {kind}{n}"
 
 
 def energy_vs_size(rd: ReportData) -> Figure:

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
+from matplotlib.backend_bases import RendererBase
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure, SubFigure
 from matplotlib.text import Annotation, Text
 from matplotlib.transforms import Bbox
 
@@ -31,6 +34,14 @@ class PointLabel:
     color: str = "black"
 
 
+def _renderer(fig: Figure | SubFigure) -> RendererBase:
+    """The figure's renderer: the report draws with Agg (boxes are measured in its layout)."""
+    canvas = fig.canvas
+    if not isinstance(canvas, FigureCanvasAgg):
+        raise TypeError(f"label placement needs an Agg canvas, not {type(canvas).__name__}")
+    return canvas.get_renderer()
+
+
 def _grown(b: Bbox, pad: float) -> Bbox:
     return Bbox.from_extents(b.x0 - pad, b.y0 - pad, b.x1 + pad, b.y1 + pad)
 
@@ -45,7 +56,7 @@ def place_labels(ax: Axes, labels: Sequence[PointLabel],
     """Annotate each point with its label where it overlaps nothing already placed."""
     fig = ax.figure
     fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg canvas has it
+    renderer = _renderer(fig)
     axes_box = ax.get_window_extent(renderer)
     taken = [t.get_window_extent(renderer) for t in obstacles
              if not isinstance(t, Text) or _drawn(ax, t)]
@@ -112,7 +123,7 @@ def _drawn(ax: Axes, t: Text) -> bool:
 
 def label_boxes(ax: Axes) -> list[tuple[str, Bbox]]:
     """(text, box in display pixels) of every text drawn in the axes, for overlap tests."""
-    renderer = ax.figure.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg canvas
+    renderer = _renderer(ax.figure)
     return [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts if _drawn(ax, t)]
 
 

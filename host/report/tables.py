@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from host.analysis.intervals import format_interval
+from host.analysis.intervals import format_interval, number
 from host.report.data import ReportData
 
 
@@ -38,10 +38,7 @@ def _tail(rd: ReportData, differs: str = "") -> str:
 
 
 def num(x: object, fmt: str = ".4g") -> str:
-    try:
-        v = float(x)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return "null"
+    v = number(x)
     return format(v, fmt) if np.isfinite(v) else "null"
 
 
@@ -63,7 +60,7 @@ def _energy_verdict(dist: object, delta: object, a: str, b: str) -> str:
         return "no interval"
     if not dist:
         return "cannot be told apart"
-    return f"{b} uses {'less' if float(delta) < 0 else 'more'} than {a}"  # type: ignore[arg-type]
+    return f"{b} uses {'less' if number(delta) < 0 else 'more'} than {a}"
 
 
 def _accuracy_cell(r: dict, prefix: str = "accuracy_") -> str:
