@@ -127,3 +127,11 @@ def test_a_bridge_rate_the_link_carries_runs(tmp_path: Path) -> None:
                          power_model=[ConstantPower(4.0)] * 4)
     result = MeterDaemon(opts, log=lambda line: None).run()
     assert result.rate_hz == 24.0 and result.stats.sweeps > 24
+
+
+def test_an_emumcu_port_nobody_serves_is_a_lost_link_not_a_crash() -> None:
+    from meter.bridge.link import SerialLink
+    from meter.errors import LinkLost
+
+    with pytest.raises(LinkLost, match=r"emumcu://nobody: .*no emulated MCU registered there"):
+        SerialLink("emumcu://nobody", 115200).open()
