@@ -14,6 +14,7 @@ METER_COMMANDS = {
     "firmware": "epi.commands.meter_firmware:firmware",
     "watch": "epi.commands.meter_watch:watch",
     "plan": "epi.commands.meter_plan:plan",
+    "qualify": "epi.commands.meter_qualify:qualify",
 }
 
 METER_HELP = {
@@ -24,6 +25,7 @@ METER_HELP = {
     "firmware": "The board MCU's firmware: build (mpy-cross), deploy (mpremote), console.",
     "watch": "A terminal live view of a running daemon: power, events, sample rate, clock.",
     "plan": "What each channel's CT, burden, gain and meter constant resolve at a load.",
+    "qualify": "Qualify each channel against a reference: error, floor, CT, crosstalk.",
 }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from meter.emulation.power_models import NS_PER_S, _Piecewise
+from meter.emulation.power_models import NS_PER_S, PowerModel, _Piecewise
 
 
 class RepeatingProfile(_Piecewise):
@@ -79,3 +79,64 @@ def bursts(base_w: float, burst_w: float, burst_s: float, every_s: float, *,
     return RepeatingProfile([(burst_s, burst_w), (every_s - burst_s, base_w)],
                             label=f"bursts {burst_w:g} W for {burst_s:g} s every {every_s:g} s",
                             start_mono_ns=start_mono_ns, **kwargs)
+
+
+class SwitchedLoad(_Piecewise):
+    """A load switched on and off at run time (`set(t_mono_ns, power_w, power_factor)`): the
+    plant of an emulated qualification (meter/qualify). Exact integrals like the others; the
+    power factor applies from the switch on (measurements use it at the end of a cycle)."""
+
+    kind = "switched"
+
+    def __init__(self, *, start_mono_ns: int = 0, **kwargs: float) -> None:
+        super().__init__(**kwargs)
+        self._append(int(start_mono_ns), 0.0)
+
+    def set(self, t_mono_ns: int, power_w: float, power_factor: float | None = None) -> None:
+        if t_mono_ns <= self._t[-1]:
+            t_mono_ns = self._t[-1] + 1
+        self._append(int(t_mono_ns), power_w)
+        if power_factor is not None:
+            if not 0.0 < abs(power_factor) <= 1.0:
+                raise ValueError(f"power_factor must be in (0, 1], got {power_factor}")
+            self._power_factor = float(abs(power_factor))
+
+
+class Coupled(PowerModel):
+    """What a CT sees: its own load plus `fraction` of a neighbour's (crosstalk)."""
+
+    kind = "coupled"
+
+    def __init__(self, own: PowerModel, other: PowerModel, fraction: float) -> None:
+        super().__init__()
+        self.own, self.other, self.fraction = own, other, float(fraction)
+
+    def power_w(self, t_mono_ns: int) -> float:
+        return self.own.power_w(t_mono_ns) + self.fraction * self.other.power_w(t_mono_ns)
+
+    def energy_j(self, t0_mono_ns: int, t1_mono_ns: int) -> float:
+        return (self.own.energy_j(t0_mono_ns, t1_mono_ns)
+                + self.fraction * self.other.energy_j(t0_mono_ns, t1_mono_ns))
+
+    def energy_parts_j(self, t0_mono_ns: int, t1_mono_ns: int) -> tuple[float, float]:
+        f0, r0 = self.own.energy_parts_j(t0_mono_ns, t1_mono_ns)
+        f1, r1 = self.other.energy_parts_j(t0_mono_ns, t1_mono_ns)
+        return f0 + self.fraction * f1, r0 + self.fraction * r1
+
+    def voltage_v(self, t_mono_ns: int) -> float:
+        return self.own.voltage_v(t_mono_ns)
+
+    def power_factor(self, t_mono_ns: int) -> float:
+        return self.own.power_factor(t_mono_ns)
+
+
+class Silent(PowerModel):
+    """A dead channel: the CT unplugged (or its burden open): no current, whatever the load."""
+
+    kind = "silent"
+
+    def power_w(self, t_mono_ns: int) -> float:
+        return 0.0
+
+    def energy_j(self, t0_mono_ns: int, t1_mono_ns: int) -> float:
+        return 0.0
