@@ -179,9 +179,17 @@ class Assessment:
     verdict: SequentialVerdict
 
     def text(self) -> str:
-        c = self.comparison
-        return (f"{TARGET_NAMES[c.kind]} {c.a} → {c.b}: "
-                + self.verdict.text(c.a, c.b, what=f"saving of {c.b} over {c.a}", unit=" %"))
+        """e.g. 'savings vs baseline q8 → q4: decided: q4 uses less energy than q8, saving
+        10.2 % [4.71, 15.6] 95 % anytime-valid, n=3'."""
+        c, v = self.comparison, self.verdict
+        head = f"{TARGET_NAMES[c.kind]} {c.a} → {c.b}: "
+        if v.state != "decided":
+            return head + v.text(c.a, c.b, what=f"saving of {c.b}", unit=" %")
+        way = "less" if v.direction > 0 else "more"  # a positive saving: B draws less
+        small = (f"; smaller than the {v.margin:g} % worth resolving" if v.within_margin
+                 else "")
+        return (head + f"decided: {c.b} uses {way} energy than {c.a}, saving "
+                + v.interval_text(" %") + small)
 
 
 def assess(rules: DecisionRules, comps: Sequence[Comparison], values: RoundValues,

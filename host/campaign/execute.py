@@ -33,6 +33,8 @@ from typing import TextIO
 
 from epi.core.errors import UserError
 from host.campaign import accuracy_projection, procs
+from host.campaign.adaptive_loop import run_adaptive_rounds
+from host.campaign.adaptive_round import finished as adaptive_finished
 from host.campaign.journal import (
     Done,
     Failed,
@@ -45,8 +47,16 @@ from host.campaign.journal import (
     marker_root,
 )
 from host.campaign.layout import Layout
-from host.campaign.meter import emulated_daemon
-from host.campaign.plan import Plan, Step, base_path, build_plan, format_duration, plan_text
+from host.campaign.meter import ACTIVITY_TEXT, emulated_daemon
+from host.campaign.plan import (
+    Plan,
+    Step,
+    base_path,
+    build_plan,
+    format_duration,
+    plan_text,
+    rounds_text,
+)
 from host.campaign.progress import Progress
 from host.campaign.specs import (
     AccuracyArgs,
@@ -229,7 +239,7 @@ class Campaign:
 
         st = self.study
         title = (f"epi study '{st.name}': {len(self.plan.configs)} configurations x "
-                 f"{st.repeats} rounds ({st.path.name})")
+                 f"{rounds_text(st)} rounds ({st.path.name})")
         r = write_report(self.layout.analysis, self.layout.report, title)
         log.write(f"wrote {r.markdown}\nreport: {r.html}\n")
         return {"out": str(self.layout.report)}
@@ -381,8 +391,11 @@ class Campaign:
                 self.echo("every step is finished; nothing to do")
                 return self.layout.report_html
             progress = Progress(self.plan.steps, done, stream=self.stream)
-            needs_meter = any(s.kind == "run" for s in todo)
-            ctx = (emulated_daemon(self.layout.root, self.layout.trace, self.study.meter.rate_hz)
+            dec = self.study.decide
+            needs_meter = any(s.kind == "run" for s in todo) or (
+                dec is not None and not adaptive_finished(self.layout.root, dec.rules.min_rounds))
+            ctx = (emulated_daemon(self.layout.root, self.layout.trace, self.study.meter.rate_hz,
+                                   self.study.meter.activity)
                    if self.study.meter.emulate and needs_meter else nullcontext(self.meter_url))
             t0 = time.monotonic()
             projected = False
@@ -390,7 +403,7 @@ class Campaign:
                 self.meter_url = url
                 if url and self.study.meter.emulate:
                     progress.line(f"emulated meter daemon at {url}, trace {self.layout.trace} "
-                                  "(modelled power: channel 0 follows this machine's CPU)")
+                                  f"(modelled power: {ACTIVITY_TEXT[self.study.meter.activity]})")
                 for step in todo:
                     if step.kind in IN_PROCESS:
                         continue  # after the daemon has stopped and flushed its trace
@@ -400,6 +413,13 @@ class Campaign:
                     progress.start(step)
                     result, settled = self.run_step(step, state, progress)
                     progress.finish(step, summary(step, result, settled))
+
+                def run_one(step: Step) -> None:  # an adaptive round's run (adaptive_loop.py)
+                    progress.start(step)
+                    result, settled = self.run_step(step, state, progress)
+                    progress.finish(step, summary(step, result, settled))
+
+                run_adaptive_rounds(self, state, run_one, progress.line)
             for step in todo:
                 if step.kind in IN_PROCESS and step.step_id not in state.done:
                     progress.start(step)

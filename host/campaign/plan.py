@@ -11,12 +11,14 @@ over all configurations instead of biasing the one that happened to run last.
 
 from __future__ import annotations
 
-import random
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from epi.core.errors import UserError
 from host.campaign.accuracy_projection import AccuracyProjection, assumed
+from host.campaign.adaptive import plan_lines, round_order, spread_from_analysis
+from host.campaign.adaptive_round import decided_rounds
 from host.campaign.study import Study
 
 
@@ -147,15 +149,46 @@ def build_plan(study: Study, accuracy: AccuracyProjection | None = None) -> Plan
                               estimate_s=acc.seconds,
                               detail=", ".join(f"{b} {n}" for b, n in a.benchmarks.items())))
     per_run = run_seconds(study, n_prompts, prompt_tokens) + settle_seconds(study)
-    for k in range(1, study.repeats + 1):
-        order = [c.config_id for c in configs]
-        random.Random(f"{study.seed}:{k}").shuffle(order)
-        for cid in order:
+    all_ids = tuple(c.config_id for c in configs)
+    rounds = [(k, all_ids, f"round {k}/{rounds_text(study)}")
+              for k in range(1, planned_rounds(study) + 1)]
+    if study.decide is not None:  # rounds a recorded decision added (host/campaign/adaptive_loop)
+        rounds += [(k, ids, f"round {k} (adaptive, decided after round {k - 1})")
+                   for k, ids in decided_rounds(study.out, study.decide.rules.min_rounds)]
+    for k, ids, detail in rounds:
+        for cid in round_order(ids, study.seed, k):
             steps.append(Step(f"run:{cid}:{k}", "run", cid, k, estimate_s=per_run,
-                              detail=f"round {k}/{study.repeats}"))
+                              detail=detail))
     steps.append(Step("analysis", "analysis", estimate_s=10.0 + 2.0 * len(plan.run_steps)))
     steps.append(Step("report", "report", estimate_s=15.0))
     return plan
+
+
+def planned_rounds(study: Study) -> int:
+    """Rounds every configuration runs: `repeats`, or [decide]'s minimum (more may follow
+    for the configurations of undecided comparisons, host/campaign/adaptive.py)."""
+    return study.decide.rules.min_rounds if study.decide else study.repeats
+
+
+def rounds_text(study: Study) -> str:
+    """'2', or '3–8 (adaptive)'."""
+    if study.decide is None:
+        return str(study.repeats)
+    r = study.decide.rules
+    return f"{r.min_rounds}–{r.max_rounds} (adaptive)"
+
+
+def power_analysis_lines(study: Study) -> list[str]:
+    """[decide]'s rules and the power analysis at the spread this campaign measured last
+    (its analysis directory), else the study's assumed spread — said which."""
+    if study.decide is None:
+        return []
+    sd, n = spread_from_analysis(study.out / "analysis")
+    basis = (f"measured by this campaign's last analysis ({n} rounds)" if math.isfinite(sd)
+             else "assumed (decide.assumed_spread_pct; nothing measured yet)")
+    if not math.isfinite(sd):
+        sd = study.decide.assumed_spread_pct
+    return plan_lines(study.decide.rules, sd, basis)
 
 
 UNKNOWN_WHY = {"quantize": "the base model file is not on this host: no size to scale by"}
@@ -178,7 +211,7 @@ def plan_text(plan: Plan, done: set[str] | None = None) -> list[str]:
     done = done or set()
     st = plan.study
     lines = [f"study {st.name!r} ({st.path}): {len(plan.configs)} configurations × "
-             f"{st.repeats} rounds, seed {st.seed}; campaign directory {st.out}"]
+             f"{rounds_text(st)} rounds, seed {st.seed}; campaign directory {st.out}"]
     for c in plan.configs:
         src = c.map_path.name if c.map_path else "base model, not quantized"
         lines.append(f"  {c.config_id:<28} {c.model}: {src}")
@@ -211,4 +244,4 @@ def plan_text(plan: Plan, done: set[str] | None = None) -> list[str]:
             f"idle power stable within ±{t.tolerance:.1%} for {t.window_s:g} s "
             f"(timeout {t.timeout_s:g} s)")
     lines.append(f"thermal settle before every run: {rule}")
-    return lines
+    return lines + power_analysis_lines(st)

@@ -19,11 +19,13 @@ from epi.core.errors import UserError
 from epi.core.limits import DAY_S, MAX_SEED, MAX_THREADS
 from epi.formats.fields import check_id, read_toml_file
 from host.analysis.model import Options
+from host.campaign.adaptive import TARGETS, DecisionRules
+from host.campaign.meter import ACTIVITIES
 
 T = TypeVar("T")
 THERMAL_RULES = ("fixed", "stable")
 KNOWN_SECTIONS = {"study", "models", "run", "meter", "accuracy", "thermal", "analysis",
-                  "estimate"}
+                  "estimate", "decide"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class MeterSpec:
     trace: Path | None = None  # where this host reads the trace of a meter at `url`
     emulate: bool = False
     rate_hz: float | None = None
+    activity: str = "process_tree"  # what the emulated channel 0 follows (host/campaign/meter.py)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,14 @@ class ThermalSpec:
     window_s: float = 10.0
     timeout_s: float = 120.0
     poll_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class DecideSpec:
+    """The [decide] table: adaptive rounds (host/campaign/adaptive.py)."""
+
+    rules: DecisionRules
+    assumed_spread_pct: float = 3.0  # the dry-run's power analysis until a spread is measured
 
 
 @dataclass(frozen=True)
@@ -142,6 +153,7 @@ class Study:
     thermal: ThermalSpec
     analysis: AnalysisSpec
     estimate: Estimate
+    decide: DecideSpec | None = None  # None: the fixed protocol, `repeats` rounds
 
 
 class _Reader:
@@ -337,8 +349,13 @@ def load_study(path: Path | str) -> Study:
     trace = m.get("trace", str)
     meter = MeterSpec(url=m.get("url", str), emulate=m.get("emulate", bool, False),
                       rate_hz=m.real("rate_hz", None, 0.0, strict=True, high=1000.0),
-                      trace=(path.parent / trace) if trace else None)
+                      trace=(path.parent / trace) if trace else None,
+                      activity=m.get("activity", str, "process_tree"))
     m.finish()
+    if meter.activity not in ACTIVITIES:
+        raise m.fail("activity", f"{meter.activity!r} is not one of {', '.join(ACTIVITIES)}")
+    if "activity" in m.table and not meter.emulate:
+        raise m.fail("activity", "only for emulate = true (a real meter measures the node)")
     if meter.url and meter.trace is None:
         raise m.fail("trace", "missing: with url, say where this host reads the meter's trace "
                      "directory (e.g. a copy or a network mount)")
@@ -401,6 +418,34 @@ def load_study(path: Path | str) -> Study:
     estimate = Estimate(**{k: e.real(k, getattr(d, k), 0.0, strict=True)
                            for k in vars(d)})
     e.finish()
+    decide = _decide(path, doc, repeats_given="repeats" in s.table)
     return Study(path=path, name=name, seed=seed, repeats=repeats, out=out, baseline=baseline,
                  models=_models(path, doc), run=run, meter=meter, accuracy=accuracy,
-                 thermal=thermal, analysis=analysis, estimate=estimate)
+                 thermal=thermal, analysis=analysis, estimate=estimate, decide=decide)
+
+
+def _decide(path: Path, doc: dict[str, object], repeats_given: bool) -> DecideSpec | None:
+    """The [decide] table, or None when the study has none (a fixed number of rounds)."""
+    if "decide" not in doc:
+        return None
+    r = _table(path, doc, "decide")
+    compare = r.get("compare", list, ["baseline"])
+    if not compare:
+        raise r.fail("compare", f"name at least one of {', '.join(TARGETS)}")
+    for i, t in enumerate(compare):
+        if t not in TARGETS:
+            raise r.fail(f"compare[{i}]", f"{t!r} is not one of {', '.join(TARGETS)}")
+    min_rounds = r.integer("min_rounds", 3, 3, high=1000)
+    max_rounds = r.integer("max_rounds", max(min_rounds, 8), min_rounds, high=1000)
+    budget_min = r.real("time_budget_min", None, 0.0, strict=True, high=DAY_S / 60)
+    margin = r.real("margin_pct", 2.0, 0.0, high=100.0)
+    alpha = r.real("alpha", 0.05, 0.0, strict=True, high=0.5)
+    spread = r.real("assumed_spread_pct", 3.0, 0.0, strict=True, high=100.0)
+    r.finish()
+    if repeats_given:
+        raise UserError(f"{path}: field 'study.repeats': with [decide] the rounds are "
+                        "decide.min_rounds to decide.max_rounds; remove study.repeats")
+    rules = DecisionRules(targets=tuple(dict.fromkeys(compare)), min_rounds=min_rounds,
+                          max_rounds=max_rounds, margin_pct=margin, alpha=alpha,
+                          time_budget_s=None if budget_min is None else budget_min * 60.0)
+    return DecideSpec(rules, spread)

@@ -43,7 +43,8 @@ def test_decision_measures_only_undecided_configurations_and_is_kept(tmp_path: P
     d = decide_after_round(tmp_path / "a", rules, list(VALUES), rmap, 4, baseline="base")
     assert d.states == {"decided": 1, "undecided": 1} and not d.budget_spent
     assert d.next_configs == ("base", "close")  # "cheap" is decided: not measured again
-    assert any(line.startswith("savings vs baseline base → cheap: decided") for line in d.lines)
+    assert any(line.startswith("savings vs baseline base → cheap: decided: cheap uses less energy "
+                               "than base, saving 10") for line in d.lines)
     saved = json.loads((tmp_path / "a" / DECISIONS_JSON).read_text())
     assert saved["next_configs"] == ["base", "close"] and "Lai" in saved["method"]
     # a resumed campaign gets the same decision even when asked differently
