@@ -218,7 +218,8 @@ def read_manifest(root: Path) -> dict[str, Any]:
         for name, entry in entries.items():
             where = f"{path}: field {group}.{name}"
             if name not in known:
-                raise UserError(f"{where}: unknown name (known: {', '.join(known)})")
+                raise UserError(f"{path}: field {group}: unknown name {name!r:.40} "
+                                f"(known: {', '.join(known)})")
             _check_entry(entry, where, count_keys)
     return manifest
 

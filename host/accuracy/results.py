@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from epi.core.errors import UserError
 from epi.formats.fields import check_float, check_id, check_int, check_str, read_json_object
 from host.accuracy.cache import atomic_write_json
+from host.accuracy.consistency import check_consistency
 
 if TYPE_CHECKING:
     from host.accuracy.multiple_choice import ItemRecord
@@ -138,7 +139,9 @@ def read_results(path: Path) -> dict[str, Any]:
     """Read and validate an `epi-accuracy` file."""
     path = Path(path)
     doc = read_json_object(path, "accuracy results file")
-    return check_document(doc, str(path))
+    checked = check_document(doc, str(path))
+    check_consistency(checked, str(path))
+    return checked
 
 
 def accuracy_by_sha256(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -100,7 +100,7 @@ def test_prompt_bytes(raw: bytes) -> None:
 
 # ------------------------------------------------------------------------------- accuracy
 def _accuracy() -> dict[str, Any]:
-    bench = {"n": 10, "accuracy": 0.5, "ci95": [0.2, 0.8], "accuracy_norm": 0.6,
+    bench = {"n": 2, "accuracy": 0.5, "ci95": [0.2, 0.8], "accuracy_norm": 0.6,
              "ci95_norm": [0.3, 0.85], "accuracy_token_norm": 0.4,
              "ci95_token_norm": [0.15, 0.7],
              "items": {"ids": ["a", "b"], "accuracy": [1, 0], "accuracy_norm": [0, 1]}}
