@@ -21,6 +21,7 @@ from host.analysis import statistics as epimod
 from host.analysis.model import UNIT_TEXT, Options, RunInfo
 from host.analysis.power_source import combined
 from host.analysis.verdicts import valid_repeats
+from host.analysis.windows import methods_used
 
 
 def scope_channels(infos: list[RunInfo], cfg: str, scope: str) -> list[int]:
@@ -95,6 +96,8 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
             "duration_per_request_s_median": float(np.median(d_req)) if len(d_req) else
             float("nan"),
             "reason": reason,
+            # what the valid repeats' windows used (a counter reset: "mixed"), not the option
+            "energy_method": methods_used(v["energy_method"]),
             "accuracy": float("nan"), "accuracy_ci_lo": float("nan"),
             "accuracy_ci_hi": float("nan"), "accuracy_basis": "",
             "epi": float("nan"), "epi_ci_lo": float("nan"), "epi_ci_hi": float("nan"),
@@ -116,7 +119,6 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
     res["lag_correction"] = res["config"].map(
         {c: lag_correction_text(infos, c) for c in res["config"].unique()})
     res["edge_model"] = opts.edge
-    res["energy_method"] = opts.energy_method
     return res
 
 

@@ -45,6 +45,24 @@ def _short_method(method: object) -> str:
     return "paired" if method.startswith("paired") else "unpaired"
 
 
+def counter_fallback_line(a: Analysis) -> str:
+    """With --energy-method counter: how many measured windows fell back to the power integral
+    and why (a counter reset or freeze), so a reset is said, not only buried in windows.csv."""
+    if a.options.energy_method != "counter" or a.windows.empty:
+        return ""
+    w = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] != "idle")
+                  & (a.windows["energy_method"].fillna("") != "")]
+    back = w[w["energy_method"] != "counter"]
+    if back.empty:
+        return ""
+    first = next((r for r in back["counter_reason"].fillna("") if r), "no reason recorded")
+    rows = sorted(set(a.results.loc[a.results["energy_method"].isin(["mixed", "trapezoid"]),
+                                    "config"]))
+    return (f"energy counter: {len(back)} of {len(w)} windows fell back to the power integral "
+            f"({first}); energy_method says mixed or trapezoid on the rows they feed"
+            + (f" ({', '.join(rows)})" if rows else ""))
+
+
 def summary_text(a: Analysis) -> str:
     res = a.results
     basis = a.options.energy_basis
@@ -97,6 +115,9 @@ def summary_text(a: Analysis) -> str:
             format_table(["config", "power", "valid runs", "J/request", "J/gen tok (gross)",
                           "J/gen tok (net)", "J/total tok", "prefill J/prompt tok",
                           "decode J/gen tok", "CV %", "accuracy", f"EPI ({basis})"], rows)]
+    fallback = counter_fallback_line(a)
+    if fallback:
+        out.append(fallback)
     short = res[(res["scope"] == "all") & (res["ci_note"].fillna("") != "")]
     for n_rep in sorted({int(x) for x in short["n_repeats"]}):
         note = short[short["n_repeats"] == n_rep]["ci_note"].iloc[0]

@@ -294,6 +294,21 @@ def _tokens(w: pd.DataFrame, unit: str) -> np.ndarray:
     return np.where(kind == "decode", ngen - 1, ngen)
 
 
+def method_of(by_counter: np.ndarray, by_trapezoid: np.ndarray) -> np.ndarray:
+    """The energy method a figure over several windows used: "counter" or "trapezoid" when
+    every window used that one, "mixed" when some fell back to the power integral (a counter
+    reset, a frozen counter), "" when no window has energy."""
+    return np.select([by_counter & by_trapezoid, by_counter, by_trapezoid],
+                     ["mixed", "counter", "trapezoid"], "").astype(object)
+
+
+def methods_used(methods: pd.Series) -> str:
+    """One method over the repeats (or windows) behind a summary row (see method_of)."""
+    m = set(methods.dropna().astype(str)) - {""}
+    return str(method_of(np.array([bool(m & {"counter", "mixed"})]),
+                         np.array([bool(m & {"trapezoid", "mixed"})]))[0])
+
+
 def repeat_table(win: pd.DataFrame) -> pd.DataFrame:
     """One row per (run, scope, phase, unit, basis, repeat): ratio of sums over its requests."""
     req = win[win["kind"].isin(PHASES)].copy()
@@ -304,12 +319,15 @@ def repeat_table(win: pd.DataFrame) -> pd.DataFrame:
         f["bad_tokens"] = ~(f["tokens"] > 0)
         f["t0_meter_f"] = f["t0_meter_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
         keys = ["run_id", "config", "scope", "power_source", "repeat"]
+        f["by_counter"] = f["energy_method"].isin(["counter", "mixed"])
+        f["by_trapezoid"] = f["energy_method"].isin(["trapezoid", "mixed"])
         for basis, col in (("gross", "energy_j"), ("net", "energy_net_j")):
             f["is_null"] = f[col].isna()
             agg = f.groupby(keys, sort=True).agg(
                 energy_sum=(col, "sum"), n_null=("is_null", "sum"), tokens=("tokens", "sum"),
                 n_requests=(col, "size"), duration_s=("duration_s", "sum"),
-                bad_tokens=("bad_tokens", "any"), t_start_meter_ns=("t0_meter_f", "min"))
+                bad_tokens=("bad_tokens", "any"), t_start_meter_ns=("t0_meter_f", "min"),
+                by_counter=("by_counter", "any"), by_trapezoid=("by_trapezoid", "any"))
             # the first reason given in each group (vectorised: no loop over windows)
             for rcol, name in (("reason", "first_reason"), ("net_reason", "net_reason")):
                 agg[name] = f[f[rcol] != ""].groupby(keys, sort=True)[rcol].first().reindex(
@@ -329,8 +347,11 @@ def repeat_table(win: pd.DataFrame) -> pd.DataFrame:
             agg["reason"] = why
             agg["phase"], agg["unit"], agg["basis"] = phase, unit, basis
             agg["energy_sum_j"] = np.where(agg["n_null"] > 0, np.nan, agg["energy_sum"])
+            agg["energy_method"] = method_of(agg["by_counter"].to_numpy(bool),
+                                             agg["by_trapezoid"].to_numpy(bool))
             rows.append(agg.drop(columns=["energy_sum", "n_null", "first_reason",
-                                          "net_reason", "bad_tokens", "duration_s"]))
+                                          "net_reason", "bad_tokens", "duration_s",
+                                          "by_counter", "by_trapezoid"]))
     out = pd.concat(rows, ignore_index=True)
     out["repeat"] = out["repeat"].astype("Int64")
     return out
