@@ -15,17 +15,17 @@ from meter.clock import SimulatedClock
 from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import EmulatedSpiBus
-from meter.emulation.power_models import ConstantPower, ScriptedProfile
+from meter.emulation.power_models import ConstantPower, PowerModel, ScriptedProfile
 
 S = 1_000_000_000
 MC = 1e6  # imp/kWh: 0.36 J per count
 LSB_J = 0.1 * 3.6e6 / MC
 
 
-def _rig(model: object, *, ct_reversed: bool = False
+def _rig(model: PowerModel, *, ct_reversed: bool = False
          ) -> tuple[ATM90E26Driver, EmulatedChip, SimulatedClock, list[tuple[str, str]]]:
     clock = SimulatedClock()
-    chip = EmulatedChip(model, clock, meter_constant_imp_per_kwh=MC,  # type: ignore[arg-type]
+    chip = EmulatedChip(model, clock, meter_constant_imp_per_kwh=MC,
                         ct_reversed=ct_reversed)
     events: list[tuple[str, str]] = []
     driver = ATM90E26Driver(EmulatedSpiBus(chip), Calibration.default(MC), clock=clock,

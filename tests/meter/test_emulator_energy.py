@@ -15,7 +15,7 @@ from meter.clock import SimulatedClock
 from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import FRAME_TIME_160K_S, EmulatedSpiBus
-from meter.emulation.power_models import ActivityModel, ConstantPower, ScriptedProfile
+from meter.emulation.power_models import ActivityModel, ConstantPower, PowerModel, ScriptedProfile
 
 S = 1_000_000_000
 
@@ -89,7 +89,7 @@ def test_pmean_is_the_exact_mean_power_of_the_refresh_window() -> None:
     assert driver.read_value("Pmean") == pytest.approx(8.0, abs=2e-3)
 
 
-def _run(model: object, clock: SimulatedClock, hours: float, period_s: float,
+def _run(model: PowerModel, clock: SimulatedClock, hours: float, period_s: float,
          mc: float = 1e6) -> tuple[ATM90E26Driver, EmulatedChip, float, list]:
     chip = EmulatedChip(model, clock, meter_constant_imp_per_kwh=mc)
     events: list = []
