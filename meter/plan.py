@@ -413,8 +413,9 @@ def render(plans: list[ChannelPlan], opts: PlanOptions) -> str:
         for f in p.loads:
             out.append(f"  at {f.load_w:g} W, {f.volts:g} V: {f.current_a * 1000:.4g} mA, "
                        f"{f.input_mv_rms:.4g} mV at the input")
-            steps = ", ".join(f"{s.register} {s.step:g} {s.unit} ({s.step_pct:.3g} %; "
-                              f"{s.step_extended:.3g} with LSB)" for s in f.steps)
+            steps = ", ".join(f"{s.register} {s.step:g}{' ' + s.unit if s.unit else ''} "
+                              f"({s.step_pct:.3g} %; {s.step_extended:.3g} with LSB)"
+                              for s in f.steps)
             out.append(f"    register steps: {steps}")
             out.append(f"    energy: {f.joules_per_count * 1000:.4g} mJ/count, "
                        f"{f.counts_per_sweep:.4g} counts/sweep, {f.counts_per_prefill:.4g} per "
