@@ -195,6 +195,8 @@ class SequentialVerdict:
 
     def interval_text(self, unit: str = "", digits: int = 3) -> str:
         cov = f"{100 * (1 - self.alpha):g} % anytime-valid"
+        if self.n == 0:
+            return f"no valid paired round yet ({cov})"
         if not math.isfinite(self.lo):
             return f"{self.mean:.{digits}g}{unit} [no finite interval yet] {cov}, n={self.n}"
         return (f"{self.mean:.{digits}g}{unit} [{self.lo:.{digits}g}, {self.hi:.{digits}g}]"

@@ -162,6 +162,8 @@ def test_decide_states_and_texts() -> None:
     assert spent.rounds_needed is not None and spent.rounds_needed > 4
     assert "undecided after the budget" in spent.text()
     assert f"about {spent.rounds_needed} rounds" in spent.text()
+    empty = sq.decide([], margin=1.0, max_rounds=4)
+    assert empty.state == "undecided" and "no valid paired round yet" in empty.text()
 
 
 @pytest.mark.parametrize("bad", [[1.0, math.nan], [[1.0, 2.0]], [1.0, math.inf]])

@@ -1,0 +1,86 @@
+"""A real adaptive campaign (tiny model, emulated meter daemon following the campaign's
+process tree, real llama.cpp runs): after the minimum rounds it analyses the live trace,
+records a decision per round, runs further rounds only for configurations of undecided
+comparisons, and ends with every comparison decided, equivalent or undecided after the
+budget — in the printed output, the analysis' decisions.json and a report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from host.quant.tiny_model import write_test_model
+
+REPO = Path(__file__).resolve().parents[2]
+MAPS = REPO / "quantmaps"
+
+
+@pytest.mark.slow
+def test_adaptive_campaign_end_to_end(tmp_path: Path) -> None:
+    model = tmp_path / "tiny.gguf"
+    write_test_model(model)
+    study = tmp_path / "study.toml"
+    study.write_text(f"""
+[study]
+name = "adaptive"
+seed = 3
+out = "camp"
+baseline = "uniform_q8"
+
+[[models]]
+name = "tiny"
+path = "{model}"
+maps = ["{MAPS}/uniform_q8.json", "{MAPS}/uniform_q4km.json", "{MAPS}/mix_high_early.json"]
+
+[run]
+tokens = 128                 # ~1 s of decode on the tiny model: many samples at 40 Hz
+repeats_per_run = 2
+warmups = 0
+threads = 1
+idle_s = 0.5
+cooldown_s = 0
+
+[meter]
+emulate = true
+rate_hz = 40
+
+[thermal]
+rule = "fixed"
+wait_s = 0.2
+
+[analysis]
+cv_threshold = 0.5           # the mechanics are under test, not a quiet machine
+lag = "auto"                 # the modelled power trails the token stamps by ~50 ms
+
+[decide]
+compare = ["baseline"]
+min_rounds = 3
+max_rounds = 4
+margin_pct = 0.01
+""")
+    r = subprocess.run([sys.executable, "-m", "epi", "campaign", str(study)], cwd=REPO,
+                       capture_output=True, text=True, timeout=880, check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    camp = tmp_path / "camp"
+    assert "modelled power: channel 0 follows the CPU time of this campaign's processes" in out
+    assert "after round 3:" in out
+    d3 = json.loads((camp / "assess" / "round-3" / "decisions.json").read_text())
+    assert len(d3["lines"]) == 2 and "Lai" in d3["method"]
+    final = json.loads((camp / "analysis" / "decisions.json").read_text())
+    assert final["next_configs"] == []
+    assert sum(final["states"].values()) == 2
+    for line in final["lines"]:
+        assert ": decided:" in line or ": equivalent:" in line or "after the budget" in line
+    # the verdicts rest on measured rounds (valid runs), not on nothing
+    assert any("n=3" in line or "n=4" in line for line in final["lines"]), final["lines"]
+    # round 4 ran exactly the configurations round 3's decision named
+    ran4 = sorted(p.parent.name for p in (camp / "runs").glob("*/round4-attempt1"))
+    assert ran4 == sorted(d3["next_configs"])
+    doc = json.loads((camp / "analysis" / "results.json").read_text())
+    assert {s for s in doc["power_sources"].values()} >= {"modelled (ActivityModel, process tree)"}
+    assert (camp / "report" / "report.html").is_file()
