@@ -327,3 +327,42 @@ def test_meter_status_sums_the_channels_newest_time() -> None:
     status = {"channels": [{"last": {"t_mono_ns": 5, "power_w": 1.5}},
                            {"last": {"t_mono_ns": 7, "power_w": 2.25}}, {"last": None}]}
     assert total_power(status) == (7, 3.75)
+
+
+def _fingerprint(root: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every path under root with its mode, mtime (ns) and bytes (files) — a rename, a write
+    or a deletion anywhere changes it."""
+    out: dict[str, tuple[int, int, bytes]] = {}
+    for p in sorted(root.rglob("*")):
+        st_ = p.lstat()
+        out[str(p.relative_to(root))] = (st_.st_mode, st_.st_mtime_ns,
+                                         p.read_bytes() if p.is_file() else b"")
+    return out
+
+
+def test_a_moved_copy_never_counts_or_touches_the_original(tmp_path: Path) -> None:
+    """A campaign moved beside its original (absolute-path journal of an older epi): the
+    copy's resume checks (verify_done, setting interrupted runs aside) read and change only
+    the copy. An output deleted in the copy is not made 'done' by the original's file that the
+    journal's absolute path still names, and the original, a sentinel in it included, stays
+    byte for byte and mtime for mtime as it was."""
+    orig = tmp_path / "a"
+    orig.mkdir()
+    study_path = write_study(orig)
+    camp, runs = _finish_everything(study_path)
+    (camp / "sentinel.txt").write_text("the user's file in the original campaign")
+    moved = tmp_path / "a-moved"
+    shutil.copytree(orig, moved)
+    before = _fingerprint(orig)
+    study = load_study(moved / "study.toml")
+    plan = build_plan(study)
+    copy_run = study.out / Path(runs[0]).relative_to(camp)
+    shutil.rmtree(copy_run)  # gone in the copy only: the original's is still there
+    state = Journal(study.out).read()
+    lines = verify_done(plan, state, Layout(study.out))
+    first_run = next(s.step_id for s in plan.run_steps
+                     if str(Layout(camp).run_dir(s, 1).resolve()) == runs[0])
+    assert first_run not in state.done and any(first_run in x for x in lines), lines
+    assert all(f"{orig}/" not in x for x in lines), lines  # nothing of the original named
+    execute._clean_interrupted(state, Layout(study.out))
+    assert _fingerprint(orig) == before
