@@ -1,0 +1,57 @@
+"""The stdlib trace reader's fast paths (epi/formats/trace.py): the per-channel time check on
+strided columns (channels alternating, as the daemon writes them) and on any other order,
+and each channel's first/last time across segments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from epi.core.errors import UserError
+from epi.formats.trace import SAMPLE_COLUMNS, read_trace
+
+
+def _segment(root: Path, n: int, rows: list[tuple[int, int]]) -> None:
+    """Segment n with (channel, t_mono_ns) rows in the given order."""
+    meta = {"format": "epi-trace", "format_version": 1, "segment": n, "boot_id": "b",
+            "sample_period_s": 0.1,
+            "channels": [{"channel": c, "name": f"ch{c}", "node": None,
+                          "meter_constant_imp_per_kwh": 3200.0} for c in (0, 1)]}
+    (root / f"seg-{n:06d}.meta.json").write_text(json.dumps(meta))
+    lines = [",".join(SAMPLE_COLUMNS)]
+    lines += [f"{i},{ch},{t},{t + 10**18},5.0,230.0,0.02,1.0,50.0,{i}.0,0"
+              for i, (ch, t) in enumerate(rows)]
+    (root / f"seg-{n:06d}.samples.csv").write_text("\n".join(lines) + "\n")
+    (root / f"seg-{n:06d}.events.csv").write_text("t_mono_ns,t_real_ns,channel,kind,detail\n")
+
+
+# Channel 0 has three rows in a row: not a stride of the column.
+IRREGULAR = [(0, 100), (0, 200), (0, 300), (1, 150), (1, 250), (0, 400), (1, 350)]
+
+
+def test_irregular_channel_order_is_read(tmp_path: Path) -> None:
+    _segment(tmp_path, 1, IRREGULAR)
+    seg = read_trace(tmp_path).segments[0]
+    assert seg.ends == {0: (100, 100 + 10**18, 400, 400 + 10**18),
+                        1: (150, 150 + 10**18, 350, 350 + 10**18)}
+
+
+@pytest.mark.parametrize("rows", [
+    [(0, 100), (1, 150), (0, 200), (1, 140), (0, 300), (1, 350)],  # strided, channel 1 back
+    [(0, 100), (0, 200), (0, 190), (1, 150), (1, 250), (0, 400), (1, 350)],  # irregular
+])
+def test_time_going_back_in_one_channel_is_refused(tmp_path: Path, rows) -> None:
+    _segment(tmp_path, 1, rows)
+    with pytest.raises(UserError, match=r"line 5: .*t_mono_ns is unsorted|line 4: .*unsorted"):
+        read_trace(tmp_path)
+
+
+def test_segments_of_one_boot_overlapping_in_one_channel_are_refused(tmp_path: Path) -> None:
+    _segment(tmp_path, 1, IRREGULAR)
+    # Channel 1's first time (380) is after its last in segment 1 (350), channel 0's (390)
+    # is not after its last (400): only the per-channel ends tell.
+    _segment(tmp_path, 2, [(1, 380), (0, 390), (1, 480), (0, 490)])
+    with pytest.raises(UserError, match="segment 2 channel 0 t_mono_ns 390 is not after"):
+        read_trace(tmp_path)
