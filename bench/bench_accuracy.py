@@ -101,6 +101,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="rounds (median and spread)")
     ap.add_argument("--only", choices=("mc", "ppl"), help="time one of the two (default both)")
+    ap.add_argument("--pack", action="store_true",
+                    help="epi packs consecutive items into one batch (mc.score_items pack=True)")
     args = ap.parse_args()
     print(machine_line("bench_accuracy.py"), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -115,7 +117,7 @@ def main() -> None:
 
         def ours_mc(k: int) -> dict:
             with Scorer(model, args.ctx, args.threads) as scorer:
-                return mc.summarize(mc.score_items(scorer, subsets[k]))
+                return mc.summarize(mc.score_items(scorer, subsets[k], pack=args.pack))
 
         def theirs_mc(k: int) -> dict:
             out = crosscheck.hellaswag(model, subsets[k], args.ctx, args.threads)
@@ -186,7 +188,8 @@ def report_mc(args: argparse.Namespace, mc_rows: list[Row], last: dict[str, dict
           f"llama-perplexity {theirs_acc:.4f}; difference {abs(ours_acc - theirs_acc):.4f} "
           f"({round(abs(ours_acc - theirs_acc) * n2)} item(s))")
     emit("mc_scoring_vs_llama_perplexity", mc_ratio, valid(mc_ratios), mc_spread,
-         f"HellaSwag N={args.n}/2N, {args.threads} threads, ctx {args.ctx}{NOISE}")
+         f"HellaSwag N={args.n}/2N, {args.threads} threads, ctx {args.ctx}"
+         f"{', epi packing items' if args.pack else ''}{NOISE}")
     mc_cpus = [c for _, _, c, _ in mc_rows]
     mc_cpu, mc_cpu_spread = valid_summary(mc_cpus)
     print(f"hellaswag CPU time (same N/2N difference, all threads, process and children): "
