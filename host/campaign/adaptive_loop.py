@@ -14,7 +14,8 @@ plan stays a pure function of the study file and of what the campaign recorded.
 
 Budget: `max_rounds`, and `time_budget_s` of measuring — the sum of the finished runs'
 durations (their run.json), so a resumed campaign counts its earlier sessions — a round is
-only started when the mean run duration times its runs still fits.
+only started when the mean run duration times its runs (the configurations it measures)
+still fits.
 """
 
 from __future__ import annotations
@@ -93,14 +94,11 @@ def assess(c: CampaignLike, state: JournalState, round_k: int) -> RoundDecision:
         acc = c.layout.accuracy if c.layout.accuracy.is_file() else None
         opts = c.study.analysis.options(c.study.baseline)
         analyze_to(adir, c.run_dirs(state), c.trace_dir(), opts, acc, option=str(adir))
-    out_of_time = False
-    if rules.time_budget_s is not None and n_runs:
-        per_run = measured_s / n_runs
-        out_of_time = measured_s + per_run * len(c.plan.configs) > rules.time_budget_s
     opts = c.study.analysis.options(c.study.baseline)
     return decide_after_round(adir, rules, [x.config_id for x in c.plan.configs], rounds,
                               round_k, baseline=c.study.baseline, basis=opts.energy_basis,
-                              ppl_tolerance=opts.ppl_tolerance, out_of_time=out_of_time)
+                              ppl_tolerance=opts.ppl_tolerance, measured_s=measured_s,
+                              per_run_s=measured_s / n_runs if n_runs else None)
 
 
 def run_adaptive_rounds(c: CampaignLike, state: JournalState,

@@ -90,9 +90,14 @@ def _column(h: pd.DataFrame, col: str) -> dict[str, float]:
 def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Sequence[str],
                        round_of_run: Mapping[str, int], rounds_done: int, *,
                        baseline: str | None, basis: str = "gross",
-                       ppl_tolerance: float = 0.01, out_of_time: bool = False
-                       ) -> RoundDecision:
-    """The decision after `rounds_done` rounds (see the module docstring)."""
+                       ppl_tolerance: float = 0.01, measured_s: float = 0.0,
+                       per_run_s: float | None = None) -> RoundDecision:
+    """The decision after `rounds_done` rounds (see the module docstring).
+
+    Time budget: with `rules.time_budget_s`, the next round is only scheduled when its runs,
+    at `per_run_s` each, still fit after the `measured_s` already spent measuring; otherwise
+    the budget counts as spent.
+    """
     saved = analysis_dir / DECISIONS_JSON
     if saved.is_file():
         try:
@@ -110,8 +115,13 @@ def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Seq
                                   ppl=_column(h, "perplexity"), ppl_tolerance=ppl_tolerance)
     values = ad.round_values(pd.read_csv(analysis_dir / "repeats.csv"),
                              pd.read_csv(analysis_dir / "runs.csv"), round_of_run, basis=basis)
-    spent = out_of_time or rounds_done >= rules.max_rounds
+    spent = rounds_done >= rules.max_rounds
     found = ad.assess(rules, comps, values, rounds_done, out_of_time=spent)
+    n_next = len(ad.configs_to_measure(found))
+    if (not spent and n_next and rules.time_budget_s is not None and per_run_s is not None
+            and measured_s + per_run_s * n_next > rules.time_budget_s):
+        spent = True  # the next round would not fit: the budget is spent now
+        found = ad.assess(rules, comps, values, rounds_done, out_of_time=True)
     states: dict[str, int] = {}
     for s in found:
         states[s.verdict.state] = states.get(s.verdict.state, 0) + 1

@@ -49,7 +49,7 @@ def test_decision_measures_only_undecided_configurations_and_is_kept(tmp_path: P
     assert saved["next_configs"] == ["base", "close"] and "Lai" in saved["method"]
     # a resumed campaign gets the same decision even when asked differently
     again = decide_after_round(tmp_path / "a", rules, list(VALUES), rmap, 4, baseline="base",
-                               out_of_time=True)
+                               measured_s=1e9, per_run_s=60.0)
     assert again == d
 
 
@@ -77,3 +77,19 @@ def test_recorded_decisions_give_the_added_rounds(tmp_path: Path) -> None:
     assert finished(tmp_path, 3) and len(decided_rounds(tmp_path, 3)) == 2
     (assess_dir(tmp_path, 4) / DECISIONS_JSON).write_text("{torn")
     assert decided_rounds(tmp_path, 3) == [(4, ("base", "close"))]  # stops at the unreadable
+
+
+def test_a_round_that_does_not_fit_the_time_budget_is_not_started(tmp_path: Path) -> None:
+    """10 min budget, 9 min measured, 60 s per run: the next round's 2 runs do not fit; 1
+    would."""
+    rules = ad.DecisionRules(targets=("baseline",), min_rounds=3, max_rounds=8, margin_pct=0.2,
+                             time_budget_s=600.0)
+    rmap = _analysis(tmp_path / "c", 4)
+    d = decide_after_round(tmp_path / "c", rules, list(VALUES), rmap, 4, baseline="base",
+                           measured_s=540.0, per_run_s=60.0)
+    assert d.budget_spent and d.next_configs == ()
+    assert any("undecided after the budget" in line for line in d.lines)
+    _analysis(tmp_path / "d", 4)
+    fits = decide_after_round(tmp_path / "d", rules, list(VALUES), rmap, 4, baseline="base",
+                              measured_s=400.0, per_run_s=60.0)
+    assert not fits.budget_spent and fits.next_configs == ("base", "close")
