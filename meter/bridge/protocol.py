@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import binascii
 import json
+import math
 from dataclasses import dataclass, field
 
 from meter.chip import registers as regs
@@ -99,10 +100,13 @@ def _decode_compact(body: bytes) -> Sweep:
     return Sweep(seq, t_us, tuple(chans), "compact")
 
 
+MAX_FIELD_INT = 2**64 - 1  # the compact record's widest field (t_us, u64)
+
+
 def _int(obj: dict, key: str) -> int:
     v = obj.get(key)
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise LineError("parse", f"field {key!r} is not a non-negative integer: {v!r}")
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_FIELD_INT:
+        raise LineError("parse", f"field {key!r} is not an integer 0..2^64-1: {str(v)[:40]}")
     return v
 
 
@@ -111,8 +115,14 @@ def _num(obj: dict, key: str) -> float | None:
     if v is None:
         return None
     if not isinstance(v, (int, float)) or isinstance(v, bool):
-        raise LineError("parse", f"field {key!r} is not a number: {v!r}")
-    return float(v)
+        raise LineError("parse", f"field {key!r} is not a number: {str(v)[:40]}")
+    try:
+        x = float(v)
+    except OverflowError:
+        x = math.inf
+    if not math.isfinite(x):  # JSON's NaN/Infinity, or an integer beyond a float
+        raise LineError("parse", f"field {key!r} is not a finite number: {str(v)[:40]}")
+    return x
 
 
 def _decode_json_sweep(obj: dict) -> Sweep:
@@ -141,8 +151,8 @@ def decode_line(raw: bytes) -> Sweep | Message:
         return _decode_compact(payload[1:])
     try:
         obj = json.loads(payload)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise LineError("parse", f"not JSON ({exc}): {payload[:60]!r}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # nesting too deep too
+        raise LineError("parse", f"not JSON ({str(exc)[:80]}): {payload[:60]!r}") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("k"), str):
         raise LineError("parse", f"no kind 'k': {payload[:60]!r}")
     kind = obj.pop("k")

@@ -12,6 +12,12 @@ What it guarantees (docs/bridge.md):
 * a gap in `seq` writes a `gap` event spanning the last line before to the first line after:
   the cumulative counts carry the energy over it exactly, only time resolution is lost;
 * a bad CRC or an unparsable line writes a `bus_error` event (at most 5 a second, counted);
+  so does a line longer than MAX_LINE_BYTES (read in bounded pieces, never held whole);
+* a sweep line is untrusted even with a good CRC (`trust`): a channel given twice or a time
+  in the future drops the sweep with a `bus_error` event; cumulative counts that went back
+  (`counter_backwards`) or rose faster than any load can (`implausible`) drop that reading
+  with an event and never move `energy_j`; when they stay there for REBASE_AFTER readings
+  the channel continues from them with a `gap` event declaring the energy not metered;
 * an MCU reset (new boot id in `hello`, or `seq` going back) writes a `gap` event, starts a
   new clock mapping, and asks the firmware for `hello` again;
 * a lost serial port is retried every `reconnect_s`; when lines come back a `gap` event covers
@@ -35,7 +41,15 @@ from dataclasses import dataclass, field
 from meter.bridge.clockmap import ClockMapper, Mapping
 from meter.bridge.hello import Hello, parse_hello
 from meter.bridge.link import Link, wire_ns
-from meter.bridge.protocol import LineError, Message, Sweep, command, decode_line
+from meter.bridge.protocol import (
+    ChannelReading,
+    LineError,
+    Message,
+    Sweep,
+    command,
+    decode_line,
+)
+from meter.bridge.trust import counts_problem, power_problem, sweep_problem, time_problem
 from meter.chip.calibration import joules_per_count
 from meter.clock import Clock
 from meter.daemon.event_budget import EventBudget
@@ -48,6 +62,7 @@ MAX_PENDING_SWEEPS = 3000  # sweeps held while the first clock mapping is being 
 INITIAL_PINGS = 8
 DENSE_PINGS_S = 30.0  # after a boot's first ping, ping 10× as often: drift is fitted sooner
 STORAGE_CHECK_S = 0.5  # how often the trace directory's presence and the disk are checked
+REBASE_AFTER = 3  # rejected readings in a row after which a channel's counts are taken anew
 
 
 @dataclass
@@ -66,6 +81,8 @@ class BridgeStats:
     pongs: int = 0
     command_errors: int = 0
     suppressed_events: int = 0
+    rejected_sweeps: int = 0
+    rejected_readings: int = 0
     faults: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
@@ -81,6 +98,20 @@ class _Channel:
     last_t_mono: int | None = None
     failing_since: tuple[int, int] | None = None
     fail_counts: dict[str, int] = field(default_factory=dict)
+    last_counts: int | None = None  # the last accepted cumulative counts of this boot
+    last_t_us: int | None = None  # and when (MCU µs)
+    rejects: int = 0  # readings rejected in a row (trust.counts_problem)
+    rejected_since: tuple[int, int] | None = None  # the last accepted reading before them
+    last_powers: list[float] = field(default_factory=list)  # its power and V·I, if read
+
+
+def _powers(r: ChannelReading) -> list[float]:
+    """A reading's active power and V·I (apparent power), or [] when it carried none."""
+    if r.fail is not None or r.power_w is None:
+        return []
+    apparent = r.voltage_v * r.current_a if r.voltage_v is not None and \
+        r.current_a is not None else 0.0
+    return [r.power_w, apparent]
 
 
 class BridgeRecorder:
@@ -134,6 +165,7 @@ class BridgeRecorder:
         self.connected = False
         self._waiting_logged = False
         self._buf = bytearray()
+        self._skipping = False  # inside an over-long line, discarding up to its end
         self._ping_id = 0
         self._dense_until: int | None = None  # end of this boot's dense ping phase
         self._ping_req_bytes = 0
@@ -197,6 +229,7 @@ class BridgeRecorder:
             self.outage = (start[0], start[1], why)
             self.log(f"epi meter bridge: link lost: {why}")
         self._buf = bytearray()
+        self._skipping = False
         self._pings.clear()
 
     def _connect(self) -> bool:
@@ -313,18 +346,33 @@ class BridgeRecorder:
                 self.writer.update_meta(bridge=self.describe())
 
     def _feed(self, data: bytes, t_recv: int) -> None:
+        """Split into lines; a line over MAX_LINE_BYTES is discarded as its bytes arrive (the
+        buffer never holds more than MAX_LINE_BYTES plus one read), up to its line end."""
         self._buf.extend(data)
         while True:
             i = self._buf.find(b"\n")
+            if self._skipping:  # the rest of an over-long line
+                if i < 0:
+                    self._buf = bytearray()
+                    return
+                del self._buf[: i + 1]
+                self._skipping = False
+                continue
             if i < 0:
                 if len(self._buf) > MAX_LINE_BYTES:
                     self.stats.unparsable += 1
-                    self.event(None, "bus_error", f"bridge: {len(self._buf)} bytes without a "
-                               "line end discarded")
+                    self.event(None, "bus_error", f"bridge: line over {MAX_LINE_BYTES} bytes "
+                               "without a line end discarded up to its end")
                     self._buf = bytearray()
+                    self._skipping = True
                 return
             line = bytes(self._buf[: i + 1])
             del self._buf[: i + 1]
+            if len(line) > MAX_LINE_BYTES:
+                self.stats.unparsable += 1
+                self.event(None, "bus_error", f"bridge: {len(line)}-byte line (over "
+                           f"{MAX_LINE_BYTES}) discarded up to its end")
+                continue
             self._line(line, t_recv)
 
     def _line(self, line: bytes, t_recv: int) -> None:
@@ -389,8 +437,16 @@ class BridgeRecorder:
         self.boot = boot
         self.hello = hello
         for c in hello.channels:
-            self.channels.setdefault(c.channel, _Channel()).jpc = joules_per_count(
-                c.meter_constant_imp_per_kwh)
+            ch = self.channels.setdefault(c.channel, _Channel())
+            jpc = joules_per_count(c.meter_constant_imp_per_kwh)
+            if ch.jpc is not None and jpc != ch.jpc and ch.ref_counts is not None:
+                # never rescale energy already written: the new constant counts from here
+                self.event(c.channel, "bus_error", f"bridge: hello changed the meter constant to "
+                           f"{c.meter_constant_imp_per_kwh:g} imp/kWh within one boot; energy "
+                           "already written stands, counts from here on use the new one")
+                ch.base_j = ch.last_energy_j
+                ch.ref_counts = ch.last_counts
+            ch.jpc = jpc
         self._configure()
         # the trace's channel entries get what only the firmware knows (docs/formats.md §1)
         entries: list[object] = []
@@ -416,6 +472,9 @@ class BridgeRecorder:
         for ch in self.channels.values():
             ch.base_j = ch.last_energy_j
             ch.ref_counts = None
+            ch.last_counts = ch.last_t_us = ch.rejected_since = None
+            ch.rejects = 0
+            ch.last_powers = []
         if self.mapping is not None:
             self.clock_history.append({"boot": self.boot, **self.mapping.describe(),
                                        "ended": "MCU reset"})
@@ -458,11 +517,19 @@ class BridgeRecorder:
             if self.boot is None and len(self.pending) % 20 == 1:
                 self._send(command("hello"))
             return
+        m = self.mapping
+        t_line = m.to_mono_ns(sw.t_us)
+        problem = sweep_problem(sw) or time_problem(
+            m.to_mono_ns(sw.t_us + max((r.offset_us for r in sw.channels), default=0)), t_recv,
+            m.uncertainty_ns, self.last_sweep_t[0] if self.last_seq is not None and
+            self.last_sweep_t is not None else None)
+        if problem is not None:
+            self.stats.rejected_sweeps += 1
+            self.event(None, "bus_error", f"bridge: sweep seq {sw.seq} dropped: {problem}")
+            return
         self.stats.sweeps += 1
         if self.on_sweep is not None:
             self.on_sweep()
-        m = self.mapping
-        t_line = m.to_mono_ns(sw.t_us)
         t_line_real = self._real_of(t_line)
         if self.outage is not None:
             o_mono, o_real, why = self.outage
@@ -493,6 +560,8 @@ class BridgeRecorder:
             t_real = self._real_of(t_mono)
             if ch.jpc is None:
                 continue  # no hello for this channel yet (cannot convert counts)
+            if not self._counts_trusted(r, ch, sw.t_us + r.offset_us, (t_mono, t_real)):
+                continue
             if ch.ref_counts is None:
                 ch.ref_counts = r.counts
             energy_j = ch.base_j + (r.counts - ch.ref_counts) * ch.jpc
@@ -527,6 +596,44 @@ class BridgeRecorder:
                         "current_a", "power_factor", "frequency_hz", "energy_j", "status")
                 for row in rows:
                     self.on_sample({"type": "sample", **dict(zip(keys, row, strict=True))})
+
+    def _counts_trusted(self, r: ChannelReading, ch: _Channel, t_us: int,
+                        t: tuple[int, int]) -> bool:
+        """Whether a reading's cumulative counts may move energy_j (trust.counts_problem);
+        a rejected one is an event. Counts that stay rejected REBASE_AFTER times are taken as
+        the channel's new reference, with a gap declaring the energy between not metered."""
+        n, counts, jpc = r.channel, r.counts, ch.jpc
+        powers = _powers(r)
+        problem = power_problem(r.power_w)
+        if problem is None and ch.last_counts is not None and ch.last_t_us is not None \
+                and jpc is not None:
+            problem = counts_problem(ch.last_counts, counts, (t_us - ch.last_t_us) / 1e6, jpc,
+                                     ch.last_powers + powers if ch.last_powers and powers
+                                     else None)
+        if problem is None:
+            ch.last_counts, ch.last_t_us, ch.rejects = counts, t_us, 0
+            ch.last_powers = powers
+            ch.rejected_since = None
+            return True
+        self.stats.rejected_readings += 1
+        ch.rejects += 1
+        if ch.rejected_since is None:
+            ch.rejected_since = (ch.last_t_mono, self._real_of(ch.last_t_mono)) \
+                if ch.last_t_mono is not None else t
+        if ch.rejects < REBASE_AFTER:
+            kind = "counter_backwards" if problem.startswith("cumulative counts went back") \
+                else "implausible"
+            self.event(n, kind, f"bridge: {problem}; reading dropped, energy_j not moved")
+            return False
+        self.event(n, "gap", gap_detail(t[0], t[1], f"bridge: {problem} for {ch.rejects} "
+                   "readings in a row; the channel continues from these counts, energy over "
+                   "this interval not metered"), t=ch.rejected_since, limit=False)
+        ch.base_j = ch.last_energy_j
+        ch.ref_counts = None
+        ch.last_counts, ch.last_t_us, ch.rejects = counts, t_us, 0
+        ch.last_powers = powers
+        ch.rejected_since = None
+        return True
 
     def _finish(self) -> None:
         now = self._now()

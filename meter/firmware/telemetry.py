@@ -25,7 +25,7 @@ import json
 try:
     import binascii
 except ImportError:  # pragma: no cover - very old MicroPython ports
-    import ubinascii as binascii  # type: ignore
+    import ubinascii as binascii  # type: ignore[import-not-found, no-redef]  # MicroPython only
 
 from meter.firmware.chip import decode_raw
 from meter.firmware.crc import seal
