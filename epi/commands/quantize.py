@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,7 +102,7 @@ def quantize(
     with click.progressbar(
         plans,
         label=label,
-        file=click.get_text_stream("stderr"),
+        file=sys.stderr,  # click.get_text_stream is deprecated (gone in Click 9)
         item_show_func=_map_label,
     ) as bar:
         for exp in bar:

@@ -12,7 +12,7 @@ MicroPython subset (this file itself runs on MicroPython).
 
 MAX_ATM90E26_SPI_HZ = 160000
 
-_pins = {}
+_pins = {}  # type: dict[int, Pin]
 _chips = {}
 
 
