@@ -1,11 +1,12 @@
 """`epi demo`: the main job end to end on the embedded default (no Pi, no board needed).
 
 A small campaign (examples/study-demo.toml): prepare the real SmolLM2-135M model, quantize it
-with four mix maps, start the meter daemon on the ATM90E26 emulator (channel 0 follows this
-machine's real CPU activity, modelled as a Pi 5's wall power), score accuracy, run every
-configuration with token logs (interleaved over the study's two rounds, thermal settle before
-each run), analyse, and write the HTML report, whose path it prints last. Interrupted, the same
-command continues where it stopped.
+with four mix maps, start the meter daemon on the ATM90E26 emulator (channel 0 follows the CPU
+time of the campaign's own processes, modelled as the wall power of a Pi 5 that runs only the
+inference), score accuracy, run every configuration with token logs (interleaved rounds: 3 of
+every map, then adaptive rounds for the maps of undecided comparisons within the study's
+budget; thermal settle before each run), analyse, and write the HTML report, whose path it
+prints last. Interrupted, the same command continues where it stopped.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from epi.cli import cli
-from host.campaign.plan import build_plan
+from host.campaign.plan import build_plan, planned_rounds, rounds_text
 from host.campaign.study import load_study
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,12 +35,12 @@ def test_the_known_study_files_are_found() -> None:
 def test_shipped_study_dry_run_prints_plan_and_estimate(rel: str, tmp_path: Path) -> None:
     study = load_study(REPO / rel)
     plan = build_plan(study)
-    n_cfg, rounds = len(plan.configs), study.repeats
+    n_cfg, rounds = len(plan.configs), planned_rounds(study)  # [decide]: its minimum
     r = CliRunner().invoke(cli, ["campaign", str(REPO / rel), "--dry-run", "--out",
                                  str(tmp_path / "camp")])
     assert r.exit_code == 0, r.output
     out = r.output
-    assert f"{n_cfg} configurations × {rounds} rounds, seed {study.seed}" in out
+    assert f"{n_cfg} configurations × {rounds_text(study)} rounds, seed {study.seed}" in out
     runs = re.findall(r"^ [ *]\s*\d+\. run:(\S+):(\d+) ", out, re.M)
     assert len(runs) == n_cfg * rounds
     assert sorted(set(runs)) == sorted((c.config_id, str(k)) for c in plan.configs
