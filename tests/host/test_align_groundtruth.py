@@ -252,6 +252,8 @@ def test_phases_within_1pct_and_total_within_0p2pct(tmp_path):
     profiles = _profiles(reqs)
     trace = _meter_run(tmp_path, profiles, end_s)
     run = _token_log(tmp_path, idle, reqs, end_s)
+    # repeat CV gate off: _schedule varies each request's decode length by design (alignment
+    # on uneven windows), so J/token differs across repeats (decode CV 14.5 % measured)
     a = analyze([run], trace, Options(cv_threshold=1.0))
     assert a.runs[0].clock.basis == "clock_sync"
     assert a.verdicts["valid"].all(), a.verdicts["reasons"].tolist()
@@ -295,6 +297,8 @@ def test_fault_inside_a_window_invalidates_it(tmp_path):
     mid = (r["first"] + r["end"]) / 2 - 0.1
     trace = _meter_run(tmp_path, profiles, end_s, faults=(f"reset:0@{mid:.3f}",))
     run = _token_log(tmp_path, idle, reqs, end_s)
+    # repeat CV gate off: _schedule varies each request's decode length by design (alignment
+    # on uneven windows), so J/token differs across repeats (decode CV 14.5 % measured)
     a = analyze([run], trace, Options(cv_threshold=1.0))
     w = a.windows[a.windows["request_id"] == 4]
     dec = w[(w["kind"] == "decode") & (w["scope"] == "n0")].iloc[0]

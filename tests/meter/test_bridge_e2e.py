@@ -143,6 +143,8 @@ def test_bridged_energy_matches_truth_and_the_direct_spi_path(tmp_path: Path) ->
     results = {}
     for bridge in (False, True):
         trace = _meter_run(tmp_path, profiles, end_s, bridge=bridge)
+        # repeat CV gate off: _schedule draws each request's prefill and decode lengths at
+        # random, so J/token differs across repeats by design; the energies are under test
         a = analyze([run], trace, Options(cv_threshold=1.0))
         assert a.verdicts["valid"].all(), a.verdicts["reasons"].tolist()
         results[bridge] = (a, _phase_errors(a, profiles, reqs), _total(a, idle, reqs))

@@ -44,6 +44,8 @@ def test_emulate_bridge_then_epi_run_then_analyze(tiny_model: Path, tmp_path: Pa
         daemon.stop()
         worker.join(timeout=30)
     assert not worker.is_alive()
+    # repeat CV gate off: at a constant 6 W the CV is the decode speed's, which other jobs on
+    # a shared machine set (tests/host/test_default_gates_e2e.py runs the default gates)
     a = analyze([tmp_path / "run"], tmp_path / "trace", Options(cv_threshold=1.0))
     w = a.windows[(a.windows["kind"] == "request") & (a.windows["scope"] == "all")]
     assert len(w) >= 8
