@@ -10,7 +10,10 @@ and the intersection of the bounds of all exchanges is the round-trip filter: th
 its middle and the uncertainty its half-width — a guaranteed bound, not a standard deviation,
 as long as neither clock jumps during the few milliseconds of the exchanges. If clock-rate
 differences make the bounds disagree, the exchange with the smallest round trip is used and
-the disagreement is added to its uncertainty.
+the disagreement is added to its uncertainty. Bounds that disagree by more than clock rates
+can explain (MAX_RATE_PPM over the exchanges, at least MIN_DISAGREEMENT_NS) mean a clock
+jumped, or the meter's answers are not times: the measurement is refused (`ClockJumpError`),
+never reported with an uncertainty as wide as the jump.
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from epi.core.errors import UserError
+
+MAX_RATE_PPM = 200.0  # two monotonic clocks' rates differ by far less
+MIN_DISAGREEMENT_NS = 1_000_000  # below this, disjoint bounds widen the uncertainty
+
+
+class ClockJumpError(ValueError):
+    """The exchanges' bounds disagree by more than clock rates allow: a clock jumped."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,13 @@ def combine(exchanges: list[Exchange], meter_url: str) -> ClockOffset:
         offset = (low + high) // 2
         uncertainty = (high - low + 1) // 2
     else:
+        span_ns = max(exchanges[-1].t4 - exchanges[0].t1, 0)
+        allowed = max(MIN_DISAGREEMENT_NS, round(span_ns * MAX_RATE_PPM * 1e-6))
+        if low - high > allowed:
+            raise ClockJumpError(
+                f"the meter's clock answers disagree by {(low - high) / 1e6:.3f} ms over "
+                f"{span_ns / 1e6:.1f} ms of exchanges (clock rates explain at most "
+                f"{allowed / 1e6:.3f} ms): a clock jumped; measurement refused, run it again")
         offset = (best.low + best.high) // 2
         uncertainty = (best.high - best.low + 1) // 2 + (low - high)
     t_mid = (exchanges[0].t1 + exchanges[-1].t4) // 2
@@ -134,4 +151,7 @@ def estimate_offset(url: str, *, samples: int = 16, timeout_s: float = 2.0) -> C
         raise UserError(f"meter {url}: {path} did not answer like an epi meter ({exc})") from None
     finally:
         conn.close()
-    return combine(exchanges, url)
+    try:
+        return combine(exchanges, url)
+    except ClockJumpError as exc:
+        raise UserError(f"meter {url}: {exc}") from None

@@ -10,9 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from epi.commands.meter_sync import sync
-from epi.core.clocksync import Exchange, combine, estimate_offset
+from epi.core.clocksync import ClockJumpError, Exchange, combine, estimate_offset
 from epi.core.errors import UserError
 from meter.daemon.http_server import MeterServer
+from meter.daemon.live_stream import LiveHub
+from tests.meter.conftest import OffsetClock, make_state
 
 OFFSET_NS = 123_456_789
 
@@ -92,3 +94,38 @@ def test_sync_command_error_exits_2_with_one_line() -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("epi: error: meter http://127.0.0.1:9: cannot reach")
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+class JumpingClock(OffsetClock):
+    """A meter clock that jumps forward by 1 s every few reads (issue 30: epi meter sync
+    reported ±979 ms against it instead of refusing)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.reads = 0
+
+    def monotonic_ns(self) -> int:
+        self.reads += 1
+        if self.reads % 7 == 0:
+            self.offset_ns += 1_000_000_000
+        return super().monotonic_ns()
+
+
+def test_a_clock_that_jumps_by_a_second_is_refused_not_reported() -> None:
+    server = MeterServer("127.0.0.1", 0, state=make_state(), hub=LiveHub(),
+                         clock=JumpingClock())
+    server.start()
+    try:
+        with pytest.raises(UserError) as info:
+            estimate_offset(server.url, samples=16)
+    finally:
+        server.stop()
+    msg = str(info.value)
+    assert "a clock jumped" in msg and "refused" in msg and "\n" not in msg
+
+
+def test_combine_refuses_bounds_a_second_apart() -> None:
+    a = Exchange(0, 100, 110, 200)
+    b = Exchange(1000, 1_000_000_500, 1_000_000_510, 1020)  # the meter's clock jumped 1 s
+    with pytest.raises(ClockJumpError):
+        combine([a, b], "http://x")
