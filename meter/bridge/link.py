@@ -2,7 +2,8 @@
 
 `SerialLink.read(timeout_s)` returns the bytes that arrived (b"" on timeout) and raises
 `LinkLost` when the port fails (an unplugged USB adapter, a pty whose other end closed);
-`open()` raises `LinkLost` while the port is missing, so the recorder can keep retrying.
+`open()` raises `LinkLost` while the port is missing or held by another process (the port is
+opened exclusively), so the recorder can keep retrying.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ class SerialLink:
         if "meter.emulation" not in serial.protocol_handler_packages:  # emumcu://, emuchip://
             serial.protocol_handler_packages.append("meter.emulation")
         try:
+            # exclusive: a second reader (`firmware console` beside the daemon) would steal
+            # lines; pyserial locks the device (flock) and the second open fails
             self.ser = serial.serial_for_url(self.port, self.baud, timeout=0.05,
-                                             write_timeout=1.0)
+                                             write_timeout=1.0, exclusive=True)
         except (serial.SerialException, OSError, ValueError) as exc:
             self.ser = None
             raise LinkLost(f"{self.port}: {exc}") from None
