@@ -55,18 +55,18 @@ class SearchSettings:
 class SearchState:
     """What has been measured so far, round by round."""
 
-    rounds: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[dict[str, object]] = field(default_factory=list)
     measured: list[Measured] = field(default_factory=list)
     direct_kl: dict[str, float] = field(default_factory=dict)  # config -> KL of its file
     search_maps: dict[str, list[str]] = field(default_factory=dict)  # config -> assignment
     # config -> the prediction made when it was picked (before it was measured), with interval
-    predictions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    predictions: dict[str, dict[str, object]] = field(default_factory=dict)
     # config -> summed per-layer proxy KL (search maps; hand-made maps expressible in the space)
     proxy_kl: dict[str, float] = field(default_factory=dict)
     # the model, maps, options and build this state describes (None: an older state's)
     identity: dict[str, object] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "format": SEARCH_FORMAT, "format_version": SEARCH_FORMAT_VERSION,
             "rounds": self.rounds,
@@ -282,15 +282,16 @@ def verdict(state: SearchState, hand_made: set[str]) -> dict[str, Any]:
             "frontier": frontier_shift(hand, found)}
 
 
-def _num(x: float | None) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:.4g}"
+def _num(x: object) -> str:
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return f"{x:.4g}" if ok else "n/a"
 
 
 def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def pick_prediction(predictor: Predictor | None, c: Candidate) -> dict[str, Any]:
+def pick_prediction(predictor: Predictor | None, c: Candidate) -> dict[str, object]:
     """What the models said of candidate `c` when it was picked, before it was measured.
 
     Stored in the search state and reported as "predicted": a prediction refitted afterwards
@@ -307,6 +308,16 @@ def pick_prediction(predictor: Predictor | None, c: Candidate) -> dict[str, Any]
             "predicted_epi": _finite_or_none(predictor.epi(c.gb, c.kl)),
             "predicted_epi_interval": [_finite_or_none(lo), _finite_or_none(hi)],
             "fit_n": predictor.energy.n, "accuracy_fit_n": predictor.accuracy.n}
+
+
+def _prediction_text(pred: dict[str, object]) -> str:
+    """', predicted EPI x [lo, hi]' of a pick-time prediction, or that there is none."""
+    epi = pred.get("predicted_epi")
+    if not isinstance(epi, (int, float)):
+        return ", no prediction (no fitted model)"
+    pi = pred.get("predicted_epi_interval")
+    lo, hi = pi if isinstance(pi, list) and len(pi) == 2 else (None, None)
+    return f", predicted EPI {_num(epi)} [{_num(lo)}, {_num(hi)}]"
 
 
 def run_search(
@@ -371,11 +382,7 @@ def run_search(
             state.predictions[cid] = pred
             state.proxy_kl[cid] = c.kl
             echo(f"round {round_no}: {cid} {assignment_text(c.assignment)} ({c.bpw:.3f} bpw)"
-                 + (f", predicted EPI {_num(pred['predicted_epi'])} "
-                    f"[{_num(pred['predicted_epi_interval'][0])}, "
-                    f"{_num(pred['predicted_epi_interval'][1])}]"
-                    if pred.get("predicted_epi") is not None
-                    else ", no prediction (no fitted model)"))
+                 + _prediction_text(pred))
         results = measure(round_no, round_dir, maps)
         for m in results:
             if m.gguf and m.config not in state.direct_kl and Path(m.gguf).exists():

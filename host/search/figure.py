@@ -16,15 +16,16 @@ from pathlib import Path
 from typing import Any
 
 
-def _finite(*xs: Any) -> bool:
+def _finite(*xs: object) -> bool:
     return all(isinstance(x, (int, float)) and math.isfinite(x) for x in xs)
 
 
-def _err(v: float, ci: Any) -> list[list[float]] | None:
+def _err(v: float, ci: object) -> list[list[float]] | None:
     """Asymmetric error bar [[below], [above]] from an interval, None if unknown."""
-    if not ci or not _finite(v, *ci):
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or not _finite(v, *ci):
         return None
-    return [[max(v - ci[0], 0.0)], [max(ci[1] - v, 0.0)]]
+    lo, hi = float(ci[0]), float(ci[1])
+    return [[max(v - lo, 0.0)], [max(hi - v, 0.0)]]
 
 
 def plot_search(summary: dict[str, Any], out: Path) -> list[Path]:

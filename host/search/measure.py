@@ -14,7 +14,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from epi.core.errors import UserError
 from epi.formats.manifests import read_quant_manifest
@@ -38,7 +37,7 @@ class Measured:
     reason: str
     perplexity: float = math.nan  # the campaign's perplexity (NaN where it scored none)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
     @property
@@ -123,7 +122,7 @@ class CampaignSettings:
     cv_threshold: float | None = None  # the analysis' repeat-CV limit; None: the campaign's
 
 
-def _toml_value(v: Any) -> str:
+def _toml_value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
