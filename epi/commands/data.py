@@ -80,13 +80,13 @@ def show(root: Path | None) -> None:
             problems += gone
             continue
         click.echo(f"{name:<14} {e['n_items']:>6} items  {e['split']:<26} {e['license']:<40} {src}")
-    for name, e in sorted(manifest["texts"].items()):
-        gone = evaldata.missing_files(root, e)
+    for name, t in sorted(manifest["texts"].items()):
+        gone = evaldata.missing_files(root, t)
         if gone:
             click.echo(f"{name:<14} FILES MISSING OR CHANGED: {'; '.join(gone)}")
             problems += gone
             continue
-        click.echo(f"{name:<14} {e['n_passages']:>6} passages {e['n_words']} words  {e['license']}")
+        click.echo(f"{name:<14} {t['n_passages']:>6} passages {t['n_words']} words  {t['license']}")
     if problems:
         raise UserError(f"{root / 'manifest.json'}: {len(problems)} data file(s) missing or "
                         f"changed (first: {problems[0]}); run `epi data prepare` again")

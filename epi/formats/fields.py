@@ -115,8 +115,11 @@ def read_toml_file(path: Path, what: str = "file") -> dict[str, Any]:
         raise UserError(f"{path}: not valid TOML: nested too deeply") from None
 
 
-def read_json_object(path: Path, what: str = "file") -> dict[str, Any]:
-    """Read a file holding one JSON object (one-line `UserError` for anything else)."""
+def read_json_object(path: Path, what: str = "file") -> dict[str, object]:
+    """Read a file holding one JSON object (one-line `UserError` for anything else).
+
+    Its values are `object`: a reader narrows each field it uses (check_str, check_int, ...)
+    instead of trusting the file."""
     data = parse_json_bytes(read_bytes(path, f"{what} not found"), str(path))
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object, got {type(data).__name__}")

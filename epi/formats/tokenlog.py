@@ -415,7 +415,7 @@ def read_token_log(run_dir: str | os.PathLike[str]) -> TokenLog:
     ep, rp = root / EVENTS_CSV, root / REQUESTS_CSV
     events, cut_e = parse_events(ep)
     requests, cut_r = parse_requests(rp)
-    _cross_check(requests, events, rp, ep, header["status"], notes)
+    _cross_check(requests, events, rp, ep, str(header["status"]), notes)  # checked
     for cut, p in ((cut_e, ep), (cut_r, rp)):
         if cut:
             notes.append(f"{p.name}: dropped a truncated final line")

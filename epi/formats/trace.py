@@ -637,7 +637,8 @@ def read_trace(trace_dir: str | os.PathLike[str], samples_reader: SamplesReader 
                          f"set to missing (first: line {line}, {name} {x:g}); the time around "
                          "a missing power_w is invalid")
         events, cut_e = parse_events(events_path, known)
-        period = meta.get("sample_period_s")
+        given = meta.get("sample_period_s")  # checked by check_meta: a number ≥ 0 or absent
+        period = float(given) if isinstance(given, (int, float)) else None
         inferred = period is None
         if inferred:
             period = infer_period_s(columns)

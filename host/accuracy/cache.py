@@ -18,8 +18,8 @@ from typing import Any
 
 from epi.core.files import write_json_atomic
 from epi.core.paths import epi_home
+from epi.formats.json_types import JSON
 from host.accuracy import store
-from host.accuracy.store import JSON
 from host.gguf_io.file import sha256_file
 
 SCORER_VERSION = 2  # bump when a change to the scoring could change a cached number

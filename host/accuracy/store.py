@@ -27,11 +27,11 @@ import socket
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Union
 
 from epi import __version__
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
+from epi.formats.json_types import JSON
 
 FORMAT = "epi-accuracy-store"
 FORMAT_VERSION = 1
@@ -40,7 +40,6 @@ ENV = "EPI_ACCURACY_STORE"
 #: 4 choices, is about 1 MB)
 MAX_ENTRY_BYTES = 64 * 1024 * 1024
 
-JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
 Key = Mapping[str, JSON]
 
 

@@ -16,17 +16,15 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
 from epi.formats.analysis import RESULT_COLUMNS, RESULT_FORMAT, RESULT_VERSION, WINDOW_COLUMNS
+from epi.formats.json_types import JSON
 from host.analysis import components, pipeline
 from host.analysis.model import Analysis, Options
-
-JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
 
 
 @dataclass(frozen=True)

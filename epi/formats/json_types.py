@@ -1,0 +1,14 @@
+"""The JSON value type, defined once for every reader and writer of JSON files.
+
+`JSON` is what `json.loads` can return and `json.dumps` can write without a `default=`:
+a checker then sees a document's shape instead of `Any`. `JSONObject` is a parsed JSON
+object as readers receive it (read-only: a reader narrows its fields, it does not edit them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Union
+
+JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
+JSONObject = Mapping[str, object]
