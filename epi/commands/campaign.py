@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from epi.commands.params import check_output_dir
+from epi.commands.params import BoundedInt, check_output_dir
 from host.campaign.execute import Campaign
 from host.campaign.execute import dry_run as print_plan
 from host.campaign.study import load_study
@@ -20,7 +20,7 @@ from host.campaign.study import load_study
               help="With --dry-run: measure the accuracy stage's time with a short scoring "
                    "probe on this machine (one model load, a few items per benchmark) instead "
                    "of the study file's assumed seconds per item.")
-@click.option("--accuracy-workers", type=click.IntRange(1, 100_000), default=None,
+@click.option("--accuracy-workers", type=BoundedInt(1, 100_000), default=None,
               help="With --dry-run: also show the time with the accuracy stage on N Dask "
                    "workers (epi accuracy --cluster), beside the metered runs.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False),
