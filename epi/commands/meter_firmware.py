@@ -38,9 +38,12 @@ def build_cmd(out_dir: Path) -> None:
               help="Board configuration for the MCU's flash (epi_meter.json, docs/bridge.md).")
 @click.option("--dry-run", is_flag=True, help="Print the mpremote command, run nothing.")
 def deploy_cmd(port: str, config: Path | None, dry_run: bool) -> None:
-    """Build, copy to the board with mpremote, and reset it."""
-    from meter.bridge.firmware_tools import build, deploy_argv
+    """Build, copy to the board with mpremote, and reset it. The config is checked first with
+    the firmware's own reader: a file the board would refuse is refused here (dry-run too)."""
+    from meter.bridge.firmware_tools import build, check_config_file, deploy_argv
 
+    if config is not None:
+        check_config_file(config)
     with tempfile.TemporaryDirectory(prefix="epi-firmware-") as tmp:
         res = build(Path(tmp))
         argv = deploy_argv(res.out_dir, port, config)

@@ -70,6 +70,21 @@ def build(out_dir: Path) -> BuildResult:
     return BuildResult(out_dir, files)
 
 
+def check_config_file(path: Path) -> None:
+    """Refuse (UserError, one line) a board configuration the firmware would not run as
+    written, with the firmware's own reader (meter.firmware.config.parse_config): before
+    `deploy` builds or copies anything, dry-run included."""
+    from meter.firmware.config import parse_config
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read the board configuration ({exc})") from None
+    _, error = parse_config(text)
+    if error is not None:
+        raise UserError(f"{path}: {error.split(': ', 1)[-1]}; nothing deployed")
+
+
 def deploy_argv(build_dir: Path, port: str, config: Path | None = None) -> list[str]:
     """mpremote: copy the package tree (folders made as needed), main.py, the config; reset."""
     argv = [_tool("mpremote"), "connect", port,

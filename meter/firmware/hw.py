@@ -29,9 +29,10 @@ class McuHardware:
             s["id"], baudrate=s["baud"], polarity=1, phase=1, bits=8, firstbit=machine.SPI.MSB,
             sck=machine.Pin(s["sck"]), mosi=machine.Pin(s["mosi"]), miso=machine.Pin(s["miso"]),
         )
-        self.ticks_us = time.ticks_us
-        self.ticks_diff = time.ticks_diff
-        self.sleep_us = time.sleep_us
+        # MicroPython's time module has these; CPython's typeshed does not know them
+        self.ticks_us = time.ticks_us  # type: ignore[attr-defined]  # MicroPython only
+        self.ticks_diff = time.ticks_diff  # type: ignore[attr-defined]  # MicroPython only
+        self.sleep_us = time.sleep_us  # type: ignore[attr-defined]  # MicroPython only
 
     def pin(self, number):
         """A chip-select line, idle high (deselected) from the start."""

@@ -70,7 +70,7 @@ def test_firmware_build_compiles_every_file(tmp_path: Path) -> None:
 
 def test_firmware_deploy_dry_run_is_one_mpremote_argv(tmp_path: Path) -> None:
     cfg = tmp_path / "epi_meter.json"
-    cfg.write_text("{}")
+    cfg.write_text('{"format": "epi-bridge-config", "format_version": 1, "rate_hz": 20}')
     res = CliRunner().invoke(cli, ["meter", "firmware", "deploy", "--port", "/dev/ttyACM0",
                                    "--config", str(cfg), "--dry-run"])
     assert res.exit_code == 0, res.output
