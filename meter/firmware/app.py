@@ -7,8 +7,8 @@ from its own loop, with a simulated clock, so an hour of firmware runs in second
 
 Schedule: sweep slots at `t0 + k·period` on the MCU's own 64-bit microsecond clock; a sweep
 that overran its period skips the slots that are over and runs the latest one that has begun
-at once (skips counted, reported by a `late` event at most every 10 s). `seq` counts
-sweeps sent, so a gap in `seq` on the Pi means lost lines.
+at once (skips counted, reported by a `late` event from boot on, at most every 10 s).
+`seq` counts sweeps sent, so a gap in `seq` on the Pi means lost lines.
 
 `hw` is what the board provides (see meter.firmware.hw for the real one): `ticks_us`,
 `ticks_diff`, `sleep_us`, `uart` (any/read/write), `spi` (write_readinto), `pin(n)`,
@@ -52,7 +52,7 @@ class Firmware:
         self.seq = 0
         self.next_due = None
         self.skipped = 0
-        self.late_reported_us = 0
+        self.late_reported_us = None  # type: int | None  # when `late` was last sent
         self.commands = 0
         self.errors = 0
         self._rx = bytearray()
@@ -176,11 +176,14 @@ class Firmware:
                 missed = (now - self.next_due) // self.period_us
                 self.skipped += missed
                 self.next_due += missed * self.period_us
-                if now - self.late_reported_us >= LATE_REPORT_US:
-                    self._event(None, "late", "%d sweep slot(s) skipped (sweep longer than "
-                                "the period)" % self.skipped)
-                    self.late_reported_us = now
-                    self.skipped = 0
+            # the first overrun is reported at once (from boot on), later ones at most every
+            # LATE_REPORT_US; skips held back are reported with the next sweep after it
+            if self.skipped and (self.late_reported_us is None
+                                 or now - self.late_reported_us >= LATE_REPORT_US):
+                self._event(None, "late", "%d sweep slot(s) skipped (sweep longer than "
+                            "the period)" % self.skipped)
+                self.late_reported_us = now
+                self.skipped = 0
         return self.next_due - now
 
     def run(self):
