@@ -257,6 +257,8 @@ class TraceWriter:
         # before meta.json: a segment whose meta.json exists always has both files.
         self._samples_fd = _create_with_header(self.samples_path, SAMPLE_COLUMNS)
         self._events_fd = _create_with_header(self.events_path, EVENT_COLUMNS)
+        st = os.fstat(self._samples_fd)
+        self._samples_id = (st.st_dev, st.st_ino)  # which file is ours (see _still_ours)
         write_json_atomic(self.meta_path, meta)
         self.reserve_path: Path | None = self.trace_dir / f".seg-{self.segment:06d}.reserve"
         _hold_space(self.reserve_path, RESERVE_BYTES)
@@ -360,8 +362,9 @@ class TraceWriter:
         so a stop on a full disk still leaves a correct meta.json. Once only."""
         if self.reserve_path is None:
             return
-        with contextlib.suppress(OSError):
-            os.unlink(self.reserve_path)
+        if self._lost is None and self._still_ours():  # never another trace's reserve
+            with contextlib.suppress(OSError):
+                os.unlink(self.reserve_path)
         self.reserve_path = None
         with self._lock:
             if self._closed:
@@ -416,11 +419,27 @@ class TraceWriter:
             self._dirty = True
             self.events_written += 1
 
+    def _still_ours(self) -> bool:
+        """Whether the segment's samples file at its path is the one this writer opened: after
+        ``--out`` was removed (and perhaps re-created, perhaps by a new daemon) nothing may be
+        written by path any more, or a stray meta.json (or a removed reserve) would land in a
+        directory that is not this trace."""
+        try:
+            st = os.stat(self.samples_path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._samples_id
+
     def update_meta(self, **updates: object) -> None:
-        """Atomically rewrite meta.json with some keys added or replaced (e.g. ``stats``)."""
+        """Atomically rewrite meta.json with some keys added or replaced (e.g. ``stats``);
+        nothing is written once the segment's files are not this writer's any more."""
         with self._lock:
             self._meta.update(updates)
             snapshot = dict(self._meta)
+        if self._lost is not None or not self._still_ours():
+            if self._lost is None:
+                self._lost = f"{self.samples_path} was removed while the daemon wrote to it"
+            return
         try:
             write_json_atomic(self.meta_path, snapshot)
         except OSError as exc:  # the old meta.json stays whole; the next update tries again
@@ -470,8 +489,9 @@ class TraceWriter:
                 self.reserve_path = None
                 self.update_meta()
         if self.reserve_path is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self.reserve_path)
+            if self._lost is None and self._still_ours():  # never another trace's reserve
+                with contextlib.suppress(OSError):
+                    os.unlink(self.reserve_path)
             self.reserve_path = None
         if self._dir_lock is not None:
             self._dir_lock.release()
