@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from epi.commands.params import FiniteFloat
+from epi.commands.params import FiniteFloat, SafeId
 from epi.core.errors import UserError
 from meter.daemon.http_server import DEFAULT_HOST, DEFAULT_PORT
 from meter.daemon.service import DaemonOptions, MeterDaemon
@@ -57,7 +57,7 @@ from meter.daemon.service import DaemonOptions, MeterDaemon
     "not wall power); alone without --board/--emulate. See docs/sources.md.",
 )
 @click.option(
-    "--source-node", default=None, metavar="NAME",
+    "--source-node", default=None, metavar="NAME", type=SafeId(),  # an empty name is refused
     help="Node name of the software channels (as `epi run --node`) [default: hostname].",
 )
 def run(

@@ -137,6 +137,8 @@ def _main(monkeypatch, capsys, *argv: str) -> tuple[int, str]:
     (["meter", "calibrate", "0", "--emulate", "--readings", "inf"], "--readings"),
     (["meter", "firmware", "console", "--baud", "nan"], "--baud"),
     (["meter", "firmware", "console", "--seconds", "nan"], "--seconds"),
+    (["meter", "run", "--out", "o", "--source", "rapl", "--source-node", ""], "--source-node"),
+    (["meter", "run", "--out", "o", "--source-node", "a b"], "--source-node"),
 ])
 def test_bad_option_values_exit_2_with_one_line(monkeypatch, capsys, argv, option) -> None:
     code, err = _main(monkeypatch, capsys, *argv)
