@@ -123,10 +123,14 @@ def read_sysfs_number(path: Path) -> int:
     except UnicodeDecodeError:
         text = "<not text>"
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise SourceError("read_error", f"{path}: not an integer ({text[:40]!r})",
                           "a driver bug; report the kernel and driver version") from None
+    if abs(value) >= 1 << 64:  # no kernel counter is wider; as a float it would overflow
+        raise SourceError("read_error", f"{path}: {text[:24]}… overflows a 64-bit counter",
+                          "a driver bug; report the kernel and driver version")
+    return value
 
 
 def permission_fix(path: Path) -> str:
