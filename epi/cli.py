@@ -8,6 +8,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -64,12 +65,12 @@ class LazyGroup(click.Group):
 
     def __init__(
         self,
-        *args: object,
+        *args: Any,  # click.Group's own arguments, passed through as they come
         commands: dict[str, str] | None = None,
         help_lines: dict[str, str] | None = None,
-        **kwargs: object,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        super().__init__(*args, **kwargs)
         self.lazy_commands = commands if commands is not None else COMMANDS
         self.help_lines = help_lines if help_lines is not None else HELP
 

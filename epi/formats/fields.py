@@ -6,6 +6,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
@@ -102,8 +103,9 @@ def read_toml_file(path: Path, what: str = "file") -> dict[str, Any]:
         import tomllib
     else:
         try:
-            # tomli is the 3.10 back-port and is not installed where mypy checks (3.11 venv).
-            import tomli as tomllib  # type: ignore[import-not-found]
+            # tomli is the 3.10 back-port; imported by name because it is not installed where
+            # mypy checks (a 3.11 venv), so mypy sees a module it has no stubs for
+            tomllib = importlib.import_module("tomli")
         except ModuleNotFoundError:
             raise UserError(f"{path}: reading TOML needs Python 3.11+ or tomli") from None
     text = decode_utf8(read_bytes(path, f"{what} not found"), str(path))

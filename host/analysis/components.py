@@ -15,14 +15,13 @@ Hooks: ``node_channel_override`` (pipeline: which channels the main figures use)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from epi.core.text import format_table
-from host.analysis.align import window_energy
-from host.analysis.model import Analysis
+from host.analysis.align import WindowEnergy, window_energy
+from host.analysis.model import Analysis, RunInfo
 from host.analysis.traces import Trace
 
 COMPONENT_LABEL = "component power, not wall power"
@@ -70,7 +69,7 @@ def main_labels(a: Analysis) -> dict[str, str]:
     return out
 
 
-def _energy(we: Any, method: str) -> np.ndarray:
+def _energy(we: WindowEnergy, method: str) -> np.ndarray:
     if method == "counter":
         return np.where(np.isfinite(we.energy_counter_j), we.energy_counter_j, we.energy_j)
     return we.energy_j
@@ -80,9 +79,9 @@ def component_table(a: Analysis) -> pd.DataFrame:
     """Side-by-side rows (COLUMNS): per run, node, window kind (request, idle) and component
     channel, plus one row per run, node and kind summing all its component channels."""
     cached = getattr(a, "_component_table", None)
-    if cached is not None:
+    if isinstance(cached, pd.DataFrame):
         return cached
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     trace = a.trace
     win = a.windows
     for info in a.runs:
@@ -123,13 +122,13 @@ def component_table(a: Analysis) -> pd.DataFrame:
                                      reasons.get(one, "") if one is not None else "; ".join(
                                          f"ch{c}: {r}" for c, r in reasons.items() if r)))
     table = pd.DataFrame(rows, columns=COLUMNS)
-    a._component_table = table  # type: ignore[attr-defined]
+    setattr(a, "_component_table", table)  # noqa: B010  a memo, not a field of Analysis
     return table
 
 
-def _row(a: Analysis, info: Any, node: str, kind: str, ch: int | None, e: np.ndarray,
+def _row(a: Analysis, info: RunInfo, node: str, kind: str, ch: int | None, e: np.ndarray,
          ok: np.ndarray, dur: np.ndarray, tokens: np.ndarray, wall_e: np.ndarray,
-         main_is_wall: bool, reason: str) -> dict[str, Any]:
+         main_is_wall: bool, reason: str) -> dict[str, object]:
     ci = a.trace.channels[ch] if ch is not None else None
     d = float(dur[ok].sum()) if ok.any() else float("nan")
     energy = float(e[ok].sum()) if ok.any() else float("nan")
@@ -160,7 +159,7 @@ def _row(a: Analysis, info: Any, node: str, kind: str, ch: int | None, e: np.nda
     }
 
 
-def _clean(v: Any) -> Any:
+def _clean(v: object) -> object:
     if isinstance(v, float) and not np.isfinite(v):
         return None
     if isinstance(v, np.integer):
@@ -170,7 +169,7 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def records(a: Analysis) -> dict[str, Any] | None:
+def records(a: Analysis) -> dict[str, object] | None:
     """The ``components`` key of results.json (None for a trace without software channels)."""
     if not has_components(a.trace):
         return None
@@ -196,7 +195,7 @@ def files(a: Analysis) -> dict[str, bytes]:
     return {"components.csv": component_table(a).to_csv(index=False).encode()}
 
 
-def _num(x: Any, fmt: str = ".4g") -> str:
+def _num(x: float | None, fmt: str = ".4g") -> str:
     return "null" if x is None or not np.isfinite(x) else format(x, fmt)
 
 

@@ -16,9 +16,10 @@ prompt all pay the full prefill.
 from __future__ import annotations
 
 import time
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from epi.core.errors import UserError
 from host.cluster.placement import LoadLog, parse_load_log
@@ -33,7 +34,7 @@ def _llama_class() -> type:
     class EpiLlama(Llama):
         """Llama whose generate() samples greedily with the given token ids banned."""
 
-        _epi_bias: Any = None
+        _epi_bias: object = None  # a ctypes array of llama_logit_bias
         _epi_n_bias: int = 0
 
         def epi_ban_tokens(self, token_ids: list[int]) -> None:
@@ -57,17 +58,35 @@ def _llama_class() -> type:
     return EpiLlama
 
 
+class GenerationModel(Protocol):
+    """What epi calls on a loaded `EpiLlama` (llama-cpp-python ships no type information)."""
+
+    @property
+    def model(self) -> object: ...  # the llama_model pointer, for llama_cpp's C functions
+
+    @property
+    def ctx(self) -> object: ...  # the llama_context pointer
+
+    def n_vocab(self) -> int: ...
+
+    def reset(self) -> None: ...
+
+    def generate(self, tokens: Sequence[int]) -> Generator[int, None, None]: ...
+
+    def epi_ban_tokens(self, token_ids: list[int]) -> None: ...
+
+
 @dataclass
 class LoadedModel:
     """A loaded model, the ids banned from generation and what llama.cpp logged while loading."""
 
-    llm: Any  # EpiLlama
+    llm: GenerationModel  # an EpiLlama
     eog_ids: list[int]
     load_log: LoadLog
     n_params: int
 
 
-def eog_token_ids(llm: Any) -> list[int]:
+def eog_token_ids(llm: GenerationModel) -> list[int]:
     """Every end-of-generation token id of the model's vocabulary (EOS, EOT, <|im_end|>, ...)."""
     import llama_cpp
 
@@ -123,7 +142,7 @@ class Timing:
     t_end_real_ns: int
 
 
-def timed_request(llm: Any, prompt: list[int], n_tokens: int) -> Timing:
+def timed_request(llm: GenerationModel, prompt: list[int], n_tokens: int) -> Timing:
     """Generate exactly `n_tokens` tokens after `prompt` (full prefill), stamping each one."""
     mono, real = time.monotonic_ns, time.time_ns
     ids = [0] * n_tokens
@@ -147,7 +166,7 @@ def timed_request(llm: Any, prompt: list[int], n_tokens: int) -> Timing:
     return Timing(t0m, t0r, ids, monos, reals, t1m, t1r)
 
 
-def perf_context(llm: Any) -> dict[str, float]:
+def perf_context(llm: GenerationModel) -> dict[str, float]:
     """llama.cpp's own counters since the last reset (prompt/eval ms and token counts)."""
     import llama_cpp
 
