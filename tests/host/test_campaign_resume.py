@@ -1,6 +1,9 @@
 """A small real campaign (tiny model, emulated meter daemon, real llama.cpp runs) killed twice
 with SIGKILL ends with the same report as an uninterrupted one: every (configuration, round)
-counted exactly once, no duplicates, no half-finished run, nothing left running.
+counted exactly once, no duplicates, no half-finished run, nothing left running, and the same
+measured figures: valid runs, tokens counted and accuracy exactly; J/Token, EPI, tok/s and
+power physically bounded, consistent with each other, and within the spread two identical
+uninterrupted campaigns show on a loaded machine (see SPREAD).
 
 The kill points cover every step kind the study has (quantize, data, accuracy, run, analysis,
 report): each case kills the campaign twice, each time inside a step of a given kind. The test
@@ -54,7 +57,7 @@ path = "{model}"
 maps = ["{MAPS}/uniform_q8.json", "{MAPS}/mix_high_early.json"]
 
 [run]
-tokens = 4
+tokens = 128
 repeats_per_run = 2
 warmups = 0
 threads = 1
@@ -71,6 +74,14 @@ benchmarks = {{ arc_challenge = 10 }}
 [thermal]
 rule = "fixed"
 wait_s = 0.2
+
+[analysis]
+lag = "auto"
+# repeat CV gate loosened: the modelled power follows the whole machine's CPU, so on a shared
+# CI machine identical uninterrupted campaigns differ in J/token CV by other jobs' load
+# (measured 9-34 %); the figures compared below still need every run valid under the other
+# gates (tests/host/test_default_gates_e2e.py runs the default gates)
+cv_threshold = 1.0
 """)
     return p
 
@@ -139,16 +150,72 @@ def _kill_inside(kind: str, proc: subprocess.Popen, journal: Journal,
     return ev
 
 
-def _table(camp: Path) -> list[list[str]]:
-    """The report's results table, without the measured columns that vary run to run
-    (J/Token, EPI, tok/s, power) and with the valid count replaced by the run count."""
+# ActivityModel's bounds (meter/emulation/power_models.py): idle 2.7 W, all cores busy 9.5 W
+POWER_RANGE_W = (2.7, 9.5)
+# identical uninterrupted campaigns on a loaded 2-core machine differed by 1.95x in J/token
+# (0.0230 vs 0.0118): the figures of two campaigns agree within this factor, no closer
+SPREAD = 3.0
+# the invalid-run reasons a loaded machine causes (host/analysis/verdicts.py's texts)
+LOAD_REASONS = ("window(s) have fewer than", "cross faults/gaps")
+
+
+def _num(cell: str) -> float:
+    """The point value of a report cell ('0.02296 [0.021, 0.024] 87.5 % n=4' → 0.02296)."""
+    return float(cell.split()[0])
+
+
+def _measured(camp: Path) -> dict[str, dict[str, float | str]]:
+    """Per configuration, the report's measured figures (J/Token, EPI, accuracy, tok/s,
+    average power, valid runs) and the generated tokens the analysis counted."""
+    import pandas as pd
+
     from host.report.tables import results_table
 
     t = results_table(report_data.load(camp / "analysis"))
-    keep = [t.headers.index(h) for h in ("Config", "Early", "Middle", "Late", "Size",
-                                          "Perplexity", "Accuracy")]
-    runs = t.headers.index("valid runs")
-    return sorted([row[i] for i in keep] + [row[runs].split("/")[1]] for row in t.rows)
+    col = {h: t.headers.index(h) for h in t.headers}
+    win = pd.read_csv(camp / "analysis" / "windows.csv")
+    req = win[(win["scope"] == "all") & (win["kind"] == "request")]  # warm-ups not in it
+    tokens = req.groupby("config")["n_generated_tokens"].sum()
+    n_req = req.groupby("config").size()
+    runs = pd.read_csv(camp / "analysis" / "runs.csv")
+    return {row[col["Config"]]: {
+        "j": _num(row[col["J/Token"]]), "epi": _num(row[col["EPI"]]),
+        "accuracy": _num(row[col["Accuracy"]]), "tok_s": _num(row[col["tok/s"]]),
+        "power_w": _num(row[col["Avg power W"]]), "valid": row[col["valid runs"]],
+        "tokens": float(tokens[row[col["Config"]]]),
+        "requests": float(n_req[row[col["Config"]]]),
+        "invalid": "; ".join(runs.loc[(runs["config"] == row[col["Config"]]) & ~runs["valid"],
+                                      "reasons"].fillna("").astype(str))} for row in t.rows}
+
+
+def _check_figures(a: dict[str, dict[str, float | str]],
+                   b: dict[str, dict[str, float | str]]) -> None:
+    """The resumed campaign's measured figures: all runs valid, physically bounded, consistent
+    with each other, and those of the uninterrupted campaign within the spread of two
+    identical campaigns; the tokens counted and the accuracy exactly equal."""
+    assert sorted(a) == sorted(b)
+    for cfg in a:
+        fa, fb = a[cfg], b[cfg]
+        for f in (fa, fb):
+            # at least one run valid in each; a run may be invalid only for what a loaded
+            # machine causes (a stalled sampler, too few sweeps in a window), never for
+            # anything a resume could cause (an unfinished or duplicated run, missing data)
+            n_valid, n_runs = (int(x) for x in str(f["valid"]).split("/"))
+            assert n_runs == 2 and n_valid >= 1, (cfg, f)
+            for reason in filter(None, str(f["invalid"]).split("; ")):
+                assert any(k in reason for k in LOAD_REASONS), (cfg, reason)
+            j, epi, acc, tps, p_w = (float(f[k]) for k in ("j", "epi", "accuracy", "tok_s",
+                                                            "power_w"))
+            assert POWER_RANGE_W[0] <= p_w <= POWER_RANGE_W[1], (cfg, f)
+            assert epi == pytest.approx(j / acc, rel=2e-3), (cfg, f)  # EPI = J/token / acc
+            assert j == pytest.approx(p_w / tps, rel=0.15), (cfg, f)  # J/tok = W / (tok/s)
+        # each of the same requests counted once: 2 rounds x their requests, 128 tokens each
+        assert fb["requests"] == fa["requests"] and fb["tokens"] == fa["tokens"], (cfg, fa, fb)
+        assert fa["tokens"] == 128 * fa["requests"], (cfg, fa)
+        assert fb["accuracy"] == fa["accuracy"], cfg  # scored on the same items, same model
+        for k in ("j", "epi", "tok_s", "power_w"):
+            ratio = float(fb[k]) / float(fa[k])
+            assert 1 / SPREAD < ratio < SPREAD, (cfg, k, fa[k], fb[k])
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +287,7 @@ def test_killed_twice_gives_the_same_report_as_uninterrupted(
     ra, rb = report_data.load(camp_a / "analysis"), report_data.load(camp_b / "analysis")
     assert sorted(ra.configs) == sorted(rb.configs)
     assert len(ra.per_run) == len(rb.per_run) == 4 * 3
-    assert _table(camp_b) == _table(camp_a)
+    _check_figures(_measured(camp_a), _measured(camp_b))
     assert (camp_b / "report" / "report.html").is_file()
     assert len(rb.settles) == 4 and all(x["settled"] for x in rb.settles)
     assert _leftovers(camp_b) == [] and _leftovers(camp_a) == []
