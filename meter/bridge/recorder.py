@@ -9,6 +9,10 @@ What it guarantees (docs/bridge.md):
   recorder never guesses it from the values) writes no row;
 * `energy_j` = cumulative ATenergy counts × J per count, continued across MCU resets (a reset
   restarts the MCU's counts; the recorder keeps the trace's counter monotonic);
+* an interval the MCU's chip protocol could not meter (a chip reset, absent, stuck, a
+  checksum error: its counts leave that energy out) arrives as an `unmetered` event and is
+  declared as the direct path declares it: a channel `gap` whose reason begins with
+  `energy not metered`, its ends the MCU's times mapped onto CLOCK_MONOTONIC;
 * a gap in `seq` writes a `gap` event spanning the last line before to the first line after:
   the cumulative counts carry the energy over it exactly, only time resolution is lost;
 * a bad CRC or an unparsable line writes a `bus_error` event (at most 5 a second, counted);
@@ -34,6 +38,7 @@ kept in `bridge.clock_history`.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,7 +58,7 @@ from meter.bridge.trust import counts_problem, power_problem, sweep_problem, tim
 from meter.chip.calibration import joules_per_count
 from meter.clock import Clock
 from meter.daemon.event_budget import EventBudget
-from meter.daemon.trace import EVENT_KINDS, TraceWriter, gap_detail
+from meter.daemon.trace import EVENT_KINDS, UNMETERED_GAP_REASON, TraceWriter, gap_detail
 from meter.errors import LinkLost
 from meter.firmware.telemetry import NOT_READY
 
@@ -161,6 +166,7 @@ class BridgeRecorder:
         self.last_sweep_t: tuple[int, int] | None = None
         self.seq_base = 0
         self.pending: list[tuple[Sweep, int]] = []
+        self._pending_unmetered: list[tuple[dict[str, object], int]] = []
         self.outage: tuple[int, int, str] | None = None  # (t_mono, t_real, why) of a lost link
         self.connected = False
         self._waiting_logged = False
@@ -418,11 +424,42 @@ class BridgeRecorder:
             kind = str(f.get("kind"))
             if kind == "late":
                 self.event(None, "late", f"MCU: {f.get('d')}")
+            elif kind == "unmetered":
+                self._unmetered(f, t_recv)
             else:
                 self.event(ch if isinstance(ch, int) else None, kind, f"MCU: {f.get('d')}")
         elif msg.kind == "err":
             self.stats.command_errors += 1
             self.log(f"epi meter bridge: firmware refused a command: {f.get('error')}")
+
+    def _unmetered(self, f: dict[str, object], t_recv: int) -> None:
+        """The MCU's chip protocol could not meter an interval (its counts leave it out):
+        declare it as the direct path does, a channel `gap` whose reason begins with
+        UNMETERED_GAP_REASON, from the MCU times mapped onto CLOCK_MONOTONIC. Untrusted: times
+        that are not a forward interval ending before the line arrived are a bus_error."""
+        n, t0_us, t1_us, est = f.get("n"), f.get("t0"), f.get("t1"), f.get("est_j")
+        m = self.mapping
+        if m is None:  # before the first mapping: held until it is fitted
+            if len(self._pending_unmetered) < 100:
+                self._pending_unmetered.append((f, t_recv))
+            return
+        if not (isinstance(n, int) and isinstance(t0_us, int) and isinstance(t1_us, int)
+                and not isinstance(n, bool) and 0 <= t0_us < t1_us):
+            self.event(None, "bus_error", f"bridge: unusable unmetered interval from the MCU: "
+                       f"channel {str(n)[:20]}, {str(t0_us)[:24]}..{str(t1_us)[:24]} µs")
+            return
+        t0, t1 = m.to_mono_ns(t0_us), m.to_mono_ns(t1_us)
+        problem = time_problem(t1, t_recv, m.uncertainty_ns, None)
+        if problem is not None:
+            self.event(n, "bus_error", f"bridge: unmetered interval from the MCU dropped: "
+                       f"{problem}")
+            return
+        est_text = f"≈{est:.3f} J at the last power" if isinstance(est, (int, float)) and \
+            not isinstance(est, bool) and math.isfinite(est) else "unknown"
+        reason = (f"{UNMETERED_GAP_REASON}: MCU: {str(f.get('d'))[:200]}; "
+                  f"{(t1 - t0) / 1e9:.3f} s ({est_text}) not in energy_j")
+        self.event(n, "gap", gap_detail(t1, self._real_of(t1), reason),
+                   t=(t0, self._real_of(t0)), limit=False)
 
     def _hello(self, f: dict[str, object]) -> None:
         try:
@@ -483,6 +520,7 @@ class BridgeRecorder:
         self.mapping = None
         self.last_seq = None
         self.pending = []
+        self._pending_unmetered = []
         self._pings.clear()
         self.outage = None
 
@@ -501,6 +539,9 @@ class BridgeRecorder:
             pending, self.pending = self.pending, []
             for sweep, t_recv in pending:
                 self._sweep(sweep, t_recv)
+        held, self._pending_unmetered = self._pending_unmetered, []
+        for fields, t_recv in held:
+            self._unmetered(fields, t_recv)
 
     # ---- sweeps -----------------------------------------------------------------------------
     def _sweep(self, sw: Sweep, t_recv: int) -> None:

@@ -118,15 +118,28 @@ class Firmware:
             self.retry_at[n] = self.now_us() + ABSENT_RETRY_US
 
     def _start_chip(self, n):
+        """(Re-)start a chip; True when it runs. A re-start after a fault declares the
+        energy from the last good energy read to the restart of metering as not metered
+        (the chip's counter was lost or stopped): the counts leave it out, `unmetered` tells
+        the Pi (`_send_unmetered`), as the direct path's driver does."""
+        p = self.chips[n].protocol
+        t_from = p.t_energy
         try:
             self.chips[n].start()
         except ChipFault as exc:
             self._fault(n, exc)
+            return False
+        if t_from is not None and p.t_energy is not None and p.t_energy > t_from:
+            p.note_unmetered(t_from, p.t_energy, "re-start after %s" % (
+                self.failing[n] or "a fault"))
+        return True
 
     def _read_channel(self, n, t0):
         chip = self.chips[n]
         if self.failing[n] == "absent" and self.now_us() < self.retry_at[n]:
             return "absent"
+        if not chip.ready and not self._start_chip(n):
+            return self.failing[n] or "failed"
         try:
             status, t_energy, raw = chip.read_sample(self.now_us)
         except ChipFault as exc:
@@ -156,6 +169,21 @@ class Firmware:
             line = telemetry.sweep_json(self.seq, t0, out)
         self.send(line)
         self.seq += 1
+        for n in range(len(self.chips)):
+            self._send_unmetered(n)
+
+    def _send_unmetered(self, n):
+        """Tell the Pi every interval the chip protocol could not meter (a reset, an absent
+        or stuck chip, a checksum error: from the last good energy read to the restart of
+        metering), as the direct path's driver does: the counts leave that energy out, the
+        recorder declares it as an `energy not metered` gap. Sent once, then forgotten (the
+        MCU's memory is small)."""
+        lost = self.chips[n].protocol.unmetered
+        for t_from, t_to, reason, est in lost:
+            self.send(telemetry.message("ev", {
+                "q": self.seq, "t": self.now_us(), "n": n, "kind": "unmetered",
+                "t0": t_from, "t1": t_to, "d": reason, "est_j": est}))
+        del lost[:]
 
     # ---- schedule ---------------------------------------------------------------------------
     def poll(self):

@@ -285,9 +285,11 @@ def test_firmware(machine):
     ticks.advance(200000)
     fw.poll()
     msgs = [json.loads(p) for p in _lines(hw.uart)]
-    events = [m for m in msgs if m["k"] == "ev"]
+    events = [m for m in msgs if m["k"] == "ev" and m["kind"] != "unmetered"]
     check([(m["kind"], m["n"]) for m in events] == [("checksum_error", 0)]
           and "CS1" in events[0]["d"], "checksum error event")
+    check([(m["n"], m["t1"] > m["t0"]) for m in msgs if m["k"] == "ev"
+           and m["kind"] == "unmetered"] == [(0, True)], "checksum error: unmetered declared")
     check([m for m in msgs if m["k"] == "s"][-1]["c"][0].get("fail") == "checksum_error",
           "checksum error: no values")
     check(chips[17].regs[0x22] == fw.chips[0].calibration.get("PLconstL"), "re-loaded")
