@@ -23,9 +23,9 @@ def _library_rooms() -> set[str]:
         for child in (REPO / top).iterdir():
             if child.name.startswith(("_", ".")):
                 continue
-            if child.is_dir() and (child / "__init__.py").exists():
-                rooms.add(f"{top}/{child.name}")
-            elif child.suffix == ".py" and top != "epi":
+            package = child.is_dir() and (child / "__init__.py").exists()
+            module = child.suffix == ".py" and top != "epi"  # epi/cli.py etc. share one row
+            if package or module:
                 rooms.add(f"{top}/{child.name}")
     return rooms
 
