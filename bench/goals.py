@@ -71,6 +71,11 @@ GOALS: dict[str, dict[str, Any]] = {
         "text": "rows more than 1 % off the constant load (or 0 W) with no event explaining "
                 "them within 2 s, same soak",
     },
+    "fault-soak-overdeclared-intervals": {
+        "goal": 0, "op": "<=", "unit": "intervals",
+        "text": "unmetered intervals the trace declares where no fault was injected (a daemon "
+                "must not hide a loss by declaring it anywhere), same soak (issue 30)",
+    },
     "trace-read-stdlib-vs-read_csv": {
         "goal": 15.0, "op": "<=", "unit": "ratio",
         "text": "the checked stdlib trace reader takes at most 15x the time of a bare "
