@@ -21,7 +21,7 @@ from meter.board_config import BoardConfig, BridgeConfig, ChannelConfig
 from meter.bridge.capacity import link_capacity_hz, widest_sweep_line_bytes
 from meter.bridge.emulate import EmulatedBoard
 from meter.bridge.emulated_port import EmulatedPort, serve_board
-from meter.bridge.faults import UartFault, parse_bridge_faults
+from meter.bridge.faults import FaultyLink, UartFault, parse_bridge_faults
 from meter.bridge.link import SerialLink
 from meter.bridge.recorder import BridgeRecorder
 from meter.chip_factory import power_models_for
@@ -113,6 +113,9 @@ def run_bridge(plan: BridgePlan, session: RecordingSession) -> RunResult:
         link = SerialLink(port.url if port is not None else cfg.port, cfg.baud)
         url = session.serve(o.listen, [ChannelInfo(c.index, c.name, c.node) for c in enabled])
         meta = _meta(plan, emu)
+        if port is not None and isinstance(port.end, FaultyLink):
+            # fault specs count from here (FaultyLink.t0): where the soak places them
+            meta["fault_schedule_start_mono_ns"] = port.end.t0
         described = link.describe()
         where = described.get("port") or described.get("kind")
         writer = session.begin(meta, f"bridge on {where} at {cfg.baud} baud")
