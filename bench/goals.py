@@ -76,6 +76,20 @@ GOALS: dict[str, dict[str, Any]] = {
         "text": "unmetered intervals the trace declares where no fault was injected (a daemon "
                 "must not hide a loss by declaring it anywhere), same soak (issue 30)",
     },
+    "fault-soak-bridge-energy-error": {
+        "goal": 0.002, "op": "<=", "unit": "fraction",
+        "text": "the same soak on the bridge path (the same chips and faults behind the "
+                "emulated MCU, the bridge recorder): |trace - truth less declared| / truth, max "
+                "over 4 channels",
+    },
+    "fault-soak-bridge-unexplained-rows": {
+        "goal": 0, "op": "<=", "unit": "rows",
+        "text": "bridge soak: rows more than 1 % off the load (or 0 W) with no event within 2 s",
+    },
+    "fault-soak-bridge-overdeclared-intervals": {
+        "goal": 0, "op": "<=", "unit": "intervals",
+        "text": "bridge soak: unmetered intervals declared where no fault was injected",
+    },
     "trace-read-stdlib-vs-read_csv": {
         "goal": 15.0, "op": "<=", "unit": "ratio",
         "text": "the checked stdlib trace reader takes at most 15x the time of a bare "

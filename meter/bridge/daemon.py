@@ -142,6 +142,9 @@ def run_bridge(plan: BridgePlan, session: RecordingSession) -> RunResult:
         stats = recorder.run(
             o.duration_s,
             stats_callback=lambda rec: session.save_stats(rec.stats, bridge=rec.describe()))
+        if port is not None and isinstance(port.end, FaultyLink) and \
+                port.end.chip_injector is not None:  # when each chip fault acted (the soak)
+            writer.update_meta(fault_applied=list(port.end.chip_injector.applied))
         session.finish(stats, f"{stats.sweeps} sweeps, {stats.samples_written} samples, "
                        f"{stats.lost_lines} lines lost, {stats.bad_crc} bad CRC, "
                        f"{stats.mcu_resets} MCU resets, {stats.reconnects} reconnects",

@@ -29,7 +29,7 @@ Used by tests/meter/test_fault_soak.py (a short run) and bench/bench_fault_soak.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -265,13 +265,20 @@ def check_trace(trace_dir: Path, true_energy: TrueEnergy, specs: Sequence[str],
 
 def checksum_instants(daemon: MeterDaemon) -> dict[int, list[int]]:
     """Per channel, when the injector flipped a calibration bit (the chip stops metering)."""
+    return _checksum_instants(daemon.injector.applied if daemon.injector is not None else [])
+
+
+def _checksum_instants(applied: Sequence[Mapping[str, object]]) -> dict[int, list[int]]:
+    """Per channel, the checksum faults' instants of an injector's `applied` log (the direct
+    daemon's, or the one the bridge writes into meta.json as `fault_applied`)."""
     out: dict[int, list[int]] = {}
-    if daemon.injector is None:
-        return out
-    for a in daemon.injector.applied:
-        kind, _, rest = a["spec"].partition(":")
+    for a in applied:
+        spec, t = a.get("spec"), a.get("t_mono_ns")
+        if not isinstance(spec, str) or not isinstance(t, int):
+            continue
+        kind, _, rest = spec.partition(":")
         if kind == "checksum":
-            out.setdefault(int(rest.split("@")[0]), []).append(int(a["t_mono_ns"]))
+            out.setdefault(int(rest.split("@")[0]), []).append(t)
     return out
 
 
@@ -299,7 +306,11 @@ def run_fault_soak(out: Path, duration_s: float, clock: Clock | None = None,
             return float(models[channel].energy_j(t0, t1))
         return float(chips[channel].true_energy_j(t0, t1))
 
-    stopped = {} if bridge else checksum_instants(daemon)
+    if bridge:
+        applied = read_trace(out).segments[0].meta.get("fault_applied")
+        stopped = _checksum_instants(applied if isinstance(applied, list) else [])
+    else:
+        stopped = checksum_instants(daemon)
     _, found = check_trace(out, true_energy, specs, metering_stopped=stopped)
     stats = result.stats
     if isinstance(stats, SamplerStats):  # the direct sampler ran
