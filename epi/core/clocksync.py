@@ -23,9 +23,9 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from epi.core.errors import UserError
+from epi.core.net import split_daemon_url
 
 MAX_RATE_PPM = 200.0  # two monotonic clocks' rates differ by far less
 MIN_DISAGREEMENT_NS = 1_000_000  # below this, disjoint bounds widen the uncertainty
@@ -107,17 +107,11 @@ def combine(exchanges: list[Exchange], meter_url: str) -> ClockOffset:
 
 
 def _split_url(url: str) -> tuple[str, int, str]:
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise UserError(f"meter URL {url!r}: expected http://HOST:PORT (the daemon's --listen)")
-    try:
-        port = parts.port or 80
-    except ValueError:
-        raise UserError(f"meter URL {url!r}: the port is not a number") from None
-    base = parts.path.rstrip("/")
+    """(host, port, path of /clock) for a daemon URL, with or without /clock at its end."""
+    host, port, base = split_daemon_url(url)
     if base.endswith("/clock"):
         base = base[: -len("/clock")]
-    return parts.hostname, port, base + "/clock"
+    return host, port, base + "/clock"
 
 
 def _exchange(conn: http.client.HTTPConnection, path: str) -> Exchange:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import http.client
 import json
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 from epi.core.errors import UserError
+from epi.core.net import split_daemon_url
 
 JSONMessage = dict[str, object]
 
@@ -21,25 +21,12 @@ class StreamEnded(Exception):
     """The daemon closed the stream, went silent or sent something that is not its stream."""
 
 
-def split_url(url: str) -> tuple[str, int, str]:
-    """(host, port, base path) of a daemon URL `http://HOST:PORT[/base]`; a one-line
-    `UserError` for anything else."""
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise UserError(f"meter URL {url!r}: expected http://HOST:PORT (the daemon's --listen)")
-    try:
-        port = parts.port or 80
-    except ValueError:
-        raise UserError(f"meter URL {url!r}: the port is not a number") from None
-    return parts.hostname, port, parts.path.rstrip("/")
-
-
 class StreamClient:
     """An open `/stream` connection to a meter daemon."""
 
     def __init__(self, url: str, *, channels: tuple[int, ...] = (),
                  idle_timeout_s: float = 5.0) -> None:
-        host, port, base = split_url(url)
+        host, port, base = split_daemon_url(url)
         self.url = url
         query = "&".join(f"channel={c}" for c in channels)
         self._path = f"{base}/stream" + (f"?{query}" if query else "")
