@@ -32,3 +32,11 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as 1h02m03s / 2m03s / 3s (whole seconds), for plans and progress lines."""
+    s = round(seconds)
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")

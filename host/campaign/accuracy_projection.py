@@ -155,7 +155,7 @@ def offload_lines(projection: AccuracyProjection, stage_s: float, runs_s: float,
     --cluster`), run beside the metered runs: the stage's items split evenly, each worker as
     fast as `projection`'s per-item time (measured here or assumed, said which); scheduling
     and transfer are not included."""
-    from host.campaign.plan import format_duration as fmt
+    from epi.core.text import format_duration as fmt
 
     on_n = stage_s / workers
     offloaded = total_s - stage_s - runs_s + max(on_n, runs_s)

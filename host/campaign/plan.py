@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from epi.core.errors import UserError
+from epi.core.text import format_duration
 from host.campaign.accuracy_projection import AccuracyProjection, assumed
 from host.campaign.adaptive import plan_lines, round_order, spread_from_analysis
 from host.campaign.adaptive_round import decided_rounds
@@ -197,13 +198,6 @@ UNKNOWN_WHY = {"quantize": "the base model file is not on this host: no size to 
 def spec_prepared(study: Study, model_name: str) -> bool:
     """Whether a [[models]] entry is a model the campaign prepares itself (no `path`)."""
     return next(m for m in study.models if m.name == model_name).path is None
-
-
-def format_duration(seconds: float) -> str:
-    s = round(seconds)
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
 def plan_text(plan: Plan, done: set[str] | None = None) -> list[str]:

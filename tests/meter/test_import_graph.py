@@ -32,10 +32,13 @@ def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
-def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
-    """Module → the meter modules it imports (files only: a package's ``__init__`` counts as
-    a file; ``from pkg import name`` points at ``pkg.name`` when that is a module)."""
-    files = {_module_name(p, root): p for p in root.rglob("*.py")}
+def import_graph(root: Path = ROOT, *more_roots: Path) -> dict[str, set[str]]:
+    """Module → the modules of `root` (and `more_roots`) it imports (files only: a package's
+    ``__init__`` counts as a file; ``from pkg import name`` points at ``pkg.name`` when that
+    is a module)."""
+    roots = (root, *more_roots)
+    files = {_module_name(p, r): p for r in roots for p in r.rglob("*.py")}
+    packages = tuple(r.name for r in roots)
     graph: dict[str, set[str]] = {name: set() for name in files}
     for name, path in files.items():
         is_package = path.name == "__init__.py"
@@ -50,7 +53,7 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
             for target in targets:
                 while target and target not in files:  # a name inside a module: the module
                     target = target.rpartition(".")[0]
-                if target.startswith(PACKAGE) and target != name and target in files:
+                if target.startswith(packages) and target != name and target in files:
                     if files[target].name == "__init__.py" and not files[target].read_text().strip(
                             ).replace('"""', "").strip():
                         continue
@@ -111,3 +114,15 @@ def test_the_cycle_finder_sees_a_circle_hidden_in_a_function(tmp_path: Path) -> 
 def test_meter_has_no_circle_of_files() -> None:
     cycles = find_cycles(import_graph())
     assert cycles == [], "import circles in meter/: " + "; ".join(" ↔ ".join(c) for c in cycles)
+
+
+def test_the_library_has_no_circle_of_files() -> None:
+    """The same over the whole library: epi/, meter/ and host/ together (issue 26)."""
+    import epi
+    import host
+
+    roots = [Path(m.__file__).resolve().parent for m in (epi, host)]
+    graph = import_graph(ROOT, *roots)
+    assert any(name.startswith("host.") for name in graph)  # the walk really covers host/
+    cycles = find_cycles(graph)
+    assert cycles == [], "import circles: " + "; ".join(" ↔ ".join(c) for c in cycles)
