@@ -10,19 +10,20 @@ CS1/CS2 checksums, verified, and saved to the channel's calibration file.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import click
 
 from epi.commands.params import BoundedInt, FiniteFloat, check_output_file
 from epi.core.errors import UserError
-from meter.board import emulated_board, load_board, open_channels, save_calibration_file
-from meter.chip.calibration import CalibrationError
-from meter.clock import SimulatedClock, SystemClock
-from meter.driver import calibration_procedures as procedures
-from meter.emulation.power_models import ConstantPower
-from meter.errors import BusError
+from meter.board import save_calibration_file
+from meter.calibrate import (
+    CalibrationOutcome,
+    CalibrationRequest,
+    calibrate_channel,
+    channel_file,
+)
+from meter.driver.calibration_procedures import GainReport
 
 
 def _pct(measured: float, reference: float | None) -> str:
@@ -77,87 +78,58 @@ def calibrate(channel: str, board_path: Path | None, emulate: bool, emulate_gain
         raise UserError(f"epi meter calibrate: --watts {watts} exceeds --volts × --amps "
                         f"({va:.3f} VA): power factor above 1")
 
+    req = CalibrationRequest(
+        channel=channel, board_path=board_path, emulate=emulate, volts=volts, amps=amps,
+        watts=watts, seconds=seconds, readings=readings, zero=zero,
+        emulate_gain_error=emulate_gain_error, emulate_offset_ma=emulate_offset_ma,
+        emulate_offset_w=emulate_offset_w)
+    # where the result goes is checked before any calibration starts
     if output is not None:
         check_output_file(output, "--output", make_parents=True)
-
-    emulated = emulate or board_path is None
-    clock = SimulatedClock() if emulated else SystemClock()
-    board = load_board(board_path) if board_path else emulated_board(4, clock=clock)
-    ch_cfg = board.channel(channel)
-    if output is None and ch_cfg.calibration_path is not None:  # the channel's own file
-        check_output_file(ch_cfg.calibration_path, f"channel {ch_cfg.name} calibration",
-                          make_parents=True)
-    ch_cfg = dataclasses.replace(ch_cfg, enabled=True)
-    one = dataclasses.replace(board, channels=[ch_cfg], clock=clock)
-    model = None
-    if emulated:
-        if zero:
-            model = ConstantPower(0.0, voltage_v=230.0)
-        else:
-            assert volts is not None and amps is not None  # required without --zero (above)
-            pf = min(watts / (volts * amps), 1.0) if watts is not None else 1.0
-            model = ConstantPower(volts * amps * pf, voltage_v=volts, power_factor=pf)
-    chans = open_channels(one, "emulated" if emulated else None, clock=clock,
-                          power_model=model, allow_uncalibrated=True)
-    ch = chans[0]
-    if emulated:
-        e = emulate_gain_error
-        assert ch.emulator is not None  # opened with the emulated factory
-        ch.emulator.errors.update(
-            {"voltage": e, "current_l": e, "energy_l": e,
-             "current_offset_a": emulate_offset_ma / 1000.0, "power_offset_w": emulate_offset_w}
-        )
-    interval = board.refresh_period_s if emulated else 1.0
-    try:
-        clock.sleep(interval * 1.5)
-        if zero:
-            report = procedures.calibrate_offsets(
-                ch.driver, n_readings=readings, interval_s=interval
-            )
-        else:
-            assert volts is not None and amps is not None  # checked above
-            report = procedures.calibrate_gains(
-                ch.driver, volts, amps, watts, seconds=seconds, n_readings=readings,
-                interval_s=interval,
-            )
-    except CalibrationError as exc:
-        raise UserError(f"channel {ch.name}: {exc}") from None
-    except BusError as exc:
-        raise UserError(f"channel {ch.name}: bus error during calibration: {exc}") from None
-    finally:
-        ch.close()
-
-    click.echo(f"channel {ch.index} ({ch.name}){' [emulated chip]' if emulated else ''}")
-    if not zero:
-        ref = {"Urms": volts, "Irms": amps, "Pmean": watts}
-        units = {"Urms": "V", "Irms": "A", "Pmean": "W"}
-        click.echo(f"{'reading':8} {'reference':>12} {'before':>12} {'error':>10} "
-                   f"{'after':>12} {'error':>10}")
-        for key in ("Urms", "Irms", "Pmean"):
-            b, a, r = report["before"][key], report["after"][key], ref[key]
-            click.echo(f"{key:8} {'-' if r is None else f'{r:.4f}':>12} {b:12.4f} "
-                       f"{_pct(b, r):>10} {a:12.4f} {_pct(a, r):>10}  {units[key]}")
-        if watts is not None:
-            click.echo(f"energy error over {report['energy_window_s']:.1f} s: "
-                       f"{report['energy_error_before'] * 100:+.3f} % before, "
-                       f"{report['energy_error_after'] * 100:+.3f} % after "
-                       f"({report['energy_counts']} register counts)")
     else:
-        sp = report["before"]["small_power"]
-        click.echo(f"no-load Irms {report['before']['Irms'] * 1000:.3f} mA before, "
-                   f"{report['after']['Irms'] * 1000:.3f} mA after")
-        click.echo(f"no-load Pmean in small-power mode {sp['Pmean']:.1f} LSB before; "
-                   f"Pmean {report['after']['Pmean']:.4f} W after")
-    if report["changed"]:
-        click.echo("registers written (with CS1/CS2, verified):")
-        for name, (old, new) in report["changed"].items():
-            click.echo(f"  {name:9} 0x{old:04X} -> 0x{new:04X}")
-    else:
-        click.echo("registers unchanged: the chip already reads the reference values")
-    cal = report["calibration"]
-    target = output or ch_cfg.calibration_path
+        own = channel_file(req)
+        if own is not None:
+            check_output_file(own, f"channel {channel} calibration", make_parents=True)
+    done = calibrate_channel(req)
+    for line in report_lines(done):
+        click.echo(line)
+    target = output or done.channel_file
     if target is None:
         click.echo("not saved: this channel has no calibration file (pass --output FILE)")
         return
-    save_calibration_file(Path(target), cal)
+    save_calibration_file(Path(target), done.report.calibration)
     click.echo(f"saved {target}")
+
+
+def report_lines(done: CalibrationOutcome) -> list[str]:
+    """The before/after table and the registers written, as the command prints them."""
+    r = done.report
+    lines = [f"channel {done.index} ({done.name}){' [emulated chip]' if done.emulated else ''}"]
+    if isinstance(r, GainReport):
+        ref = {"Urms": r.reference_volts, "Irms": r.reference_amps, "Pmean": r.reference_watts}
+        units = {"Urms": "V", "Irms": "A", "Pmean": "W"}
+        lines.append(f"{'reading':8} {'reference':>12} {'before':>12} {'error':>10} "
+                     f"{'after':>12} {'error':>10}")
+        for key in ("Urms", "Irms", "Pmean"):
+            b, a, x = r.before[key], r.after[key], ref[key]
+            lines.append(f"{key:8} {'-' if x is None else f'{x:.4f}':>12} {b:12.4f} "
+                         f"{_pct(b, x):>10} {a:12.4f} {_pct(a, x):>10}  {units[key]}")
+        if (r.energy_error_before is not None and r.energy_error_after is not None
+                and r.energy_window_s is not None):
+            lines.append(f"energy error over {r.energy_window_s:.1f} s: "
+                         f"{r.energy_error_before * 100:+.3f} % before, "
+                         f"{r.energy_error_after * 100:+.3f} % after "
+                         f"({r.energy_counts} register counts)")
+    else:
+        sp = r.small_power_before
+        lines.append(f"no-load Irms {r.irms_before_a * 1000:.3f} mA before, "
+                     f"{r.after['Irms'] * 1000:.3f} mA after")
+        lines.append(f"no-load Pmean in small-power mode {sp['Pmean']:.1f} LSB before; "
+                     f"Pmean {r.after['Pmean']:.4f} W after")
+    if r.changed:
+        lines.append("registers written (with CS1/CS2, verified):")
+        lines += [f"  {name:9} 0x{old:04X} -> 0x{new:04X}"
+                  for name, (old, new) in r.changed.items()]
+    else:
+        lines.append("registers unchanged: the chip already reads the reference values")
+    return lines

@@ -8,13 +8,56 @@ procedures only use its public operations (`read_value`,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from meter.chip import calibration as calib
 from meter.chip import registers as regs
 from meter.chip.calibration import CalibrationError
 from meter.driver.atm90e26 import ATM90E26Driver
 
+# register name -> (old value, new value), for the registers a procedure changed
+Changes = dict[str, tuple[int, int]]
 
-def average(driver: ATM90E26Driver, names: tuple[str, ...], n: int, interval_s: float) -> dict:
+
+@dataclass
+class GainReport:
+    """What `calibrate_gains` did: mean readings before and after (Urms V, Irms A, Pmean W),
+    the energy error against the reference before and after (fractions; None without
+    `watts`), the registers it changed, and the calibration now on the chip."""
+
+    reference_volts: float
+    reference_amps: float
+    reference_watts: float | None
+    before: dict[str, float]
+    after: dict[str, float]
+    changed: Changes
+    calibration: calib.Calibration
+    energy_error_before: float | None = None
+    energy_error_after: float | None = None
+    energy_window_s: float | None = None
+    energy_counts: int | None = None
+
+
+@dataclass
+class OffsetReport:
+    """What `calibrate_offsets` did: no-load Irms (A) before, small-power-mode Pmean/Qmean
+    (LSB) before, Irms/Pmean after, the registers changed, the calibration on the chip."""
+
+    irms_before_a: float
+    small_power_before: dict[str, float]
+    after: dict[str, float]
+    changed: Changes
+    calibration: calib.Calibration
+
+
+def _changes(old: calib.Calibration, new: calib.Calibration, names: tuple[str, ...]
+             ) -> Changes:
+    return {name: (old.get(name), new.get(name)) for name in names
+            if old.get(name) != new.get(name)}
+
+
+def average(driver: ATM90E26Driver, names: tuple[str, ...], n: int, interval_s: float
+            ) -> dict[str, float]:
     """Mean of `n` readings of each register, `interval_s` apart (one refresh or more)."""
     sums = dict.fromkeys(names, 0.0)
     for k in range(n):
@@ -57,7 +100,7 @@ def calibrate_gains(
     n_readings: int = 5,
     interval_s: float = 1.0,
     min_counts: int = 200,
-) -> dict:
+) -> GainReport:
     """Calibrate Ugain, IgainL (and Lgain from energy, when `watts` is given).
 
     The load must be steady at the reference values. Writes the new gains with
@@ -70,7 +113,8 @@ def calibrate_gains(
     new = old.copy()
     new.set("Ugain", calib.ugain_from_reading(volts, before["Urms"], old.get("Ugain")))
     new.set("IgainL", calib.igain_from_reading(amps, before["Irms"], old.get("IgainL")))
-    report: dict = {"reference": {"volts": volts, "amps": amps, "watts": watts}}
+    energy_error_before = energy_window_s = None
+    energy_counts = None
     if watts is not None:
         if watts <= 0:
             raise CalibrationError("--watts must be > 0 (a resistive reference load)")
@@ -84,9 +128,7 @@ def calibrate_gains(
         energy_j = counts * old.joules_per_count()
         error = energy_j / (watts * elapsed_s) - 1.0
         new.set("Lgain", calib.lgain_from_error(error, old.get("Lgain")))
-        report["energy_error_before"] = error
-        report["energy_window_s"] = elapsed_s
-        report["energy_counts"] = counts
+        energy_error_before, energy_window_s, energy_counts = error, elapsed_s, counts
     new.note = "calibrated against " + ", ".join(
         f"{v} {u}" for v, u in ((volts, "V"), (amps, "A"), (watts, "W")) if v is not None
     )
@@ -94,25 +136,20 @@ def calibrate_gains(
     refresh_s = max(interval_s, 0.0)
     driver.clock.sleep_until(driver.clock.monotonic_ns() + int(refresh_s * 1e9))
     after = average(driver, names, n_readings, interval_s)
+    energy_error_after = None
     if watts is not None:
         counts, elapsed_s = measure_energy(driver, seconds)
-        report["energy_error_after"] = (
-            counts * new.joules_per_count() / (watts * elapsed_s) - 1.0
-        )
-    report["before"] = before
-    report["after"] = after
-    report["changed"] = {
-        name: (old.get(name), new.get(name))
-        for name in calib.REGISTER_NAMES
-        if old.get(name) != new.get(name)
-    }
-    report["calibration"] = new
-    return report
+        energy_error_after = counts * new.joules_per_count() / (watts * elapsed_s) - 1.0
+    return GainReport(
+        reference_volts=volts, reference_amps=amps, reference_watts=watts, before=before,
+        after=after, changed=_changes(old, new, tuple(calib.REGISTER_NAMES)), calibration=new,
+        energy_error_before=energy_error_before, energy_error_after=energy_error_after,
+        energy_window_s=energy_window_s, energy_counts=energy_counts)
 
 
 def calibrate_offsets(
     driver: ATM90E26Driver, *, n_readings: int = 8, interval_s: float = 1.0
-) -> dict:
+) -> OffsetReport:
     """Current and power offsets (AN §3.2.4.5/§3.2.4.6) — with NO load current flowing.
 
     IoffsetL from Irms; PoffsetL/QoffsetL from the mean small-power-mode Pmean/Qmean.
@@ -134,13 +171,6 @@ def calibrate_offsets(
     driver.apply_calibration(new)
     driver.clock.sleep_until(driver.clock.monotonic_ns() + int(interval_s * 1e9))
     after = average(driver, ("Irms", "Pmean"), n_readings, interval_s)
-    return {
-        "before": {"Irms": base["Irms"], "small_power": small},
-        "after": after,
-        "changed": {
-            name: (old.get(name), new.get(name))
-            for name in ("IoffsetL", "PoffsetL", "QoffsetL")
-            if old.get(name) != new.get(name)
-        },
-        "calibration": new,
-    }
+    return OffsetReport(
+        irms_before_a=base["Irms"], small_power_before=small, after=after,
+        changed=_changes(old, new, ("IoffsetL", "PoffsetL", "QoffsetL")), calibration=new)

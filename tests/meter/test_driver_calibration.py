@@ -53,8 +53,9 @@ def test_wrong_gains_are_calibrated_to_within_half_a_percent(
     before = driver.read_sample()
     assert abs(_rel(before.voltage_v, v_ref)) > 0.04  # really off before calibration
     report = procedures.calibrate_gains(driver, v_ref, i_ref, power_w, seconds=600, interval_s=0.2)
-    assert set(report["changed"]) == {"Ugain", "IgainL", "Lgain"}
-    assert abs(report["energy_error_before"] - errors["energy_l"]) < 0.002
+    assert set(report.changed) == {"Ugain", "IgainL", "Lgain"}
+    assert report.energy_error_before is not None
+    assert abs(report.energy_error_before - errors["energy_l"]) < 0.002
     clock.advance(S)
     after = driver.read_sample()
     assert abs(_rel(after.voltage_v, v_ref)) < 0.005
@@ -65,7 +66,7 @@ def test_wrong_gains_are_calibrated_to_within_half_a_percent(
     e1 = driver.read_sample().energy_j
     assert abs(_rel(e1 - e0, power_w * 600)) < 0.005
     # the calibration the driver now holds is what is on the chip, checksums included
-    cal = report["calibration"]
+    cal = report.calibration
     assert driver.calibration is cal
     assert chip.peek(0x2C) == cal.cs1() and chip.peek(0x3B) == cal.cs2()
     assert chip.cal_state == chip.adj_state == "checked"
@@ -93,9 +94,9 @@ def test_current_and_power_offsets_are_calibrated_at_no_load() -> None:
     assert driver.read_value("Irms") == pytest.approx(0.004, abs=2e-5)
     assert driver.read_value("Pmean") == pytest.approx(0.06, abs=1 / 256)
     report = procedures.calibrate_offsets(driver, n_readings=4, interval_s=0.2)
-    assert set(report["changed"]) >= {"IoffsetL", "PoffsetL"}
-    assert abs(report["after"]["Irms"]) < 0.0001
-    assert abs(report["after"]["Pmean"]) <= 1 / 256  # one LSB-extended Pmean step
+    assert set(report.changed) >= {"IoffsetL", "PoffsetL"}
+    assert abs(report.after["Irms"]) < 0.0001
+    assert abs(report.after["Pmean"]) <= 1 / 256  # one LSB-extended Pmean step
     assert chip.peek(0x04) == 0x0000  # left small-power mode
 
 
