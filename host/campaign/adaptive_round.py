@@ -125,8 +125,9 @@ def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Seq
     states: dict[str, int] = {}
     for s in found:
         states[s.verdict.state] = states.get(s.verdict.state, 0) + 1
-    decision = RoundDecision(rounds_done, tuple([s.text() for s in found] + notes),
-                             tuple(ad.configs_to_measure(found)), states, spent)
+    nxt = () if spent else tuple(ad.configs_to_measure(found))  # a spent budget ends it
+    decision = RoundDecision(rounds_done, tuple([s.text() for s in found] + notes), nxt,
+                             states, spent)
     write_json_atomic(saved, {"rounds_done": rounds_done, "lines": list(decision.lines),
                               "next_configs": list(decision.next_configs),
                               "states": states, "budget_spent": spent,

@@ -103,7 +103,7 @@ def _simulate(rng: np.random.Generator, rules: ad.DecisionRules, comps: list[ad.
         if k < rules.min_rounds:
             continue
         assessments = ad.assess(rules, comps, values, k)
-        todo = ad.configs_to_measure(assessments)
+        todo = [] if k >= rules.max_rounds else ad.configs_to_measure(assessments)
     return assessments, runs, k
 
 
