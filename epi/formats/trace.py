@@ -620,6 +620,9 @@ def read_trace(trace_dir: str | os.PathLike[str], samples_reader: SamplesReader 
     for n in numbers:
         meta_path, samples_path, events_path = segment_paths(path, n)
         if not meta_path.exists():
+            if os.path.lexists(meta_path):  # a link to itself or to nothing: not a killed writer
+                raise UserError(f"{meta_path}: a symbolic link that resolves to no file "
+                                f"(dangling or a loop); segment {n}'s meta cannot be read")
             # The CSV files are created (header only) just before meta.json: a daemon killed
             # between the two leaves them without data. Anything more is not a writer's crash.
             if _has_rows(samples_path) or _has_rows(events_path):
