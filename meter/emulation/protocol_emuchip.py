@@ -9,33 +9,26 @@ clock: a write takes 10 bit-times per byte on the wire, and `read` waits (or, on
 
 from __future__ import annotations
 
-from serial.serialutil import PortNotOpenError, SerialBase, SerialException
+from serial.serialutil import PortNotOpenError, SerialException
 
 from meter.clock import Clock
 from meter.emulation import uart_emulator as emulator_uart
+from meter.emulation.serial_port import EmulatedSerial
 
 
-class Serial(SerialBase):
+class Serial(EmulatedSerial):
     """A pyserial port whose far end is `emulator_uart.PORTS[NAME]`."""
 
-    is_open: bool  # set by SerialBase.__init__ (pyserial ships no type information)
+    SCHEME = "emuchip://"
 
     def open(self) -> None:
-        if self.is_open:
-            raise SerialException("Port is already open.")
-        url = str(self.port)
-        if not url.lower().startswith("emuchip://"):
-            raise SerialException(f"expected emuchip://NAME, got {url!r}")
-        name = url[len("emuchip://") :]
+        name = self._far_end_name()
         chip_uart = emulator_uart.PORTS.get(name)
         if chip_uart is None:
             raise SerialException(f"no emulated chip registered as {name!r}")
         self._chip_uart = chip_uart
         self._rx: list[tuple[int, int]] = []
         self.is_open = True
-
-    def _reconfigure_port(self, *args: object, **kwargs: object) -> None:
-        """Nothing to configure: the baud rate is read at each write."""
 
     def close(self) -> None:
         self.is_open = False
@@ -78,15 +71,3 @@ class Serial(SerialBase):
     def reset_input_buffer(self) -> None:
         now = self._clock.monotonic_ns()
         self._rx = [(t, b) for t, b in self._rx if t > now]
-
-    def reset_output_buffer(self) -> None:
-        """Writes are delivered at once; nothing is buffered."""
-
-    def flush(self) -> None:
-        """Writes are delivered at once; nothing to wait for."""
-
-    def _update_dtr_state(self) -> None:
-        """No modem lines."""
-
-    def _update_rts_state(self) -> None:
-        """No modem lines."""

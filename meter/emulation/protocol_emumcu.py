@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from serial.serialutil import PortNotOpenError, SerialBase, SerialException
+from serial.serialutil import PortNotOpenError, SerialException
 
+from meter.emulation.serial_port import EmulatedSerial
 from meter.errors import LinkLost
 
 SCHEME = "emumcu://"
@@ -46,18 +47,15 @@ def unregister_port(name: str) -> None:
     PORTS.pop(name, None)
 
 
-class Serial(SerialBase):
+class Serial(EmulatedSerial):
     """A pyserial port whose far end is `PORTS[NAME]`."""
 
-    is_open: bool  # set by SerialBase.__init__ (pyserial ships no type information)
+    SCHEME = SCHEME
 
     def open(self) -> None:
-        if self.is_open:
-            raise SerialException("Port is already open.")
-        url = str(self.port)
-        if not url.lower().startswith(SCHEME):
-            raise SerialException(f"expected {SCHEME}NAME, got {url!r}")
-        end = PORTS.get(url[len(SCHEME):])
+        name = self._far_end_name()
+        url = self.SCHEME + name
+        end = PORTS.get(name)
         if end is None:
             raise SerialException(f"{url}: no emulated MCU registered there")
         try:
@@ -67,9 +65,6 @@ class Serial(SerialBase):
         self._end = end
         self._rx = bytearray()
         self.is_open = True
-
-    def _reconfigure_port(self, *args: object, **kwargs: object) -> None:
-        """Nothing to configure: the far end keeps its own baud rate."""
 
     def close(self) -> None:
         if self.is_open:
@@ -112,15 +107,3 @@ class Serial(SerialBase):
 
     def reset_input_buffer(self) -> None:
         self._rx.clear()
-
-    def reset_output_buffer(self) -> None:
-        """Writes are delivered at once; nothing is buffered."""
-
-    def flush(self) -> None:
-        """Writes are delivered at once; nothing to wait for."""
-
-    def _update_dtr_state(self) -> None:
-        """No modem lines."""
-
-    def _update_rts_state(self) -> None:
-        """No modem lines."""
