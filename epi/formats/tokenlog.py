@@ -4,8 +4,11 @@ pandas view in `host.analysis.tokenlog_reader`) and the tests.
 A token log is a directory: `run.json` (header), `events.csv` and `requests.csv`
 (append-only). This reader checks:
 
-* run.json: format and version, `run_id`, `status` (and `error`), `model` (its `map_id` is an
-  id that becomes a file name: letters, digits, '.', '_', '-', never starting with '-' or '.'),
+* run.json: format and version (1 or 2: version 2 adds `meters`, the daemons the run synced
+  with in `epi run --meter` order, and keys every clock_sync entry by its `meter_url`; a
+  version-1 log has one meter at most and reads as before), `run_id`, `status` (and
+  `error`), `model` (its `map_id` is an id that becomes a file name: letters, digits, '.',
+  '_', '-', never starting with '-' or '.'),
   `placement`, `clock_sync` (integer times, uncertainty ≥ 0), `clock_drift_ppm`;
 * every CSV field's type and range (token counts at most 10^7, times in [0, 2^63));
 * a final record cut by a crash (no newline) is dropped and noted;
@@ -43,7 +46,7 @@ from epi.formats.fields import (
 )
 
 FORMAT = "epi-tokenlog"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: run.json `meters`, clock_sync entries keyed by meter_url
 RUN_JSON = "run.json"
 EVENTS_CSV = "events.csv"
 REQUESTS_CSV = "requests.csv"
@@ -149,8 +152,36 @@ def _check_placement(h: dict[str, object], path: Path, status: str) -> None:
         seen.add(node)
 
 
+def _check_meters(h: dict[str, object], path: Path) -> list[str] | None:
+    """Version 2's `meters` list (distinct daemon URLs), or None for a version-1 log."""
+    if h.get("format_version") == 1:
+        return None
+    meters = h.get("meters")
+    if not isinstance(meters, list) or len(meters) > 64:
+        raise UserError(f"{path}: field meters: expected a list of at most 64 meter URLs, "
+                        f"got {str(meters)[:60]!r}")
+    for i, m in enumerate(meters):
+        check_str(m, f"{path}: field meters[{i}]", max_len=256)
+    if len(set(meters)) != len(meters):
+        raise UserError(f"{path}: field meters: a meter URL appears twice")
+    return [str(m) for m in meters]
+
+
+def meter_of(entry: dict[str, object], meters: list[str] | None) -> int:
+    """Which meter (index into run.json `meters`) a checked clock_sync entry belongs to.
+
+    A version-1 log (`meters` None) has one meter: every entry is meter 0."""
+    if meters is None:
+        return 0
+    return meters.index(str(entry.get("meter_url")))
+
+
 def _check_clock_sync(h: dict[str, object], path: Path) -> None:
+    meters = _check_meters(h, path)
     for w, e in check_object_list(h.get("clock_sync", []), f"{path}: field clock_sync"):
+        if meters is not None and e.get("meter_url") not in meters:
+            raise UserError(f"{w}.meter_url: {str(e.get('meter_url'))[:80]!r} is not one of "
+                            "the run's meters")
         check_int(e.get("t_local_mono_ns"), f"{w}.t_local_mono_ns", lo=0)
         check_int(e.get("offset_ns"), f"{w}.offset_ns", lo=-INT64_MAX)
         check_int(e.get("uncertainty_ns"), f"{w}.uncertainty_ns", lo=0)

@@ -1,4 +1,4 @@
-"""Token log (`format: "epi-tokenlog"`, version 1): the writer, exactly docs/formats.md §2.
+"""Token log (`format: "epi-tokenlog"`, version 2): the writer, exactly docs/formats.md §2.
 
 The one reader is `epi.formats.tokenlog` (its pandas view: host.analysis.tokenlog_reader).
 
@@ -142,6 +142,7 @@ class RunHeader:
             **fields,
         }
         data.setdefault("clock_sync", [])
+        data.setdefault("meters", [])
         for name, columns in ((EVENTS_CSV, EVENT_COLUMNS), (REQUESTS_CSV, REQUEST_COLUMNS)):
             with open(run_dir / name, "x", encoding="utf-8", newline="") as fh:
                 fh.write(",".join(columns) + "\n")
@@ -179,7 +180,12 @@ class RunHeader:
         if not isinstance(entries, list):
             raise ValueError(f"run.json field 'clock_sync' is not a list: {entries!r}")
         entries.append({**entry, "when": when})
-        self.data["clock_drift_ppm"] = clock_drift_ppm(entries)
+        meters = self.data.setdefault("meters", [])  # format 2: offsets keyed by meter
+        if isinstance(meters, list) and entry.get("meter_url") not in meters:
+            meters.append(entry.get("meter_url"))
+        first = entries[0].get("meter_url")  # the drift of the first meter's clock
+        self.data["clock_drift_ppm"] = clock_drift_ppm(
+            [e for e in entries if e.get("meter_url") == first])
         self.save()
 
     def finish(self, status: str, error: str | None = None) -> None:

@@ -51,7 +51,7 @@ def _header(tmp_path: Path) -> RunHeader:
 def test_new_log_is_valid_and_running(tmp_path: Path) -> None:
     header = _header(tmp_path)
     data = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert data["format"] == "epi-tokenlog" and data["format_version"] == 1
+    assert data["format"] == "epi-tokenlog" and data["format_version"] == 2
     assert data["status"] == "running" and data["clock_sync"] == []
     assert len(data["run_id"]) == 32
     log = read_token_log(header.run_dir)
@@ -145,7 +145,7 @@ def test_log_stays_valid_when_the_writer_is_killed(tmp_path: Path) -> None:
 def test_reader_refuses_other_formats_and_newer_versions(tmp_path: Path) -> None:
     header = _header(tmp_path)
     data = json.loads(header.path.read_text())
-    header.path.write_text(json.dumps({**data, "format_version": 2}))
+    header.path.write_text(json.dumps({**data, "format_version": 3}))
     with pytest.raises(UserError, match="newer"):
         read_token_log(header.run_dir)
     header.path.write_text(json.dumps({**data, "format": "epi-trace"}))
@@ -171,3 +171,49 @@ def test_appender_needs_a_log_directory(tmp_path: Path) -> None:
     os.makedirs(tmp_path / "empty")
     with pytest.raises(UserError, match="not a token-log directory"):
         CsvAppender(tmp_path / "empty")
+
+
+def test_offsets_of_several_meters_are_keyed_by_meter(tmp_path: Path) -> None:
+    """Format 2: run.json `meters` lists the daemons in sync order; each entry names its own."""
+    from epi.formats.tokenlog import meter_of
+
+    header = _header(tmp_path)
+    for url, off in (("http://a:1", 1000), ("http://b:2", -7_000_000)):
+        header.add_clock_sync({"t_local_mono_ns": 0, "offset_ns": off, "uncertainty_ns": 5,
+                               "rtt_ns": 9, "meter_url": url}, "start")
+    header.add_clock_sync({"t_local_mono_ns": 10**9, "offset_ns": 1000 + 20_000,
+                           "uncertainty_ns": 5, "rtt_ns": 9, "meter_url": "http://a:1"}, "end")
+    data = json.loads(header.path.read_text())
+    assert data["meters"] == ["http://a:1", "http://b:2"]
+    assert data["clock_drift_ppm"] == pytest.approx(20.0)  # meter a's, not a mix of a and b
+    log = read_token_log(header.run_dir)
+    assert [meter_of(e, log.header["meters"]) for e in log.clock_sync] == [0, 1, 0]
+    # an entry naming a meter the run does not list is refused, in one line
+    bad = dict(data, clock_sync=[*data["clock_sync"], {**data["clock_sync"][0],
+                                                        "meter_url": "http://c:3"}])
+    header.path.write_text(json.dumps(bad))
+    with pytest.raises(UserError, match=r"clock_sync\[3\]\.meter_url: 'http://c:3' is not one"):
+        read_token_log(header.run_dir)
+    header.path.write_text(json.dumps(dict(data, meters=["http://a:1", "http://a:1"])))
+    with pytest.raises(UserError, match="appears twice"):
+        read_token_log(header.run_dir)
+    header.path.write_text(json.dumps({k: v for k, v in data.items() if k != "meters"}))
+    with pytest.raises(UserError, match="field meters"):
+        read_token_log(header.run_dir)
+
+
+def test_a_version_1_log_still_reads_with_one_meter(tmp_path: Path) -> None:
+    """Logs written before format 2 have no `meters`: every offset is the one meter's."""
+    from epi.formats.tokenlog import meter_of
+
+    header = _header(tmp_path)
+    header.add_clock_sync({"t_local_mono_ns": 0, "offset_ns": 1000, "uncertainty_ns": 5,
+                           "rtt_ns": 9, "meter_url": "http://a:1"}, "start")
+    data = json.loads(header.path.read_text())
+    old = {k: v for k, v in data.items() if k != "meters"} | {"format_version": 1}
+    old["clock_sync"] = [{k: v for k, v in e.items() if k != "meter_url"}
+                         for e in old["clock_sync"]]
+    header.path.write_text(json.dumps(old))
+    log = read_token_log(header.run_dir)
+    assert log.header["format_version"] == 1 and "meters" not in log.header
+    assert [meter_of(e, None) for e in log.clock_sync] == [0]

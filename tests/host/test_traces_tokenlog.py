@@ -84,7 +84,7 @@ def _edit_json(path, **changes):
 
 @pytest.mark.parametrize("changes,match", [
     ({"format": "epi-trace"}, "field format is 'epi-trace'"),
-    ({"format_version": 2}, "format_version 2 is newer"),
+    ({"format_version": 3}, "format_version 3 is newer"),
     ({"status": "done"}, "field status: expected one of .* got 'done'"),
     ({"placement": []}, "placement is empty"),
     ({"clock_sync": [{"t_local_mono_ns": 1.5, "offset_ns": 0}]},
