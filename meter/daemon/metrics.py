@@ -31,6 +31,8 @@ class _ChannelState:
     up: bool = False
     samples_total: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+    chain_disagreement: bool = False  # the self-check's verdict now (issue 27)
+    chain_ratio: float | None = None  # |counter − integral| / allowance; None: no full window
 
 
 class MeterState:
@@ -70,6 +72,14 @@ class MeterState:
                 if kind in ("bus_error", "absent", "chip_reset"):
                     ch.up = False
 
+    def record_chain(self, channel: int, disagreeing: bool, ratio: float | None) -> None:
+        """The channel's chain self-check now (meter/driver/selfcheck.py): whether it
+        disagrees beyond the allowance, and the ratio of the gap to the allowance."""
+        with self._lock:
+            ch = self._channels[channel]
+            ch.chain_disagreement = disagreeing
+            ch.chain_ratio = ratio
+
     def record_sweep(
         self,
         *,
@@ -105,6 +115,8 @@ class MeterState:
                         "up": c.up,
                         "samples_total": c.samples_total,
                         "faults": dict(c.faults),
+                        "chain_disagreement": c.chain_disagreement,
+                        "chain_disagreement_ratio": c.chain_ratio,
                         "last": dict(c.last) if c.last else None,
                     }
                     for c in self._channels.values()
@@ -167,6 +179,8 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
             (c.info, c.up, c.samples_total, dict(c.faults), dict(c.last) if c.last else None)
             for c in state._channels.values()
         ]
+        chains = [(c.info, c.chain_disagreement, c.chain_ratio)
+                  for c in state._channels.values()]
         info = dict(state.info)
         sweeps, late, skipped = (
             state.sweeps_total,
@@ -240,6 +254,18 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
     for ch, _, _, faults, _ in channels:
         for kind in sorted(faults):
             out.sample("epi_meter_faults_total", {**labels(ch), "kind": kind}, faults[kind])
+
+    out.family("epi_meter_chain_disagreement", "gauge",
+               "1 while the channel's energy counter and the integral of its power readings "
+               "(or P and U*I*PF) disagree beyond what register steps and averaging allow.")
+    for ch, bad, _ in chains:
+        out.sample("epi_meter_chain_disagreement", labels(ch), 1 if bad else 0)
+    out.family("epi_meter_chain_disagreement_ratio", "gauge",
+               "Counter-vs-integral gap over its allowance in the last self-check window "
+               "(above 1: a disagreement); NaN until a full window.")
+    for ch, _, ratio in chains:
+        out.sample("epi_meter_chain_disagreement_ratio", labels(ch),
+                   math.nan if ratio is None else ratio)
 
     out.family("epi_meter_sweeps_total", "counter", "Scheduled sweeps over all channels done.")
     out.sample("epi_meter_sweeps_total", {}, sweeps)

@@ -46,6 +46,7 @@ from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import MeterState
 from meter.daemon.trace import UNMETERED_GAP_REASON, TraceWriter, gap_detail
 from meter.driver.atm90e26 import UnmeteredInterval
+from meter.driver.selfcheck import ChainSelfCheck, SelfCheckConfig
 from meter.errors import (
     BusError,
     ChecksumError,
@@ -112,6 +113,19 @@ def _value(sample: object, name: str) -> float | int | None:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+def _self_check(driver: object, period_s: float) -> ChainSelfCheck | None:
+    """A chain self-check for a driver that knows its energy count (`calibration`), else
+    None (software sources and test doubles have no counter to check)."""
+    cal = getattr(driver, "calibration", None)
+    per_count = getattr(cal, "joules_per_count", None)
+    if not callable(per_count):
+        return None
+    j = per_count()
+    if not isinstance(j, float) or not j > 0:
+        return None
+    return ChainSelfCheck(SelfCheckConfig(joules_per_count=j, sweep_s=period_s))
 
 
 def _time(sample: object, name: str, default: int) -> int:
@@ -221,6 +235,8 @@ class Sampler:
         self._held: list[tuple[str, str]] = []
         # unmetered intervals the drivers reported before this run are not this trace's
         self._unmetered_seen = {ch.index: len(_unmetered(ch.driver)) for ch in self.channels}
+        # issue 27: the chain checks itself (counter vs integral of Pmean, P vs U·I·PF)
+        self._checks = {ch.index: _self_check(ch.driver, period_s) for ch in self.channels}
 
     # -- control ------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -378,6 +394,31 @@ class Sampler:
             self._write_event(t0, t0 + offset, ch.index, "gap",
                               gap_detail(t1, t1 + offset, reason))
         self._unmetered_seen[ch.index] = len(lost)
+        self._restart_check(ch.index)
+
+    def _restart_check(self, index: int) -> None:
+        """Start the channel's self-check afresh: across a gap or an unmetered interval the
+        counter and the integral no longer cover the same time."""
+        check = self._checks.get(index)
+        if check is not None:
+            self._checks[index] = ChainSelfCheck(check.cfg)
+            if self.state is not None:
+                self.state.record_chain(index, False, None)
+
+    def _check_chain(self, index: int, sample: object, t_mono: int) -> None:
+        """Feed an accepted reading to the channel's self-check; a new disagreement becomes a
+        ``chain_disagreement`` event (budgeted like the others), the ratio a /metrics gauge."""
+        check = self._checks.get(index)
+        energy, power = _value(sample, "energy_j"), _value(sample, "power_w")
+        if check is None or energy is None or power is None:
+            return
+        d = check.add(t_mono, float(energy), float(power), _value(sample, "voltage_v"),
+                      _value(sample, "current_a"), _value(sample, "power_factor"))
+        if d is not None:
+            self.event(index, "chain_disagreement",
+                       f"{d.kind}: {d.detail} (ratio {d.ratio:.2f})")
+        if self.state is not None:
+            self.state.record_chain(index, bool(check.active), check.ratio)
 
     # -- sweeping -----------------------------------------------------------------------------
     def _sweep(self, seq: int) -> list[tuple[object, ...]]:
@@ -417,7 +458,9 @@ class Sampler:
                 continue
             if run.failing:
                 self._close_gap(ch.index, t_mono, t_real, "data resumed")
+                self._restart_check(ch.index)
             run.last_good_mono = t_mono
+            self._check_chain(ch.index, sample, t_mono)
             rows.append(
                 (
                     seq,
