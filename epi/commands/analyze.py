@@ -101,6 +101,9 @@ FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
 @click.option("--max-lag-error-frac", type=FRACTION, default=0.01, show_default=True,
               help="Largest energy a resolved load lag may move across a phase's edges, as a "
               "fraction of its median window energy.")
+@click.option("--max-instrument-u-pct", type=FiniteFloat(0.0, 100.0), default=2.0,
+              show_default=True, help="Largest instrument uncertainty (%) of a measured "
+              "J/token figure; above it the figure's reason says so (docs/analysis.md).")
 @click.option("--manifest-dir", type=click.Path(path_type=Path),
               help="Where the quantization manifests are (default: next to the model).")
 def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | None,
@@ -109,7 +112,7 @@ def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | N
             energy_method: str, max_resolution_frac: float,
             cv_threshold: float, max_offset_frac: float, min_samples: int, ppl_tolerance: float,
             time_share: bool, lag: str, max_lag_error_frac: float,
-            manifest_dir: Path | None) -> None:
+            max_instrument_u_pct: float, manifest_dir: Path | None) -> None:
     """Joules per token by phase and node, EPI with CIs, and validity verdicts."""
     check_output_dir(out_dir, "--out")
     opts = Options(edge=edge, energy_method=energy_method,
@@ -121,7 +124,7 @@ def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | N
                    accuracy_values=parse_accuracy_values(accuracy_value),
                    ppl_tolerance=ppl_tolerance, baseline=baseline, time_share=time_share,
                    lag=lag, max_lag_error_frac=max_lag_error_frac,
-                   manifest_dir=manifest_dir)
+                   max_instrument_u_pct=max_instrument_u_pct, manifest_dir=manifest_dir)
     a = analyze_to(out_dir, list(run_dirs), trace_dir, opts, accuracy_file)
     click.echo(summary_text(a))
     click.echo(f"\nwrote {out_dir}/" + ", ".join(RESULT_FILES))

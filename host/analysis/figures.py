@@ -18,6 +18,7 @@ from epi.core.errors import UserError
 from epi.core.text import ranges_text
 from host.analysis import paired
 from host.analysis import statistics as epimod
+from host.analysis.instrument import ChannelInstrument, Qualification, figure_term
 from host.analysis.model import UNIT_TEXT, Options, RunInfo
 from host.analysis.power_source import combined
 from host.analysis.verdicts import valid_repeats
@@ -57,7 +58,12 @@ def repeat_values(valid: pd.DataFrame, cfg: str, basis: str, *, scope: str = "al
 
 def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFrame,
                    accs: dict[str, epimod.Accuracy], opts: Options,
-                   sources: dict[int, str] | None = None) -> pd.DataFrame:
+                   sources: dict[int, str] | None = None,
+                   instrument: dict[int, ChannelInstrument] | None = None,
+                   qual: Qualification | None = None) -> pd.DataFrame:
+    """One row per (config, scope, phase, unit, basis): the repeat interval and, beside it,
+    the instrument uncertainty (host.analysis.instrument) as a separate term; a figure whose
+    instrument term exceeds `opts.max_instrument_u_pct` says so in its `reason`."""
     valid = valid_repeats(rep, verdicts)
     layers = {(i.config, p.node): p.layers for i in infos for p in i.run.placement}
     rows = []
@@ -113,6 +119,14 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
             if acc is not None:
                 row.update(accuracy=acc.value, accuracy_ci_lo=acc.ci_lo,
                            accuracy_ci_hi=acc.ci_hi, accuracy_basis=acc.basis)
+        inst = figure_term(scope_channels(infos, cfg, scope), instrument or {},
+                           row["energy_per_request_j_median"])
+        row.update(instrument_u_pct=inst.u_pct, instrument_u_basis=inst.basis,
+                   board_qualification=qual.detail if qual is not None else "")
+        if np.isfinite(inst.u_pct) and inst.u_pct > opts.max_instrument_u_pct:
+            row["reason"] = "; ".join(x for x in (
+                row["reason"], f"instrument uncertainty {inst.u_pct:.3g} % above the bound "
+                f"{opts.max_instrument_u_pct:g} % (--max-instrument-u-pct)") if x)
         rows.append(row)
     res = pd.DataFrame(rows)
     res["ci_level_wanted"] = opts.ci_level

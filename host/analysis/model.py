@@ -64,6 +64,7 @@ class Options:
     manifest_dir: Path | None = None
     lag: str = "none"  # "auto": shift each channel's windows by its estimated load lag
     max_lag_error_frac: float = 0.01
+    max_instrument_u_pct: float = 2.0  # issue 27: a figure's instrument term above it: reason
 
 
 @dataclass

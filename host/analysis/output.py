@@ -23,7 +23,7 @@ import pandas as pd
 from epi.core.errors import UserError
 from epi.formats.analysis import RESULT_COLUMNS, RESULT_FORMAT, RESULT_VERSION, WINDOW_COLUMNS
 from epi.formats.json_types import JSON
-from host.analysis import components, pipeline
+from host.analysis import components, instrument, pipeline
 from host.analysis.model import Analysis, Options
 
 
@@ -87,6 +87,18 @@ def _run_records(a: Analysis) -> list[JSON]:
     return runs
 
 
+def instrument_record(a: Analysis) -> dict[str, object]:
+    """results.json's `instrument`: the bound, each channel's terms and the qualification."""
+    terms = instrument.channel_terms(a.trace, a.power_sources)
+    return {
+        "max_instrument_u_pct": a.options.max_instrument_u_pct,
+        "channels": {str(c): {"joules_per_count": t.joules_per_count,
+                              "terms_pct": t.class_terms_pct, "none_because": t.why or None}
+                     for c, t in sorted(terms.items())},
+        "qualification": instrument.qualification(a.trace).as_json(),
+    }
+
+
 def build_outputs(a: Analysis, inputs: Inputs) -> dict[str, bytes]:
     """File name → content of every output (nothing is written here)."""
     results = a.results.reindex(columns=list(RESULT_COLUMNS))
@@ -115,6 +127,7 @@ def build_outputs(a: Analysis, inputs: Inputs) -> dict[str, bytes]:
             "time_share_estimate": a.time_share,
         },
         "notes": a.notes,
+        "instrument": instrument_record(a),  # issue 27: per-channel terms, qualification
         "components": components.records(a),  # software power sources (docs/sources.md)
     }
     return {

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
-from host.analysis import components
+from host.analysis import components, instrument
 from host.analysis.accuracy_file import load_accuracy
 from host.analysis.align import (
     ClockMap,
@@ -157,7 +157,9 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
                                          infos, opts)
     notes += acc_notes
     sources = channel_sources(trace)
-    results = config_results(infos, rep, verdicts, accs, opts, sources)
+    qual = instrument.qualification(trace)
+    results = config_results(infos, rep, verdicts, accs, opts, sources,
+                             instrument.channel_terms(trace, sources), qual)
     reg = prefill_regression(win, verdicts, results, level=opts.ci_level)
     _attach_regression(results, reg)
     pareto = pareto_configs(results, opts)

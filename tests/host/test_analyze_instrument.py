@@ -1,0 +1,142 @@
+"""Issue 27: every J/token figure carries its instrument uncertainty beside the repeat interval,
+and the analysis says whether the board that made the trace was qualified.
+
+Expected figures come from the datasheet closed form (docs/atm90e26.md §3, meter/plan.py's
+doc): chip class 0.1 %, a plug-in calibration reference 1 % (k = 1), the CT class when
+uncalibrated, one energy count = 0.1 CF pulse = 0.1 × 3.6e6 J / meter constant, combined
+root-sum-square — written out here, not taken from host.analysis.instrument.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from epi import cli as epi_cli
+from host.analysis.pipeline import Options, analyze
+
+METER_CONSTANT = 1e7  # the synthetic trace's (tests/host/conftest.py write_trace)
+COUNT_J = 0.1 * 3.6e6 / METER_CONSTANT  # one energy count: 0.036 J
+
+
+def _measured(tdir: Path, source: str, ct: dict | None = None,
+              qualification: object = None) -> None:
+    """Rewrite the synthetic trace's meta as a real board's: measured, calibration `source`."""
+    for meta_path in sorted(tdir.glob("seg-*.meta.json")):
+        m = json.loads(meta_path.read_text())
+        m["emulated"] = False
+        m.pop("power_model", None)
+        for ch in m["channels"]:
+            ch["calibration"] = {"source": source}
+            ch["ct"] = ct
+        if qualification is not None:
+            m["qualification"] = qualification
+        meta_path.write_text(json.dumps(m))
+
+
+def _qual_record(passed: bool, class_pct: float) -> dict:
+    return {"format": "epi-meter-qualification", "format_version": 1, "board": "b.toml",
+            "emulated": False, "reference": "plug-in energy meter ± 1 %", "passed": passed,
+            "channels": [{"channel": "ch0", "accuracy_class_pct": class_pct,
+                          "passed": passed}]}
+
+
+def _headline(a) -> pd.Series:
+    r = a.results
+    return r[(r["scope"] == "all") & (r["phase"] == "request") & (r["unit"] == "generated")
+             & (r["basis"] == "gross")].iloc[0]
+
+
+def _expected(ref_pct: float, energy_j: float) -> float:
+    return math.sqrt(0.1 ** 2 + ref_pct ** 2 + (COUNT_J / energy_j * 100.0) ** 2)
+
+
+def test_calibrated_board_figures_carry_the_closed_form_term(synth_run, tmp_path):
+    tdir, rdir, _, _ = synth_run()
+    cal = tmp_path / "cal" / "ch0.json"
+    cal.parent.mkdir()
+    _measured(tdir, str(cal))
+    a = analyze([rdir], tdir)
+    for _, row in a.results.iterrows():
+        e = row["energy_per_request_j_median"]
+        if not np.isfinite(e):
+            continue
+        assert row["instrument_u_pct"] == pytest.approx(_expected(1.0, e), rel=1e-9)
+        assert "calibration reference 1 %" in row["instrument_u_basis"]
+    h = _headline(a)
+    assert h["instrument_u_pct"] > 1.0  # never silently 0
+    assert h["board_qualification"].startswith("not qualified: no qualification.json")
+    assert str(cal.parent / "qualification.json") in h["board_qualification"]
+
+
+def test_uncalibrated_board_uses_the_ct_class(synth_run):
+    tdir, rdir, _, _ = synth_run()
+    _measured(tdir, "design values (uncalibrated)", ct={"accuracy_class_pct": 0.5})
+    h = _headline(analyze([rdir], tdir))
+    assert h["instrument_u_pct"] == pytest.approx(
+        _expected(0.5, h["energy_per_request_j_median"]), rel=1e-9)
+    assert "CT class 0.5 %" in h["instrument_u_basis"]
+
+
+def test_qualification_beside_the_calibration_is_cited(synth_run, tmp_path):
+    tdir, rdir, _, _ = synth_run()
+    cal = tmp_path / "cal" / "ch0.json"
+    cal.parent.mkdir()
+    (cal.parent / "qualification.json").write_text(json.dumps(_qual_record(True, 1.0)))
+    _measured(tdir, str(cal))
+    h = _headline(analyze([rdir], tdir))
+    assert h["board_qualification"].startswith("qualified: PASSED against class 1 %")
+
+
+def test_failed_qualification_named_in_the_meta_says_failed(synth_run, tmp_path):
+    tdir, rdir, _, _ = synth_run()
+    q = tmp_path / "q.json"
+    q.write_text(json.dumps(_qual_record(False, 0.5)))
+    _measured(tdir, "design values (uncalibrated)", qualification=str(q))
+    h = _headline(analyze([rdir], tdir))
+    assert h["board_qualification"].startswith("qualified: FAILED against class 0.5 %")
+
+
+def test_bound_exceeded_gives_a_reason(synth_run, tmp_path):
+    tdir, rdir, _, _ = synth_run()
+    _measured(tdir, str(tmp_path / "ch0.json"))
+    h = _headline(analyze([rdir], tdir, Options(max_instrument_u_pct=0.5)))
+    assert "instrument uncertainty" in h["reason"] and "0.5 %" in h["reason"]
+    h = _headline(analyze([rdir], tdir, Options(max_instrument_u_pct=5.0)))
+    assert "instrument uncertainty" not in str(h["reason"])
+
+
+def test_modelled_power_says_na_not_zero(synth_run):
+    tdir, rdir, _, _ = synth_run()  # the synthetic trace is emulated (modelled power)
+    h = _headline(analyze([rdir], tdir))
+    assert math.isnan(h["instrument_u_pct"])
+    assert h["instrument_u_basis"] == "n/a (modelled)"
+
+
+def test_results_csv_has_the_columns(synth_run, tmp_path, monkeypatch, capsys):
+    tdir, rdir, _, _ = synth_run()
+    _measured(tdir, str(tmp_path / "ch0.json"))
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["epi", "analyze", str(rdir), "--trace", str(tdir),
+                                      "--out", str(out), "--max-instrument-u-pct", "3"])
+    code = 0
+    try:
+        epi_cli.main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    assert code == 0, capsys.readouterr().err
+    res = pd.read_csv(out / "results.csv")
+    assert {"instrument_u_pct", "instrument_u_basis", "board_qualification"} <= set(res)
+    row = res[(res["scope"] == "all") & (res["phase"] == "request")
+              & (res["unit"] == "generated") & (res["basis"] == "gross")].iloc[0]
+    assert row["instrument_u_pct"] == pytest.approx(
+        _expected(1.0, row["energy_per_request_j_median"]), rel=1e-6)
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["instrument"]["max_instrument_u_pct"] == 3.0
+    assert doc["instrument"]["qualification"]["qualified"] is False
