@@ -63,6 +63,31 @@ def counter_fallback_line(a: Analysis) -> str:
             + (f" ({', '.join(rows)})" if rows else ""))
 
 
+def instrument_cell(row: pd.Series) -> str:
+    """The instrument term of a figure: '1.02' (%), or 'n/a' where there is none."""
+    u = row.get("instrument_u_pct")
+    if isinstance(u, (int, float)) and np.isfinite(u):
+        return _num(float(u), ".3g")
+    return "n/a"
+
+
+def instrument_lines(a: Analysis) -> list[str]:
+    """What the 'instrument ± %' column is, the bound, and the board's qualification."""
+    res = a.results
+    if "instrument_u_basis" not in res or res.empty:
+        return []
+    bases = sorted({str(b) for b in res.loc[res["scope"] == "all", "instrument_u_basis"]
+                    if isinstance(b, str) and b})
+    out = ["instrument ± %: the meter chain's own uncertainty (k = 1), a separate term "
+           "beside the repeat interval, not inside it; bound "
+           f"{a.options.max_instrument_u_pct:g} % (--max-instrument-u-pct)"]
+    if bases:
+        out.append(f"  e.g. {bases[0]}")
+    quals = sorted({str(q) for q in res["board_qualification"] if isinstance(q, str) and q})
+    out += [f"board: {q}" for q in quals]
+    return out
+
+
 def summary_text(a: Analysis) -> str:
     res = a.results
     basis = a.options.energy_basis
@@ -98,6 +123,7 @@ def summary_text(a: Analysis) -> str:
             _num(n["j_per_token_median"]), _num(t["j_per_token_median"]),
             pre, _num(d["j_per_token_median"]),
             _num(g["j_per_token_cv"] * 100, ".2f"),
+            instrument_cell(g),
             _num(h["accuracy"], ".3f"),
             _ci(h["epi"], h["epi_ci_lo"], h["epi_ci_hi"], h["epi_ci_coverage"], at_least=True,
                 n=h["n_repeats"]),
@@ -114,7 +140,9 @@ def summary_text(a: Analysis) -> str:
             + f"; edge model: {a.options.edge}",
             format_table(["config", "power", "valid runs", "J/request", "J/gen tok (gross)",
                           "J/gen tok (net)", "J/total tok", "prefill J/prompt tok",
-                          "decode J/gen tok", "CV %", "accuracy", f"EPI ({basis})"], rows)]
+                          "decode J/gen tok", "CV %", "instrument ± %", "accuracy",
+                          f"EPI ({basis})"], rows)]
+    out += instrument_lines(a)
     fallback = counter_fallback_line(a)
     if fallback:
         out.append(fallback)

@@ -140,3 +140,16 @@ def test_results_csv_has_the_columns(synth_run, tmp_path, monkeypatch, capsys):
     doc = json.loads((out / "results.json").read_text())
     assert doc["instrument"]["max_instrument_u_pct"] == 3.0
     assert doc["instrument"]["qualification"]["qualified"] is False
+
+
+def test_summary_prints_the_instrument_column_and_the_board(synth_run, tmp_path):
+    from host.analysis.summary import summary_text
+
+    tdir, rdir, _, _ = synth_run()
+    _measured(tdir, str(tmp_path / "ch0.json"))
+    a = analyze([rdir], tdir)
+    text = summary_text(a)
+    assert "instrument ± %" in text and "bound 2 %" in text
+    assert "board: not qualified" in text
+    u = _headline(a)["instrument_u_pct"]
+    assert f"{u:.3g}" in text
