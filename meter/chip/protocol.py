@@ -42,7 +42,7 @@ A fault raises a `meter.chip.errors.BusError` subclass whose `kind` is its event
 raise (`recovered = True`), else the chip is marked `needs_init` for the caller to re-start.
 """
 
-from meter.chip import plausibility
+from meter.chip import energy_window, plausibility
 from meter.chip import registers as regs
 from meter.chip.access import ABSENT_WORDS, VerifiedAccess, all_absent, hexword, reg_name
 from meter.chip.calibration import EMULATED_FRONTEND
@@ -99,6 +99,7 @@ class Protocol(VerifiedAccess):
         self.t_energy = None  # type: int | None  # when the last ATenergy read was
         self.last_power = None  # type: float | None  # W of the last accepted reading
         self.rejected = []  # type: list[int]  # words of this reading rejected as misreads
+        self.known_words = []  # type: list[int]  # other registers' words of this reading
         # intervals the chip could not meter: (t_from, t_to, reason, estimate_j or None)
         self.unmetered = []  # type: list[tuple[int, int, str, float | None]]
         for key in PROTOCOL_STATS:
@@ -262,6 +263,9 @@ class Protocol(VerifiedAccess):
         if values is not None and problem is None:
             power = values["Pmean"]
             apparent = values.get("Smean")
+        # words a read redirected to another register would return (FuncEn 02H and Pmean
+        # 4AH are one MOSI bit from ATenergy 42H): an energy word equal to one is re-read
+        self.known_words = [func_en, cal_start, self.calibration.get("FuncEn")] + (words or [])
         counts = self.checked_energy(counts, t_energy, power, apparent)
         counts = self.unwrap(counts, t_energy, power)
         self.counts += self.split_reverse(counts, t_energy, power)
@@ -421,12 +425,16 @@ class Protocol(VerifiedAccess):
                 counts, other = other, None
         if counts <= bound:
             counts = self._recovered_counts(counts, dt_s, power_w, jpc)
-            if power_w is None:
+            if power_w is None and self.last_power is None:
                 return counts
+            before = self.last_power if self.last_power is not None else power_w
+            after = power_w if power_w is not None else before  # no trusted power now
+            lo, hi = energy_window.counts_range(before, after, dt_s, jpc, self.pmean_step_w())
+            if lo <= counts <= hi and counts not in self.known_words:
+                return counts
+            power_w = after
             expected = self._expected_counts(power_w, dt_s, jpc)
-            if not plausibility.energy_unexpected(counts, expected, dt_s, jpc, self.limits):
-                return counts
-            return self._reread_energy(counts, t, expected, power_w, apparent_va, jpc)
+            return self._reread_energy(counts, t, expected, power_w, apparent_va, jpc, lo)
         self.stats["energy_misreads"] += 1
         again = self.read_clear(regs.AT_ENERGY)
         residue = plausibility.energy_bound_counts(
@@ -442,17 +450,22 @@ class Protocol(VerifiedAccess):
                        "redirected LastData read overwrites it): %d counted"
                        % (first, other, counts, other))
             return other + again
+        note = self.note_unmetered(self.t_energy, t, "ATenergy word not believable")
         self.event("implausible", "%s; a re-read found %d counts: the register was read, but "
                    "the word is not believable (a load that rose that fast would show in the "
-                   "power registers): discarded, %d counted (at most this interval's energy is "
-                   "lost)" % (first, again, again))
+                   "power registers): discarded, %d counted; %s" % (first, again, again, note))
         return again
 
-    def _reread_energy(self, counts, t, expected, power_w, apparent_va, jpc):
-        """Counts within the bounds but far from `expected`: read ATenergy again. Finding the
-        interval's counts still there, the first read went to another register (discarded);
-        finding next to nothing, it was genuine (a fast load change): both reads counted."""
+    def _reread_energy(self, counts, t, expected, power_w, apparent_va, jpc, lo=0.0):
+        """Counts within the bounds but outside what the Pmean before and after the window
+        allow (`energy_window`): read ATenergy again. Finding the interval's counts still
+        there, the first read went to another register (discarded). Finding next to nothing,
+        the register was read: above the range, a load that changed within the window (both
+        reads counted, never refused); below `lo`, fewer counts than the lower of the two
+        powers can meter — a garbled word of a cleared register, whose window is declared
+        unmetered (exactly the counts discarded: no energy is made up)."""
         self.stats["energy_rereads"] += 1
+        t_from = self.t_energy
         try:
             again = self.read_clear(regs.AT_ENERGY)
         except BusError:
@@ -460,12 +473,25 @@ class Protocol(VerifiedAccess):
         residue = plausibility.energy_bound_counts(
             [power_w, apparent_va or 0.0], self.seconds(self.rc_t - t), jpc, self.limits)
         if again <= residue:
-            return counts + again
+            if counts >= lo:
+                return counts + again
+            self.stats["energy_misreads"] += 1
+            note = self.note_unmetered(t_from, t, "ATenergy word not believable")
+            self.event("implausible", "ATenergy read %d counts where the power before and "
+                       "after allows at least %d; the register was cleared (re-read %d): the "
+                       "word is discarded, %d counted; %s" % (counts, int(lo), again, again,
+                                                              note))
+            return again
         self.stats["energy_misreads"] += 1
         self.event("misread", "ATenergy read %d counts where the power says %d; the register "
                    "still held %d, so the first read did not reach ATenergy: discarded, %d "
                    "counted" % (counts, int(expected), again, again))
         return again
+
+    def pmean_step_w(self):
+        # type: () -> float
+        """Half the Pmean register step as read (0 when read with its LSB extension)."""
+        return self.quanta.get("Pmean", 0.0) if self.quanta else 0.0
 
     def _expected_counts(self, power_w, dt_s, jpc):
         last = self.last_power if self.last_power is not None else power_w

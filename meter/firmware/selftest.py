@@ -28,9 +28,12 @@ class FakeChip:
     AdjStart state, CS1/CS2 read back as the chip's own computation, SoftReset, and SysStatus
     error bits that clear on read (`checksum_error()`)."""
 
-    def __init__(self, energy_per_read=0):
-        self.energy_per_read = energy_per_read
+    def __init__(self, energy_per_read=0, ticks=None):
+        self.energy_per_read = energy_per_read  # per read, or per 0.1 s when `ticks` is given
+        self.ticks = ticks  # a ManualTicks: energy follows the time (a steady load)
+        self.t_cleared = ticks.ticks_us() if ticks is not None else 0
         self.energy_cleared = 0
+        self.first_read = None  # the start-up read the protocol discards
         self.glitch = {}  # address -> word the next read of it answers once (a misread)
         self.reset()
 
@@ -62,8 +65,15 @@ class FakeChip:
                 v = self.status
                 self.status = 0
             elif a == regs.AT_ENERGY:
-                v = self.energy_per_read & 0xFFFF
+                v = self.energy_per_read
+                if self.ticks is not None:
+                    now = self.ticks.ticks_us()
+                    v = v * self.ticks.ticks_diff(now, self.t_cleared) // 100000
+                    self.t_cleared = now
+                v &= 0xFFFF
                 self.energy_cleared += v
+                if self.first_read is None:
+                    self.first_read = v
             elif a == regs.CS1:
                 v = checksum([self.regs[x] for x in regs.METERING_ADDRESSES])
             elif a == regs.CS2:
@@ -174,8 +184,9 @@ def test_tick_wrap():
 
 def test_firmware(machine):
     machine.detach_all()
-    chips = {17: FakeChip(40), 20: FakeChip(7)}
     ticks = ManualTicks(start=(1 << 30) - 300000)  # wraps during the test
+    # a steady 12 W (the Pmean they read): 333 counts per 0.1 s at 3.6 mJ per count
+    chips = {17: FakeChip(333, ticks), 20: FakeChip(333, ticks)}
     hw = FakeHardware(machine, chips, ticks)
     cfg = default_config()
     cfg["channels"] = [{"cs": 17}, {"cs": 20}]
@@ -209,7 +220,8 @@ def test_firmware(machine):
                 last_counts = counts
     check(n_sweeps >= 30, "sweeps sent: %d" % n_sweeps)
     check(3 <= not_ready <= 4, "first 350 ms not ready (%d sweeps)" % not_ready)
-    check(fw.chips[0].counts == chips[17].energy_cleared - 40, "counts = energy read since start")
+    check(fw.chips[0].counts == chips[17].energy_cleared - chips[17].first_read,
+          "counts = energy read since start")
     # commands: ping, malformed lines, unknown command, bad argument, read, write
     for raw in (b'{"cmd":"ping","id":9}', b"not json", b'{"nocmd":1}', b'{"cmd":"fly"}',
                 b'{"cmd":"rate","hz":-3}', b'{"cmd":"read","ch":1,"reg":"Urms","id":4}',
