@@ -239,7 +239,84 @@ def collect_checks() -> list[Check]:
         ),
     ]
     checks += _llama_checks() + _model_checks() + _data_checks()
-    checks += _hardware_checks() + _bridge_checks() + _power_counter_checks()
+    checks += _hardware_checks() + _bridge_checks() + _chain_checks() + _power_counter_checks()
+    return checks
+
+
+BOARD_ENV = "EPI_BOARD"  # a board file: does each channel resolve its expected_load_w?
+METER_URL_ENV = "EPI_METER_URL"  # a running daemon: its /status says if a CT is reversed
+
+
+def _chain_checks() -> list[Check]:
+    """Issue 27: each channel's expected load against what its chain resolves (the board file
+    in $EPI_BOARD), and the CT orientation a running daemon has seen (its /status at
+    $EPI_METER_URL: a channel with `reverse_energy` events has its clamp reversed)."""
+    import os
+
+    from meter.board import load_board
+    from meter.load_check import load_findings
+
+    checks: list[Check] = []
+    board_path = os.environ.get(BOARD_ENV)
+    if board_path:
+        try:
+            found = load_findings(load_board(board_path))
+        except UserError as exc:
+            found = []
+            checks.append(Check("meter", "board file", False, str(exc), f"fix {board_path}"))
+        checks += [Check(f.area, f.item, f.ok, f.detail, f.fix) for f in found]
+        if not found and not checks:
+            checks.append(Check("meter", "load resolution", None,
+                                f"{board_path}: no channel records expected_load_w"))
+    else:
+        checks.append(Check("meter", "load resolution", None, f"not checked (${BOARD_ENV} unset)",
+                            f"{BOARD_ENV}=BOARD.toml epi doctor, with expected_load_w = "
+                            "[MIN, MAX] in each [[channel]] (docs/meter.md)"))
+    url = os.environ.get(METER_URL_ENV)
+    if not url:
+        checks.append(Check("meter", "CT orientation", None,
+                            f"not checked (${METER_URL_ENV} unset)",
+                            f"{METER_URL_ENV}=http://HOST:8757 epi doctor, with `epi meter run` "
+                            "running"))
+        return checks
+    return checks + _orientation_checks(url)
+
+
+def _orientation_checks(url: str) -> list[Check]:
+    """One line per channel of the daemon at `url`: reversed when it counted reverse energy."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from epi.core.net import split_daemon_url
+    from meter.driver.direction import FIX
+
+    try:
+        host, port, base = split_daemon_url(url)
+        with urllib.request.urlopen(f"http://{host}:{port}{base}/status", timeout=3) as resp:
+            status = json.loads(resp.read().decode())
+    except UserError as exc:
+        return [Check("meter", "CT orientation", False, str(exc), f"fix ${METER_URL_ENV}")]
+    except (OSError, ValueError, urllib.error.URLError) as exc:
+        return [Check("meter", "CT orientation", None, f"{url}: no daemon status ({exc})",
+                      "start `epi meter run`, or fix $" + METER_URL_ENV)]
+    channels = status.get("channels") if isinstance(status, dict) else None
+    if not isinstance(channels, list):
+        return [Check("meter", "CT orientation", False, f"{url}/status: no channel list",
+                      "is this an epi meter daemon?")]
+    checks = []
+    for ch in channels:
+        if not isinstance(ch, dict):
+            continue
+        faults = ch.get("faults")
+        n = faults.get("reverse_energy", 0) if isinstance(faults, dict) else 0
+        item = f"CT orientation {ch.get('name', '?')}"
+        if isinstance(n, int) and n > 0:
+            checks.append(Check("meter", item, False,
+                                f"{n} reverse_energy event(s): reverse active energy metered "
+                                "(kept apart, not counted)", FIX))
+        else:
+            checks.append(Check("meter", item, True, "no reverse energy metered"))
     return checks
 
 

@@ -45,6 +45,7 @@ class ChannelConfig:
     calibration: Calibration | None = None  # loaded when the file exists
     enabled: bool = True
     n_line: bool = False
+    expected_load_w: tuple[float, float] | None = None  # (min, max) W; meter/load_check.py
     frontend: dict[str, float] = field(default_factory=lambda: dict(EMULATED_FRONTEND))
     power_model: object | None = None  # emulated boards only
 

@@ -66,7 +66,8 @@ _KNOWN_KEYS: dict[str, frozenset[str]] = {
                      "accuracy_class_pct"}),
     "uart": frozenset({"port", "baudrate"}),
     "channel": frozenset({"name", "node", "chip_select", "uart", "ct",
-                          "meter_constant_imp_per_kwh", "calibration", "enabled", "n_line"}),
+                          "meter_constant_imp_per_kwh", "calibration", "enabled", "n_line",
+                          "expected_load_w"}),
     "bridge": frozenset({"port", "baud", "encoding", "rate_hz"}),
     "bridge_channel": frozenset({"name", "node", "enabled"}),
 }
@@ -264,7 +265,21 @@ def _parse_channel(table: Table, i: int, frontend: dict[str, float], path: Path
         enabled=bool(_get(table, "enabled", bool, True, path, where)),
         n_line=bool(_get(table, "n_line", bool, False, path, where)),
         frontend=ch_frontend,
+        expected_load_w=_expected_load(table.get("expected_load_w"), where, path),
     )
+
+
+def _expected_load(value: object, where: str, path: Path) -> tuple[float, float] | None:
+    """`expected_load_w = [MIN, MAX]` (W at the wall, 0 < MIN <= MAX; issue 27), or None."""
+    if value is None:
+        return None
+    key = where + "expected_load_w"
+    if not isinstance(value, list) or len(value) != 2:
+        raise _err(path, key, f"expected [MIN, MAX] in watts, got {value!r}")
+    lo, hi = (_positive(v, path, key) for v in value)
+    if lo > hi:
+        raise _err(path, key, f"MIN {lo:g} W is above MAX {hi:g} W")
+    return lo, hi
 
 
 def _parse_chip_select(table: Table, where: str, path: Path) -> str | None:

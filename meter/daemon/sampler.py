@@ -85,7 +85,8 @@ _FAULT_KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (ImplausibleReadingError, "implausible"),
 )
 FAULT_EVENT_KINDS = frozenset(
-    {"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "implausible"}
+    {"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "implausible",
+     "reverse_energy"}  # counted per channel: /status and `epi doctor` show a reversed CT
 )
 _BACKOFF_AFTER = 3  # consecutive failed reads before a channel is only retried now and then
 

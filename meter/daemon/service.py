@@ -48,6 +48,7 @@ from meter.daemon.sampler import Sampler, SamplerStats
 from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.faults import FaultInjector, FaultSpec, parse_fault_specs
 from meter.errors import BusError
+from meter.load_check import load_findings
 from meter.recording.session import Feeder, RecordingSession, clock_boot_id
 from meter.sources.recorder import SourceRecorder
 
@@ -286,6 +287,10 @@ class MeterDaemon:
                 f"(bus limit {budget.max_rate_hz:.1f} Hz) into {o.out_dir} segment "
                 f"{writer.segment}" + (f"; serving {url}" if url else "")
             )
+            for finding in load_findings(board):  # issue 27: an expected load unresolved
+                if finding.ok is False:
+                    self.log(f"epi meter: WARNING {finding.item}: {finding.detail}; "
+                             f"fix: {finding.fix}")
             sources = recorder
 
             def save_stats(stats: SamplerStats) -> None:
