@@ -17,11 +17,11 @@ within one window. The allowance is exactly what the register steps and the aver
 reading that starts one (once per episode, so an event stream stays small); `ratio` is the
 gauge (|gap| / allowance: above 1 is a disagreement).
 
-Where it must be wired (meter/daemon is another helper's): one `ChainSelfCheck` per channel
-in the sampler; each accepted `Reading` goes to `add(...)`; a returned `Disagreement` becomes a
-`chain_disagreement` event (a new kind for epi/formats/trace.py), and `ratio` a per-channel
-`/metrics` gauge (`epi_meter_chain_disagreement_ratio`); the analysis flags windows whose event
-falls in them.
+Where it runs: meter/daemon/sampler.py keeps one `ChainSelfCheck` per channel (afresh after a
+gap or an unmetered interval) and feeds it each accepted reading; a returned `Disagreement`
+becomes a `chain_disagreement` event, and the verdict and `ratio` the `/metrics` gauges
+`epi_meter_chain_disagreement` and `epi_meter_chain_disagreement_ratio`; the analysis flags
+windows whose event falls in them.
 """
 
 from __future__ import annotations
