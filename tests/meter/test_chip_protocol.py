@@ -35,8 +35,15 @@ class CountingBus(EmulatedSpiBus):
         super().__init__(chip)
         self.reads: dict[int, int] = {}
         self.redirect: tuple[int, int] | None = None
+        self.foreign: tuple[int, int] | None = None  # (address, word): see read_register
 
     def read_register(self, address: int) -> int:
+        if self.foreign is not None and self.foreign[0] == address:
+            # the read went to a register holding `word`: the addressed one is not cleared,
+            # LastData holds the word sent
+            word, self.foreign = self.foreign[1], None
+            self.chip.last_data = word
+            return word
         if self.redirect is not None and self.redirect[0] == address:
             address, self.redirect = self.redirect[1], None
         self.reads[address] = self.reads.get(address, 0) + 1
@@ -199,3 +206,51 @@ def test_an_energy_read_redirected_to_enstatus_is_re_read() -> None:
     jpc = rig.cal.joules_per_count()
     assert abs((rig.energy_j() - e0) - truth) / jpc < 3  # counts, not 3 × 2048
     assert sum(k == "misread" and "did not reach ATenergy" in d for k, d in rig.events) == 3
+
+
+# 0.75 W over a reading's 0.25 s is about 52 counts: FuncEn's configured word (0030H, 48) lies
+# within 25 % of it, and the old fixed floor (5 % of Un·Ib: ~800 counts per 0.25 s) let a 7x
+# word through; the range from the Pmean before and after the window catches both.
+LOW_W = 0.75
+
+
+def _energy_error_counts(rig: Rig, e0: float, t0: int) -> float:
+    truth = rig.model.energy_j(t0, rig.driver.energy_t_mono_ns or 0)
+    return ((rig.energy_j() - e0) - truth) / rig.cal.joules_per_count()
+
+
+@pytest.mark.parametrize("word_x", [None, 7.0, 1 / 7])
+def test_a_foreign_energy_word_on_a_steady_load_is_caught(word_x: float | None) -> None:
+    """An ATenergy read that reached another register (FuncEn's 48, or a word 7x or 1/7 of
+    the window's counts) is re-read: the register still holds the window's counts, which
+    are taken; the energy counted stays the model's to within the counter's step."""
+    rig = Rig("driver", clear_on_read=False, steps=[(0, LOW_W)])
+    for _ in range(4):
+        rig.sample()
+    e0, t0 = rig.energy_j(), rig.driver.energy_t_mono_ns
+    assert t0 is not None
+    window = LOW_W * 0.25 / rig.cal.joules_per_count()
+    for _ in range(3):
+        if word_x is None:
+            rig.bus.redirect = (regs.AT_ENERGY, regs.FUNC_EN)
+        else:
+            rig.bus.foreign = (regs.AT_ENERGY, round(word_x * window))
+        rig.sample()
+        rig.sample()
+    assert abs(_energy_error_counts(rig, e0, t0)) < 3  # not 3 x 48, not 3 x 6 windows
+    assert sum(k == "misread" and "did not reach ATenergy" in d for k, d in rig.events) == 3
+
+
+def test_a_genuine_x4_load_step_within_a_window_is_counted_not_refused() -> None:
+    """The load steps from 10 W to 40 W in the middle of a reading's window: every count is
+    kept (no discarded word, no unmetered interval), the energy is the model's."""
+    rig = Rig("driver", clear_on_read=False, steps=[(0, 10.0), (2.125, 40.0)])
+    for _ in range(4):
+        rig.sample()
+    e0, t0 = rig.energy_j(), rig.driver.energy_t_mono_ns
+    assert t0 is not None
+    for _ in range(8):
+        rig.sample()
+    assert abs(_energy_error_counts(rig, e0, t0)) < 3
+    assert not any(k == "implausible" for k, _ in rig.events)
+    assert rig.driver.unmetered == []
