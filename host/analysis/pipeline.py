@@ -29,9 +29,6 @@ import pandas as pd
 from epi.core.errors import UserError
 from host.analysis import components, instrument
 from host.analysis.accuracy_file import load_accuracy
-from host.analysis.align import (
-    ClockMap,
-)
 from host.analysis.figures import (
     comparisons,
     config_results,
@@ -44,6 +41,7 @@ from host.analysis.item_outcomes import load_item_outcomes
 from host.analysis.lag import estimate_lag, lag_row, request_edges
 from host.analysis.layer_groups import layer_group_figures
 from host.analysis.model import NS, Analysis, Options, RunInfo
+from host.analysis.multi_trace import join_traces, meter_clock
 from host.analysis.power_source import channel_sources
 from host.analysis.prefill_regression import prefill_regression
 from host.analysis.tokenlog_reader import read_run
@@ -61,9 +59,13 @@ from host.run.cpu_features import run_notes as cpu_feature_notes
 
 
 # --------------------------------------------------------------------------- main entry
-def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options | None = None,
-            accuracy_file: str | Path | None = None) -> Analysis:
-    """Read, align, measure and summarise; raises UserError (one line) on bad input."""
+def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path | Sequence[str | Path],
+            opts: Options | None = None, accuracy_file: str | Path | None = None) -> Analysis:
+    """Read, align, measure and summarise; raises UserError (one line) on bad input.
+
+    `trace_dir` is one trace, or several: the k-th was written by the k-th meter the runs
+    synced with (`epi run --meter` order); they are joined in the first one's clock
+    (host.analysis.multi_trace)."""
     opts = opts or Options()
     if opts.energy_basis not in ("gross", "net"):
         raise UserError(f"--energy-basis: {opts.energy_basis!r} is not gross or net")
@@ -71,7 +73,10 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
         raise UserError(f"--lag: {opts.lag!r} is not none or auto")
     if opts.energy_method not in ("counter", "trapezoid"):
         raise UserError(f"--energy-method: {opts.energy_method!r} is not counter or trapezoid")
-    trace = read_trace(trace_dir, max_gap_periods=opts.max_gap_periods)
+    trace_dirs = [trace_dir] if isinstance(trace_dir, (str, Path)) else list(trace_dir)
+    if not trace_dirs:
+        raise UserError("give at least one --trace")
+    traces = [read_trace(t, max_gap_periods=opts.max_gap_periods) for t in trace_dirs]
     if not run_dirs:
         raise UserError("give at least one RUN_DIR")
     runs = [read_run(d) for d in run_dirs]
@@ -80,6 +85,7 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
         if r.run_id in seen:
             raise UserError(f"{r.path}: run_id {r.run_id} is also the run in {seen[r.run_id]}")
         seen[r.run_id] = r.path
+    trace, _, sync_unc_ns = join_traces(traces, runs)
     notes = list(trace.notes)
     configs = config_ids(runs)
     infos: list[RunInfo] = []
@@ -101,12 +107,11 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path, opts: Options
                         + "; ".join(n for n in notes if "nothing to measure" in n))
     for run, cfg in measurable:
         boot = clock_domain(trace, run)
-        clock = ClockMap.from_run(run.clock_sync, run.boot_id, boot,
-                                  trace_clock_simulated=trace.clock_simulated(boot))
+        clock = meter_clock(run, 0, boot, trace)  # meter 1's offsets (the joined clock)
         node_ch = channels_of_nodes(  # wall channels first (host/analysis/components.py)
             run, trace, components.node_channel_override(trace, opts.channels))
         span: tuple[int, int] | None = None
-        unc = clock.uncertainty_ns
+        unc = clock.uncertainty_ns + sync_unc_ns  # a second meter adds its own sync's
         if clock.usable:
             lo, hi = run.span_local_ns()
             m_lo, m_hi = clock.to_meter(np.array([lo, hi]))
