@@ -21,6 +21,7 @@ import pandas as pd
 
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import format_interval, number, pct
+from host.report import instrument
 from host.report.data import ReportData
 
 DECIDED = "decided"
@@ -204,9 +205,7 @@ def limits(rd: ReportData) -> list[str]:
     if lab.power_source == "modelled":
         out.append("The power is modelled, not measured: these figures show what the "
                    "pipeline computes, not what real hardware draws.")
-    out.append("No instrument uncertainty is in these figures: the meter chain (chip class, "
-               "current transformer, calibration reference) is not qualified here, so the "
-               "intervals cover repeat-to-repeat variation only.")
+    out += instrument.limit_lines(rd)  # from the analysis's data (issue 27), not a fixed line
     h = rd.headline()
     if "accuracy_ci_lo" in h.columns:
         half = ((h["accuracy_ci_hi"] - h["accuracy_ci_lo"]) / 2).dropna()

@@ -8,6 +8,7 @@ power tag), instead of repeating six to ten lines of it.
 
 from __future__ import annotations
 
+from host.report import instrument
 from host.report.data import (
     ReportData,
     accuracy_interval_text,
@@ -58,6 +59,7 @@ def measurement_block(rd: ReportData) -> list[tuple[str, str]]:
         ("method", method),
         ("intervals", "; ".join([interval_text(h), accuracy_interval_text(h),
                                  epi_interval_text(h)])),
+        ("instrument uncertainty", instrument.method_text(rd)),
         ("paired comparisons", "; ".join(comps) + "; a comparison is decided when its "
          "interval excludes 0, else 'cannot be told apart'" if comps else
          "none in this study"),

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from host.analysis.intervals import format_interval, number
+from host.report import instrument
 from host.report.data import ReportData
 
 
@@ -130,6 +131,7 @@ def results_table(rd: ReportData) -> Table:
             (num(np.nanmedian(tok_s), ".1f") + mark) if tok_s.notna().any() else "null",
             (num(np.nanmedian(power), ".2f") + mark) if power.notna().any() else "null",
             f"{len(valid)}/{len(req)}",
+            instrument.figure_cell(r),  # the instrument term of J/Token (issue 27)
         ])
         classes.append("" if len(valid) else "invalid")
     cap = (f"The study's results table. J/Token: {rd.basis} J per generated token over the "
@@ -144,7 +146,8 @@ def results_table(rd: ReportData) -> Table:
            "own coverage and n. " + _manifest_problems(rd) + _tail(rd).lstrip())
     return Table("results", "Results per configuration",
                  cap, ["Config", "Early", "Middle", "Late", "Size", "Perplexity", "J/Token",
-                       "Accuracy", "EPI", "tok/s", "Avg power W", "valid runs"], rows, classes)
+                       "Accuracy", "EPI", "tok/s", "Avg power W", "valid runs",
+                       "J/Token instrument ±"], rows, classes)
 
 
 def savings_table(rd: ReportData) -> Table:

@@ -153,3 +153,27 @@ def test_summary_prints_the_instrument_column_and_the_board(synth_run, tmp_path)
     assert "board: not qualified" in text
     u = _headline(a)["instrument_u_pct"]
     assert f"{u:.3g}" in text
+
+
+@pytest.mark.parametrize("qualified", [False, True])
+def test_report_states_the_term_and_the_board_from_data(synth_run, tmp_path, qualified):
+    from host.analysis.output import analyze_to
+    from host.report import answers, method
+    from host.report import data as report_data
+
+    tdir, rdir, _, _ = synth_run()
+    cal = tmp_path / "cal" / "ch0.json"
+    cal.parent.mkdir()
+    if qualified:
+        (cal.parent / "qualification.json").write_text(json.dumps(_qual_record(True, 1.0)))
+    _measured(tdir, str(cal))
+    a = analyze_to(tmp_path / "out", [rdir], tdir, Options())
+    rd = report_data.load(tmp_path / "out")
+    limits = " ".join(answers.limits(rd))
+    u = _headline(a)["instrument_u_pct"]
+    assert f"± {u:.3g} %" in limits  # the figure's own term, not a fixed sentence
+    assert ("NOT qualified" in limits) is (not qualified)
+    entries = dict(method.measurement_block(rd))
+    inst = entries["instrument uncertainty"]
+    assert f"± {u:.3g} %" in inst and "bound 2 %" in inst
+    assert ("PASSED against class 1 %" in inst) is qualified
