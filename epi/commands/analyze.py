@@ -1,4 +1,5 @@
-"""`epi analyze RUN_DIR... --trace TRACE_DIR`: joules per token, EPI and verdicts.
+"""`epi analyze RUN_DIR... --trace TRACE_DIR [--trace TRACE_DIR...]`: joules per token, EPI
+and verdicts (several traces: one per meter daemon, host.analysis.multi_trace).
 
 A thin layer over host.analysis: parse the flags into Options, call
 host.analysis.output.analyze_to (analyse, write every file atomically; the format is
@@ -57,14 +58,46 @@ def parse_accuracy_values(items: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
+MAX_TRACES = 64
+
+
+def trace_list(given: tuple[Path, ...]) -> list[Path]:
+    """`--trace` values → trace directories: each a directory, or a file listing them one a
+    line (blank lines and lines starting with '#' skipped; relative paths from the file's
+    folder)."""
+    out: list[Path] = []
+    for item in given:
+        if item.is_file():
+            try:
+                text = item.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UserError(f"--trace {item}: cannot read the list of traces ({exc})"
+                                ) from None
+            lines = [ln.strip() for ln in text.splitlines()]
+            listed = [ln for ln in lines if ln and not ln.startswith("#")]
+            if not listed:
+                raise UserError(f"--trace {item}: the list of traces is empty")
+            out += [p if p.is_absolute() else item.parent / p for p in map(Path, listed)]
+        else:
+            out.append(item)
+    if len(out) > MAX_TRACES:
+        raise UserError(f"--trace: {len(out)} traces, at most {MAX_TRACES}")
+    if len(set(out)) != len(out):
+        raise UserError("--trace: a trace directory is given twice")
+    return out
+
+
 FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
 
 
 @click.command("analyze")
 @click.argument("run_dirs", nargs=-1, required=True,
                 type=click.Path(path_type=Path, file_okay=False))
-@click.option("--trace", "trace_dir", required=True, type=click.Path(path_type=Path),
-              help="Meter trace directory (epi meter run --out).")
+@click.option("--trace", "trace_dirs", required=True, multiple=True,
+              type=click.Path(path_type=Path),
+              help="Meter trace directory (epi meter run --out); repeat it, one per meter "
+              "daemon in the order `epi run --meter` gave them, or give a file listing them "
+              "one a line.")
 @click.option("--accuracy", "accuracy_file", type=click.Path(path_type=Path),
               help="Accuracy results file (epi accuracy), joined on model sha256.")
 @click.option("--accuracy-value", multiple=True, metavar="CONFIG=ACC",
@@ -106,7 +139,7 @@ FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
               "J/token figure; above it the figure's reason says so (docs/analysis.md).")
 @click.option("--manifest-dir", type=click.Path(path_type=Path),
               help="Where the quantization manifests are (default: next to the model).")
-def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | None,
+def analyze(run_dirs: tuple[Path, ...], trace_dirs: tuple[Path, ...], accuracy_file: Path | None,
             accuracy_value: tuple[str, ...], accuracy_metric: str, baseline: str | None,
             channels: str | None, out_dir: Path, energy_basis: str, edge: str,
             energy_method: str, max_resolution_frac: float,
@@ -125,6 +158,8 @@ def analyze(run_dirs: tuple[Path, ...], trace_dir: Path, accuracy_file: Path | N
                    ppl_tolerance=ppl_tolerance, baseline=baseline, time_share=time_share,
                    lag=lag, max_lag_error_frac=max_lag_error_frac,
                    max_instrument_u_pct=max_instrument_u_pct, manifest_dir=manifest_dir)
-    a = analyze_to(out_dir, list(run_dirs), trace_dir, opts, accuracy_file)
+    traces = trace_list(trace_dirs)
+    a = analyze_to(out_dir, list(run_dirs), traces if len(traces) > 1 else traces[0], opts,
+                   accuracy_file)
     click.echo(summary_text(a))
     click.echo(f"\nwrote {out_dir}/" + ", ".join(RESULT_FILES))

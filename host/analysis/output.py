@@ -173,11 +173,14 @@ def write_atomically(out_dir: Path, files: dict[str, bytes], option: str = "--ou
         raise UserError(f"{option}: cannot write {out_dir} ({exc.strerror})") from None
 
 
-def analyze_to(out_dir: Path, run_dirs: Sequence[Path], trace_dir: Path, opts: Options,
-               accuracy_file: Path | None = None, *, option: str = "--out") -> Analysis:
+def analyze_to(out_dir: Path, run_dirs: Sequence[Path], trace_dir: Path | Sequence[Path],
+               opts: Options, accuracy_file: Path | None = None, *, option: str = "--out"
+               ) -> Analysis:
     """Analyse the runs and write every output file to `out_dir` (atomically); the
-    Analysis comes back for the summary tables (host.analysis.summary)."""
+    Analysis comes back for the summary tables (host.analysis.summary). Several traces
+    (one per meter daemon) are recorded by the first, the one whose clock they are joined in."""
     a = pipeline.analyze(list(run_dirs), trace_dir, opts, accuracy_file)
-    write_atomically(out_dir, build_outputs(a, Inputs(tuple(run_dirs), trace_dir,
+    first = trace_dir if isinstance(trace_dir, Path) else trace_dir[0]
+    write_atomically(out_dir, build_outputs(a, Inputs(tuple(run_dirs), first,
                                                       accuracy_file)), option)
     return a

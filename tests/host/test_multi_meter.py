@@ -216,3 +216,33 @@ def test_traces_the_runs_did_not_sync_with_are_refused(study: Study) -> None:
     run, traces, _ = study
     with pytest.raises(UserError, match=r"no run synced clocks with meter 3"):
         analyze([run], [*traces, traces[1]], Options(cv_threshold=1.0))
+
+
+def test_epi_analyze_takes_repeated_traces_or_a_list_file(
+        study: Study, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--trace A --trace B` and `--trace LIST` (one directory a line) give the same results;
+    a bad list is one line and exit 2, never a traceback."""
+    import json
+
+    from tests.cli_run import run_epi
+
+    run, traces, _ = study
+    figures = []
+    listing = tmp_path / "traces.txt"
+    listing.write_text("# one trace per meter daemon, in --meter order\n"
+                       + "".join(f"{t}\n" for t in traces))
+    for i, trace_args in enumerate((["--trace", str(traces[0]), "--trace", str(traces[1])],
+                                    ["--trace", str(listing)])):
+        out = tmp_path / f"an{i}"
+        code, _, err = run_epi(monkeypatch, capsys, "analyze", str(run), *trace_args,
+                               "--cv-threshold", "1", "--out", str(out))
+        assert code == 0, err
+        res = json.loads((out / "results.json").read_text())
+        figures.append(json.dumps(res["results"], sort_keys=True))
+    assert figures[0] == figures[1]
+    listing.write_text("# nothing\n\n")
+    code, _, err = run_epi(monkeypatch, capsys, "analyze", str(run), "--trace", str(listing),
+                           "--out", str(tmp_path / "bad"))
+    assert code != 0 and "the list of traces is empty" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
