@@ -123,6 +123,7 @@ def _main(monkeypatch, capsys, *argv: str) -> tuple[int, str]:
     (["analyze", "r", "--trace", "t", "--max-offset-frac", "nan"], "--max-offset-frac"),
     (["analyze", "r", "--trace", "t", "--max-resolution-frac", "inf"], "--max-resolution-frac"),
     (["analyze", "r", "--trace", "t", "--ppl-tolerance", "-1"], "--ppl-tolerance"),
+    (["analyze", "r", "--trace", "t", "--max-instrument-u-pct", "nan"], "--max-instrument-u-pct"),
     (["run", "m.gguf", "--out", "o", "--threads", "100000"], "--threads"),
     (["run", "m.gguf", "--out", "o", "--cooldown-s", "nan"], "--cooldown-s"),
     (["run", "m.gguf", "--out", "o", "--idle-s", "inf"], "--idle-s"),
