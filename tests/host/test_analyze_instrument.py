@@ -177,3 +177,17 @@ def test_report_states_the_term_and_the_board_from_data(synth_run, tmp_path, qua
     inst = entries["instrument uncertainty"]
     assert f"± {u:.3g} %" in inst and "bound 2 %" in inst
     assert ("PASSED against class 1 %" in inst) is qualified
+
+
+def test_hostile_meta_and_record_never_crash_and_never_claim_qualified(synth_run, tmp_path):
+    tdir, rdir, _, _ = synth_run()
+    bad = tmp_path / "q.json"
+    bad.write_text("{not json")
+    _measured(tdir, str(tmp_path / "ch0.json"), qualification=str(bad))
+    h = _headline(analyze([rdir], tdir))
+    assert h["board_qualification"].startswith("not qualified:")
+    assert "not readable JSON" in h["board_qualification"]
+    assert np.isfinite(h["instrument_u_pct"])
+    (bad).write_text(json.dumps({"format": "something-else"}))
+    h = _headline(analyze([rdir], tdir))
+    assert "is not an epi-meter-qualification record" in h["board_qualification"]
