@@ -140,6 +140,8 @@ def figure_term(channels: list[int], terms: dict[int, ChannelInstrument],
                       for c in channels if c not in terms or terms[c].class_terms_pct is None})
     if missing:
         return FigureInstrument(math.nan, f"n/a ({'; '.join(missing)})")
+    if not (math.isfinite(energy_per_window_j) and energy_per_window_j > 0):
+        return FigureInstrument(math.nan, "n/a (the figure has no positive energy per window)")
     classes: dict[str, float] = {}
     count_j = 0.0
     for c in channels:
@@ -148,8 +150,7 @@ def figure_term(channels: list[int], terms: dict[int, ChannelInstrument],
         for k, v in t.class_terms_pct.items():
             classes[k] = max(classes.get(k, 0.0), v)
         count_j += t.joules_per_count
-    count_pct = (count_j / energy_per_window_j * 100.0 if math.isfinite(energy_per_window_j)
-                 and energy_per_window_j > 0 else math.inf)
+    count_pct = count_j / energy_per_window_j * 100.0
     parts = {**classes, "one count per window": count_pct}
     total = math.sqrt(sum(v * v for v in parts.values()))
     basis = ("root-sum-square of " + ", ".join(f"{k} {v:.3g} %" for k, v in parts.items())
