@@ -84,9 +84,11 @@ from host.run.runner import (
 )
 @click.option(
     "--meter",
-    default=None,
+    multiple=True,
     metavar="URL",
-    help="Meter daemon URL: clock offset estimated at start, each repeat and end.",
+    help="Meter daemon URL: clock offset estimated at start, each repeat and end. Repeat it "
+    "for several daemons: each offset is recorded keyed by its URL, in this order (the order "
+    "of `epi analyze --trace`).",
 )
 @click.option(
     "--idle-s",
@@ -139,7 +141,7 @@ def run(
     threads: int | None,
     workers: str | None,
     split: str | None,
-    meter: str | None,
+    meter: tuple[str, ...],
     idle_s: float,
     cooldown_s: float,
     seed: int,
@@ -160,7 +162,7 @@ def run(
         threads=threads,
         workers=workers,
         split=split,
-        meter=meter,
+        meters=meter,
         idle_s=idle_s,
         cooldown_s=cooldown_s,
         seed=seed,

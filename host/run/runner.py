@@ -79,7 +79,8 @@ class RunSettings:
     threads: int | None = None
     workers: str | None = None
     split: str | None = None
-    meter: str | None = None
+    meter: str | None = None  # one meter daemon (the shorthand of `meters`)
+    meters: tuple[str, ...] = ()  # every meter daemon, in order (several meters, issue 32)
     idle_s: float = DEFAULT_IDLE_S
     cooldown_s: float = DEFAULT_COOLDOWN_S
     seed: int = 0
@@ -223,6 +224,20 @@ def _header_fields(plan: Plan) -> dict[str, object]:
     }
 
 
+def meter_urls(s: RunSettings) -> list[str]:
+    """Every meter daemon the run syncs clocks with, in order, each once (`meter`, then
+    `meters`): the token log's `meters` list takes this order, and `epi analyze` pairs the
+    k-th `--trace` with the k-th."""
+    return list(dict.fromkeys([*([s.meter] if s.meter else []), *s.meters]))
+
+
+def sync_all(header: RunHeader, sync: Callable[[str], Mapping[str, object]], urls: list[str],
+             when: str) -> None:
+    """One clock-sync estimate per meter daemon, each recorded with its `meter_url`."""
+    for url in urls:
+        header.add_clock_sync({**sync(url), "meter_url": url}, when)
+
+
 def _default_clock_sync(url: str) -> Mapping[str, object]:
     from epi.core.clocksync import estimate_offset
 
@@ -344,7 +359,9 @@ def run(
     """
     plan = plan_run(settings)
     sync = clock_sync or _default_clock_sync
-    start_sync = sync(settings.meter) if settings.meter else None  # unreachable: no log made
+    meters = meter_urls(settings)
+    # every meter first (an unreachable one stops the run before a log is made)
+    start_syncs = [{**sync(url), "meter_url": url} for url in meters]
     f = plan.facts
     n_prompts = len(plan.prompt_set.prompts)
     echo(
@@ -356,8 +373,8 @@ def run(
     )
     power = _open_power(settings, echo)  # before the log: an unreadable source stops us here
     header = RunHeader.create(settings.out, _header_fields(plan))
-    if start_sync is not None:
-        header.add_clock_sync(start_sync, "start")
+    for entry in start_syncs:
+        header.add_clock_sync(entry, "start")
     try:
         if power is not None:
             power.start(header.run_dir / "power", header.text("node"))
@@ -395,6 +412,7 @@ def _supervise(
     on_message: Callable[[str, object], None] | None,
 ) -> RunResult:
     s = plan.settings
+    meters = meter_urls(s)
     job = Job(
         model=str(plan.facts.path),
         run_dir=str(header.run_dir),
@@ -449,9 +467,9 @@ def _supervise(
                     echo(f"  {line}")
             elif kind == "cooldown":
                 r = payload
-                if s.meter and r > 0:
+                if meters and r > 0:
                     try:
-                        header.add_clock_sync(sync(s.meter), "during")
+                        sync_all(header, sync, meters, "during")
                     except UserError as exc:
                         error = f"clock sync before repeat {r + 1} failed: {exc}"
                         break
@@ -481,9 +499,9 @@ def _supervise(
         if proc.poll() is None:  # leaving early (interrupt, failed clock sync): stop it
             proc.kill()
             proc.wait()
-    if s.meter:
+    if meters:
         try:
-            header.add_clock_sync(sync(s.meter), "end")
+            sync_all(header, sync, meters, "end")
         except UserError as exc:
             if error is None:
                 error = f"end-of-run clock sync failed: {exc}"
