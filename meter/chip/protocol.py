@@ -152,6 +152,21 @@ class Protocol(VerifiedAccess):
         self.stats["reinits"] += 1
         self.read_clear(regs.AT_ENERGY)  # discard what was metered during the sequence
         self.t_energy = self.rc_t
+        # a discarding read a bit error sent elsewhere clears nothing: the next reading would
+        # count the interval just declared unmetered. Read again: a cleared register holds
+        # what the few ms since can meter (kept); more, and the first read did not clear
+        # (this read's counts are the discarded ones: metering restarts from it)
+        again = self.read_clear(regs.AT_ENERGY)
+        dt_s = self.seconds(self.rc_t - self.t_energy)
+        jpc = self.calibration.joules_per_count()
+        if self.last_power is None:
+            residue = plausibility.physical_bound_counts(dt_s, jpc, self.limits)
+        else:
+            residue = energy_window.counts_range(self.last_power, self.last_power, dt_s, jpc,
+                                                 self.pmean_step_w())[1]
+        if again <= residue:
+            self.counts += again
+        self.t_energy = self.rc_t
         self.reverse_carry = 0
 
     def write_blocks(self, cal):
@@ -217,7 +232,9 @@ class Protocol(VerifiedAccess):
         reasons = plausibility.check_measurements(values, self.limits, self.quanta)
         if not reasons:
             return values, words, None
-        self.rejected.append(words[0])
+        # any of its words may be a read a MOSI bit error sent to ATenergy (Pmean 4AH is one
+        # bit from 42H): that read cleared the window's counts (`_recovered_counts`)
+        self.rejected.extend(words)
         self.stats["implausible_rereads"] += 1
         values, words = self.read_measurements()
         reasons2 = plausibility.check_measurements(values, self.limits, self.quanta)
@@ -226,6 +243,7 @@ class Protocol(VerifiedAccess):
                        % "; ".join(reasons))
             return values, words, None
         self.stats["implausible_rejected"] += 1
+        self.rejected.extend(words)
         return values, words, "; ".join(reasons2)
 
     def read_sample(self):
@@ -424,17 +442,17 @@ class Protocol(VerifiedAccess):
                            "from the power: %d counted" % (other, counts, int(expected), other))
                 counts, other = other, None
         if counts <= bound:
-            counts = self._recovered_counts(counts, dt_s, power_w, jpc)
             if power_w is None and self.last_power is None:
                 return counts
             before = self.last_power if self.last_power is not None else power_w
             after = power_w if power_w is not None else before  # no trusted power now
+            counts = self._recovered_counts(counts, dt_s, after, jpc)
             lo, hi = energy_window.counts_range(before, after, dt_s, jpc, self.pmean_step_w())
             if lo <= counts <= hi and counts not in self.known_words:
                 return counts
             power_w = after
             expected = self._expected_counts(power_w, dt_s, jpc)
-            return self._reread_energy(counts, t, expected, power_w, apparent_va, jpc, lo)
+            return self._reread_energy(counts, t, expected, power_w, apparent_va, jpc)
         self.stats["energy_misreads"] += 1
         again = self.read_clear(regs.AT_ENERGY)
         residue = plausibility.energy_bound_counts(
@@ -456,16 +474,14 @@ class Protocol(VerifiedAccess):
                    "power registers): discarded, %d counted; %s" % (first, again, again, note))
         return again
 
-    def _reread_energy(self, counts, t, expected, power_w, apparent_va, jpc, lo=0.0):
+    def _reread_energy(self, counts, t, expected, power_w, apparent_va, jpc):
         """Counts within the bounds but outside what the Pmean before and after the window
-        allow (`energy_window`): read ATenergy again. Finding the interval's counts still
-        there, the first read went to another register (discarded). Finding next to nothing,
-        the register was read: above the range, a load that changed within the window (both
-        reads counted, never refused); below `lo`, fewer counts than the lower of the two
-        powers can meter — a garbled word of a cleared register, whose window is declared
-        unmetered (exactly the counts discarded: no energy is made up)."""
+        allow (`energy_window`), or equal to another register's word: read ATenergy again.
+        Finding the interval's counts still there, the first read went to another register
+        (discarded). Finding next to nothing, the register was read: a load that changed
+        within the window (the Pmean registers refresh once a measurement cycle, so a drop
+        may not show yet): both reads counted, never refused."""
         self.stats["energy_rereads"] += 1
-        t_from = self.t_energy
         try:
             again = self.read_clear(regs.AT_ENERGY)
         except BusError:
@@ -473,15 +489,7 @@ class Protocol(VerifiedAccess):
         residue = plausibility.energy_bound_counts(
             [power_w, apparent_va or 0.0], self.seconds(self.rc_t - t), jpc, self.limits)
         if again <= residue:
-            if counts >= lo:
-                return counts + again
-            self.stats["energy_misreads"] += 1
-            note = self.note_unmetered(t_from, t, "ATenergy word not believable")
-            self.event("implausible", "ATenergy read %d counts where the power before and "
-                       "after allows at least %d; the register was cleared (re-read %d): the "
-                       "word is discarded, %d counted; %s" % (counts, int(lo), again, again,
-                                                              note))
-            return again
+            return counts + again
         self.stats["energy_misreads"] += 1
         self.event("misread", "ATenergy read %d counts where the power says %d; the register "
                    "still held %d, so the first read did not reach ATenergy: discarded, %d "
