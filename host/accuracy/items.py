@@ -19,17 +19,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from host.errors import RecordError
+
 BENCHMARKS: tuple[str, ...] = ("hellaswag", "arc_challenge", "arc_easy", "mmlu", "winogrande")
 FORMAT = "cloze"  # stated in every result: choices are scored as continuations, not letters
-
-
-class RecordError(ValueError):
-    """A record lacks a field or has a bad value; readers add the file and row."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"field {field!r}: {problem}")
-        self.field = field
-        self.problem = problem
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from host.accuracy.items import (
     BENCHMARKS,
     CONVERTERS,
     Item,
-    RecordError,
     shared_item,
     winogrande_from_parts,
 )
+from host.errors import RecordError
 
 TABLE_SUFFIXES = (".arrow", ".parquet", ".jsonl", ".jsonl.gz", ".json")
 LLAMA_SUFFIXES = (".txt", ".csv", ".bin")

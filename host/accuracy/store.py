@@ -29,9 +29,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from epi import __version__
-from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.formats.json_types import JSON
+from host.errors import StoreError
 
 FORMAT = "epi-accuracy-store"
 FORMAT_VERSION = 1
@@ -41,10 +41,6 @@ ENV = "EPI_ACCURACY_STORE"
 MAX_ENTRY_BYTES = 64 * 1024 * 1024
 
 Key = Mapping[str, JSON]
-
-
-class StoreError(UserError):
-    """A store entry that must not be used: foreign, edited, corrupt or inconsistent."""
 
 
 #: the llama.cpp build that scores benchmark items, when it is not this process's (a Dask

@@ -35,6 +35,7 @@ from epi.core.errors import UserError
 from epi.core.text import ranges_text
 from host.cluster.placement import PlacementEntry
 from host.cluster.rpc import Endpoint, parse_workers, probe
+from host.errors import RunFailed
 from host.quant.model_info import ModelFacts, model_facts
 from host.run.child import LLAMA_LOG, Job, LoadedMessage, RequestMessage
 from host.run.prompts import PromptSet, load_prompt_set, prompt_tokens
@@ -50,12 +51,6 @@ DEFAULT_IDLE_S = 10.0
 DEFAULT_COOLDOWN_S = 5.0
 DEFAULT_STALL_TIMEOUT_S = 600.0
 CTX_ROUND = 256  # n_ctx is the longest prompt + N, rounded up to this (capped at the model's)
-
-
-class RunFailed(UserError):
-    """The run started but did not complete; its token log says "failed" with the reason."""
-
-    exit_code = 1
 
 
 def default_threads() -> int:

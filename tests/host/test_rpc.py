@@ -18,7 +18,8 @@ from host.analysis.tokenlog_reader import read_run as read_token_log
 from host.cluster.placement import parse_load_log, placement_from_log, predict_units
 from host.cluster.rpc import Endpoint, parse_workers, probe
 from host.cluster.workers import LocalWorker, worker_activity
-from host.run.runner import RunFailed, RunSettings, run
+from host.errors import RunFailed
+from host.run.runner import RunSettings, run
 
 TOKENS = 10
 PROMPTS = {

@@ -355,7 +355,7 @@ def test_long_idle_and_cool_down_are_not_stalls(tiny_model: Path, tmp_path: Path
 
 def test_meter_lost_mid_run_fails_the_run(tiny_model: Path, tmp_path: Path) -> None:
     """A clock sync that fails between repeats fails the run (exit 1), log valid."""
-    from host.run.runner import RunFailed
+    from host.errors import RunFailed
 
     calls: list[str] = []
 

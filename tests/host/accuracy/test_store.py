@@ -10,6 +10,7 @@ import pytest
 
 from epi.core.errors import UserError
 from host.accuracy import cache, store
+from host.errors import StoreError
 
 KEY = {"kind": "benchmark", "benchmark": "arc_challenge", "model_sha256": "b" * 64,
        "items_sha256": "c" * 64, "n": 2, "seed": 0, "ctx": 128, "format": "cloze",
@@ -89,7 +90,7 @@ def test_an_edited_or_inconsistent_entry_is_refused(edit: dict[str, object], reh
                                                     message: str) -> None:
     full, path = _entry()
     _rewrite(path, edit, rehash)
-    with pytest.raises(store.StoreError, match=message) as err:
+    with pytest.raises(StoreError, match=message) as err:
         store.load(full)
     text = str(err.value)
     assert "\n" not in text and str(path) in text and "refused" in text
@@ -102,23 +103,23 @@ def test_a_foreign_entry_under_this_key_is_refused() -> None:
     doc = json.loads(path.read_text())
     doc["key"], doc["key_sha256"] = other, store.digest(other)
     path.write_text(json.dumps(doc))
-    with pytest.raises(store.StoreError, match="key field 'n' is 1, asked for 2"):
+    with pytest.raises(StoreError, match="key field 'n' is 1, asked for 2"):
         store.load(full)
 
 
 def test_bad_json_and_huge_entries_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     full, path = _entry()
     path.write_text("{" * 10 + "not json")
-    with pytest.raises(store.StoreError, match="not valid JSON"):
+    with pytest.raises(StoreError, match="not valid JSON"):
         store.load(full)
     path.write_text("[" * 100_000)
-    with pytest.raises(store.StoreError, match="not valid JSON"):
+    with pytest.raises(StoreError, match="not valid JSON"):
         store.load(full)
     _, path = _entry()
     monkeypatch.setattr(store, "MAX_ENTRY_BYTES", 100)
-    with pytest.raises(store.StoreError, match="more than 100"):
+    with pytest.raises(StoreError, match="more than 100"):
         store.load(full)
-    assert issubclass(store.StoreError, UserError)
+    assert issubclass(StoreError, UserError)
 
 
 def test_the_command_refuses_a_tampered_entry_in_one_line(
