@@ -51,6 +51,9 @@ class VerifiedAccess:
         self.ld = None  # type: int | None  # what LastData holds after our last access
         self.rc_t = 0  # type: int  # when the last read-clear read reached the chip
         self.rc_other = None  # type: int | None  # the word read, LastData said otherwise
+        # words of read attempts LastData did not confirm (a read a bit error redirected to a
+        # read-clear register cleared it: its word is here; the caller empties the list)
+        self.unconfirmed = []  # type: list[int]
         self.stats = {}  # type: dict[str, int]
         for key in ACCESS_STATS:
             self.stats[key] = 0
@@ -76,6 +79,9 @@ class VerifiedAccess:
                 self.ld = v
                 return v
             seen.append((v, l1, l2))
+            for w in (v, l1, l2):
+                if w is not None:
+                    self.unconfirmed.append(w)
         self.stats["verify_failures"] += 1
         self.ld = None
         if all_absent([w for attempt in seen for w in attempt]):

@@ -264,6 +264,7 @@ class Protocol(VerifiedAccess):
             else:
                 self.init_chip()
         self.rejected = []
+        self.unconfirmed = []
         t0 = self.now()
         ready = self.measurement_ready(t0)
         func_en = self.read(regs.FUNC_EN)
@@ -509,12 +510,12 @@ class Protocol(VerifiedAccess):
         """A read that a MOSI bit error redirected to ATenergy (FuncEn 02H and Pmean 4AH are
         one bit away from 42H) cleared it and returned the counts as a misread word: when the
         counts fall short of the power by about such a word, that word is the missing energy."""
-        if power_w is None or not self.rejected:
+        if power_w is None or not (self.rejected or self.unconfirmed):
             return counts
         expected = self._expected_counts(power_w, dt_s, jpc)
         if expected < 20 or counts >= expected / 2:
             return counts
-        for w in self.rejected:
+        for w in self.rejected + self.unconfirmed:
             if abs(counts + w - expected) <= expected / 4:
                 self.event("misread", "ATenergy read %d counts where the power says %d; a "
                            "misread word of this reading was %d (a read redirected to "
