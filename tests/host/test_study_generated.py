@@ -1,0 +1,124 @@
+"""Study files, generated and named hostile values (issue 31): names with newlines, thread
+counts and seeds far out of range, the same map twice, two models with one name, repeats at
+2**63, an infinite idle settle. Each either loads (in range) or is refused with one line that
+names the file and the field — never another exception, never a hang (load_study runs in a
+worker with a time limit)."""
+
+from __future__ import annotations
+
+import json
+import math
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from epi.core.errors import UserError
+from host.campaign.study import load_study
+
+MAP = Path(__file__).resolve().parents[2] / "quantmaps" / "uniform_q8.json"
+TIME_LIMIT_S = 20.0
+
+
+def _val(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else ("inf" if v == math.inf else
+                                            "-inf" if v == -math.inf else repr(v))
+    if isinstance(v, int):
+        return str(v)
+    return json.dumps(v)
+
+
+def _study(d: Path, section: str, key: str, value: object, *, extra: str = "") -> Path:
+    (d / "base.gguf").write_bytes(b"GGUF")
+    tables: dict[str, dict[str, object]] = {"study": {"repeats": 2}, "run": {},
+                                             "meter": {"emulate": True}, "thermal": {}}
+    if section in tables:
+        tables[section][key] = value
+    text = "".join(f"[{name}]\n" + "".join(f"{k} = {_val(v)}\n" for k, v in body.items())
+                   for name, body in tables.items())
+    text += f'[[models]]\nname = "m"\npath = "base.gguf"\nmaps = [{json.dumps(str(MAP))}]\n'
+    p = d / "s.toml"
+    p.write_text(text + extra)
+    return p
+
+
+def _load_or_one_line(p: Path) -> str | None:
+    """None when the study loads; the error text when refused. Fails on anything else."""
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(load_study, p)
+        try:
+            fut.result(timeout=TIME_LIMIT_S)
+        except UserError as exc:
+            text = str(exc)
+            assert "\n" not in text and str(p) in text, text
+            return text
+    return None
+
+
+@pytest.mark.parametrize(("section", "key", "value", "field"), [
+    ("study", "name", "a\nb", "study.name"),
+    ("study", "name", "../up", "study.name"),
+    ("study", "seed", 2**63, "study.seed"),
+    ("study", "seed", -1, "study.seed"),
+    ("study", "repeats", 2**63 - 1, "study.repeats"),
+    ("study", "repeats", 0, "study.repeats"),
+    ("run", "threads", 10**9, "run.threads"),
+    ("run", "threads", 0, "run.threads"),
+    ("run", "idle_s", math.inf, "run.idle_s"),
+    ("run", "idle_s", math.nan, "run.idle_s"),
+    ("run", "cooldown_s", math.inf, "run.cooldown_s"),
+    ("thermal", "wait_s", math.inf, "thermal.wait_s"),
+    ("thermal", "timeout_s", math.inf, "thermal.timeout_s"),
+])
+def test_named_hostile_values_are_refused_in_one_line(tmp_path: Path, section: str, key: str,
+                                                      value: object, field: str) -> None:
+    text = _load_or_one_line(_study(tmp_path, section, key, value))
+    assert text is not None, f"{field} = {value!r} was accepted"
+    assert field.split(".")[-1] in text
+
+
+def test_a_model_name_with_a_newline_is_refused(tmp_path: Path) -> None:
+    p = _study(tmp_path, "study", "repeats", 2)
+    p.write_text(p.read_text().replace('name = "m"', 'name = "m\\nx"'))
+    text = _load_or_one_line(p)
+    assert text is not None and "models[0].name" in text
+
+
+def test_the_same_map_twice_is_refused(tmp_path: Path) -> None:
+    p = _study(tmp_path, "study", "repeats", 2)
+    p.write_text(p.read_text().replace(f"maps = [{json.dumps(str(MAP))}]",
+                                       f"maps = [{json.dumps(str(MAP))}, "
+                                       f"{json.dumps(str(MAP))}]"))
+    text = _load_or_one_line(p)
+    assert text is not None and "maps" in text
+
+
+def test_two_models_with_one_name_are_refused(tmp_path: Path) -> None:
+    p = _study(tmp_path, "study", "repeats", 2,
+               extra=f'[[models]]\nname = "m"\npath = "base.gguf"\n'
+                     f"maps = [{json.dumps(str(MAP))}]\n")
+    text = _load_or_one_line(p)
+    assert text is not None and "models[1].name" in text and "already" in text
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(where=st.sampled_from([("study", "seed"), ("study", "repeats"), ("study", "name"),
+                              ("study", "baseline"), ("run", "threads"), ("run", "tokens"),
+                              ("run", "idle_s"), ("run", "cooldown_s"),
+                              ("run", "repeats_per_run"), ("thermal", "wait_s"),
+                              ("thermal", "timeout_s"), ("thermal", "poll_s"),
+                              ("thermal", "window_s"), ("meter", "rate_hz")]),
+       value=st.one_of(st.integers(-2**64, 2**64 - 1).filter(lambda i: -2**63 <= i < 2**63),
+                       st.sampled_from([2**63 - 1, -2**63, 2**31, 10**12]),
+                       st.floats(allow_nan=True, allow_infinity=True),
+                       st.text(max_size=12), st.booleans()))
+def test_generated_values_load_or_give_one_line(tmp_path_factory: pytest.TempPathFactory,
+                                                 where: tuple[str, str], value: object) -> None:
+    d = tmp_path_factory.mktemp("s")
+    _load_or_one_line(_study(d, where[0], where[1], value))
