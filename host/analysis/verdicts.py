@@ -100,8 +100,10 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
                 res = float(w["counter_resolution_j"].iloc[0]) if len(w) else float("nan")
                 if np.isfinite(res) and np.isfinite(e_rep) and \
                         res > opts.max_resolution_frac * e_rep:
+                    share = (f"{res / e_rep:.1%} of" if e_rep > 0 else
+                             "more than")  # a median of 0 J: the counter saw nothing
                     reasons.append(
-                        f"energy counter resolution {res:.3g} J is {res / e_rep:.1%} of the "
+                        f"energy counter resolution {res:.3g} J is {share} the "
                         f"median {what} ({e_rep:.3g} J; limit {opts.max_resolution_frac:.1%}): "
                         "raise the board's meter constant")
             if phase != "idle":

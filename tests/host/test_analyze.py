@@ -333,3 +333,16 @@ def test_layer_groups_differential_and_time_share(synth_run, tmp_path, synth_too
     assert "estimate" in ts[("q8", "late")]["label"]
     # q8: late layers hold 8.5/(4.5+8.5) of the weight bytes
     assert ts[("q8", "late")]["j_per_token"] == pytest.approx(jt["q8"] * 8.5 / 13.0, rel=1e-9)
+
+
+def test_an_idle_window_of_zero_joules_is_a_verdict_not_a_crash(synth_run, monkeypatch):
+    """A node whose idle draw meters 0 J (a coarse counter below a tiny idle floor) used to
+    raise ZeroDivisionError in the resolution verdict (counter resolution / median idle J)."""
+    levels = sys.modules[synth_run.__module__].LEVELS
+    monkeypatch.setitem(levels, "idle_w", 0.0)
+    tdir, rdir, _, _ = synth_run(trace_kw={"meter_constant": 1e6})  # 0.36 J per count
+    a = analyze([rdir], tdir)
+    idle = a.verdicts.set_index("phase").loc["idle"]
+    assert not idle["valid"]
+    assert "energy counter resolution 0.36 J is more than the median idle window (0 J" \
+        in idle["reasons"]
