@@ -98,6 +98,7 @@ class Protocol(VerifiedAccess):
         self.reverse_counts = 0  # type: int  # cumulative ANenergy counts (reverse active)
         self.reverse_carry = 0  # type: int  # ANenergy read ahead of ATenergy (read later)
         self.reversing = False  # type: bool  # inside a reverse-energy episode
+        self.reverse_episode = 0  # type: int  # reverse counts since the episode began
         self.t_energy = None  # type: int | None  # when the last ATenergy read was
         self.last_power = None  # type: float | None  # W of the last accepted reading
         self.rejected = []  # type: list[int]  # words of this reading rejected as misreads
@@ -538,7 +539,9 @@ class Protocol(VerifiedAccess):
         since is a misread (ignored: the sign of Pmean decides); so is a failed read."""
         jpc = self.calibration.joules_per_count()
         negative = power_w is not None and power_w < 0
-        may_reverse = negative or (self.last_power is not None and self.last_power < 0)
+        # direction unknown (no trusted power yet, e.g. the first window after start): look
+        may_reverse = (negative or self.last_power is None
+                       or self.last_power < 0)
         if not may_reverse and not self.reverse_carry:
             # forward power now and before: ANenergy is not read (the bus traffic of a
             # forward-only channel stays as it was); what it holds waits for a negative Pmean
@@ -561,14 +564,19 @@ class Protocol(VerifiedAccess):
         used = reverse if reverse < counts else counts
         self.reverse_carry = reverse - used
         self.reverse_counts += used
-        if used > REVERSE_SLACK_COUNTS and not self.reversing:
+        self.reverse_episode += used
+        if self.reverse_episode > REVERSE_SLACK_COUNTS and not self.reversing:
+            # the episode's counts, not one window's: at 20 Hz on a coarse meter constant a
+            # window holds fewer counts than the slack, and the event never came
             self.reversing = True
+            seen = self.reverse_episode
             self.event("reverse_energy", "%d counts (%.3f J) of REVERSE active energy "
                        "(ANenergy): the CT is clamped the wrong way round, or this node exports "
                        "energy. Not counted as consumption. Fix: turn the clamp round (its arrow "
-                       "pointing at the load) and restart the run" % (used, used * jpc))
+                       "pointing at the load) and restart the run" % (seen, seen * jpc))
         elif not used and not negative:
             self.reversing = False
+            self.reverse_episode = 0
         return counts - used
 
     def unwrap(self, counts, t, power_w):

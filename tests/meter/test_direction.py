@@ -95,3 +95,28 @@ def test_doctor_finding_for_a_reversed_ct() -> None:
     assert [f.ok for f in found] == [False, True, None]
     assert "turn the CT clamp round" in found[0].fix
     assert "reverse" in found[0].detail
+
+
+@pytest.mark.parametrize(("meter_constant", "period_s"), [(MC, 0.05), (1e8, 0.05)])
+def test_reversed_ct_at_20_hz_is_reported_and_none_leaks_into_consumption(
+        meter_constant: float, period_s: float) -> None:
+    """At the daemon's 20 Hz a window on a coarse meter constant holds fewer reverse counts
+    than the slack: the event must still come (it counts the episode, not one window), and
+    the first window after start — no trusted power yet — must not count reverse energy as
+    consumption (it used to: 0.72–1.08 J of 216 J)."""
+    clock = SimulatedClock()
+    chip = EmulatedChip(ConstantPower(7.2), clock, meter_constant_imp_per_kwh=meter_constant,
+                        ct_reversed=True)
+    events: list[tuple[str, str]] = []
+    driver = ATM90E26Driver(EmulatedSpiBus(chip), Calibration.default(meter_constant),
+                            clock=clock, on_event=lambda k, d: events.append((k, d)),
+                            first_measurement_s=0.2)
+    driver.start()
+    t0 = driver.energy_epoch_mono_ns
+    assert t0 is not None
+    _sweeps(driver, clock, 30, period_s)
+    truth_j = chip.true_energy_j(t0, driver.energy_t_mono_ns or 0)
+    lsb_j = 0.1 * 3.6e6 / meter_constant
+    assert driver.energy_j == 0.0
+    assert driver.reverse_energy_j == pytest.approx(truth_j, abs=2 * lsb_j)
+    assert [k for k, _ in events].count("reverse_energy") == 1
