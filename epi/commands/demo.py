@@ -18,6 +18,7 @@ import click
 
 from epi.commands.params import check_output_dir
 from host.campaign.execute import Campaign
+from host.campaign.meter import ACTIVITY_TEXT
 from host.campaign.study import load_study
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +36,6 @@ def demo(out: Path | None, study_file: Path) -> None:
     if out is not None:
         study = replace(study, out=check_output_dir(out, "--out"))
     report = Campaign(study).run()
-    click.secho("\nThe figures are MODELLED power (emulated meter; channel 0 follows this "
-                "machine's CPU activity), not a hardware measurement.", bold=True)
+    click.secho(f"\nThe figures are MODELLED power (emulated meter; "
+                f"{ACTIVITY_TEXT[study.meter.activity]}), not a hardware measurement.", bold=True)
     click.secho(f"report: {report.resolve()}", bold=True)
