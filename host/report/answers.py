@@ -23,6 +23,7 @@ from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import format_interval, number, pct
 from host.report import instrument
 from host.report.data import ReportData
+from host.report.sequential import limit_line, load_decisions
 
 DECIDED = "decided"
 UNDECIDED = "undecided"
@@ -206,6 +207,9 @@ def limits(rd: ReportData) -> list[str]:
         out.append("The power is modelled, not measured: these figures show what the "
                    "pipeline computes, not what real hardware draws.")
     out += instrument.limit_lines(rd)  # from the analysis's data (issue 27), not a fixed line
+    decisions = load_decisions(rd.analysis_dir)
+    if decisions is not None:
+        out.append(limit_line(decisions))
     h = rd.headline()
     if "accuracy_ci_lo" in h.columns:
         half = ((h["accuracy_ci_hi"] - h["accuracy_ci_lo"]) / 2).dropna()

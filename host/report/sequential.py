@@ -1,0 +1,78 @@
+"""The campaign's sequential verdicts in the report (issue 28 ↔ 29).
+
+An adaptive campaign (`[decide]` in the study file) decides its comparisons with an
+anytime-valid confidence sequence after each round and writes the last decision to
+`analysis/decisions.json` (host.campaign.adaptive_round). The report's own paired intervals
+are fixed-sample intervals over the final data: they do not account for the campaign's
+repeated looks. So when the file is there the answer block states the sequential verdicts
+beside them and says which to trust; a damaged file is refused in one line, never ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from epi.core.errors import UserError
+from epi.formats.fields import read_json_object
+
+DECISIONS_FILE = "decisions.json"
+
+
+@dataclass(frozen=True)
+class SequentialDecisions:
+    """What decisions.json says: rounds done, one line per comparison, counts per state
+    (decided / equivalent / undecided), whether the budget ran out, the method and alpha."""
+
+    rounds_done: int
+    lines: list[str]
+    states: dict[str, int]
+    budget_spent: bool
+    method: str
+    alpha: float
+
+
+def load_decisions(analysis_dir: Path) -> SequentialDecisions | None:
+    """decisions.json of an adaptive campaign's analysis, or None when there is none."""
+    path = analysis_dir / DECISIONS_FILE
+    if not path.exists():
+        return None
+    doc = read_json_object(path, "sequential decisions")
+
+    def bad(field: str, want: str) -> UserError:
+        return UserError(f"{path}: field {field!r} must be {want}")
+
+    rounds, lines, states = doc.get("rounds_done"), doc.get("lines"), doc.get("states")
+    spent, method, alpha = doc.get("budget_spent"), doc.get("method"), doc.get("alpha")
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 0:
+        raise bad("rounds_done", "a whole number ≥ 0")
+    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+        raise bad("lines", "a list of strings")
+    if not isinstance(states, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for k, v in states.items()):
+        raise bad("states", "an object of whole counts ≥ 0")
+    if not isinstance(spent, bool):
+        raise bad("budget_spent", "true or false")
+    if not isinstance(method, str) or not method:
+        raise bad("method", "a non-empty string")
+    if (not isinstance(alpha, int | float) or isinstance(alpha, bool)
+            or not 0.0 < float(alpha) < 1.0):
+        raise bad("alpha", "a number in (0, 1)")
+    if sum(states.values()) != len(lines):
+        raise UserError(f"{path}: states count {sum(states.values())} comparisons but "
+                        f"lines hold {len(lines)}")
+    return SequentialDecisions(rounds, list(lines), dict(states), spent, method, float(alpha))
+
+
+def limit_line(dec: SequentialDecisions) -> str:
+    """One plain sentence for the answer block's limits."""
+    n = len(dec.lines)
+    states = ", ".join(f"{v} {k}" for k, v in sorted(dec.states.items())) or "none"
+    spent = "; the budget is spent" if dec.budget_spent else ""
+    return (f"The campaign's sequential verdicts ({dec.method}; {1 - dec.alpha:.0%} coverage "
+            f"at every look) on {n} comparison(s) after {dec.rounds_done} round(s): "
+            f"{states}{spent}. "
+            "The fixed-sample intervals in this report do not account for the campaign's "
+            "repeated looks: where the two disagree, trust the sequential verdict, listed "
+            "here: " + " | ".join(dec.lines))
