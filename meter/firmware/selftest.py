@@ -220,7 +220,8 @@ def test_firmware(machine):
                 last_counts = counts
     check(n_sweeps >= 30, "sweeps sent: %d" % n_sweeps)
     check(3 <= not_ready <= 4, "first 350 ms not ready (%d sweeps)" % not_ready)
-    check(fw.chips[0].counts == chips[17].energy_cleared - chips[17].first_read,
+    first = chips[17].first_read
+    check(first is not None and fw.chips[0].counts == chips[17].energy_cleared - first,
           "counts = energy read since start")
     # commands: ping, malformed lines, unknown command, bad argument, read, write
     for raw in (b'{"cmd":"ping","id":9}', b"not json", b'{"nocmd":1}', b'{"cmd":"fly"}',
