@@ -62,6 +62,8 @@ RESET_FUNC_EN = regs.BY_NAME["FuncEn"].reset
 CHECKSUM_ERR_MASK = regs.CAL_ERR_MASK | regs.ADJ_ERR_MASK
 # ANenergy counts accepted without a negative Pmean (a direction change inside one interval)
 REVERSE_SLACK_COUNTS = 2
+# windows whose counts wait for a first trusted power to tell their direction
+UNDIRECTED_MAX_WINDOWS = 10
 PROTOCOL_STATS = ("reinits", "wrap_corrections", "implausible_rereads", "implausible_rejected",
                   "energy_misreads", "energy_rereads", "misreads")
 
@@ -99,6 +101,8 @@ class Protocol(VerifiedAccess):
         self.reverse_carry = 0  # type: int  # ANenergy read ahead of ATenergy (read later)
         self.reversing = False  # type: bool  # inside a reverse-energy episode
         self.reverse_episode = 0  # type: int  # reverse counts since the episode began
+        self.undirected = 0  # type: int  # counts metered before any trusted power
+        self.undirected_windows = 0  # type: int  # windows held so (at most the limit)
         self.t_energy = None  # type: int | None  # when the last ATenergy read was
         self.last_power = None  # type: float | None  # W of the last accepted reading
         self.rejected = []  # type: list[int]  # words of this reading rejected as misreads
@@ -539,9 +543,19 @@ class Protocol(VerifiedAccess):
         since is a misread (ignored: the sign of Pmean decides); so is a failed read."""
         jpc = self.calibration.joules_per_count()
         negative = power_w is not None and power_w < 0
-        # direction unknown (no trusted power yet, e.g. the first window after start): look
-        may_reverse = (negative or self.last_power is None
-                       or self.last_power < 0)
+        if (power_w is None and self.last_power is None
+                and self.undirected_windows < UNDIRECTED_MAX_WINDOWS):
+            # direction unknown (no trusted power now nor before: the first windows after
+            # start while the chip is not ready): held, not counted either way, until a
+            # trusted power says which way (ANenergy keeps accumulating meanwhile, so the
+            # split below then covers these windows too; no extra bus traffic). A channel
+            # whose power is never trusted gets its counts back as before, a few windows late.
+            self.undirected += counts
+            self.undirected_windows += 1
+            return 0
+        counts += self.undirected
+        self.undirected = 0
+        may_reverse = negative or (self.last_power is not None and self.last_power < 0)
         if not may_reverse and not self.reverse_carry:
             # forward power now and before: ANenergy is not read (the bus traffic of a
             # forward-only channel stays as it was); what it holds waits for a negative Pmean
