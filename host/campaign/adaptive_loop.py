@@ -2,10 +2,11 @@
 
 A study with a [decide] table plans `min_rounds` rounds of every configuration
 (host/campaign/plan.py). When they are done, `run_adaptive_rounds` analyses the runs so far
-(the live trace; into `assess/round-K/` of the campaign directory), takes the round's decision
-(host/campaign/adaptive_round.py: every named comparison's sequential verdict, the
-configurations of the undecided ones) and, while some remain and the budget allows, runs one
-more interleaved, seeded round of only those configurations, then assesses again.
+(the live trace, or every meter's; into `assess/round-K/` of the campaign directory), takes
+the round's decision (host/campaign/adaptive_round.py: every named comparison's sequential
+verdict, the configurations of the undecided ones) and, while some remain and the budget
+allows, runs one more interleaved, seeded round of only those configurations, then assesses
+again.
 
 Every decision is kept in `assess/round-K/decisions.json`; `decided_rounds` reads them back,
 so the plan of a resumed campaign already holds the rounds decided before (its steps are
@@ -57,7 +58,7 @@ class CampaignLike(Protocol):
     layout: Layout
 
     def run_dirs(self, state: JournalState) -> list[Path]: ...
-    def trace_dir(self) -> Path: ...
+    def trace_dir(self) -> Path | list[Path]: ...  # one trace, or every meter's
     def merge_accuracy(self, state: JournalState) -> None: ...
 
 

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -47,7 +47,7 @@ from host.campaign.journal import (
     marker_root,
 )
 from host.campaign.layout import Layout
-from host.campaign.meter import ACTIVITY_TEXT, emulated_daemon
+from host.campaign.meter import ACTIVITY_TEXT, emulated_daemon, stop_stale_daemon, trace_nodes
 from host.campaign.plan import (
     Plan,
     Step,
@@ -56,6 +56,7 @@ from host.campaign.plan import (
     format_duration,
     plan_text,
     rounds_text,
+    trace_dirs,
 )
 from host.campaign.progress import Progress
 from host.campaign.specs import (
@@ -150,7 +151,8 @@ class Campaign:
         self.python = python
         # a projection measured by an earlier session (same accuracy settings) is reused
         self.plan = build_plan(study, accuracy_projection.load(study))
-        self.meter_url: str | None = study.meter.url
+        # every meter daemon's URL, in the study's order (emulated ones once started)
+        self.meter_urls: list[str] = [m.url for m in study.meters if m.url]
 
     # -- output
     def echo(self, line: str) -> None:
@@ -185,7 +187,8 @@ class Campaign:
                            prompts=str(r.prompts) if r.prompts else None, tokens=r.tokens,
                            repeats=r.repeats_per_run, warmups=r.warmups, threads=r.threads,
                            workers=r.workers, split=r.split, node=r.node,
-                           meter=self.meter_url, idle_s=r.idle_s, cooldown_s=r.cooldown_s,
+                           meters=list(self.meter_urls), idle_s=r.idle_s,
+                           cooldown_s=r.cooldown_s,
                            seed=st.seed), run_dir
         raise AssertionError(step.kind)
 
@@ -198,8 +201,34 @@ class Campaign:
                 out.append(self.layout.root / ev.result["run_dir"])
         return out
 
-    def trace_dir(self) -> Path:
-        return self.study.meter.trace if self.study.meter.trace else self.layout.trace
+    def trace_dirs(self) -> list[Path]:
+        """Each meter's trace directory, in the study's order (host.campaign.plan)."""
+        return trace_dirs(self.study)
+
+    def trace_dir(self) -> Path | list[Path]:
+        """What the analysis reads: the one trace, or every meter's (host.analysis.multi_trace).
+        A missing trace directory, or a declared node found on another meter's trace or on
+        none, is one line naming the study file and the field."""
+        meters, dirs = self.study.meters, self.trace_dirs()
+        many = len(dirs) > 1
+        found = []
+        for k, (m, d) in enumerate(zip(meters, dirs, strict=True)):
+            if not d.is_dir():
+                raise UserError(f"{self.study.path}: field '{_field(k, many, 'trace')}': {d} is "
+                                f"not a directory (no trace of {m.url or 'the emulated daemon'})")
+            found.append(trace_nodes(d))
+        for k, m in enumerate(meters):
+            for j, node in enumerate(m.nodes):
+                where = f"{self.study.path}: field '{_field(k, many, f'nodes[{j}]')}'"
+                other = [i for i, f in enumerate(found) if node in f and i != k]
+                if other:
+                    raise UserError(f"{where}: node {node!r} is on a channel of "
+                                    f"meter[{other[0]}]'s trace {dirs[other[0]]} too: one "
+                                    "node, one meter")
+                if node not in found[k]:
+                    raise UserError(f"{where}: node {node!r} is on no channel of {dirs[k]} "
+                                    f"(its nodes: {', '.join(sorted(found[k])) or 'none'})")
+        return dirs[0] if not many else dirs
 
     def merge_accuracy(self, state: JournalState) -> None:
         """One epi-accuracy file over every configuration's (for the analysis)."""
@@ -255,7 +284,7 @@ class Campaign:
                             ) from None
         attempt = state.attempts.get(step.step_id, 0) + 1
         log = sdir / f"attempt{attempt}.log"
-        settled = settle(self.study.thermal, self.meter_url) if step.kind == "run" else None
+        settled = settle(self.study.thermal, self.meter_urls) if step.kind == "run" else None
         if step.kind in IN_PROCESS:
             state.attempts[step.step_id] = attempt
             self.journal.append(Started(step.step_id, attempt, log=str(log)))
@@ -364,6 +393,25 @@ class Campaign:
         if step_est > 0 and proj.seconds > 0:
             progress.ratio["accuracy"] = [proj.seconds / step_est]  # the ETA follows it
 
+    # -- the meters
+    def _start_meters(self, stack: ExitStack, progress: Progress) -> list[str]:
+        """Every meter's URL in the study's order, starting the emulated ones (each stops when
+        `stack` closes, after the last measured step)."""
+        urls = []
+        dirs = self.trace_dirs()
+        for k, m in enumerate(self.study.meters):
+            if not m.emulate:
+                assert m.url is not None  # the study file has one of url, emulate
+                urls.append(m.url)
+                continue
+            url = stack.enter_context(emulated_daemon(
+                self.layout.root, dirs[k], m.rate_hz, m.activity, index=k, nodes=m.nodes))
+            nodes = f", nodes {', '.join(m.nodes)}" if m.nodes else ""
+            progress.line(f"emulated meter daemon at {url}, trace {dirs[k]}{nodes} "
+                          f"(modelled power: {ACTIVITY_TEXT[m.activity]})")
+            urls.append(url)
+        return urls
+
     # -- the whole campaign
     def run(self) -> Path:
         try:
@@ -381,6 +429,7 @@ class Campaign:
             for line in verify_done(self.plan, state, self.layout):
                 self.echo(line)
             _clean_interrupted(state, self.layout)
+            stop_stale_daemon(self.layout.root)  # every emulated daemon a killed session left
             self.journal.append(Session(str(self.study.path), study_sha256(self.study),
                                         str(self.layout.root.resolve()), os.getpid()))
             done = set(state.done)
@@ -394,16 +443,11 @@ class Campaign:
             dec = self.study.decide
             needs_meter = any(s.kind == "run" for s in todo) or (
                 dec is not None and not adaptive_finished(self.layout.root, dec.rules.min_rounds))
-            ctx = (emulated_daemon(self.layout.root, self.layout.trace, self.study.meter.rate_hz,
-                                   self.study.meter.activity)
-                   if self.study.meter.emulate and needs_meter else nullcontext(self.meter_url))
             t0 = time.monotonic()
             projected = False
-            with ctx as url:
-                self.meter_url = url
-                if url and self.study.meter.emulate:
-                    progress.line(f"emulated meter daemon at {url}, trace {self.layout.trace} "
-                                  f"(modelled power: {ACTIVITY_TEXT[self.study.meter.activity]})")
+            with ExitStack() as daemons:
+                if needs_meter:
+                    self.meter_urls = self._start_meters(daemons, progress)
                 for step in todo:
                     if step.kind in IN_PROCESS:
                         continue  # after the daemon has stopped and flushed its trace
@@ -429,6 +473,11 @@ class Campaign:
             self.echo(f"campaign finished in {format_duration(time.monotonic() - t0)} "
                       f"(this session)")
             return self.layout.report_html
+
+
+def _field(k: int, many: bool, name: str) -> str:
+    """A meter field's name as the study file spells it: meter.X, or meter[K].X."""
+    return f"meter[{k}].{name}" if many else f"meter.{name}"
 
 
 def summary(step: Step, r: StepResult, s: Settle | None = None) -> str:

@@ -14,6 +14,12 @@ Which activity drives channel 0's modelled power (`activity`):
   options: the follow file is read by the power model.
 * ``"machine"``: the whole machine's CPU activity (ActivityModel, `modelled (ActivityModel)`),
   every process counting, as before.
+
+Several meters (a study's `[[meter]]` tables): each emulated daemon k (0-based) has its own
+port, trace directory, log (`meter.log`, `meter-2.log`, ...) and record (`daemon.json`,
+`daemon-2.json`, ...), and with `nodes` a board file (`meter-K.board.toml`) whose channels
+carry those node names in order (the analysis maps each node to its (meter, channel) by
+them); channel 0 follows the activity, the others idle at Pi-5-like constant powers.
 """
 
 from __future__ import annotations
@@ -43,13 +49,56 @@ ACTIVITY_TEXT = {"process_tree": "channel 0 follows the CPU time of this campaig
                  "machine": "channel 0 follows this machine's CPU (ActivityModel)"}
 
 
-def stop_stale_daemon(campaign_dir: Path) -> bool:
-    path = campaign_dir / DAEMON_JSON
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return procs.stop_stale_group(int(info["pgid"]), info["marker"])
+def _suffix(index: int) -> str:
+    """'' for the first meter, '-2', '-3', ... for the others (file names)."""
+    return "" if index == 0 else f"-{index + 1}"
+
+
+def daemon_json(campaign_dir: Path, index: int = 0) -> Path:
+    return campaign_dir / f"daemon{_suffix(index)}.json"
+
+
+def stop_stale_daemon(campaign_dir: Path, index: int | None = None) -> bool:
+    """Stop what a killed campaign left of its emulated daemon `index` (None: of every one)."""
+    paths = ([daemon_json(campaign_dir, index)] if index is not None
+             else sorted(campaign_dir.glob("daemon*.json")))
+    stopped = False
+    for path in paths:
+        try:
+            info = json.loads(path.read_text())
+            stopped |= procs.stop_stale_group(int(info["pgid"]), str(info["marker"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return stopped
+
+
+def trace_nodes(trace_dir: Path) -> set[str]:
+    """The node names on a trace directory's channels (every segment's metadata,
+    docs/formats.md §1); unreadable metadata counts as none (the analysis says why)."""
+    nodes: set[str] = set()
+    for meta in sorted(trace_dir.glob("seg-*.meta.json")):
+        try:
+            doc = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            continue
+        chans = doc.get("channels") if isinstance(doc, dict) else None
+        for ch in chans if isinstance(chans, list) else []:
+            node = ch.get("node") if isinstance(ch, dict) else None
+            if isinstance(node, str):
+                nodes.add(node)
+    return nodes
+
+
+def board_file(campaign_dir: Path, index: int, nodes: tuple[str, ...]) -> Path:
+    """An emulated board whose channels meter `nodes`, in order (docs/board.md's format)."""
+    lines = ['format = "epi-board"', "format_version = 1",
+             f'name = "campaign-meter-{index + 1}"']
+    for i, node in enumerate(nodes):
+        lines += ["[[channel]]", f'name = "ch{i}"', f'node = "{node}"',
+                  f'chip_select = "{"CE" + str(i) if i < 2 else "GPIO" + str(20 + i)}"']
+    path = campaign_dir / f"meter-{index + 1}.board.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def follow_env(campaign_dir: Path, activity: str) -> dict[str, str]:
@@ -66,12 +115,15 @@ def follow_env(campaign_dir: Path, activity: str) -> dict[str, str]:
 
 @contextmanager
 def emulated_daemon(campaign_dir: Path, trace_dir: Path, rate_hz: float | None,
-                    activity: str = "process_tree") -> Iterator[str]:
+                    activity: str = "process_tree", *, index: int = 0,
+                    nodes: tuple[str, ...] = ()) -> Iterator[str]:
     """Start `epi meter run --emulate`; yield its URL; stop it (SIGTERM, clean stop) after.
 
-    `activity`: what channel 0's modelled power follows (see the module docstring).
+    `activity`: what channel 0's modelled power follows (see the module docstring); `index`:
+    which of the study's meters (its files' names); `nodes`: its channels' node names (none:
+    the emulator's default board, channel 0 metering this host).
     """
-    stop_stale_daemon(campaign_dir)
+    stop_stale_daemon(campaign_dir, index)
     env = follow_env(campaign_dir, activity)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -79,11 +131,13 @@ def emulated_daemon(campaign_dir: Path, trace_dir: Path, rate_hz: float | None,
             "--listen", f"127.0.0.1:{port}"]
     if rate_hz is not None:
         argv += ["--rate", f"{rate_hz:g}"]
-    marker = f"daemon:{campaign_dir.resolve()}"
-    log = campaign_dir / "meter.log"
+    if nodes:
+        argv += ["--board", str(board_file(campaign_dir, index, nodes))]
+    marker = f"daemon{_suffix(index)}:{campaign_dir.resolve()}"
+    log = campaign_dir / f"meter{_suffix(index)}.log"
     proc = procs.start(argv, log, marker, death_signal=signal.SIGTERM, extra_env=env)
-    write_json_atomic(campaign_dir / DAEMON_JSON, {"pgid": proc.pid, "marker": marker,
-                                                   "url": url, "argv": argv})
+    record = daemon_json(campaign_dir, index)
+    write_json_atomic(record, {"pgid": proc.pid, "marker": marker, "url": url, "argv": argv})
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -105,4 +159,4 @@ def emulated_daemon(campaign_dir: Path, trace_dir: Path, rate_hz: float | None,
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 procs.stop(proc)
-        (campaign_dir / DAEMON_JSON).unlink(missing_ok=True)
+        record.unlink(missing_ok=True)

@@ -93,6 +93,28 @@ def configurations(study: Study) -> list[Config]:
     return configs
 
 
+def trace_dirs(study: Study) -> list[Path]:
+    """Each meter's trace directory, in the study's meter order (the analysis pairs the k-th
+    with the runs' k-th meter): `trace` of a running daemon; OUT/trace (the first) or
+    OUT/trace-K of a daemon the campaign emulates."""
+    return [m.trace if m.trace is not None else
+            study.out / ("trace" if k == 0 else f"trace-{k + 1}")
+            for k, m in enumerate(study.meters)]
+
+
+def meter_lines(study: Study) -> list[str]:
+    """With several meters: each one, its trace and its nodes (each node is on one meter;
+    every run syncs clocks with all of them, the analysis reads every trace)."""
+    if len(study.meters) < 2:
+        return []
+    lines = [f"meters: {len(study.meters)} daemons; every run syncs clocks with each, the "
+             "analysis joins their traces in meter 1's clock"]
+    for k, (m, d) in enumerate(zip(study.meters, trace_dirs(study), strict=True)):
+        what = m.url if m.url else "emulated (started by the campaign)"
+        lines.append(f"  meter {k + 1}: {what}, trace {d}, nodes {', '.join(m.nodes)}")
+    return lines
+
+
 def run_seconds(study: Study, n_prompts: int, prompt_tokens: int) -> float:
     """Projected seconds of one `epi run` with the study's settings (estimate rates)."""
     r, e = study.run, study.estimate
@@ -237,5 +259,7 @@ def plan_text(plan: Plan, done: set[str] | None = None) -> list[str]:
     rule = (f"fixed wait {t.wait_s:g} s" if t.rule == "fixed" else
             f"idle power stable within ±{t.tolerance:.1%} for {t.window_s:g} s "
             f"(timeout {t.timeout_s:g} s)")
-    lines.append(f"thermal settle before every run: {rule}")
-    return lines + power_analysis_lines(st)
+    lines.append(f"thermal settle before every run: {rule}"
+                 + (" (every meter's idle power)" if t.rule == "stable"
+                    and len(st.meters) > 1 else ""))
+    return lines + meter_lines(st) + power_analysis_lines(st)

@@ -47,7 +47,7 @@ class RunArgs(TypedDict):
     workers: str | None
     split: str | None
     node: str | None
-    meter: str | None
+    meters: list[str]  # every meter daemon's URL, in the study's order (`--meter` order)
     idle_s: float
     cooldown_s: float
     seed: int

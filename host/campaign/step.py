@@ -102,7 +102,7 @@ def do_run(a: RunArgs) -> StepResult:
                     prompts=Path(a["prompts"]) if a["prompts"] else None,
                     tokens=a["tokens"], repeats=a["repeats"], warmups=a["warmups"],
                     threads=a["threads"], workers=a["workers"], split=a["split"],
-                    meter=a["meter"], idle_s=a["idle_s"], cooldown_s=a["cooldown_s"],
+                    meters=tuple(a["meters"]), idle_s=a["idle_s"], cooldown_s=a["cooldown_s"],
                     seed=a["seed"], node=a["node"])
     r = run(s, echo=_echo)
     return {"run_dir": str(r.run_dir), "n_requests": r.n_requests, "n_measured": r.n_measured,

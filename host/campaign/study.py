@@ -11,9 +11,10 @@ from __future__ import annotations
 import glob
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar, cast, overload
+from urllib.parse import urlsplit
 
 from epi.core.errors import UserError
 from epi.core.limits import DAY_S, MAX_SEED, MAX_THREADS
@@ -54,11 +55,15 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class MeterSpec:
+    """One meter daemon of the study: a running one (`url`, `trace`) or one the campaign
+    starts (`emulate`); `nodes` are the nodes its channels meter (required with several)."""
+
     url: str | None = None
     trace: Path | None = None  # where this host reads the trace of a meter at `url`
     emulate: bool = False
     rate_hz: float | None = None
     activity: str = "process_tree"  # what the emulated channel 0 follows (host/campaign/meter.py)
+    nodes: tuple[str, ...] = ()  # node names on this meter's channels, in channel order
 
 
 @dataclass(frozen=True)
@@ -148,12 +153,17 @@ class Study:
     baseline: str | None
     models: tuple[ModelSpec, ...]
     run: RunSpec
-    meter: MeterSpec
+    meters: tuple[MeterSpec, ...]  # one or more daemons, in `epi run --meter` order
     accuracy: AccuracySpec
     thermal: ThermalSpec
     analysis: AnalysisSpec
     estimate: Estimate
     decide: DecideSpec | None = None  # None: the fixed protocol, `repeats` rounds
+
+    @property
+    def meter(self) -> MeterSpec:
+        """The first meter (the only one of a study with a single `[meter]` table)."""
+        return self.meters[0]
 
 
 class _Reader:
@@ -312,6 +322,126 @@ def _models(path: Path, doc: dict[str, object]) -> tuple[ModelSpec, ...]:
     return tuple(out)
 
 
+MAX_NODES_EMULATED = 4  # an epi-meter board has 4 chips: the emulated board the campaign writes
+
+
+def _meter(path: Path, m: _Reader) -> MeterSpec:
+    """One meter table ([meter] or one [[meter]] entry), checked on its own."""
+    trace = m.get("trace", str)
+    raw_nodes = m.get("nodes", list, [])
+    meter = MeterSpec(url=m.get("url", str), emulate=m.get("emulate", bool, False),
+                      rate_hz=m.real("rate_hz", None, 0.0, strict=True, high=1000.0),
+                      trace=(path.parent / trace) if trace else None,
+                      activity=m.get("activity", str, "process_tree"))
+    m.finish()
+    nodes: list[str] = []
+    for i, node in enumerate(raw_nodes):
+        if not isinstance(node, str):
+            raise m.fail(f"nodes[{i}]", f"expected a node name, got {node!r}")
+        check_id(node, f"{path}: field '{m.prefix}.nodes[{i}]'")
+        if node in nodes:
+            raise m.fail(f"nodes[{i}]", f"{node!r} is listed twice")
+        nodes.append(node)
+    if meter.activity not in ACTIVITIES:
+        raise m.fail("activity", f"{meter.activity!r} is not one of {', '.join(ACTIVITIES)}")
+    if "activity" in m.table and not meter.emulate:
+        raise m.fail("activity", "only for emulate = true (a real meter measures the node)")
+    if bool(meter.url) == meter.emulate:
+        raise m.fail("url", "give either url = \"http://meter:8757\" or emulate = true "
+                     "(exactly one)")
+    if meter.url:
+        u = urlsplit(meter.url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise m.fail("url", f"{meter.url!r} is not a daemon URL such as "
+                         "\"http://epi-meter.local:8757\"")
+    if meter.url and meter.trace is None:
+        raise m.fail("trace", "missing: with url, say where this host reads the meter's trace "
+                     "directory (e.g. a copy or a network mount)")
+    if meter.emulate and meter.trace is not None:
+        raise m.fail("trace", "only with url (an emulated daemon writes its trace in the "
+                     "campaign directory)")
+    if meter.trace is not None and meter.trace.exists() and not meter.trace.is_dir():
+        raise m.fail("trace", f"{meter.trace} is not a directory")
+    if meter.rate_hz is not None and not meter.emulate:
+        raise m.fail("rate_hz", "only for emulate = true (a real meter's rate is its board's)")
+    if meter.emulate and len(nodes) > MAX_NODES_EMULATED:
+        raise m.fail("nodes", f"{len(nodes)} nodes: an emulated board has at most "
+                     f"{MAX_NODES_EMULATED} channels")
+    return replace(meter, nodes=tuple(nodes))
+
+
+def _url_key(url: str) -> str:
+    """A daemon URL as compared for duplicates: scheme, lower-case host, port, no slash."""
+    u = urlsplit(url)
+    try:
+        port = u.port or (443 if u.scheme == "https" else 80)
+    except ValueError:  # a port out of range: compare the text
+        return url.rstrip("/").lower()
+    return f"{u.scheme}://{(u.hostname or '').lower()}:{port}{u.path.rstrip('/')}"
+
+
+def _meters(path: Path, doc: dict[str, object]) -> tuple[MeterSpec, ...]:
+    """`[meter]` (one daemon) or `[[meter]]` (one table per daemon, in `--meter` order).
+
+    With several, every meter names its `nodes`; no URL, trace directory or node twice."""
+    raw = doc.get("meter", {})
+    if isinstance(raw, dict):
+        return (_meter(path, _Reader(path, raw, "meter")),)
+    if not isinstance(raw, list) or not raw:
+        raise UserError(f"{path}: field 'meter': expected a [meter] table or one or more "
+                        "[[meter]] tables")
+    out: list[MeterSpec] = []
+    urls: dict[str, int] = {}
+    traces: dict[Path, int] = {}
+    nodes: dict[str, int] = {}
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise UserError(f"{path}: field 'meter[{i}]': expected a table")
+        r = _Reader(path, entry, f"meter[{i}]")
+        m = _meter(path, r)
+        if len(raw) > 1 and not m.nodes:
+            raise r.fail("nodes", "missing: with several meters, name the nodes each one "
+                         "meters, e.g. nodes = [\"pi1\", \"pi2\"]")
+        if m.url:
+            key = _url_key(m.url)
+            if key in urls:
+                raise r.fail("url", f"{m.url!r} is also meter[{urls[key]}]'s: one daemon, "
+                             "one [[meter]] table")
+            urls[key] = i
+        if m.trace is not None:
+            t = m.trace.resolve()
+            if t in traces:
+                raise r.fail("trace", f"{m.trace} is also meter[{traces[t]}]'s trace: each "
+                             "daemon writes its own")
+            traces[t] = i
+        for j, node in enumerate(m.nodes):
+            if node in nodes:
+                raise r.fail(f"nodes[{j}]", f"node {node!r} is also on meter[{nodes[node]}]: "
+                             "a node is metered by one meter")
+            nodes[node] = i
+        out.append(m)
+    return tuple(out)
+
+
+def _check_run_nodes(path: Path, run: RunSpec, meters: tuple[MeterSpec, ...]) -> None:
+    """With several meters, the run's named nodes (`node`, workers NAME=HOST:PORT) must each
+    be on one of them: a node no meter meters would stop the analysis after the runs."""
+    if len(meters) < 2:
+        return
+    known = {n for m in meters for n in m.nodes}
+    named: list[tuple[str, str]] = []
+    if run.node:
+        named.append(("run.node", run.node))
+    for i, part in enumerate((run.workers or "").split(",")):
+        name, eq, _ = part.strip().partition("=")
+        if eq and name.strip():
+            named.append((f"run.workers[{i}]", name.strip()))
+    for where, name in named:
+        if name not in known:
+            raise UserError(f"{path}: field {where!r}: node {name!r} is on no meter (nodes: "
+                            f"{', '.join(sorted(known))})")
+
+
 def load_study(path: Path | str) -> Study:
     """Read and check a study file; raise one-line UserErrors."""
     path = Path(path)
@@ -345,25 +475,8 @@ def load_study(path: Path | str) -> Study:
         workers=r.get("workers", str), split=r.get("split", str), node=r.get("node", str))
     r.finish()
 
-    m = _table(path, doc, "meter")
-    trace = m.get("trace", str)
-    meter = MeterSpec(url=m.get("url", str), emulate=m.get("emulate", bool, False),
-                      rate_hz=m.real("rate_hz", None, 0.0, strict=True, high=1000.0),
-                      trace=(path.parent / trace) if trace else None,
-                      activity=m.get("activity", str, "process_tree"))
-    m.finish()
-    if meter.activity not in ACTIVITIES:
-        raise m.fail("activity", f"{meter.activity!r} is not one of {', '.join(ACTIVITIES)}")
-    if "activity" in m.table and not meter.emulate:
-        raise m.fail("activity", "only for emulate = true (a real meter measures the node)")
-    if meter.url and meter.trace is None:
-        raise m.fail("trace", "missing: with url, say where this host reads the meter's trace "
-                     "directory (e.g. a copy or a network mount)")
-    if bool(meter.url) == meter.emulate:
-        raise m.fail("url", "give either url = \"http://meter:8757\" or emulate = true "
-                     "(exactly one)")
-    if meter.rate_hz is not None and not meter.emulate:
-        raise m.fail("rate_hz", "only for emulate = true (a real meter's rate is its board's)")
+    meters = _meters(path, doc)
+    _check_run_nodes(path, run, meters)
 
     a = _table(path, doc, "accuracy")
     benches = a.get("benchmarks", dict, {})
@@ -420,7 +533,7 @@ def load_study(path: Path | str) -> Study:
     e.finish()
     decide = _decide(path, doc, repeats_given="repeats" in s.table)
     return Study(path=path, name=name, seed=seed, repeats=repeats, out=out, baseline=baseline,
-                 models=_models(path, doc), run=run, meter=meter, accuracy=accuracy,
+                 models=_models(path, doc), run=run, meters=meters, accuracy=accuracy,
                  thermal=thermal, analysis=analysis, estimate=estimate, decide=decide)
 
 

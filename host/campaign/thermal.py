@@ -3,7 +3,8 @@
 The "stable" rule polls the meter's `/status` and keeps the readings (sum of all channels)
 of the trailing `window_s`; the machine is settled when that window is full and every reading
 lies within ±tolerance of the window's mean. After `timeout_s` the run goes ahead and the
-record says it did not settle. Either way, what happened is returned for the journal.
+record says it did not settle. Either way, what happened is returned for the journal. With
+several meters every meter's own window must be stable (each in its own clock).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 import time
 import urllib.request
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from host.campaign.journal import Settle
 from host.campaign.study import ThermalSpec
@@ -61,41 +62,54 @@ def stable(readings: list[tuple[int, float]], spec: ThermalSpec) -> tuple[bool, 
     return span_s >= spec.window_s * 0.95 and dev <= spec.tolerance, dev
 
 
-def settle(spec: ThermalSpec, meter_url: str | None, *,
+def settle(spec: ThermalSpec, meter_url: str | Sequence[str] | None, *,
            status: Callable[[str], object] = read_status,
            sleep: Callable[[float], None] = time.sleep,
            clock: Callable[[], float] = time.monotonic) -> Settle:
-    """Wait by the rule; return {rule, waited_s, settled, ...} for the journal."""
+    """Wait by the rule; return {rule, waited_s, settled, ...} for the journal.
+
+    Several meters (a URL list): each meter's readings form their own window in that meter's
+    own clock, and the machine is settled when every window is stable at the same poll; the
+    record gives the summed mean power and the largest deviation over the meters."""
+    urls = ([meter_url] if isinstance(meter_url, str) else list(meter_url or []))
     t0 = clock()
-    if spec.rule == "fixed" or meter_url is None:
+    if spec.rule == "fixed" or not urls:
         sleep(spec.wait_s)
         return {"rule": "fixed", "wait_s": spec.wait_s, "waited_s": round(clock() - t0, 3),
                 "settled": True}
-    window: deque[tuple[int, float]] = deque()
-    last_t = None
-    dev = float("nan")
+    windows: list[deque[tuple[int, float]]] = [deque() for _ in urls]
+    last_t: list[int | None] = [None] * len(urls)
+    devs = [float("nan")] * len(urls)
     while True:
-        try:
-            reading = total_power(status(meter_url))
-        except OSError:
-            reading = None
-        if reading is not None and reading[0] != last_t:
-            last_t = reading[0]
-            window.append(reading)
-            while window and (reading[0] - window[0][0]) / 1e9 > spec.window_s:
-                window.popleft()
-            ok, dev = stable(list(window), spec)
-            if ok:
-                mean = sum(p for _, p in window) / len(window)
-                return {"rule": "stable", "tolerance": spec.tolerance,
-                        "window_s": spec.window_s, "waited_s": round(clock() - t0, 3),
-                        "settled": True, "mean_power_w": round(mean, 4),
-                        "max_deviation": round(dev, 5), "n_readings": len(window)}
+        oks = []
+        for k, url in enumerate(urls):
+            try:
+                reading = total_power(status(url))
+            except OSError:
+                reading = None
+            window = windows[k]
+            if reading is not None and reading[0] != last_t[k]:
+                last_t[k] = reading[0]
+                window.append(reading)
+                while window and (reading[0] - window[0][0]) / 1e9 > spec.window_s:
+                    window.popleft()
+            ok, devs[k] = stable(list(window), spec)
+            oks.append(ok)
+        dev = max(devs) if all(d == d for d in devs) else float("nan")
+        n = sum(len(w) for w in windows)
+        if all(oks):
+            mean = sum(sum(p for _, p in w) / len(w) for w in windows)
+            return {"rule": "stable", "tolerance": spec.tolerance,
+                    "window_s": spec.window_s, "waited_s": round(clock() - t0, 3),
+                    "settled": True, "mean_power_w": round(mean, 4),
+                    "max_deviation": round(dev, 5), "n_readings": n}
         if clock() - t0 >= spec.timeout_s:
             return {"rule": "stable", "tolerance": spec.tolerance, "window_s": spec.window_s,
                     "waited_s": round(clock() - t0, 3), "settled": False,
                     "max_deviation": None if dev != dev else round(dev, 5),
-                    "n_readings": len(window),
+                    "n_readings": n,
                     "reason": f"idle power not stable within ±{spec.tolerance:.1%} for "
-                              f"{spec.window_s:g} s before the {spec.timeout_s:g} s timeout"}
+                              f"{spec.window_s:g} s before the {spec.timeout_s:g} s timeout"
+                              + (f" (meter {oks.index(False) + 1} of {len(urls)} not stable)"
+                                 if len(urls) > 1 else "")}
         sleep(spec.poll_s)
