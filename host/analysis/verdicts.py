@@ -54,6 +54,33 @@ def lag_problem(info: RunInfo, phase: str, pw: pd.DataFrame, opts: Options) -> s
             f"{opts.max_lag_error_frac:.1%}): rerun with --lag auto or check the meter timing")
 
 
+def repeat_cv_problem(rep: pd.DataFrame, run_id: str, phase: str, opts: Options,
+                      reasons: list[str]) -> float:
+    """The repeat CV of a phase's J/token on the basis the analysis reports; appends a reason.
+
+    The rule is "CV on every reported figure": with `energy_basis = "net"` the figures are
+    net J/token (gross minus the idle floor over each window), so the gate checks the net
+    repeats. Gross J/token carries the idle floor × wall time, which a busy machine that
+    stretches the run inflates although the inference's energy did not change; gating gross
+    while reporting net refused figures for a spread they do not have. The reason names the
+    basis it measured.
+    """
+    unit = "prompt" if phase == "prefill" else "generated"
+    basis = opts.energy_basis
+    r = rep[(rep["run_id"] == run_id) & (rep["scope"] == "all") & (rep["phase"] == phase)
+            & (rep["unit"] == unit) & (rep["basis"] == basis)]
+    vals = r["j_per_token"].to_numpy(dtype=np.float64)
+    cv_val = epimod.cv(vals)
+    if len(vals) < 2:
+        reasons.append("fewer than 2 repeats: CV cannot be checked")
+    elif np.isfinite(cv_val) and cv_val > opts.cv_threshold:
+        reasons.append(f"repeat CV {cv_val:.1%} of {basis} J/token above "
+                       f"{opts.cv_threshold:.1%}")
+    elif not np.isfinite(cv_val) and not reasons:
+        reasons.append(f"repeat CV of {basis} J/token unknown (null repeats)")
+    return cv_val
+
+
 def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
               opts: Options) -> pd.DataFrame:
     rows = []
@@ -121,17 +148,7 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
                                    f"({med_dur:.3g} s)")
             cv_val = float("nan")
             if phase != "idle":
-                unit = "prompt" if phase == "prefill" else "generated"
-                r = rep[(rep["run_id"] == rid) & (rep["scope"] == "all") & (rep["phase"] == phase)
-                        & (rep["unit"] == unit) & (rep["basis"] == "gross")]
-                vals = r["j_per_token"].to_numpy(dtype=np.float64)
-                cv_val = epimod.cv(vals)
-                if len(vals) < 2:
-                    reasons.append("fewer than 2 repeats: CV cannot be checked")
-                elif np.isfinite(cv_val) and cv_val > opts.cv_threshold:
-                    reasons.append(f"repeat CV {cv_val:.1%} above {opts.cv_threshold:.1%}")
-                elif not np.isfinite(cv_val) and not reasons:
-                    reasons.append("repeat CV unknown (null repeats)")
+                cv_val = repeat_cv_problem(rep, rid, phase, opts, reasons)
             src = w["power_source"].iloc[0] if len(w) and "power_source" in w else ""
             rows.append({"run_id": rid, "config": info.config, "phase": phase,
                          "power_source": src,
