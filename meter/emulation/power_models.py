@@ -237,11 +237,22 @@ class ActivityModel(_Piecewise):
     interval*, so it sets the power of that interval — P = idle_w + (max_w − idle_w) · u on
     [previous reading, this reading) — not of the time after it (that was a lag of one update
     period: 100 % CPU from 1.0 to 1.3 s showed as power from 1.1 to 1.4 s). A reading is taken
-    whenever the model is asked about a time at least `update_period_s` after the previous one,
-    so power follows activity within max(update period, query period), i.e. within one sample
-    period of the daemon that reads the chip. Times after the latest reading are provisional
-    (the last power held) until the next reading replaces them; everything before the latest
-    reading is final. Resolution: /proc/stat counts in jiffies (10 ms per CPU).
+    whenever the model is asked about a time at least `update_period_s` after the previous one.
+    Times after the latest reading are provisional (the last power held) until the next reading
+    replaces them; everything before the latest reading is final. Resolution: /proc/stat counts
+    in jiffies (10 ms per CPU).
+
+    Why `update_period_s` is one jiffy (10 ms), not the sample period: the emulated chip
+    integrates its energy registers when the daemon's sweep reads them, and what it integrates
+    after the latest reading is the provisional power — the chip never re-integrates when a
+    later reading revises it. With a 50 ms update period and 20 Hz sweeps, a sweep that came a
+    little under 50 ms after the previous reading took none, so that whole sweep interval was
+    metered at the previous interval's power: the power edges trailed the activity by ~one
+    sample period (48 ms measured with the process tree), an artefact of the emulation that no
+    real chip shows. With a minimum spacing below the sweep period every sweep takes a reading
+    at its first register access, and the chip meters each interval at its own activity
+    (tests/meter/test_activity_model_timing.py checks the energy registers against the closed
+    form). Closer readings than one jiffy would carry no new count.
 
     Defaults follow published Pi 5 figures (≈2.7 W idle, ≈9.5 W with all cores busy, wall
     side of a USB-C supply with a power factor of ≈0.6). The history is kept so `energy_j`
@@ -257,7 +268,7 @@ class ActivityModel(_Piecewise):
         *,
         idle_w: float = 2.7,
         max_w: float = 9.5,
-        update_period_s: float = 0.05,
+        update_period_s: float = 0.01,
         proc_stat: str | Path = "/proc/stat",
         cpu_times: Callable[[], tuple[int, int]] | None = None,
         max_points: int = 50_000,
@@ -475,7 +486,7 @@ class ProcessTreeActivityModel(ActivityModel):
     def __init__(self, clock: Clock, follow_file: str | Path, *,
                  proc_root: str | Path = "/proc", exclude_pid: int | None = None,
                  rescan_period_s: float = 0.25, idle_w: float = 2.7, max_w: float = 9.5,
-                 update_period_s: float = 0.05) -> None:
+                 update_period_s: float = 0.01) -> None:
         proc = Path(proc_root)
         self._tree = ProcessTreeCpu(follow_file, proc_root=proc, exclude_pid=exclude_pid,
                                     rescan_period_s=rescan_period_s)
