@@ -19,7 +19,8 @@ from host.search.optimizer import Budget
               show_default=True, help="Search directory (resumable: run again to continue).")
 @click.option("--against", "against", multiple=True, type=click.Path(path_type=Path),
               default=[Path("quantmaps/demo")], show_default=True,
-              help="Hand-made maps to beat (files or folders); measured in round 0.")
+              help="Hand-made maps to beat (files or folders); measured in round 0, the best "
+                   "of them again beside every candidate.")
 @click.option("--types", "types_text", default=None,
               help="Allowed tensor types, comma-separated (default: all that fit every tensor).")
 @click.option("--max-bpw", type=FiniteFloat(1.0, 32.0), default=None,
@@ -59,7 +60,15 @@ from host.search.optimizer import Budget
               help="Tokens generated per measured request: the decode window must span many "
                    "meter samples (256 at ~100 tok/s is ~2.5 s, ~50 samples at 20 Hz).")
 @click.option("--repeats", type=BoundedInt(1, 20), default=3, show_default=True,
-              help="Campaign rounds per configuration.")
+              help="Round 0's campaign rounds of the hand-made maps (fixed).")
+@click.option("--min-rounds", type=BoundedInt(3, 1000), default=3, show_default=True,
+              help="A candidate round's campaign: rounds before its first decision.")
+@click.option("--max-rounds", type=BoundedInt(3, 1000), default=8, show_default=True,
+              help="A candidate's budget: rounds after which its comparison with the best "
+                   "hand-made map is reported undecided if not settled.")
+@click.option("--margin-pct", type=FiniteFloat(0.0, 100.0), default=2.0, show_default=True,
+              help="Smallest J/token difference worth resolving, %: a comparison inside "
+                   "± this is 'equivalent'.")
 @click.option("--items", type=BoundedInt(10, 100_000), default=50, show_default=True,
               help="Items per benchmark (MMLU, ARC-Challenge, HellaSwag).")
 @click.option("--threads", type=THREADS, default=None,
@@ -74,13 +83,15 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
            kl_ctx: int, meter_url: str | None, meter_trace: Path | None,
            meter_rate_hz: float | None,
            lag: str | None, cv_threshold: float | None, prompts: Path | None, tokens: int,
-           repeats: int, items: int,
+           repeats: int, min_rounds: int, max_rounds: int, margin_pct: float, items: int,
            threads: int | None, run_threads: int | None, seed: int) -> None:
     """Search per-layer quantization maps of BASE (an F16 GGUF) that beat hand-made ones.
 
-    Proxies (per-layer KL sensitivity, a fitted energy model) propose candidates; the most
-    promising are measured through `epi campaign`; the models are refitted and the loop
-    repeats until --candidates are measured. Only measured figures count.
+    Round 0 measures the hand-made maps; proxies (per-layer KL sensitivity, a fitted energy
+    model) then propose candidates, each measured through `epi campaign` beside the best
+    hand-made map until their comparison is decided or --max-rounds is spent; the models are
+    refitted and the loop repeats until --candidates are measured. Only measured figures
+    count.
     """
     check_output_dir(out, "--out")
     req = SearchRequest(
@@ -89,7 +100,8 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
         per_round=per_round, objective=objective, text=text, kl_windows=kl_windows,
         kl_ctx=kl_ctx, meter_url=meter_url, meter_trace=meter_trace,
         meter_rate_hz=meter_rate_hz, lag=lag, cv_threshold=cv_threshold, prompts=prompts,
-        tokens=tokens, repeats=repeats, items=items, threads=threads,
+        tokens=tokens, repeats=repeats, min_rounds=min_rounds, max_rounds=max_rounds,
+        margin_pct=margin_pct, items=items, threads=threads,
         run_threads=run_threads, seed=seed)
     check_request(req)
     outcome = run(req, click.echo)

@@ -51,7 +51,10 @@ class SearchRequest:
     cv_threshold: float | None = None
     prompts: Path | None = None
     tokens: int = 256
-    repeats: int = 3
+    repeats: int = 3  # round 0's fixed rounds of the hand-made maps
+    min_rounds: int = 3  # a candidate round's campaign: [decide] min_rounds
+    max_rounds: int = 8  # … and max_rounds, each candidate's budget
+    margin_pct: float = 2.0  # the smallest J/token difference worth resolving, %
     items: int = 50
     threads: int | None = None
     run_threads: int | None = None
@@ -101,6 +104,12 @@ def check_request(req: SearchRequest) -> None:
     """What can be refused before the model is read."""
     if req.prompts is not None and not req.prompts.is_file():
         raise UserError(f"--prompts: {req.prompts}: no such file")
+    if req.min_rounds < 3:
+        raise UserError(f"--min-rounds: {req.min_rounds} is below 3 (the confidence sequence "
+                        "has no finite interval before round 3)")
+    if req.max_rounds < req.min_rounds:
+        raise UserError(f"--max-rounds: {req.max_rounds} is below --min-rounds "
+                        f"({req.min_rounds})")
     check_meter_options(req.meter_url, req.meter_trace, req.meter_rate_hz)
 
 
@@ -116,6 +125,7 @@ def bound_options(req: SearchRequest, types: list[str] | tuple[str, ...],
             "meter": req.meter_url or "emulated", "meter_rate_hz": req.meter_rate_hz,
             "lag": req.lag, "cv_threshold": req.cv_threshold, "prompts_sha256": prompts,
             "tokens": req.tokens, "repeats": req.repeats, "items": req.items,
+            "min_rounds": req.min_rounds, "margin_pct": req.margin_pct,
             "run_threads": run_threads, "seed": req.seed}
 
 
@@ -135,10 +145,11 @@ def run(req: SearchRequest, echo: Echo) -> SearchOutcome:
     """Search, measure, write OUT (resumable: a second call continues where one stopped)."""
     from host.accuracy.perplexity import read_text
     from host.accuracy.scorer import Scorer
+    from host.campaign.adaptive import DecisionRules
     from host.llama.install import llama_info
     from host.quant.gguf_info import read_model
     from host.quant.mixmap import collect_map_files
-    from host.search.driver import SearchSettings, check_state, run_search, summary
+    from host.search.driver import SearchSettings, check_state, map_id_of, run_search, summary
     from host.search.figure import plot_search
     from host.search.identity import check_unquantized, search_identity
     from host.search.measure import CampaignSettings, campaign_measurer, check_study
@@ -170,11 +181,13 @@ def run(req: SearchRequest, echo: Echo) -> SearchOutcome:
         cv_threshold=req.cv_threshold, repeats=req.repeats, prompts=req.prompts,
         tokens=req.tokens, threads=run_threads, seed=req.seed,
         benchmarks={"mmlu": req.items, "arc_challenge": req.items, "hellaswag": req.items},
-        accuracy_threads=os.cpu_count() or 1,
+        accuracy_threads=os.cpu_count() or 1, min_rounds=req.min_rounds,
+        max_rounds=req.max_rounds, margin_pct=req.margin_pct,
     )
     out = req.out
     out.mkdir(parents=True, exist_ok=True)
-    check_study(campaign, against_files, out)
+    check_study(campaign, against_files, out)  # round 0: fixed rounds
+    check_study(campaign, against_files, out, map_id_of(against_files[0]))  # later: [decide]
     identity = search_identity(req.base, against_files,
                                bound_options(req, space.types, run_threads), llama_info())
     check_state(out / "search.json", identity)  # before the proxy's minutes of work
@@ -199,11 +212,13 @@ def run(req: SearchRequest, echo: Echo) -> SearchOutcome:
         out=out, budget=req.budget, candidates=req.candidates, per_round=req.per_round,
         objective=req.objective, against=against_files, seed=req.seed,
         identity=identity,
+        rules=DecisionRules(("baseline",), req.min_rounds, req.max_rounds,
+                            margin_pct=req.margin_pct),
     )
     state, path, predictor = run_search(space, kl_table, settings,
                                         campaign_measurer(campaign, echo), direct_kl,
                                         echo=echo)
-    hand_ids = {json.loads(p.read_text()).get("id") or p.stem for p in against_files}
+    hand_ids = {map_id_of(p) for p in against_files}
     doc = summary(state, path, predictor, space, hand_ids)
     write_json_atomic(out / "summary.json", doc)
     rows_by_cfg = {r["config"]: r for r in doc["configs"]}
@@ -248,8 +263,8 @@ def result_lines(o: SearchOutcome, out: Path) -> list[str]:
         format_table(["config", "kind", "layers:type", "proxy KL", "J/tok pred",
                       "J/tok meas [CI]", "J resid", "acc pred", "acc meas", "EPI pred [PI]",
                       "EPI meas [CI]", "power", "note"], rows),
-        "pred = predicted when picked, before measuring (round 0 picks: no fitted model yet); "
-        "J resid = measured − final energy fit",
+        "pred = predicted when picked, before measuring (from the fit to every map measured "
+        "before); J resid = measured − final energy fit",
         f"energy model: J/token = {_fmt(em['intercept_j'])} + {_fmt(em['j_per_gb'])}·GB "
         f"(n={em['n']}, residual sd {_fmt(em['residual_sd_j'])} J; prefill is in the "
         f"intercept); accuracy model: acc = {_fmt(am['intercept'])} + "
@@ -263,9 +278,23 @@ def result_lines(o: SearchOutcome, out: Path) -> list[str]:
         f"proxy {_fmt(doc['proxy_ppl_rank_correlation'])} "
         f"(n={doc['ppl_rank_correlation_n']})",
         f"frontier: {verdict['frontier']['text']}",
+        *comparison_lines(verdict),
         f"verdict: {verdict['text']}",
         f"wrote {out}/summary.json, {out}/maps/, {o.figure}, {o.pages[0]}, {o.pages[1]}",
     ]
+
+
+def comparison_lines(verdict: dict[str, Any]) -> list[str]:
+    """Each candidate's settled comparison with the best hand-made map, one line each."""
+    comps = verdict.get("comparisons") or []
+    counts = verdict.get("comparison_counts") or {}
+    head = ("against the best hand-made map, per candidate ("
+            + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + "):"
+            if comps else "against the best hand-made map: no candidate compared yet")
+    out = [head] + [f"  {c['config']}: {c['text']}" for c in comps]
+    out += [f"  {c}: not compared (measured before comparisons were recorded)"
+            for c in verdict.get("not_compared") or []]
+    return out
 
 
 def write_found_map(src: Path, dst: Path, row: dict[str, object] | None) -> None:

@@ -19,6 +19,8 @@ from typing import Any
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.formats.fields import check_float
+from host.campaign.adaptive import DecisionRules
+from host.search.decide import best_hand_made, candidate_verdict, verdict_counts
 from host.search.identity import check_identity
 from host.search.measure import Measured, Measurer
 from host.search.models import Predictor, fit_predictor
@@ -47,6 +49,8 @@ class SearchSettings:
     objective: str = "epi"
     against: list[Path] = field(default_factory=list)  # hand-made maps
     seed: int = 0
+    # the candidate rounds' decision rules (each campaign's [decide]: rounds, margin, alpha)
+    rules: DecisionRules = field(default_factory=lambda: DecisionRules(("baseline",)))
     # what a state of this search must describe (host.search.identity.search_identity)
     identity: dict[str, object] = field(default_factory=dict)
 
@@ -65,6 +69,8 @@ class SearchState:
     proxy_kl: dict[str, float] = field(default_factory=dict)
     # the model, maps, options and build this state describes (None: an older state's)
     identity: dict[str, object] | None = None
+    # config -> its settled comparison with the best hand-made map (host.search.decide)
+    verdicts: dict[str, dict[str, object]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -76,6 +82,7 @@ class SearchState:
             "predictions": self.predictions,
             "proxy_kl_nats": self.proxy_kl,
             "identity": self.identity,
+            "verdicts": self.verdicts,
         }
 
     @classmethod
@@ -121,10 +128,40 @@ class SearchState:
         identity = doc.get("identity")
         if identity is not None and not isinstance(identity, dict):
             raise UserError(f"{path}: field 'identity': expected an object")
+        verdicts = {k: v for k, v in table("verdicts").items() if isinstance(v, dict)}
+        if len(verdicts) != len(table("verdicts")) or not all(
+                isinstance(v.get("state"), str) and isinstance(v.get("text"), str)
+                for v in verdicts.values()):
+            raise UserError(f"{path}: field 'verdicts': expected objects with a state and a "
+                            "text")
         return cls(rounds,
                    [Measured.from_json(m, f"{path}: measured[{i}]")
                     for i, m in enumerate(measured)],
-                   kl("direct_kl_nats"), maps, preds, kl("proxy_kl_nats"), identity)
+                   kl("direct_kl_nats"), maps, preds, kl("proxy_kl_nats"), identity, verdicts)
+
+
+def map_id_of(p: Path) -> str:
+    """A map file's configuration id: its `id`, else its file name's stem."""
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return p.stem
+    return str(doc.get("id") or p.stem) if isinstance(doc, dict) else p.stem
+
+
+def settle_round(state: SearchState, results: Sequence[Measured], baseline: str,
+                 picked: Sequence[str], rules: DecisionRules,
+                 echo: Callable[[str], None]) -> None:
+    """Each pick's settled comparison with `baseline`, measured beside it in this round's
+    campaign, into `state.verdicts` (host.search.decide)."""
+    by = {m.config: m for m in results}
+    rounds_done = max((len(m.per_round_j) for m in results), default=0)
+    for cid in picked:
+        if cid not in by or baseline not in by:
+            continue  # the campaign measurer refuses a round that lacks a map (check_covered)
+        v = candidate_verdict(by[baseline], by[cid], rules, rounds_done)
+        state.verdicts[cid] = v
+        echo(f"round {by[cid].round}: {v['text']}")
 
 
 def check_state(path: Path, identity: dict[str, object]) -> SearchState:
@@ -276,10 +313,14 @@ def verdict(state: SearchState, hand_made: set[str]) -> dict[str, Any]:
             text += (f"; its best, {best_found.config}, measured {best_found.epi:.4g}"
                      + ("; their intervals overlap, so the two cannot be told apart"
                         if overlap else ""))
+    decided = [state.verdicts[c] for c in state.search_maps if c in state.verdicts]
+    unjudged = [c for c in state.search_maps if c not in state.verdicts]
     return {"text": text, "on_or_beyond_frontier": on_or_beyond,
             "best_hand_made": best_hand.config if best_hand else None,
             "best_search": best_found.config if best_found else None,
-            "frontier": frontier_shift(hand, found)}
+            "frontier": frontier_shift(hand, found),
+            "comparisons": decided, "comparison_counts": verdict_counts(decided),
+            "not_compared": unjudged}
 
 
 def _num(x: object) -> str:
@@ -333,7 +374,7 @@ def run_search(
     state = check_state(state_path, settings.identity)
     path = descent_path(space, kl_table)
     echo(f"descent: {len(path)} states from {path[0].bpw:.3f} to {path[-1].bpw:.3f} bits/weight")
-    anchor = settings.against[:1]
+    hand_paths = {map_id_of(p): p for p in settings.against}
     hand_assignments: set[tuple[str, ...]] = set()
     for p in settings.against:  # hand-made maps on the same summed proxy, where expressible
         assignment, why = assignment_of_map(p, space)
@@ -357,39 +398,51 @@ def run_search(
         round_no = len(state.rounds)
         if round_no > 0 and measured_search >= settings.candidates:
             break
-        predictor = fit_from(state) if state.measured else None
-        # never spend a measured candidate on a map a hand-made one already is
-        exclude = {tuple(v) for v in state.search_maps.values()} | hand_assignments
-        k = min(settings.per_round, settings.candidates - measured_search)
-        picks = pick_candidates(path, predictor, settings.budget, k, exclude, settings.objective)
-        if not picks and round_no > 0:
-            echo("no unmeasured candidate is left inside the budget")
-            break
         round_dir = settings.out / f"round{round_no}"
-        maps: list[Path] = list(settings.against) if round_no == 0 else list(anchor)
-        for c in picks:
-            cid = f"search_r{round_no}_s{c.step:03d}"
-            pred = pick_prediction(predictor, c)
-            doc = mixmap_document(
-                cid, c.assignment, space,
-                f"epi search round {round_no}, descent step {c.step}: {c.bpw:.3f} bpw, "
-                f"proxy KL {c.kl:.3e} nats/token",
-            )
-            map_path = round_dir / "maps" / f"{cid}.json"
-            write_mixmap(map_path, doc)
-            maps.append(map_path)
-            state.search_maps[cid] = list(c.assignment)
-            state.predictions[cid] = pred
-            state.proxy_kl[cid] = c.kl
-            echo(f"round {round_no}: {cid} {assignment_text(c.assignment)} ({c.bpw:.3f} bpw)"
-                 + _prediction_text(pred))
-        results = measure(round_no, round_dir, maps)
+        picks: list[Candidate] = []
+        baseline: str | None = None
+        if round_no == 0:  # the hand-made maps alone, fixed rounds: they name the best one
+            maps: list[Path] = list(settings.against)
+        else:
+            predictor = fit_from(state)
+            # never spend a measured candidate on a map a hand-made one already is
+            exclude = {tuple(v) for v in state.search_maps.values()} | hand_assignments
+            k = min(settings.per_round, settings.candidates - measured_search)
+            picks = pick_candidates(path, predictor, settings.budget, k, exclude,
+                                    settings.objective)
+            if not picks:
+                echo("no unmeasured candidate is left inside the budget")
+                break
+            baseline = best_hand_made(latest_measured(state), list(hand_paths))
+            maps = [hand_paths[baseline]]
+            echo(f"round {round_no}: each pick is measured until its saving against the best "
+                 f"hand-made map {baseline} is decided, or {settings.rules.max_rounds} rounds")
+            for c in picks:
+                cid = f"search_r{round_no}_s{c.step:03d}"
+                pred = pick_prediction(predictor, c)
+                doc = mixmap_document(
+                    cid, c.assignment, space,
+                    f"epi search round {round_no}, descent step {c.step}: {c.bpw:.3f} bpw, "
+                    f"proxy KL {c.kl:.3e} nats/token",
+                )
+                map_path = round_dir / "maps" / f"{cid}.json"
+                write_mixmap(map_path, doc)
+                maps.append(map_path)
+                state.search_maps[cid] = list(c.assignment)
+                state.predictions[cid] = pred
+                state.proxy_kl[cid] = c.kl
+                echo(f"round {round_no}: {cid} {assignment_text(c.assignment)} ({c.bpw:.3f} bpw)"
+                     + _prediction_text(pred))
+        results = measure(round_no, round_dir, maps, baseline)
         for m in results:
             if m.gguf and m.config not in state.direct_kl and Path(m.gguf).exists():
                 state.direct_kl[m.config] = direct_kl(Path(m.gguf))
         state.measured.extend(results)
+        picked = [f"search_r{round_no}_s{c.step:03d}" for c in picks]
+        if baseline is not None:
+            settle_round(state, results, baseline, picked, settings.rules, echo)
         state.rounds.append({"round": round_no, "maps": [p.name for p in maps],
-                             "picked": [f"search_r{round_no}_s{c.step:03d}" for c in picks]})
+                             "picked": picked, "against": baseline})
         write_json_atomic(state_path, state.to_json())
     predictor = fit_from(state)
     return state, path, predictor
@@ -422,6 +475,7 @@ def summary(state: SearchState, path: list[Candidate], predictor: Predictor,
             row["assignment"] = assignment_text(assignment)
             if c is not None:
                 row["bpw"] = c.bpw
+            row["decision"] = state.verdicts.get(cfg)
             pred = state.predictions.get(cfg)
             if pred is None:  # a state written before predictions were stored
                 row["prediction_note"] = "no pick-time prediction was stored"

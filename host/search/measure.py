@@ -11,13 +11,17 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from epi.core.errors import UserError
 from epi.formats.manifests import read_quant_manifest
 from host.errors import SearchRoundFailed
+
+if TYPE_CHECKING:
+    from host.campaign.execute import Campaign
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,9 @@ class Measured:
     power_source: str
     reason: str
     perplexity: float = math.nan  # the campaign's perplexity (NaN where it scored none)
+    # the campaign's rounds in order (round 1 first): the mean J/token of that round's run
+    # when it was valid, None when the round had no valid run of this configuration
+    per_round_j: tuple[float | None, ...] = ()
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -77,6 +84,11 @@ class Measured:
                 raise UserError(f"{where}.{key}: expected [low, high], got {v!r}")
             return _figure(v[0], f"{where}.{key}[0]"), _figure(v[1], f"{where}.{key}[1]")
 
+        rounds_j = obj.get("per_round_j", [])
+        if not isinstance(rounds_j, (list, tuple)):
+            raise UserError(f"{where}.per_round_j: expected a list, got {rounds_j!r}")
+        per_round = tuple(None if v is None else _figure(v, f"{where}.per_round_j[{i}]")
+                          for i, v in enumerate(rounds_j))
         config = text("config")
         rnd = whole("round")
         assert config is not None and rnd is not None
@@ -85,7 +97,8 @@ class Measured:
                    pair("j_per_token_ci"), _figure(obj.get("accuracy"), f"{where}.accuracy"),
                    _figure(obj.get("epi"), f"{where}.epi"), pair("epi_ci"),
                    text("power_source") or "", text("reason") or "",
-                   _figure(obj.get("perplexity"), f"{where}.perplexity"))
+                   _figure(obj.get("perplexity"), f"{where}.perplexity"),
+                   tuple(None if v is None or math.isnan(v) else v for v in per_round))
 
 
 def _figure(value: object, where: str) -> float:
@@ -97,7 +110,9 @@ def _figure(value: object, where: str) -> float:
     return float(value)
 
 
-Measurer = Callable[[int, Path, Sequence[Path]], list["Measured"]]
+# (round, its directory, its maps, the baseline its [decide] rounds compare with, or None for
+# fixed rounds) → every map's measured figures
+Measurer = Callable[[int, Path, Sequence[Path], "str | None"], list["Measured"]]
 
 
 @dataclass(frozen=True)
@@ -120,6 +135,11 @@ class CampaignSettings:
     seed: int = 0
     lag: str | None = None  # the analysis' meter-lag handling ("auto"); None: the campaign's
     cv_threshold: float | None = None  # the analysis' repeat-CV limit; None: the campaign's
+    # the candidate rounds' [decide] table (docs/campaign.md): rounds per campaign, and the
+    # smallest difference worth resolving (% of J/token); round 0 uses `repeats` fixed rounds
+    min_rounds: int = 3
+    max_rounds: int = 8
+    margin_pct: float = 2.0
 
 
 def _toml_value(v: object) -> str:
@@ -134,10 +154,15 @@ def _toml_value(v: object) -> str:
     return json.dumps(str(v))  # a TOML basic string is a JSON string
 
 
-def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out: Path) -> str:
-    """A campaign study file for one round."""
-    lines = ["[study]", f"name = {_toml_value(name)}", f"seed = {settings.seed}",
-             f"repeats = {settings.repeats}", f"out = {_toml_value(str(out.resolve()))}", "",
+def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out: Path,
+               baseline: str | None = None) -> str:
+    """A campaign study file for one round: `settings.repeats` fixed rounds, or, with a
+    `baseline` (the best hand-made map), adaptive rounds that decide every map's saving
+    against it (`[decide] compare = ["baseline"]`)."""
+    rounds = ([f"baseline = {_toml_value(baseline)}"] if baseline is not None
+              else [f"repeats = {settings.repeats}"])
+    lines = ["[study]", f"name = {_toml_value(name)}", f"seed = {settings.seed}", *rounds,
+             f"out = {_toml_value(str(out.resolve()))}", "",
              "[[models]]", f"name = {_toml_value(settings.base.stem)}",
              f"path = {_toml_value(str(settings.base.resolve()))}",
              f"maps = {_toml_value([str(m.resolve()) for m in maps])}", "",
@@ -171,10 +196,15 @@ def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out:
         analysis.append(f"cv_threshold = {_toml_value(settings.cv_threshold)}")
     if analysis:
         lines += ["", "[analysis]", *analysis]
+    if baseline is not None:
+        lines += ["", "[decide]", 'compare = ["baseline"]',
+                  f"min_rounds = {settings.min_rounds}", f"max_rounds = {settings.max_rounds}",
+                  f"margin_pct = {settings.margin_pct!r}"]
     return "\n".join(lines) + "\n"
 
 
-def check_study(settings: CampaignSettings, maps: Sequence[Path], work_dir: Path) -> None:
+def check_study(settings: CampaignSettings, maps: Sequence[Path], work_dir: Path,
+                baseline: str | None = None) -> None:
     """Load the study file a round would use with the campaign's own checker, before any probe
     or round has run, so a setting the campaign refuses (e.g. a meter URL without its trace
     directory) fails at once instead of after the probes."""
@@ -182,7 +212,7 @@ def check_study(settings: CampaignSettings, maps: Sequence[Path], work_dir: Path
 
     work_dir.mkdir(parents=True, exist_ok=True)
     probe = work_dir / "study-check.toml"
-    probe.write_text(study_text("search-check", settings, maps, work_dir / "unused"))
+    probe.write_text(study_text("search-check", settings, maps, work_dir / "unused", baseline))
     try:
         load_study(probe)
     except UserError as exc:
@@ -199,8 +229,11 @@ def _float(row: dict[str, str], key: str) -> float:
     return v
 
 
-def read_campaign_results(round_no: int, campaign_dir: Path) -> list[Measured]:
-    """Headline figures per configuration from a finished campaign's analysis."""
+def read_campaign_results(round_no: int, campaign_dir: Path,
+                          per_round: Mapping[str, Mapping[int, float | None]] | None = None
+                          ) -> list[Measured]:
+    """Headline figures per configuration from a finished campaign's analysis, with each
+    configuration's per-round J/token where `per_round` (config → round → value) has it."""
     results = campaign_dir / "analysis" / "results.csv"
     if not results.exists():
         raise UserError(f"{results}: missing — the campaign did not finish its analysis")
@@ -227,30 +260,75 @@ def read_campaign_results(round_no: int, campaign_dir: Path) -> list[Measured]:
                 _float(row, "accuracy"), _float(row, "epi"),
                 (_float(row, "epi_ci_lo"), _float(row, "epi_ci_hi")),
                 row.get("power_source") or "", reason, _float(row, "perplexity"),
+                _round_list((per_round or {}).get(cfg, {})),
             ))
     return out
 
 
+def _round_list(values: Mapping[int, float | None]) -> tuple[float | None, ...]:
+    """{round: value} → (value of round 1, round 2, …), None for a round without one."""
+    if not values:
+        return ()
+    return tuple(values.get(k) for k in range(1, max(values) + 1))
+
+
+def campaign_round_values(campaign: Campaign) -> dict[str, dict[int, float | None]]:
+    """Config → campaign round → mean J/token of that round's run (None: invalid), read from
+    the finished campaign's analysis (repeats.csv, runs.csv) with each run's round from its
+    journal — the values the campaign's own [decide] rounds judged
+    (host.campaign.adaptive.round_values)."""
+    import pandas as pd
+
+    from host.campaign.adaptive import round_values
+
+    state = campaign.journal.read()
+    round_of_run: dict[str, int] = {}
+    for s in campaign.plan.run_steps:
+        ev = state.done.get(s.step_id)
+        if ev is None or "run_dir" not in ev.result or s.round is None:
+            continue
+        try:
+            doc = json.loads((campaign.layout.root / ev.result["run_dir"] / "run.json")
+                             .read_text())
+        except (OSError, ValueError):
+            continue
+        round_of_run[str(doc.get("run_id"))] = s.round
+    adir = campaign.layout.analysis
+    try:
+        repeats = pd.read_csv(adir / "repeats.csv")
+        runs = pd.read_csv(adir / "runs.csv")
+    except (OSError, ValueError):
+        return {}
+    basis = campaign.study.analysis.options(campaign.study.baseline).energy_basis
+    return round_values(repeats, runs, round_of_run, basis=basis)
+
+
 def campaign_measurer(settings: CampaignSettings, echo: Callable[[str], None]) -> Measurer:
     """A measurer that runs each round's study file as a campaign (host.campaign, in this
-    process; resumable itself)."""
+    process; resumable itself). With a baseline (the best hand-made map) the campaign's
+    [decide] rounds measure each map until its saving against the baseline is settled."""
 
-    def measure(round_no: int, round_dir: Path, maps: Sequence[Path]) -> list[Measured]:
+    def measure(round_no: int, round_dir: Path, maps: Sequence[Path],
+                baseline: str | None = None) -> list[Measured]:
         from host.campaign.execute import Campaign
         from host.campaign.study import load_study
 
         round_dir.mkdir(parents=True, exist_ok=True)
         study = round_dir / "study.toml"
         campaign_dir = round_dir / "campaign"
-        study.write_text(study_text(f"search-round{round_no}", settings, maps, campaign_dir))
-        echo(f"search round {round_no}: campaign {study}")
+        study.write_text(study_text(f"search-round{round_no}", settings, maps, campaign_dir,
+                                    baseline))
+        echo(f"search round {round_no}: campaign {study}"
+             + (f" (rounds {settings.min_rounds}–{settings.max_rounds}, until each map's "
+                f"saving against {baseline} is decided)" if baseline else ""))
         try:
-            Campaign(load_study(study)).run()  # its progress on stderr, as `epi campaign`
+            campaign = Campaign(load_study(study))
+            campaign.run()  # its progress on stderr, as `epi campaign`
         except UserError as exc:
             raise SearchRoundFailed(
                 f"{study}: the campaign of search round {round_no} failed ({exc}); run "
                 "`epi search` again to continue where it stopped") from None
-        results = read_campaign_results(round_no, campaign_dir)
+        results = read_campaign_results(round_no, campaign_dir, campaign_round_values(campaign))
         check_covered(results, maps, campaign_dir)
         return results
 

@@ -44,12 +44,36 @@ def configs_table(doc: dict[str, Any]) -> Table:
     return Table(
         "configs", "Configurations: predicted (when picked) and measured",
         "Predicted figures are the models' at pick time, before the candidate was measured "
-        "(round 0 picks had no fitted model). Measured figures are the campaign's, with its "
+        "(fitted on every map measured before it). Measured figures are the campaign's, with its "
         "intervals; only they count. J resid: measured J/token minus the final energy fit.",
         ["config", "kind", "layers:type", "proxy KL", "direct KL", "J/tok pred",
          "J/tok meas [CI]", "J resid", "acc pred", "acc meas", "EPI pred [PI]",
          "EPI meas [CI]", "power", "note"],
         rows, classes)
+
+
+def comparisons_table(doc: dict[str, Any]) -> Table:
+    """Each candidate against the best hand-made map: decided, equivalent or undecided."""
+    rows, classes = [], []
+    for c in doc["verdict"].get("comparisons") or []:
+        lo, hi = c.get("interval_pct") or (None, None)
+        state = c["state"] + (f" ({c['direction']})" if c.get("direction") else "")
+        rows.append([c["config"], c["against"], state,
+                     with_ci(c.get("saving_pct"), lo, hi),
+                     f"{100 * c['coverage']:g} %", str(c["paired_rounds"]),
+                     str(c["rounds_done"]),
+                     "" if c.get("rounds_needed") is None else str(c["rounds_needed"]),
+                     c.get("reason") or ""])
+        classes.append("" if c["state"] != "undecided" else "invalid")
+    return Table(
+        "comparisons", "Each candidate against the best hand-made map",
+        "Paired saving of J per generated token per campaign round (% of the hand-made map's; "
+        "positive: the candidate draws less), with its anytime-valid confidence sequence "
+        "(Lai 1976, the campaign's [decide] method): decided when the interval excludes 0, "
+        "equivalent when it lies inside ± the margin, else undecided after the budget with the "
+        "rounds it would need or the reason. Accuracy is scored once and is not part of it.",
+        ["candidate", "against", "verdict", "saving % [interval]", "coverage",
+         "paired rounds", "rounds run", "rounds needed", "reason"], rows, classes)
 
 
 def model_lines(doc: dict[str, Any]) -> list[str]:
@@ -87,6 +111,7 @@ def write_page(doc: dict[str, Any], out: Path, png: Path) -> tuple[Path, Path]:
         (", ".join(sources) or "source not stated") + ")."
     verdict = doc["verdict"]
     table = configs_table(doc)
+    comps = comparisons_table(doc)
     lines = model_lines(doc)
     title = "epi search"
     img = base64.b64encode(png.read_bytes()).decode("ascii")
@@ -100,6 +125,7 @@ def write_page(doc: dict[str, Any], out: Path, png: Path) -> tuple[Path, Path]:
         "Left: measured J/token (bars: campaign intervals) and composite accuracy; the line is "
         "the hand-made frontier. Right: EPI predicted at pick time (bars: prediction interval) "
         "against measured EPI (bars: campaign interval).</figcaption></figure>",
+        _table_html(comps),
         _table_html(table),
         "<h2>Models</h2><ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in lines) + "</ul>",
     ]
@@ -108,7 +134,7 @@ def write_page(doc: dict[str, Any], out: Path, png: Path) -> tuple[Path, Path]:
     md = "\n".join([
         f"# {title}", "", f"**{banner}**", "", f"**Verdict:** {verdict['text']}", "",
         f"**Frontier:** {verdict['frontier']['text']}", "", f"![search]({png.name})", "",
-        _table_md(table), "## Models", "", *[f"- {s}" for s in lines], "",
+        _table_md(comps), _table_md(table), "## Models", "", *[f"- {s}" for s in lines], "",
     ])
     paths = (out / "search.html", out / "search.md")
     paths[0].write_text(page)

@@ -202,13 +202,19 @@ def test_unfitted_picks_sit_inside_the_range_not_at_its_ends() -> None:
     assert picks[0].bpw > pool[1].bpw and picks[-1].bpw < pool[-2].bpw
 
 
-def fake_measurer(space: SearchSpace, kl_table: dict, calls: list[int], noise: float = 0.0):
+def fake_measurer(space: SearchSpace, kl_table: dict, calls: list[int], noise: float = 0.0,
+                  baselines: list[str | None] | None = None):
     """Closed-form "measurements": J/token = 0.5 + 40·GB, accuracy = 0.6 − 0.05·KL; `noise`
-    adds a deterministic per-configuration offset to J/token so refits move."""
+    adds a deterministic per-configuration offset to J/token so refits move. Every round
+    measures each map 3 times at exactly its J/token (a noiseless campaign); `baselines`
+    collects the baseline each round's campaign was asked to compare with."""
     from host.search.measure import Measured
 
-    def measure(round_no: int, round_dir: Path, maps: list[Path]) -> list[Measured]:
+    def measure(round_no: int, round_dir: Path, maps: list[Path],
+                baseline: str | None = None) -> list[Measured]:
         calls.append(round_no)
+        if baselines is not None:
+            baselines.append(baseline)
         out = []
         for p in maps:
             doc = json.loads(p.read_text())
@@ -224,7 +230,8 @@ def fake_measurer(space: SearchSpace, kl_table: dict, calls: list[int], noise: f
             gguf.parent.mkdir(parents=True, exist_ok=True)
             gguf.write_text(json.dumps(assignment))
             out.append(Measured(doc["id"], round_no, str(gguf), size, j, (j, j), acc, j / acc,
-                                (j / acc, j / acc), "modelled (test)", ""))
+                                (j / acc, j / acc), "modelled (test)", "",
+                                per_round_j=(j, j, j)))
         return out
 
     return measure
@@ -251,10 +258,23 @@ def test_search_loop_refits_measures_the_budget_and_resumes(tmp_path: Path) -> N
     def direct(p: Path) -> float:
         return candidate_kl(json.loads(p.read_text()), kl_table)
 
+    baselines: list[str | None] = []
     state, path, pred = run_search(space, kl_table, settings,
-                                   fake_measurer(space, kl_table, calls), direct,
-                                   echo=lambda s: None)
-    assert len(state.search_maps) == 3 and calls == [0, 1]
+                                   fake_measurer(space, kl_table, calls, baselines=baselines),
+                                   direct, echo=lambda s: None)
+    # round 0: the hand-made maps alone (fixed rounds); then 2 + 1 picks, each measured beside
+    # the best hand-made map by EPI (J/token over accuracy of the closed forms)
+    assert len(state.search_maps) == 3 and calls == [0, 1, 2]
+    hand_epi = {m.config: m.j_per_token / m.accuracy for m in state.measured if m.round == 0}
+    best = min(hand_epi, key=hand_epi.__getitem__)
+    assert baselines == [None, best, best]
+    # every pick's comparison is settled and stored: noiseless rounds decide at round 3, in
+    # the direction of the closed-form J/token (0.5 + 40·GB: the larger file draws more)
+    assert set(state.verdicts) == set(state.search_maps)
+    size = {m.config: m.size_bytes or 0 for m in state.measured}
+    for cid, v in state.verdicts.items():
+        assert v["state"] == "decided" and v["against"] == best and v["paired_rounds"] == 3
+        assert v["direction"] == ("more energy" if size[cid] > size[best] else "less energy")
     # no measured candidate is spent on a map a hand-made one already is (the path's two ends)
     assert not {tuple(a) for a in state.search_maps.values()} & {("Q8_0",) * 4, ("Q4_0",) * 4}
     assert pred.energy.intercept == pytest.approx(0.5) and pred.energy.slope == pytest.approx(40)
@@ -264,12 +284,11 @@ def test_search_loop_refits_measures_the_budget_and_resumes(tmp_path: Path) -> N
     searched = {r["config"]: r for r in doc["configs"] if r["kind"] == "search"}
     for cfg, r in searched.items():
         assert r["predicted_epi"] == state.predictions[cfg]["predicted_epi"]
-        if cfg.startswith("search_r0_"):  # round 0 picks: no model was fitted yet
-            assert r["predicted_epi"] is None and r["predicted_epi_interval"] == [None, None]
-        else:  # picked on round 0's fit (2 hand-made + 2 search points); exact models
-            assert state.predictions[cfg]["fit_n"] == 4
-            assert r["predicted_j_per_token"] == pytest.approx(r["measured"]["j_per_token"])
-            assert r["predicted_at"].startswith("pick time")
+        # round 1 picks: fitted on the 2 hand-made maps; round 2's on those and round 1's two
+        assert state.predictions[cfg]["fit_n"] == (2 if cfg.startswith("search_r1_") else 4)
+        assert r["predicted_j_per_token"] == pytest.approx(r["measured"]["j_per_token"])
+        assert r["predicted_at"].startswith("pick time")
+        assert r["decision"] == state.verdicts[cfg]
     # hand-made maps sit on the same summed per-layer proxy as the candidates
     rows = {r["config"]: r for r in doc["configs"]}
     assert rows["uniform_q4_0"]["proxy_kl_nats"] == pytest.approx(
@@ -279,11 +298,14 @@ def test_search_loop_refits_measures_the_budget_and_resumes(tmp_path: Path) -> N
     assert len(doc["energy_model"]["residuals_j"]) == 5
     assert all(abs(r["energy_residual_j"]) < 1e-9 for r in rows.values())
     assert doc["verdict"]["best_search"] is not None
-    # the same command again: everything is in search.json, nothing is measured twice
+    assert doc["verdict"]["comparison_counts"] == {"decided": 3}
+    # the same command again: everything is in search.json, nothing is measured twice, and
+    # the verdicts are the saved ones
     calls.clear()
-    run_search(space, kl_table, settings, fake_measurer(space, kl_table, calls), direct,
-               echo=lambda s: None)
+    again, _, _ = run_search(space, kl_table, settings, fake_measurer(space, kl_table, calls),
+                             direct, echo=lambda s: None)
     assert calls == []
+    assert again.verdicts == json.loads(json.dumps(state.verdicts))
 
 
 def test_verdict_says_so_when_nothing_beats_the_hand_made_maps() -> None:
@@ -404,7 +426,7 @@ def test_predicted_is_the_pick_time_prediction_not_the_final_refit(tmp_path: Pat
         space, kl_table, settings, fake_measurer(space, kl_table, [], noise=0.05),
         lambda p: candidate_kl(json.loads(p.read_text()), kl_table), echo=lambda s: None)
     doc = summary(state, path, final, space, {"uniform_q8_0", "uniform_q5_0", "uniform_q4_0"})
-    later = [r for r in doc["configs"] if r["config"].startswith("search_r1_")]
+    later = [r for r in doc["configs"] if r["config"].startswith("search_r2_")]
     assert later
     by_assignment = {c.assignment: c for c in path}
     for r in later:
@@ -413,10 +435,10 @@ def test_predicted_is_the_pick_time_prediction_not_the_final_refit(tmp_path: Pat
             "predicted_j_per_token"]
         assert r["predicted_j_per_token"] != pytest.approx(final.j_per_token(c.gb), abs=1e-9)
         # the stored figure is the pick-time line's J/token at this candidate's size: an
-        # independent least-squares line (numpy) through round 0's measured (GB, J/token)
-        # points, which the round-1 picks were predicted from. A prediction stored on another
-        # scale (J per GB, per request, the final refit's) misses it by far more than 1e-9.
-        r0 = [m for m in state.measured if m.round == 0]
+        # independent least-squares line (numpy) through rounds 0 and 1's measured (GB,
+        # J/token) points, which the round-2 picks were predicted from. A prediction stored on
+        # another scale (J per GB, per request, the final refit's) misses it by far more.
+        r0 = list({m.config: m for m in state.measured if m.round <= 1}.values())  # latest
         slope, intercept = np.polyfit([(m.size_bytes or 0) / 1e9 for m in r0],
                                       [m.j_per_token for m in r0], 1)
         assert r["predicted_j_per_token"] == pytest.approx(intercept + slope * c.gb,
