@@ -47,13 +47,18 @@ def lag_correction_text(infos: list[RunInfo], cfg: str) -> str:
 
 def repeat_values(valid: pd.DataFrame, cfg: str, basis: str, *, scope: str = "all",
                   phase: str = "request", unit: str = "generated"
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(J/token per valid repeat, repeat start in meter ns, run id) of one configuration's
-    figure; the run is the round the repeat belongs to, for pairing."""
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(J/token per valid repeat, repeat start in meter ns, run id, campaign round) of one
+    configuration's figure, for pairing (host.analysis.paired.round_pairs): the campaign round
+    pairs by round index, the run and start time pair ad-hoc runs by time interleaving. The
+    round is NaN for a run a campaign did not lay out (or a table without the column)."""
     v = valid[(valid["config"] == cfg) & (valid["scope"] == scope) & (valid["phase"] == phase)
               & (valid["unit"] == unit) & (valid["basis"] == basis)]
+    rounds = (pd.to_numeric(v["campaign_round"], errors="coerce").to_numpy(np.float64,
+                                                                          na_value=np.nan)
+              if "campaign_round" in v.columns else np.full(len(v), np.nan))
     return (v["j_per_token"].to_numpy(np.float64),
-            v["t_start_meter_ns"].to_numpy(np.float64), v["run_id"].to_numpy(object))
+            v["t_start_meter_ns"].to_numpy(np.float64), v["run_id"].to_numpy(object), rounds)
 
 
 def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFrame,
@@ -195,12 +200,12 @@ def savings_table(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFra
     valid = valid_repeats(rep, verdicts)
     base = opts.baseline
     base_t = h.loc[base, "duration_per_request_s_median"]
-    va, ta, ra = repeat_values(valid, base, opts.energy_basis)
+    va, ta, ra, ka = repeat_values(valid, base, opts.energy_basis)
     rows = []
     for cfg in h.index:
-        vb, tb, rb = repeat_values(valid, cfg, opts.energy_basis)
+        vb, tb, rb, kb = repeat_values(valid, cfg, opts.energy_basis)
         d = paired.energy_difference(va, ta, vb, tb, level=opts.ci_level, block_a=ra,
-                                     block_b=rb)
+                                     block_b=rb, round_a=ka, round_b=kb)
         acc = comparison_accuracy(items, weights, base, cfg)
         lat = h.loc[cfg, "duration_per_request_s_median"]
         rows.append({
@@ -284,10 +289,10 @@ def comparisons(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFrame
     wanted += [("frontier neighbours", x, y) for x, y in pairwise(front)]
     rows = []
     for kind, a, b in wanted:
-        va, ta, ra = repeat_values(valid, a, opts.energy_basis)
-        vb, tb, rb = repeat_values(valid, b, opts.energy_basis)
+        va, ta, ra, ka = repeat_values(valid, a, opts.energy_basis)
+        vb, tb, rb, kb = repeat_values(valid, b, opts.energy_basis)
         d = paired.energy_difference(va, ta, vb, tb, level=opts.ci_level, block_a=ra,
-                                     block_b=rb)
+                                     block_b=rb, round_a=ka, round_b=kb)
         acc = comparison_accuracy(items, weights, a, b)
         rows.append({
             "comparison": kind, "config_a": a, "config_b": b,

@@ -4,14 +4,24 @@ Two independent intervals hide differences that a paired comparison resolves: ev
 configuration is scored on the same benchmark items, and (in a campaign) measured in the same
 rounds, so what they share cancels in the per-item or per-round difference.
 
-Energy (`energy_difference`): the repeats of A and B are paired by round when the rounds are
-interleaved in time (a round = one run of each configuration, or one repeat; the r-th round of
-each starts before the (r+1)-th of either; `round_pairs`). A round's value is the mean of its
-repeats (repeats inside one run are not independent), so n = rounds; the per-round
-differences d_r = B_r − A_r (and the relative saving (A_r − B_r)/A_r) get a Student-t
-interval of their mean with n − 1 degrees of freedom (exact for normal differences at any
-n ≥ 2). When the repeats are not interleaved (one configuration measured after the other)
-they cannot be paired: the difference of means gets Welch's t interval, labelled unpaired.
+Energy (`energy_difference`): the repeats of A and B are paired by round (`round_pairs`), in
+this order of preference:
+1. **by campaign round** — when every repeat carries the campaign round it was measured in
+   (`campaign_round`: a campaign writes its runs as `runs/<config>/round<k>-attempt<j>`; the
+   analysis puts k in repeats.csv / runs.csv `campaign_round`). The pairs are the rounds in
+   which *both* configurations have a valid run (`common_rounds`), so n = common rounds:
+   adaptive rounds (after the minimum only undecided configurations get more rounds) and an
+   invalid run (its round is missing for one configuration) leave the other rounds paired;
+2. **by time interleaving** — ad-hoc runs without a round index pair when their rounds
+   interleave in time (the r-th round of each starts before the (r+1)-th of either; equal
+   numbers of rounds);
+3. otherwise nothing pairs: the difference of means gets Welch's t interval, labelled
+   unpaired.
+A round is a block of repeats measured together (one run; without blocks every repeat is its
+own round) and its value is the mean of its repeats (repeats inside one run are not
+independent), so n = rounds; the per-round differences d_r = B_r − A_r (and the relative
+saving (A_r − B_r)/A_r) get a Student-t interval of their mean with n − 1 degrees of freedom
+(exact for normal differences at any n ≥ 2).
 
 Accuracy (`accuracy_difference`): per-item outcomes of A and B on the same items give the
 discordant counts b (A right, B wrong) and c (A wrong, B right). Δ = (c − b)/n; its 95 %
@@ -26,33 +36,109 @@ Two configurations "cannot be told apart" when the interval holds 0.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TypedDict
 
 import numpy as np
+import pandas as pd
 
 from host.analysis.intervals import student_t_ppf, t_interval
 
 Z95 = 1.959963984540054
-PAIRED_ROUNDS = ("paired by round (repeats interleaved; each round = mean of its repeats); "
-                 "Student-t on per-round differences, df = rounds − 1")
-UNPAIRED = "unpaired: repeats not interleaved in time; Welch t on the difference of means"
+PAIRED_CAMPAIGN = ("paired by campaign round (the rounds in which both have a valid run; each "
+                   "round = mean of its repeats); Student-t on per-round differences, "
+                   "df = common rounds − 1")
+PAIRED_ROUNDS = ("paired by round (repeats interleaved in time, no campaign round index; each "
+                 "round = mean of its repeats); Student-t on per-round differences, "
+                 "df = rounds − 1")
+UNPAIRED = ("unpaired: no common campaign rounds and repeats not interleaved in time; Welch t "
+            "on the difference of means")
+# The campaign's run directory name (host/campaign/layout.py Layout.run_dir):
+# <out>/runs/<config>/round<k>-attempt<j>
+_RUN_DIR = re.compile(r"round([0-9]{1,9})-attempt[0-9]{1,9}")
+
+
+def campaign_round(run_dir: str | Path) -> int | None:
+    """The campaign round k of a run directory `…/runs/<config>/round<k>-attempt<j>`, or None
+    for a run a campaign did not lay out (an ad-hoc `epi run`).
+
+    The round is the campaign's, not the run's position in time: adaptive rounds measure only
+    some configurations, so the k-th run of two configurations need not be the same round.
+    """
+    p = Path(run_dir)
+    m = _RUN_DIR.fullmatch(p.name)
+    if m is None or p.parent.parent.name != "runs":
+        return None
+    return int(m.group(1))
+
+
+@dataclass(frozen=True)
+class RoundPairs:
+    """A's and B's per-round values (each the mean of its repeats), pair by pair in round
+    order; `rounds` holds the campaign round indices (None when paired by time)."""
+
+    a: np.ndarray
+    b: np.ndarray
+    rounds: tuple[int, ...] | None
+    method: str
+
+    @property
+    def by_campaign_round(self) -> bool:
+        return self.rounds is not None
+
+
+def common_rounds(a: Mapping[int, float | None], b: Mapping[int, float | None]
+                  ) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
+    """(rounds, A's values, B's values) over the campaign rounds in which both have a finite
+    value, in round order — the one rule that pairs two configurations by round index
+    (a round missing, None or NaN for either is left out of both)."""
+
+    def ok(x: float | None) -> bool:
+        return x is not None and math.isfinite(x)
+
+    rounds = tuple(sorted(k for k in a if k in b and ok(a[k]) and ok(b[k])))
+    return (rounds, np.array([a[k] for k in rounds], dtype=np.float64),
+            np.array([b[k] for k in rounds], dtype=np.float64))
+
+
+def _round_means(v: np.ndarray, r: np.ndarray) -> dict[int, float]:
+    """Campaign round → mean of that round's repeats."""
+    return {int(k): float(np.mean(v[r == k])) for k in np.unique(r)}
+
+
+def _rounds_of(r: np.ndarray | None, n: int) -> np.ndarray | None:
+    """The n repeats' campaign rounds as floats, or None unless every repeat has one."""
+    if r is None or len(r) != n:
+        return None
+    x = pd.to_numeric(pd.Series(list(r), dtype=object), errors="coerce").to_numpy(
+        dtype=np.float64, na_value=np.nan)
+    return x if bool(np.isfinite(x).all()) else None
 
 
 def round_pairs(va: np.ndarray, ta: np.ndarray, vb: np.ndarray, tb: np.ndarray,
-                block_a: np.ndarray | None = None, block_b: np.ndarray | None = None
-                ) -> tuple[np.ndarray, np.ndarray] | None:
-    """(A per-round values, B per-round values) paired by round, or None when the rounds do
-    not interleave.
+                block_a: np.ndarray | None = None, block_b: np.ndarray | None = None,
+                round_a: np.ndarray | None = None, round_b: np.ndarray | None = None
+                ) -> RoundPairs | None:
+    """A's and B's per-round values paired by round, or None when nothing pairs.
 
-    A round is a block of repeats measured together (one run of each configuration, as a
-    campaign measures them; without blocks every repeat is its own round). Only rounds are
-    independent: the repeats inside one run share its warm-up, thermal state and background
-    load. So each block is first averaged (the mean of its repeats), and the pairs are the
-    blocks' means: the t interval then has (number of rounds − 1) degrees of freedom, not
-    (number of repeats − 1). Blocks pair in time order when A's and B's alternate
-    (`interleaved` on the blocks' start times, ≥ 2 rounds).
+    `round_x` (one per repeat): the campaign round of each repeat. When every repeat of both
+    has one, the pairs are the `common_rounds` (≥ 2 needed; fewer: None — a time order is not
+    trusted over the campaign's own round index). Otherwise rounds are blocks of repeats
+    measured together (`block_x`: one run of each configuration; without blocks every repeat
+    is its own round), each block averaged (the repeats inside one run share its warm-up,
+    thermal state and background load, so only rounds are independent: df = rounds − 1), and
+    blocks pair in time order when A's and B's alternate (`interleaved` on the blocks' start
+    times, equal numbers of rounds, ≥ 2).
     """
+    ra, rb = _rounds_of(round_a, len(va)), _rounds_of(round_b, len(vb))
+    if ra is not None and rb is not None:
+        rounds, xa, xb = common_rounds(_round_means(va, ra), _round_means(vb, rb))
+        if len(rounds) < 2:
+            return None
+        return RoundPairs(xa, xb, rounds, PAIRED_CAMPAIGN)
     ba = np.arange(len(va)) if block_a is None else np.asarray(block_a)
     bb = np.arange(len(vb)) if block_b is None else np.asarray(block_b)
 
@@ -63,12 +149,24 @@ def round_pairs(va: np.ndarray, ta: np.ndarray, vb: np.ndarray, tb: np.ndarray,
             out.append((float(np.min(t[sel])), float(np.mean(v[sel]))))
         return sorted(out, key=lambda x: x[0])
 
-    xa, xb = blocks(va, ta, ba), blocks(vb, tb, bb)
-    if len(xa) != len(xb) or len(xa) < 2:
+    xa_t, xb_t = blocks(va, ta, ba), blocks(vb, tb, bb)
+    if len(xa_t) != len(xb_t) or len(xa_t) < 2:
         return None
-    if not interleaved(np.array([x[0] for x in xa]), np.array([x[0] for x in xb])):
+    if not interleaved(np.array([x[0] for x in xa_t]), np.array([x[0] for x in xb_t])):
         return None
-    return np.array([x[1] for x in xa]), np.array([y[1] for y in xb])
+    return RoundPairs(np.array([x[1] for x in xa_t]), np.array([y[1] for y in xb_t]), None,
+                      PAIRED_ROUNDS)
+
+
+def pairing_label(method: object) -> str:
+    """The short label of an energy interval's pairing, from its method text (a table's
+    `energy_ci_method` / `ci_method`): 'paired by campaign round', 'paired by round' (time
+    interleaved), 'unpaired (Welch)', or '-' when there is no interval."""
+    if not isinstance(method, str) or not method:
+        return "-"
+    if method.startswith("paired by campaign round"):
+        return "paired by campaign round"
+    return "paired by round" if method.startswith("paired") else "unpaired (Welch)"
 
 
 def interleaved(t_a: np.ndarray, t_b: np.ndarray) -> bool:
@@ -128,8 +226,10 @@ class AccuracyDifference(TypedDict):
 
 def energy_difference(a: np.ndarray, t_a: np.ndarray, b: np.ndarray, t_b: np.ndarray, *,
                       level: float = 0.95, block_a: np.ndarray | None = None,
-                      block_b: np.ndarray | None = None) -> EnergyDifference:
-    """B − A over repeats (J/token), paired by round where possible; relative saving of B.
+                      block_b: np.ndarray | None = None, round_a: np.ndarray | None = None,
+                      round_b: np.ndarray | None = None) -> EnergyDifference:
+    """B − A over repeats (J/token), paired by round where possible (`round_pairs`: by
+    campaign round, else by time interleaving); relative saving of B.
 
     Returns delta, its interval, `saving_pct` ((A − B)/A · 100) with its interval, n, method,
     `distinguishable` (interval excludes 0; None when no interval) and a reason when null.
@@ -146,14 +246,14 @@ def energy_difference(a: np.ndarray, t_a: np.ndarray, b: np.ndarray, t_b: np.nda
         return row
     row["delta"] = float(np.mean(vb) - np.mean(va))
     row["saving_pct"] = float((np.mean(va) - np.mean(vb)) / np.mean(va) * 100.0)
-    pairs = round_pairs(va, ta, vb, tb, block_a, block_b)
+    pairs = round_pairs(va, ta, vb, tb, block_a, block_b, round_a, round_b)
     if pairs is not None:
-        oa, ob = pairs
+        oa, ob = pairs.a, pairs.b
         d = t_interval(ob - oa, level)
         s = t_interval((oa - ob) / oa * 100.0, level)
         row.update({"delta": float(np.mean(ob - oa)), "delta_ci_lo": d.lo, "delta_ci_hi": d.hi,
                    "saving_pct": float(np.mean((oa - ob) / oa * 100.0)), "saving_pct_ci_lo": s.lo,
-                   "saving_pct_ci_hi": s.hi, "n_pairs": len(oa), "method": PAIRED_ROUNDS,
+                   "saving_pct_ci_hi": s.hi, "n_pairs": len(oa), "method": pairs.method,
                    "ci_coverage": level})
     elif len(va) >= 2 and len(vb) >= 2:
         dw, lo, hi = _welch(va, vb, level)

@@ -277,19 +277,21 @@ def power_lines(sd: float, rounds_budget: int, diffs: list[float], *, unit: str 
 
 def energy_verdict(a: np.ndarray, t_a: np.ndarray, b: np.ndarray, t_b: np.ndarray, *,
                    block_a: np.ndarray | None = None, block_b: np.ndarray | None = None,
+                   round_a: np.ndarray | None = None, round_b: np.ndarray | None = None,
                    margin_pct: float = 0.0, max_rounds: int | None = None,
                    alpha: float = DEFAULT_ALPHA) -> SequentialVerdict | None:
     """The sequential verdict on B's saving over A, % of A's J/token, from the same repeats
-    `host.analysis.paired.energy_difference` takes (values, start times, run of each).
+    `host.analysis.paired.energy_difference` takes (values, start times, run and campaign
+    round of each).
 
-    Rounds pair as there (`round_pairs`: each run's repeats averaged, interleaved in time);
-    None when they do not pair (not interleaved, or fewer than 2 rounds of each).
+    Rounds pair as there (`round_pairs`: by campaign round over the rounds both have, else
+    each run's repeats averaged and interleaved in time); None when nothing pairs.
     """
     from host.analysis.paired import round_pairs
 
     pairs = round_pairs(np.asarray(a, np.float64), np.asarray(t_a), np.asarray(b, np.float64),
-                        np.asarray(t_b), block_a, block_b)
+                        np.asarray(t_b), block_a, block_b, round_a, round_b)
     if pairs is None:
         return None
-    ra, rb = pairs
-    return decide((ra - rb) / ra * 100.0, margin=margin_pct, max_rounds=max_rounds, alpha=alpha)
+    return decide((pairs.a - pairs.b) / pairs.a * 100.0, margin=margin_pct,
+                  max_rounds=max_rounds, alpha=alpha)

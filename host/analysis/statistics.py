@@ -14,8 +14,8 @@ NaN with a reason, never 0.
 * `pareto_front`: configurations no other configuration beats on both accuracy (higher) and
   J/token (lower).
 * `perplexity_pairs`: configurations whose perplexities agree within a relative tolerance; each
-  pair's J/token difference with its paired (per-round) interval, or says it cannot be told
-  apart.
+  pair's J/token difference with its paired (per-round: by campaign round, else by time)
+  interval, or says it cannot be told apart.
 * `differential_groups`: for configurations that differ in exactly one layer group's type, the
   J/token difference attributed to that group, with its paired (per-round) or Welch interval.
 * `time_share_split`: a node's J/token split over the layer groups it holds in proportion to
@@ -143,15 +143,21 @@ def pareto_front(accuracy: np.ndarray, j_per_token: np.ndarray) -> np.ndarray:
     return ok & ~dominated
 
 
+def _tail(extra: Sequence[np.ndarray]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(run of each repeat, campaign round of each repeat) from a repeats tuple's optional
+    tail (either may be absent: then the pairing falls back, host.analysis.paired)."""
+    return (extra[0] if len(extra) > 0 else None, extra[1] if len(extra) > 1 else None)
+
+
 def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray,
                      repeats: Mapping[str, tuple[np.ndarray, ...]], *, rel_tol: float,
                      level: float = 0.95) -> list[dict]:
     """Pairs with |Δppl| ≤ rel_tol·min(ppl), each with its paired J/token difference.
 
-    `repeats[config]` = (J/token per repeat, repeat start times[, run of each repeat]). The
-    cheaper configuration is
-    the one with the lower mean; `distinguishable` is False when the paired interval of the
-    difference holds 0 (the two cannot be told apart on energy).
+    `repeats[config]` = (J/token per repeat, repeat start times[, run of each repeat[, campaign
+    round of each repeat]]); pairs by campaign round, else by time (host.analysis.paired). The
+    cheaper configuration is the one with the lower mean; `distinguishable` is False when the
+    paired interval of the difference holds 0 (the two cannot be told apart on energy).
     """
     p = np.asarray(ppl, dtype=np.float64)
     ii, jj = np.triu_indices(len(configs), k=1)
@@ -169,9 +175,9 @@ def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray,
         if mean_b > mean_a:  # order as (dearer, cheaper): the difference is the saving
             a, b, va, ta, ra, vb, tb, rb, mean_a, mean_b = (b, a, vb, tb, rb, va, ta, ra,
                                                             mean_b, mean_a)
-        d = paired.energy_difference(va, ta, vb, tb, level=level,
-                                     block_a=ra[0] if ra else None,
-                                     block_b=rb[0] if rb else None)
+        (run_a, k_a), (run_b, k_b) = _tail(ra), _tail(rb)
+        d = paired.energy_difference(va, ta, vb, tb, level=level, block_a=run_a,
+                                     block_b=run_b, round_a=k_a, round_b=k_b)
         out.append({
             "cheaper": configs[b], "dearer": configs[a],
             "ppl_cheaper": float(p[b]), "ppl_dearer": float(p[a]),
@@ -197,9 +203,10 @@ def differential_groups(
 
     `group_types[config][group]` is the group's type signature; configurations must share the
     same group names. `repeats[config]` = (J/token per repeat, repeat start times[, run of each
-    repeat]). For each
+    repeat[, campaign round of each repeat]]). For each
     pair differing in exactly one group, Δ = mean(B) − mean(A) (J/token) with its paired
-    per-round interval (or Welch's, labelled unpaired, when repeats are not interleaved).
+    per-round interval (by campaign round, else by time; Welch's, labelled unpaired, when
+    nothing pairs).
     """
     names = sorted(c for c in group_types if c in repeats)
     out: list[dict] = []
@@ -215,9 +222,9 @@ def differential_groups(
                 continue
             va, ta, *ra = repeats[a]
             vb, tb, *rb = repeats[b]
-            d = paired.energy_difference(va, ta, vb, tb, level=level,
-                                         block_a=ra[0] if ra else None,
-                                         block_b=rb[0] if rb else None)
+            (run_a, k_a), (run_b, k_b) = _tail(ra), _tail(rb)
+            d = paired.energy_difference(va, ta, vb, tb, level=level, block_a=run_a,
+                                         block_b=run_b, round_a=k_a, round_b=k_b)
             out.append({"group": diff[0], "config_a": a, "config_b": b,
                         "type_a": ga[diff[0]], "type_b": gb[diff[0]],
                         "delta_j_per_token": d["delta"], "ci_lo": d["delta_ci_lo"],

@@ -14,7 +14,8 @@ spent — then it is "undecided after the budget", with the rounds it would need
 Pure functions: the caller (the campaign) supplies each configuration's per-round value (the
 mean of its run's valid repeats, J per generated token; None or absent for an invalid run)
 and runs the rounds. Rounds pair by their index: a comparison uses the rounds in which both
-of its configurations have a value.
+of its configurations have a value (`host.analysis.paired.common_rounds`, the rule the
+analysis' paired intervals use too).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from host.analysis import sequential
+from host.analysis.paired import common_rounds, round_pairs
 from host.analysis.sequential import SequentialVerdict
 from host.analysis.statistics import pareto_front
 
@@ -160,15 +162,11 @@ def round_values(repeats: pd.DataFrame, runs: pd.DataFrame, round_of_run: Mappin
 
 
 def paired_savings_pct(values: RoundValues, a: str, b: str) -> np.ndarray:
-    """(A_r − B_r)/A_r × 100 for each round r (in order) in which both have a value."""
-    va, vb = values.get(a, {}), values.get(b, {})
-    rounds = sorted(r for r in va if r in vb)
-    out = []
-    for r in rounds:
-        x, y = va[r], vb[r]
-        if x is not None and y is not None and math.isfinite(x) and math.isfinite(y) and x > 0:
-            out.append((x - y) / x * 100.0)
-    return np.asarray(out, dtype=np.float64)
+    """(A_r − B_r)/A_r × 100 for each round r (in order) in which both have a value — the
+    rounds `host.analysis.paired.common_rounds` pairs (the analysis' tables pair the same)."""
+    _, xa, xb = common_rounds(values.get(a, {}), values.get(b, {}))
+    keep = xa > 0
+    return (xa[keep] - xb[keep]) / xa[keep] * 100.0
 
 
 @dataclass(frozen=True)
@@ -251,14 +249,15 @@ def power_lines(rules: DecisionRules, sd_pct: float, basis: str,
 
 
 def spread_from_analysis(analysis_dir: Path, *, basis: str = "gross") -> tuple[float, int]:
-    """(pooled per-round spread of paired savings %, rounds) from an earlier analysis.
+    """(pooled per-round spread of paired savings %, most paired rounds) from an earlier
+    analysis.
 
     Reads repeats.csv and runs.csv of `analysis_dir` (a finished campaign's, or one before
     it); pairs every two configurations' valid runs by round as the analysis does
-    (`round_pairs`: interleaved in time); (nan, 0) when nothing pairs or the files are absent.
+    (`round_pairs`: by campaign round over the rounds both have — repeats.csv
+    `campaign_round` — else interleaved in time); (nan, 0) when nothing pairs or the files
+    are absent.
     """
-    from host.analysis.paired import round_pairs
-
     try:
         rep = pd.read_csv(analysis_dir / "repeats.csv")
         runs = pd.read_csv(analysis_dir / "runs.csv")
@@ -272,18 +271,21 @@ def spread_from_analysis(analysis_dir: Path, *, basis: str = "gross") -> tuple[f
     rows = rep[(rep["scope"] == "all") & (rep["phase"] == "request")
                & (rep["unit"] == "generated") & (rep["basis"] == basis)
                & rep["run_id"].isin(ok)]
-    per: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    per: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     for cfg, g in rows.groupby("config", sort=True):
         v = pd.to_numeric(g["j_per_token"], errors="coerce").to_numpy(np.float64)
         t = pd.to_numeric(g["t_start_meter_ns"], errors="coerce").to_numpy(np.float64)
+        k = (pd.to_numeric(g["campaign_round"], errors="coerce").to_numpy(np.float64)
+             if "campaign_round" in g.columns else np.full(len(g), np.nan))
         keep = np.isfinite(v) & np.isfinite(t)
-        per[str(cfg)] = (v[keep], t[keep], g["run_id"].to_numpy(object)[keep])
+        per[str(cfg)] = (v[keep], t[keep], g["run_id"].to_numpy(object)[keep], k[keep])
     ss, df, n_max = 0.0, 0, 0
     for a, b in combinations(sorted(per), 2):
-        pairs = round_pairs(per[a][0], per[a][1], per[b][0], per[b][1], per[a][2], per[b][2])
+        (va, ta, ra, ka), (vb, tb, rb, kb) = per[a], per[b]
+        pairs = round_pairs(va, ta, vb, tb, ra, rb, ka, kb)
         if pairs is None:
             continue
-        x = (pairs[0] - pairs[1]) / pairs[0] * 100.0
+        x = (pairs.a - pairs.b) / pairs.a * 100.0
         ss += float(np.sum((x - x.mean()) ** 2))
         df += len(x) - 1
         n_max = max(n_max, len(x))

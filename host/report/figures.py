@@ -32,6 +32,7 @@ from epi.core.errors import UserError
 from epi.formats.tokenlog import parse_events
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import number, pct
+from host.analysis.paired import pairing_label
 from host.analysis.power_source import COMPONENT
 from host.report.data import ReportData, interval_text
 from host.report.label_layout import PointLabel, place_labels
@@ -471,7 +472,8 @@ def layer_groups(rd: ReportData) -> Figure:
     cap = _caption(rd, "Left: J per generated token on each node's own meter channels (the "
                    "layers it holds). Right: mean difference B − A of J per generated token "
                    "between two maps that differ only in one group's type (paired-t interval over "
-                   "rounds when interleaved, else Welch; valid runs only).",
+                   "rounds: the campaign rounds both have, else rounds interleaved in time; "
+                   "else Welch; valid runs only).",
                    "intervals: " + ("; ".join(ci) or "none"))
     node_txt = "; ".join(f"{c} node {sc}: {_g(v)} J/token" for c, sc, v in zip(
         nodes["config"], nodes["scope"], nodes["j_per_token_median"], strict=True))
@@ -488,12 +490,13 @@ def layer_groups(rd: ReportData) -> Figure:
 
 
 def _diff_interval(row: dict) -> str:
-    """'95 % paired by round' / '95 % Welch (unpaired), n=3/3' for one differential row."""
+    """'95 % paired by campaign round' / '95 % paired by round' / '95 % Welch (unpaired),
+    n=3/3' for one differential row."""
     cov = row.get("ci_coverage")
     if not _finite(cov):
         return f"no interval ({row.get('reason') or 'too few repeats'})"
     method = str(row.get("ci_method") or "")
-    kind = "paired by round" if method.startswith("paired") else "Welch (unpaired)"
+    kind = ("Welch (unpaired)" if not method.startswith("paired") else pairing_label(method))
     n_a, n_b = row.get("n_a"), row.get("n_b")
     n = (f", n={int(number(n_a))}/{int(number(n_b))} repeats"
          if _finite(n_a) and _finite(n_b) else "")

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from host.analysis.intervals import format_interval, number
+from host.analysis.paired import pairing_label
 from host.report import instrument
 from host.report.data import ReportData
 
@@ -50,10 +51,9 @@ def with_ci(v: object, lo: object, hi: object, fmt: str = ".4g", coverage: objec
 
 
 def _pairing(method: object) -> str:
-    """'paired by round' / 'unpaired (Welch)' / '-' from an energy_ci_method."""
-    if not isinstance(method, str) or not method:
-        return "-"
-    return "paired by round" if method.startswith("paired") else "unpaired (Welch)"
+    """'paired by campaign round' / 'paired by round' / 'unpaired (Welch)' / '-' from an
+    energy_ci_method (host.analysis.paired.pairing_label)."""
+    return pairing_label(method)
 
 
 def _energy_verdict(dist: object, delta: object, a: str, b: str) -> str:
@@ -175,8 +175,10 @@ def savings_table(rd: ReportData) -> Table:
                          _accuracy_cell(r)])
     cap = (f"Against the baseline {base or '(none given: set study.baseline / --baseline)'}; "
            "positive = saves. Energy saving: mean per-round saving of J per generated token, "
-           "paired by round when the repeats were interleaved (n = rounds), else Welch's "
-           "unpaired interval (n blank); 'cannot be told apart' when the interval holds 0. "
+           "paired by campaign round over the rounds in which both have a valid run (n = "
+           "common rounds), else by round when ad-hoc runs were interleaved in time (n = "
+           "rounds), else Welch's unpaired interval (n blank); 'cannot be told apart' when the "
+           "interval holds 0. "
            "Latency: median request duration (point figure). Δ accuracy: B − baseline, paired "
            "over the items both were scored on. Valid runs only." + _tail(rd))
     return Table("savings", "Savings against the baseline", cap,
@@ -201,7 +203,8 @@ def pairs_table(rd: ReportData) -> Table:
     tol = (rd.doc.get("options") or {}).get("ppl_tolerance", 0.01)
     cap = (f"Same perplexity (within {tol:.0%} relative), different joules? Every pair of "
            "configurations whose perplexities agree, with the saving of the cheaper one and "
-           "its paired interval (per round when the repeats were interleaved, else Welch); "
+           "its paired interval (per campaign round both have, else per round when ad-hoc "
+           "runs were interleaved in time, else Welch); "
            "'cannot be told apart' when the interval holds 0 (valid runs only)."
            + ("" if rows else " No such pair in this study (or no perplexity measured).")
            + _tail(rd))
@@ -226,7 +229,8 @@ def comparisons_table(rd: ReportData) -> Table:
                      _accuracy_cell(r), str(r.get("verdict") or "")])
     cap = ("Every pairwise difference B − A (comparisons.csv): savings against the baseline, "
            "perplexity-matched pairs and neighbours on the Pareto frontier. Δ energy in J per "
-           "generated token, paired by round when the repeats were interleaved (n = rounds), "
+           "generated token, paired by campaign round over the rounds both have a valid run "
+           "in (n = common rounds), else by round when ad-hoc runs were interleaved in time, "
            "else Welch's unpaired interval; Δ accuracy paired over items (Newcombe interval, "
            "McNemar exact p). 'cannot be told apart' = the interval holds 0."
            + ("" if rows else " No comparison in this study (give a baseline, or a "
