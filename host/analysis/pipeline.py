@@ -42,6 +42,7 @@ from host.analysis.lag import estimate_lag, lag_row, request_edges
 from host.analysis.layer_groups import layer_group_figures
 from host.analysis.model import NS, Analysis, Options, RunInfo
 from host.analysis.multi_trace import join_traces, meter_clock
+from host.analysis.paired import campaign_round
 from host.analysis.power_source import channel_sources
 from host.analysis.prefill_regression import prefill_regression
 from host.analysis.tokenlog_reader import read_run
@@ -158,6 +159,10 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path | Sequence[str
     win["power_w"] = win["energy_j"] / win["duration_s"].where(win["duration_s"] > 0)
     rep = repeat_table(win)
     verdicts = run_verdicts(infos, win, rep, opts)
+    # campaign round of each run (runs/<config>/round<k>-attempt<j>): pairs by round index
+    k_of = {i.run.run_id: campaign_round(i.run.path) for i in infos}
+    for t in (rep, verdicts):
+        t["campaign_round"] = pd.array([k_of.get(r) for r in t["run_id"]], dtype="Int64")
     accs, ppl, acc_notes = load_accuracy(Path(accuracy_file) if accuracy_file else None,
                                          infos, opts)
     notes += acc_notes
