@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
 from epi.formats.manifests import LayerGroup, QuantManifest, read_any_manifest
 from host.analysis import statistics as epimod
+from host.analysis.figures import repeat_values
 from host.analysis.model import Options, RunInfo
 from host.analysis.verdicts import valid_repeats
 
@@ -74,9 +74,8 @@ def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.Da
     basis = opts.energy_basis
     sel = valid[(valid["scope"] == "all") & (valid["phase"] == "request")
                 & (valid["unit"] == "generated") & (valid["basis"] == basis)]
-    values = {c: (g["j_per_token"].to_numpy(np.float64),
-                  g["t_start_meter_ns"].to_numpy(np.float64), g["run_id"].to_numpy(object))
-              for c, g in sel.groupby("config")}
+    # (values, start times, runs, campaign rounds): pairs by campaign round, else by time
+    values = {str(c): repeat_values(valid, str(c), basis) for c in sel["config"].unique()}
     sigs = {c: {g.name: _group_signature(g) for g in m.layer_groups}
             for c, m in manifests.items()}
     diff = epimod.differential_groups(sigs, values, level=opts.ci_level)
