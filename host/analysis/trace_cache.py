@@ -8,9 +8,12 @@ the crash-cut records it dropped, the readings it set to missing and each channe
 so a later analysis reads only the columns it needs, at C speed.
 
 The CSV segments stay the crash-safe source of truth. A cache file is keyed by the segment's
-samples.csv size, mtime and BLAKE2b hash and by the channel set its meta declares; any change
-rebuilds it (from the CSV, through the checked reader). A cache that cannot be written (a
-read-only trace directory) is skipped, one that cannot be read is rebuilt; neither is an error.
+samples.csv size, mtime, ctime, inode and BLAKE2b hash and by the channel set its meta
+declares. When the stat fields are those of the key (and were not racy), the CSV is not read
+at all; when they differ, the CSV is read and hashed, and a file with the same bytes (copied,
+touched) still uses its cache; any other change rebuilds it (from the CSV, through the checked
+reader). A cache that cannot be written (a read-only trace directory) is skipped, one that
+cannot be read is rebuilt; neither is an error.
 Layout: ``TRACE_DIR/.epi-cache/seg-NNNNNN.samples.parquet`` (docs/formats.md §1).
 """
 
@@ -20,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import os
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -31,24 +35,59 @@ import pyarrow.parquet as pq
 from epi.formats import trace as fmt
 
 CACHE_DIRNAME = ".epi-cache"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 KEY_FIELD = b"epi_trace_cache"
 INT_COLUMNS = ("seq", "channel", "t_mono_ns", "t_real_ns", "status")
 
 
+# A file whose status changed less than this before its key was taken may still change
+# within the file system's timestamp granularity without a new ctime: its key is not trusted
+# on its stat alone (the "racily clean" case git handles the same way).
+RACY_NS = 2_000_000_000
+
+
+def stat_key(st: os.stat_result) -> dict[str, int]:
+    """What identifies one version of a file without reading it: size, mtime, ctime, inode.
+
+    Any write to the file sets its mtime and ctime; setting the mtime back (os.utime) sets
+    the ctime again, and nothing but the kernel sets a ctime, so equal stat fields mean the
+    file was not touched since (unless it was racy, see RACY_NS)."""
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+            "ino": st.st_ino, "dev": st.st_dev}
+
+
 def read_keyed(path: Path, channels: set[int] | None) -> tuple[bytes, dict[str, object] | None]:
-    """A file's bytes and its key: size, mtime_ns and BLAKE2b, with the channel set it is
-    checked against; key None when the file changed while it was read (a live segment)."""
+    """A file's bytes and its key: its stat fields (`stat_key`), when they were taken and the
+    BLAKE2b of the bytes, with the channel set it is checked against; key None when the file
+    changed while it was read (a live segment)."""
     before = path.stat()
+    keyed_at_ns = time.time_ns()
     data = path.read_bytes()
     after = path.stat()
-    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or len(
-            data) != after.st_size:
+    if stat_key(before) != stat_key(after) or len(data) != after.st_size:
         return data, None
-    return data, {"version": CACHE_VERSION, "size": after.st_size,
-                  "mtime_ns": after.st_mtime_ns,
+    return data, {"version": CACHE_VERSION, **stat_key(after), "keyed_at_ns": keyed_at_ns,
                   "blake2b": hashlib.blake2b(data, digest_size=20).hexdigest(),
                   "channels": sorted(channels) if channels is not None else None}
+
+
+def stat_matches(path: Path, key: Mapping[str, object], channels: set[int] | None) -> bool:
+    """Whether the cached `key` still describes `path` by its stat fields alone (no read)."""
+    try:
+        now = stat_key(path.stat())
+    except OSError:
+        return False
+    keyed_at = key.get("keyed_at_ns")
+    return (key.get("version") == CACHE_VERSION and isinstance(keyed_at, int)
+            and all(key.get(k) == v for k, v in now.items())
+            and now["ctime_ns"] < keyed_at - RACY_NS
+            and key.get("channels") == (sorted(channels) if channels is not None else None))
+
+
+def same_content(key: Mapping[str, object], cached: Mapping[str, object]) -> bool:
+    """Whether two keys name the same bytes checked against the same channels (the file may
+    have been copied or touched: other stat fields, same content)."""
+    return all(key.get(k) == cached.get(k) for k in ("version", "size", "blake2b", "channels"))
 
 
 def host_columns(columns: Mapping[str, fmt.Column]) -> dict[str, np.ndarray]:
@@ -179,13 +218,15 @@ class CachedSamplesReader:
     def __call__(self, samples_path: Path, channels: set[int] | None) -> fmt.SegmentSamples:
         if not samples_path.is_file():  # the reader names the missing file
             return fmt.read_samples(samples_path, channels)
-        data, key = read_keyed(samples_path, channels)
         target = self.cache_path(samples_path)
-        if key is not None:
-            hit = self._load(target, key)
-            if hit is not None:
-                self.hits += 1
-                return hit
+        cached = self._load(target)
+        if cached is not None and stat_matches(samples_path, cached[0], channels):
+            self.hits += 1  # the CSV untouched since it was cached: not even read
+            return cached[1]
+        data, key = read_keyed(samples_path, channels)
+        if key is not None and cached is not None and same_content(key, cached[0]):
+            self.hits += 1  # the same bytes (a copied or touched file)
+            return cached[1]
         read = read_clean_samples(data, channels)
         if read is None:  # anything unusual: the checked reader decides (and names it)
             read = fmt.read_samples(samples_path, channels)
@@ -200,18 +241,21 @@ class CachedSamplesReader:
         return fmt.SegmentSamples(ParquetColumns(target, len(cols["seq"])), read.dropped,
                                   read.out_of_range, read.ends)
 
-    def _load(self, target: Path, key: dict[str, object]) -> fmt.SegmentSamples | None:
+    def _load(self, target: Path) -> tuple[dict[str, object], fmt.SegmentSamples] | None:
+        """A cache file's key and what it holds (its columns left on disk); None when it is
+        absent, damaged or of another version."""
         try:
             schema = pq.read_schema(target)
             doc = json.loads((schema.metadata or {})[KEY_FIELD])
-            if doc.get("key") != key:
+            key = doc["key"]
+            if not isinstance(key, dict) or key.get("version") != CACHE_VERSION:
                 return None
             n_rows = pq.ParquetFile(target).metadata.num_rows
             odd = [(int(line), str(col), float(x)) for line, col, x in doc["out_of_range"]]
             ends = {int(ch): (int(a), int(b), int(c), int(d))
                     for ch, (a, b, c, d) in doc["ends"].items()}
-            return fmt.SegmentSamples(ParquetColumns(target, n_rows), int(doc["dropped"]),
-                                      odd, ends)
+            return key, fmt.SegmentSamples(ParquetColumns(target, n_rows), int(doc["dropped"]),
+                                           odd, ends)
         except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
             return None  # absent, damaged or of another version: rebuilt from the CSV
 

@@ -213,9 +213,12 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
                                      t1 + shift[ch], edge=opts.edge,
                                      min_samples=opts.min_samples) for ch in chans}
     resolution = {ch: trace.channels[ch].counter_resolution_j for ch in chans}
+    phase_rows = _phase_rows(w)
     frames = []
     for scope, scope_chans in [("all", chans), *info.node_channels.items()]:
         comb = _combine(per_channel, scope_chans, n, opts.energy_method, resolution)
+        if phase_rows is not None:
+            _request_from_phase_rows(comb, *phase_rows)
         f = w.copy()
         f["scope"] = scope
         f["power_source"] = scope_source[scope]
@@ -228,8 +231,46 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
         f["reason"] = comb["reason"]
         f["counter_reason"] = comb["counter_reason"]
         f["reason_code"] = CODE_NAMES[comb["code"]]
-        frames.append(_request_from_phases(f))
+        if phase_rows is None:
+            f = _request_from_phases(f)
+        else:
+            f["request_method"] = comb["request_method"]
+        frames.append(f)
     return pd.concat(frames, ignore_index=True)
+
+
+def _phase_rows(w: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(request, prefill, decode) row positions of each request, when `_windows_local` laid
+    them out as it does (one block per kind, the requests in one order, ids unique); None
+    otherwise (then `_request_from_phases` matches them by request id)."""
+    kind = w["kind"].to_numpy(dtype=object)
+    rows = [np.flatnonzero(kind == k) for k in ("request", "prefill", "decode")]
+    if not len(rows[0]) or len({len(r) for r in rows}) != 1:
+        return None
+    ids = [w["request_id"].to_numpy(dtype=np.float64, na_value=np.nan)[r] for r in rows]
+    if (np.isnan(ids[0]).any() or len(np.unique(ids[0])) != len(ids[0])
+            or not (np.array_equal(ids[0], ids[1]) and np.array_equal(ids[0], ids[2]))):
+        return None
+    return rows[0], rows[1], rows[2]
+
+
+def _request_from_phase_rows(comb: dict[str, np.ndarray], req: np.ndarray, pre: np.ndarray,
+                             dec: np.ndarray) -> None:
+    """`_request_from_phases` on one scope's combined arrays (in place; adds
+    `request_method`): the same figures, by row position instead of pandas lookups."""
+    method = np.full(len(comb["energy_j"]), "", dtype=object)
+    method[req] = "direct"
+    e = comb["energy_j"]
+    both = np.isfinite(e[pre]) & np.isfinite(e[dec])
+    for col in ("energy_j", "energy_trapezoid_j", "energy_counter_j"):
+        v = comb[col]
+        total = v[pre] + v[dec]
+        v[req[both]] = total[both]  # NaN where the sum is (a counter missing on one side)
+    m_pre, m_dec = comb["energy_method"][pre], comb["energy_method"][dec]
+    em = comb["energy_method"]
+    em[req[both]] = np.where(m_pre == m_dec, m_pre, "mixed")[both]
+    method[req[both]] = "prefill+decode"
+    comb["request_method"] = method
 
 
 def _request_from_phases(f: pd.DataFrame) -> pd.DataFrame:

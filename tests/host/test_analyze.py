@@ -346,3 +346,117 @@ def test_an_idle_window_of_zero_joules_is_a_verdict_not_a_crash(synth_run, monke
     assert not idle["valid"]
     assert "energy counter resolution 0.36 J is more than the median idle window (0 J" \
         in idle["reasons"]
+
+
+# --------------------------------------------------------------------------- fast paths
+def _study(tmp_path: Path, synth_tools) -> tuple[Path, list[Path]]:
+    """Three runs on two channels over a trace of three segments, with a `gap` event and a
+    `bus_error` inside run windows, a missing power reading and a CalErr status."""
+    st = synth_tools
+    scheds = [st.make_schedule(t0, seed=k) for k, t0 in enumerate((100 * NS, 160 * NS,
+                                                                    230 * NS))]
+    t = [np.int64(0)]
+    lv = [3.0]
+    for s in scheds:
+        for r in s.requests:
+            t += [r["start"], r["first"], r["end"]]
+            lv += [8.0, 6.0, 3.0]
+    base = st.Steps(np.array(t, np.int64), np.array(lv))
+    prof = {ch: st.Steps(base.t_ns, base.level_w * (1 + 0.5 * ch)) for ch in (0, 1)}
+    r1 = scheds[1].requests[5]
+    r2 = scheds[2].requests[6]
+    gap_at = r1["first"] + 300_000_000
+    tdir = st.write_trace(
+        tmp_path / "trace", prof, 95 * NS, scheds[2].requests[-1]["end"] + 3 * NS,
+        segments=[(95 * NS, 150 * NS), (152 * NS, 220 * NS),
+                  (221 * NS, scheds[2].requests[-1]["end"] + 3 * NS)],
+        events=[(gap_at, None, "gap", f"end_mono_ns={gap_at + 400_000_000} "
+                 f"end_real_ns={gap_at + 400_000_000 + 1_700_000_000 * NS}; bus stalled"),
+                (r2["start"] + 100_000_000, 1, "bus_error", "no answer")],
+        drop=lambda ch, t: gap_at < t < gap_at + 400_000_000,
+        status=lambda ch, t: 0xC000 if ch == 0 and r2["end"] < t < r2["end"] + 300_000_000
+        else 0)
+    seg = tdir / "seg-000001.samples.csv"
+    lines = seg.read_text().splitlines()
+    f = lines[40].split(",")
+    f[4] = ""  # one missing power reading
+    lines[40] = ",".join(f)
+    seg.write_text("\n".join(lines) + "\n")
+    runs = [st.write_run(tmp_path / f"run{k}", s, nodes=["n0", "n1"], run_id=f"run{k}",
+                         offset_ns=-7 * NS, drift_ppm=20)
+            for k, s in enumerate(scheds)]
+    return tdir, runs
+
+
+def _outputs(out: Path) -> dict[str, object]:
+    """Every output file: CSV as frames, JSON as data, anything else as bytes."""
+    got: dict[str, object] = {}
+    for p in sorted(out.rglob("*")):
+        if not p.is_file():
+            continue
+        name = str(p.relative_to(out))
+        if p.suffix == ".csv":
+            got[name] = pd.read_csv(p, keep_default_na=False, na_values=[""])
+        elif p.suffix == ".json":
+            got[name] = json.loads(p.read_text())
+        else:
+            got[name] = p.read_bytes()
+    return got
+
+
+def _close(a: object, b: object, where: str) -> None:
+    """Equal, floats within rtol 1e-9 / atol 1e-9 (the running integral's base moved)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _close(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-9, nan_ok=True), where
+    else:
+        assert a == b, where
+
+
+def test_fast_paths_change_no_output(tmp_path, synth_tools, monkeypatch):
+    """The study-scale fast paths give the outputs of the plain ones: samples through the
+    columnar cache (built, then read by its stat key without reading the CSV) against the
+    checked CSV reader; each window's running integral over the samples it needs against the
+    integral from the series' first sample; requests from their phases by row position
+    against the pandas lookup by request id. Floats agree to 1e-9 (relative or absolute)."""
+    from host.analysis import align, output, pipeline, trace_cache, traces, windows
+
+    tdir, runs = _study(tmp_path, synth_tools)
+    opts = Options()
+    fast = []
+    for k in range(2):  # cache built, then read by its key
+        a = output.analyze_to(tmp_path / f"fast{k}", runs, tdir, opts)
+        fast.append(_outputs(tmp_path / f"fast{k}"))
+        monkeypatch.setattr(trace_cache, "RACY_NS", -10 * NS)  # trust the stat key at once
+        monkeypatch.setattr(trace_cache, "read_keyed", None)  # not read: would fail
+    assert a.windows["reason"].str.contains("gap event").any()
+    assert a.windows["reason"].str.contains("bus_error").any()
+    monkeypatch.undo()
+
+    whole = align._running_integral_at
+
+    def from_first_sample(t_ns, power_w, idx_lists, chunk):  # the integral from t[0] to t[-1]
+        ends = np.array([0, len(t_ns) - 1], np.int64)
+        return whole(t_ns, power_w, [*idx_lists, ends], chunk)[:-1]
+
+    monkeypatch.setattr(align, "_running_integral_at", from_first_sample)
+    monkeypatch.setattr(windows, "_phase_rows", lambda w: None)
+    monkeypatch.setattr(pipeline, "read_trace",
+                        lambda p, **kw: traces.read_trace(p, cache=False, **kw))
+    output.analyze_to(tmp_path / "plain", runs, tdir, opts)
+    plain = _outputs(tmp_path / "plain")
+    for got in fast:
+        assert got.keys() == plain.keys()
+        for name, ref in plain.items():
+            if isinstance(ref, pd.DataFrame):
+                pd.testing.assert_frame_equal(got[name], ref, check_exact=False, rtol=1e-9,
+                                              atol=1e-9, obj=name)
+            else:
+                _close(got[name], ref, name)

@@ -4,6 +4,7 @@ rebuilt when a segment changes, and the analysis's view identical with and witho
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 
 from epi.core.errors import UserError
+from host.analysis import trace_cache
 from host.analysis.trace_cache import CACHE_DIRNAME, CachedSamplesReader
 from host.analysis.traces import Trace, read_trace
 
@@ -99,6 +101,63 @@ def test_a_changed_segment_rebuilds_its_cache_file(trace_dir: Path) -> None:
     assert _reader_counts(trace_dir) == (1, 1)
     tr = read_trace(trace_dir)
     assert _view(tr) == _view(read_trace(trace_dir, cache=False))
+
+
+def _no_read(path: Path, channels: object) -> object:
+    raise AssertionError(f"{path} was read")
+
+
+def test_an_untouched_segment_is_not_read_again(trace_dir: Path, monkeypatch) -> None:
+    """Stat fields equal to the key's (taken well after the file last changed): the cache is
+    used without reading the CSV; the view is the one read from the CSV."""
+    assert _reader_counts(trace_dir) == (0, 2)
+    monkeypatch.setattr(trace_cache, "RACY_NS", -10 * NS)  # as if keyed 10 s after writing
+    monkeypatch.setattr(trace_cache, "read_keyed", _no_read)
+    assert _reader_counts(trace_dir) == (2, 0)
+    monkeypatch.undo()
+    assert _view(read_trace(trace_dir)) == _view(read_trace(trace_dir, cache=False))
+
+
+def test_a_rewritten_segment_is_rebuilt_even_with_its_old_size_and_mtime(
+        trace_dir: Path, monkeypatch) -> None:
+    """A write sets the ctime, which the key holds: caught by the stat fields alone."""
+    monkeypatch.setattr(trace_cache, "RACY_NS", -10 * NS)
+    assert _reader_counts(trace_dir) == (0, 2)
+    p = trace_dir / "seg-000001.samples.csv"
+    st = p.stat()
+    lines = p.read_text().splitlines()
+    f = lines[3].split(",")
+    f[4] = f[4][:-1] + ("1" if f[4][-1] != "1" else "2")
+    lines[3] = ",".join(f)
+    p.write_text("\n".join(lines) + "\n")
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (p.stat().st_size, p.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert _reader_counts(trace_dir) == (1, 1)
+    assert _view(read_trace(trace_dir)) == _view(read_trace(trace_dir, cache=False))
+
+
+def test_a_freshly_written_segment_is_hashed_not_trusted(trace_dir: Path, monkeypatch) -> None:
+    """A key taken within RACY_NS of the file's last change is checked by reading the file:
+    a same-size rewrite inside one timestamp tick would leave every stat field equal."""
+    assert _reader_counts(trace_dir) == (0, 2)  # just written: racy
+    read = []
+    real = trace_cache.read_keyed
+
+    def spy(path: Path, channels: set[int] | None) -> object:
+        read.append(path.name)
+        return real(path, channels)
+
+    monkeypatch.setattr(trace_cache, "read_keyed", spy)
+    assert _reader_counts(trace_dir) == (2, 0)
+    assert sorted(read) == ["seg-000001.samples.csv", "seg-000002.samples.csv"]
+
+
+def test_a_copied_trace_keeps_using_its_cache(trace_dir: Path, tmp_path: Path) -> None:
+    """Another inode and ctime, the same bytes: the hash says so, nothing is rebuilt."""
+    assert _reader_counts(trace_dir) == (0, 2)
+    copy = shutil.copytree(trace_dir, tmp_path / "copy")
+    assert _reader_counts(copy) == (2, 0)
+    assert _view(read_trace(copy)) == _view(read_trace(trace_dir, cache=False))
 
 
 def test_a_damaged_cache_file_is_rebuilt(trace_dir: Path) -> None:
