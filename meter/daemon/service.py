@@ -40,10 +40,11 @@ from epi.core.errors import UserError
 from meter.board import BoardConfig, Channel, emulated_board, load_board, open_channels
 from meter.bridge.daemon import is_bridge_run, prepare_bridge, run_bridge
 from meter.chip_factory import chip_factory
-from meter.clock import Clock, SystemClock
+from meter.clock import Clock, SystemClock, is_simulated
 from meter.daemon.http_server import MeterServer, parse_listen
 from meter.daemon.metrics import ChannelInfo
 from meter.daemon.options import DaemonOptions, RunResult
+from meter.daemon.realtime import realtime_sampling
 from meter.daemon.sampler import Sampler, SamplerStats
 from meter.driver.atm90e26 import ATM90E26Driver
 from meter.emulation.faults import FaultInjector, FaultSpec, parse_fault_specs
@@ -296,7 +297,12 @@ class MeterDaemon:
             def save_stats(stats: SamplerStats) -> None:
                 session.save_stats(stats, **(sources.meta_updates(writer) if sources else {}))
 
-            stats = sampler.run(o.duration_s, start_mono_ns=sched0, stats_callback=save_stats)
+            with (contextlib.nullcontext("") if is_simulated(self.clock)
+                  else realtime_sampling()) as priority_note:
+                if priority_note:
+                    self.log(f"epi meter: {priority_note}")
+                stats = sampler.run(o.duration_s, start_mono_ns=sched0,
+                                    stats_callback=save_stats)
             if recorder is not None:
                 recorder.finish(writer)
                 recorder = None
