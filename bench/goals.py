@@ -169,6 +169,19 @@ GOALS: dict[str, dict[str, Any]] = {
         "text": "accuracy items/s on a local Dask cluster, 2 workers / 1 worker (1 llama.cpp "
                 "thread each; start-up and model load excluded); needs 2 free cores",
     },
+    "adaptive_vs_fixed_time": {
+        "goal": 1.0, "op": "<=", "unit": "ratio",
+        "text": "measuring time of a real adaptive campaign (tiny model, emulated meter, 3 maps, "
+                "all pairs, 3-6 rounds; assessments included) over a fixed protocol that "
+                "reaches the same decisions (every configuration for the rounds the slowest "
+                "comparison needed, at the campaign's own round time): at most 1",
+    },
+    "adaptive_vs_fixed_time_sim": {
+        "goal": 1.0, "op": "<=", "unit": "ratio",
+        "text": "the same ratio, median over simulated studies drawn from the campaign's "
+                "measured means, per-round spread, invalid fraction and run/assessment times "
+                "(decided by host.campaign.adaptive itself); a simulation, labelled so",
+    },
 }
 
 
