@@ -1,7 +1,13 @@
 """A small-budget `epi search` end to end: real probes through llama-quantize and llama.cpp, two
-rounds of real campaigns on the emulated meter, a refit in between, maps in the quantmaps format,
-measured figures taken from the campaign's own results (read here with the csv module), the
-power labelled as modelled, and a second invocation that resumes without measuring again.
+rounds of real campaigns on the emulated meter (round 0: the hand-made maps; round 1: the picks
+beside the best of them, with the campaign's [decide] rounds), a fit in between, maps in the
+quantmaps format, measured figures taken from the campaign's own results (read here with the csv
+module), the power labelled as modelled, each candidate's comparison with the best hand-made map
+agreeing with the campaign's own decision, and a second invocation that resumes without
+measuring again and keeps the verdicts.
+
+Cost: one 384-token prompt per request (`examples/prompts-search.json`: a run is 1 warm-up and
+3 repeats of one request, not of every default prompt), and one candidate round of 3 rounds.
 
 Its metered runs use one thread beside the emulated meter's daemon, as the demo does, with the
 repeat-CV limit raised (the modelled power follows this machine's load) so the campaign's
@@ -14,6 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +41,8 @@ TEXT = " ".join(
 def _search(model: Path, out: Path, text: Path) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "epi", "search", str(model), "--out", str(out),
             "--against", str(HAND[0]), "--against", str(HAND[1]),
-            "--types", "Q8_0,Q4_0", "--candidates", "2", "--per-round", "1",
+            "--types", "Q8_0,Q4_0", "--candidates", "2", "--per-round", "2",
+            "--prompts", str(REPO / "examples" / "prompts-search.json"), "--max-rounds", "3",
             "--text", str(text), "--kl-windows", "1", "--kl-ctx", "64",
             "--tokens", "256", "--meter-rate-hz", "40", "--repeats", "2", "--items", "10",
             "--threads", "2", "--run-threads", "1", "--lag", "auto",
@@ -95,17 +103,36 @@ def test_small_budget_search_measures_through_the_campaign_and_resumes(tmp_path:
     for r in rows.values():  # with two rounds each configuration has an interval
         assert all(math.isfinite(x) for x in r["measured"]["epi_ci"]), r["config"]
 
-    # round 0's pick had no fitted model; round 1's was predicted from round 0's three points
-    # (two hand-made maps and one search map), before it was measured, and that is what the
-    # summary reports as predicted
+    # round 0 measured the hand-made maps alone; both picks were predicted from their two
+    # points before they were measured, and that is what the summary reports as predicted
     state = json.loads((out / "search.json").read_text())
-    first_pick, second_pick = search_ids
-    assert rows[first_pick]["predicted_epi"] is None
-    assert state["predictions"][second_pick]["fit_n"] == 3
-    assert rows[second_pick]["predicted_epi"] == state["predictions"][second_pick][
-        "predicted_epi"]
-    assert math.isfinite(rows[second_pick]["predicted_j_per_token"])
+    assert all(c.startswith("search_r1_") for c in search_ids)
+    for cid in search_ids:
+        assert state["predictions"][cid]["fit_n"] == 2
+        assert rows[cid]["predicted_epi"] == state["predictions"][cid]["predicted_epi"]
+        assert math.isfinite(rows[cid]["predicted_j_per_token"])
     assert doc["energy_model"]["n"] == 4 and len(doc["energy_model"]["residuals_j"]) == 4
+
+    # round 1's campaign decides each pick against the best hand-made map of round 0 (lowest
+    # EPI in round 0's own results.csv), and the search's verdict is the campaign's decision
+    r0 = _headline_rows(out / "round0" / "campaign")
+    best = min(("demo_q8_0", "demo_q4_0"), key=lambda c: float(r0[c]["epi"]))
+    study = (out / "round1" / "study.toml").read_text()
+    assert f'baseline = "{best}"' in study and 'compare = ["baseline"]' in study
+    decisions = json.loads((out / "round1" / "campaign" / "analysis" / "decisions.json")
+                           .read_text())["lines"]
+    assert set(state["verdicts"]) == set(search_ids)
+    for cid in search_ids:
+        v = state["verdicts"][cid]
+        assert v["against"] == best and rows[cid]["decision"] == v
+        line = next(x for x in decisions if f"{best} → {cid}: " in x)
+        said = re.match(r"(decided|equivalent|undecided)", line.split(f"{best} → {cid}: ")[1])
+        assert said is not None and said.group(1) == v["state"]
+        assert f"n={v['paired_rounds']}" in line
+        if v["state"] == "undecided":
+            assert v["reason"]
+        assert f"  {cid}: {v['text']}" in log
+
     # both tiny-model maps are expressible in Q8_0/Q4_0: every map has a summed proxy
     assert all(r["proxy_kl_nats"] is not None for r in rows.values())
 
@@ -141,3 +168,4 @@ def test_small_budget_search_measures_through_the_campaign_and_resumes(tmp_path:
     assert again.returncode == 0, again.stderr[-3000:]
     assert ": campaign " not in again.stdout
     assert "probe(s) to quantize" not in again.stdout
+    assert json.loads((out / "search.json").read_text())["verdicts"] == state["verdicts"]

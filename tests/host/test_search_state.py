@@ -39,6 +39,17 @@ def test_a_written_state_reads_back(tmp_path: Path) -> None:
     assert back.proxy_kl == {"s1": 0.02} and back.predictions == {"s1": {"epi": 1.0}}
 
 
+def test_per_round_values_and_verdicts_read_back(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    m = replace(GOOD, per_round_j=(0.5, None, 0.52))
+    verdict = {"state": "undecided", "text": "undecided after the budget", "paired_rounds": 2}
+    state = SearchState(measured=[m], verdicts={"s1": verdict})
+    back = SearchState.load(_write(tmp_path, state.to_json()))
+    assert back.measured[0].per_round_j == (0.5, None, 0.52)
+    assert back.verdicts == {"s1": verdict}
+
+
 @pytest.mark.parametrize(("doc", "problem"), [
     ([], "expected a search state object, got list"),
     ({"format": "epi-search", "format_version": 1, "measured": [{"config": "q8"}]},
@@ -48,6 +59,11 @@ def test_a_written_state_reads_back(tmp_path: Path) -> None:
     ({"format": "epi-search", "format_version": 1, "measured": {}}, "'measured'"),
     ({"format": "epi-search", "format_version": 1, "search_maps": {"s": "Q8_0"}},
      "search_maps.s"),
+    ({"format": "epi-search", "format_version": 1, "verdicts": {"s": {"state": 1}}},
+     "'verdicts'"),
+    ({"format": "epi-search", "format_version": 1,
+      "measured": [{**GOOD.as_dict(), "per_round_j": [0.5, "x"]}]},
+     "per_round_j[1]"),
 ])
 def test_broken_states_are_one_line(tmp_path: Path, doc: object, problem: str) -> None:
     p = _write(tmp_path, doc)
