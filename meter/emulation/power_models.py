@@ -225,6 +225,15 @@ def read_cpu_times(proc_stat: str | Path = "/proc/stat") -> tuple[int, int]:
     raise ValueError(f"{proc_stat}: no aggregate 'cpu' line")
 
 
+def count_cpus(proc_stat: str | Path = "/proc/stat") -> int:
+    """The CPUs with a `cpuN` line in /proc/stat (0 when it cannot be read)."""
+    try:
+        with open(proc_stat, encoding="ascii") as f:
+            return sum(1 for line in f if line.startswith("cpu") and line[3:4].isdigit())
+    except OSError:
+        return 0
+
+
 class ActivityModel(_Piecewise):
     """This machine's CPU activity mapped to a Pi-5-like wall power — modelled, not measured.
 
@@ -270,7 +279,7 @@ class ActivityModel(_Piecewise):
         max_w: float = 9.5,
         update_period_s: float = 0.01,
         proc_stat: str | Path = "/proc/stat",
-        cpu_times: Callable[[], tuple[int, int]] | None = None,
+        cpu_times: Callable[[], tuple[float, float]] | None = None,
         max_points: int = 50_000,
         voltage_v: float = 230.0,
         power_factor: float = 0.6,
@@ -474,7 +483,8 @@ class ProcessTreeActivityModel(ActivityModel):
 
     As `ActivityModel` (same mapping, timing and defaults), but the busy fraction counts only
     the CPU time of the processes named in a follow file and their descendants, with all their
-    threads (`ProcessTreeCpu`), over the whole machine's elapsed CPU time from /proc/stat: all
+    threads (`ProcessTreeCpu`), over the whole machine's elapsed CPU time (its CPUs × the
+    wall time between readings, exact; /proc/stat's total moves in whole jiffies): all
     cores busy with inference → max_w; the tree asleep → idle_w, whatever else runs beside it.
     That is the wall power of a Pi 5 that runs nothing but the inference; a background job
     on a shared development machine no longer shows as inference power. A missing or empty
@@ -490,21 +500,30 @@ class ProcessTreeActivityModel(ActivityModel):
         proc = Path(proc_root)
         self._tree = ProcessTreeCpu(follow_file, proc_root=proc, exclude_pid=exclude_pid,
                                     rescan_period_s=rescan_period_s)
+        self._n_cpu = count_cpus(proc / "stat") or os.cpu_count() or 1
+        ticks_per_s = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+        machine_ticks_per_ns = ticks_per_s * self._n_cpu / NS_PER_S
 
-        def cpu_times() -> tuple[int, int]:
+        def cpu_times() -> tuple[float, float]:
+            # The machine's elapsed CPU time is its CPUs × the wall time since the last
+            # reading: exact, where /proc/stat's total moves in whole jiffies per CPU (±1 of
+            # the ~10 a 50 ms interval holds on 2 CPUs: ±10 % on each interval's power, noise
+            # that does not cancel over a window as the tree's cumulative ticks do).
             busy = self._tree()
-            return busy, read_cpu_times(proc / "stat")[1]
+            return float(busy), clock.monotonic_ns() * machine_ticks_per_ns
 
         super().__init__(clock, idle_w=idle_w, max_w=max_w, update_period_s=update_period_s,
                          cpu_times=cpu_times)
-        self._proc_stat = f"{proc}/PID/stat of the tree + {proc}/stat"
+        self._proc_stat = f"{proc}/PID/stat of the tree"
 
     def describe(self) -> dict:
         return {
             **super().describe(),
             "reads": ("CPU time (utime + stime, all threads) of the inference process tree: "
                       "the PIDs in the follow file and their descendants, the meter daemon "
-                      "excluded; elapsed CPU time of the whole machine as the denominator"),
+                      "excluded; the machine's elapsed CPU time (CPUs × wall time) as the "
+                      "denominator"),
+            "n_cpu": self._n_cpu,
             "follow_file": str(self._tree.follow_file),
             "roots": list(self._tree.roots),
             "mapping": "idle_w + (max_w - idle_w) * tree_cpu_time / machine_cpu_time",

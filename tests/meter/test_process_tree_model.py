@@ -216,3 +216,25 @@ def test_power_follows_the_child_not_an_unrelated_burner(tmp_path: Path) -> None
     assert excess_j == pytest.approx(expected_j, rel=0.15, abs=0.05)
     assert sum(busy_tree[4:]) / len(busy_tree[4:]) > max(quiet_tree[2:]) + 0.1
     assert tree.energy_j(t0, t1) == pytest.approx(IDLE_W * (t1 - t0) / 1e9, rel=0.01)
+
+
+def test_denominator_is_the_machines_cpus_times_wall_time(tmp_path: Path) -> None:
+    """The busy fraction's denominator is CPUs × wall time, not /proc/stat's jiffy count
+    (which moves in whole jiffies per CPU: ±10 % on a 50 ms interval). Closed form: 0.5 s
+    of the tree's CPU in 1 s on 2 CPUs is a quarter of the machine — however /proc/stat's
+    total moved (here: not at all)."""
+    from meter.clock import SimulatedClock
+
+    proc, _, follow = _tree(tmp_path)
+    (proc.root / "stat").write_text("cpu  0 0 0 0 0 0 0 0\ncpu0 0 0 0 0\ncpu1 0 0 0 0\n")
+    proc.set(100, 1, cpu=0)
+    clock = SimulatedClock()
+    m = ProcessTreeActivityModel(clock, follow, proc_root=proc.root, exclude_pid=300,
+                                 rescan_period_s=0.0, idle_w=IDLE_W, max_w=MAX_W)
+    t0 = clock.monotonic_ns()
+    ticks = os.sysconf("SC_CLK_TCK")
+    proc.set(100, 1, cpu=ticks // 2)  # 0.5 s of CPU
+    clock.sleep_until(t0 + 1_000_000_000)
+    assert m.power_w(clock.monotonic_ns()) == pytest.approx(IDLE_W + (MAX_W - IDLE_W) * 0.25)
+    assert m.energy_j(t0, t0 + 1_000_000_000) == pytest.approx(IDLE_W + (MAX_W - IDLE_W) / 4)
+    assert m.describe()["n_cpu"] == 2
