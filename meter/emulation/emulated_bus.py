@@ -54,11 +54,14 @@ class EmulatedSpiBus(SpiFrameBus):
             else:
                 # Real time: frames queue on the wire; wait only once the wire is more than
                 # BATCH_NS behind. A sleep per 150 µs frame would add the OS's wake-up latency
-                # to every frame, which no real SPI transfer has.
+                # to every frame, which no real SPI transfer has. The wait ends while half a
+                # batch is still queued (as a driver refills its transfer queue before it
+                # drains): waking when the wire is already free left it idle for every
+                # wake-up's latency, an emulator cost the sweep rate was charged (issue 33).
                 now = clock.monotonic_ns()
                 self._wire_free_ns = max(self._wire_free_ns, now) + self.frame_time_ns
                 if self._wire_free_ns - now > BATCH_NS:
-                    clock.sleep_until(self._wire_free_ns)
+                    clock.sleep_until(self._wire_free_ns - BATCH_NS // 2)
         return self.chip.spi_transfer(bytes(frame))
 
     def describe(self) -> dict:
