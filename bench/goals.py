@@ -182,6 +182,21 @@ GOALS: dict[str, dict[str, Any]] = {
                 "measured means, per-round spread, invalid fraction and run/assessment times "
                 "(decided by host.campaign.adaptive itself); a simulation, labelled so",
     },
+    "demo-wall-s": {
+        "goal": 1160.0, "op": "<=", "unit": "s",
+        "text": "`epi demo` (examples/study-demo.toml, fresh campaign directory) wall time with "
+                "one core kept busy by an unrelated loop (bench_demo.py --busy-cores 1): no "
+                "longer than the demo before issue 28's work (19 min 20 s)",
+    },
+    "demo-runs-valid-frac": {
+        "goal": 1.0, "op": ">=", "unit": "fraction",
+        "text": "runs of that demo whose every phase passes the default validity gates",
+    },
+    "demo-undecided-without-round-count": {
+        "goal": 0, "op": "<=", "unit": "comparisons",
+        "text": "comparisons the demo study names left undecided without the rounds they "
+                "would need",
+    },
 }
 
 
