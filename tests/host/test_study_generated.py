@@ -122,3 +122,68 @@ def test_generated_values_load_or_give_one_line(tmp_path_factory: pytest.TempPat
                                                  where: tuple[str, str], value: object) -> None:
     d = tmp_path_factory.mktemp("s")
     _load_or_one_line(_study(d, where[0], where[1], value))
+
+
+# ---- several meters (issue 32): generated [[meter]] lists --------------------------------
+URLS = ["http://a:8757", "http://A:8757/", "http://b:8757", "https://b", "b:1", ""]
+NODES = ["n0", "n1", "n2", "x y", ""]
+METER_FIELDS = st.fixed_dictionaries({}, optional={
+    "url": st.sampled_from(URLS), "trace": st.sampled_from(["ta", "tb", "ta/", ""]),
+    "emulate": st.booleans(), "rate_hz": st.sampled_from([0.0, 20.0, math.inf]),
+    "activity": st.sampled_from(["machine", "nope"]),
+    "nodes": st.lists(st.sampled_from(NODES), max_size=5)})
+
+
+def _meters_study(d: Path, meters: list[dict[str, object]]) -> Path:
+    (d / "base.gguf").write_bytes(b"GGUF")
+    text = "".join("[[meter]]\n" + "".join(
+        f"{k} = [{', '.join(json.dumps(x) for x in v)}]\n" if isinstance(v, list)
+        else f"{k} = {_val(v)}\n" for k, v in m.items()) for m in meters) if meters \
+        else "meter = []\n"
+    text += f'[[models]]\nname = "m"\npath = "base.gguf"\nmaps = [{json.dumps(str(MAP))}]\n'
+    p = d / "s.toml"
+    p.write_text(text)
+    return p
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(meters=st.lists(METER_FIELDS, max_size=4))
+def test_generated_meter_lists_load_with_one_meter_per_url_trace_and_node_or_give_one_line(
+        tmp_path_factory: pytest.TempPathFactory, meters: list[dict[str, object]]) -> None:
+    """Hostile meter lists (duplicate URLs spelled differently, a node on two meters, an empty
+    list, a URL without its trace, ...): refused in one line naming the file and a `meter`
+    field, or loaded with what several meters need — no URL, trace directory or node on two
+    meters, a trace with every URL, nodes on every meter of several."""
+    d = tmp_path_factory.mktemp("m")
+    p = _meters_study(d, meters)
+    text = _load_or_one_line(p)
+    if text is not None:
+        assert "field 'meter" in text, text
+        return
+    s = load_study(p)
+    assert len(s.meters) == len(meters) >= 1
+    urls = [m.url.rstrip("/").lower() for m in s.meters if m.url]
+    assert len(urls) == len(set(urls))
+    traces = [m.trace.resolve() for m in s.meters if m.trace is not None]
+    assert len(traces) == len(set(traces))
+    nodes = [n for m in s.meters for n in m.nodes]
+    assert len(nodes) == len(set(nodes))
+    for m in s.meters:
+        assert bool(m.url) != m.emulate and (m.trace is not None) == bool(m.url)
+        assert len(s.meters) == 1 or m.nodes
+
+
+@pytest.mark.parametrize(("meters", "field"), [
+    ([], "meter"),
+    ([{"url": "http://a:1", "trace": "t", "nodes": ["n"]},
+      {"url": "http://A:1/", "trace": "u", "nodes": ["m"]}], "meter[1].url"),
+    ([{"emulate": True, "nodes": ["n"]}, {"emulate": True, "nodes": ["n"]}], "meter[1].nodes[0]"),
+    ([{"url": "http://a:1", "nodes": ["n"]}], "meter[0].trace"),
+])
+def test_named_hostile_meter_lists(tmp_path: Path, meters: list[dict[str, object]],
+                                   field: str) -> None:
+    """The four the issue names: an empty list, one URL twice, a node on two meters, a
+    trace path missing."""
+    text = _load_or_one_line(_meters_study(tmp_path, meters))
+    assert text is not None and f"field '{field}'" in text, text
