@@ -293,9 +293,11 @@ class ActivityModel(_Piecewise):
         self._max_w = float(max_w)
         self._period_ns = max(int(update_period_s * NS_PER_S), 1)
         self._proc_stat = str(proc_stat) if cpu_times is None else "cpu_times()"
-        self._cpu_times = cpu_times or (lambda: read_cpu_times(proc_stat))
+        self._cpu_times: Callable[[], tuple[float, float]] = cpu_times or (
+            lambda: read_cpu_times(proc_stat))
         self._max_points = int(max_points)
-        self._busy, self._total = self._cpu_times()
+        busy, total = self._cpu_times()
+        self._busy, self._total = float(busy), float(total)
         self._append(clock.monotonic_ns(), self._idle_w)
 
     def _prepare(self, t_mono_ns: int) -> None:
