@@ -5,10 +5,15 @@ The two daemons are the real meter stack (meter.daemon: board file, emulated ATM
 sampler, trace writer, clock-sync server), started here so that each runs on a clock of its own
 that really ticks: meter A reads the host's CLOCK_MONOTONIC shifted by +5 s and running 300 ppm
 fast, meter B shifted by +900 s and running 800 ppm slow. Each daemon meters one node with a
-scripted power profile in its own clock (ScriptedProfile: a 3–9 W triangle of 0.05 s steps,
-periods 4 s and 3 s), so the truth of any window is that profile's exact `energy_j` between the
-window's ends mapped into that daemon's clock by the *true* mapping (which the campaign never
-sees: it knows each meter only through its own clock syncs).
+scripted power profile in its own clock (ScriptedProfile: triangles of 0.05 s steps, 4–8 W
+over 20 s and 3–7 W over 14 s), so the truth of any window is that profile's exact `energy_j`
+between the window's ends mapped into that daemon's clock by the *true* mapping (which the
+campaign never sees: it knows each meter only through its own clock syncs). A window placed
+1 s off in a meter's clock misses its truth by up to 7 % (A) or 11 % (B). The slopes are this
+gentle because a sample is stamped at the middle of its register reads while the energy
+register is read at their end (meter/chip/protocol.py), and on a loaded machine the reads
+stretch (≈120 ms seen at load 14 on 2 cores): steep profiles turned that into errors of 2–10 %
+per window (3–9 W over 4 s); these give ≤ 0.2 % (one window 1.6 %) at load 18.
 
 The campaign (`epi campaign`, a subprocess) runs the tiny model once (1 round, 2 short prompts,
 2 repeats) split over this host (node n0, on meter A) and one local RPC worker (node n1, on
@@ -37,15 +42,16 @@ from meter.emulation.power_models import ScriptedProfile
 
 REPO = Path(__file__).resolve().parents[2]
 NS = 1_000_000_000
-METERS = {"a": (5 * NS, 300.0, "n0", 4.0), "b": (900 * NS, -800.0, "n1", 3.0)}  # shift, ppm,
-PROFILE_S = 1800.0  # node, triangle period (s); the profile spans the whole test
+# meter: (clock shift vs the host, drift ppm, node, triangle period s, low W, high W)
+METERS = {"a": (5 * NS, 300.0, "n0", 20.0, 4.0, 8.0), "b": (900 * NS, -800.0, "n1", 14.0, 3.0, 7.0)}
+PROFILE_S = 1800.0  # the profile spans the whole test
 PROMPTS = {"format": "epi-prompts", "format_version": 1, "name": "two-meters",
            "version": "two-meters-v1",
            "prompts": [{"id": "a", "n_tokens": 16,
                         "text": " ".join(["Energy per token on small boards."] * 4)},
                        {"id": "b", "n_tokens": 24,
                         "text": " ".join(["The bridge crosses the river."] * 6)}]}
-TOKENS = 48
+TOKENS = 64
 
 
 class SkewedClock:
@@ -72,17 +78,17 @@ class SkewedClock:
 
 
 def true_meter_ns(name: str, ref_local_ns: int, local_ns: np.ndarray) -> np.ndarray:
-    shift, ppm, _, _ = METERS[name]
+    shift, ppm = METERS[name][:2]
     return ref_local_ns + shift + np.rint((local_ns - ref_local_ns) * (1 + ppm * 1e-6)).astype(
         np.int64)
 
 
 def profile(name: str, ref_local_ns: int) -> ScriptedProfile:
-    """A 3–9 W triangle (0.05 s steps) starting at the meter's reference time."""
-    period = METERS[name][3]
+    """A low–high W triangle (0.05 s steps) starting at the meter's reference time."""
+    period, low, high = METERS[name][3:]
     t = np.arange(0.0, PROFILE_S, 0.05)
     phase = (t % period) / period
-    watts = 3.0 + 12.0 * np.minimum(phase, 1.0 - phase)
+    watts = low + 2.0 * (high - low) * np.minimum(phase, 1.0 - phase)
     return ScriptedProfile(list(zip(t.tolist(), watts.tolist(), strict=True)),
                            start_mono_ns=ref_local_ns + METERS[name][0])
 
@@ -101,10 +107,10 @@ def _daemon(root: str, name: str, port: int, ref_local_ns: int) -> None:
     with contextlib.suppress(OSError):  # not permitted: the default priority
         os.nice(-10)
 
-    shift, ppm, node, _ = METERS[name]
+    shift, ppm, node = METERS[name][:3]
     board = Path(root) / "board.toml"
     board.write_text('format = "epi-board"\nformat_version = 1\nname = "two-meters"\n'
-                     "[sampling]\nperiod_s = 0.05\n[[channel]]\nname = \"c0\"\n"
+                     "[sampling]\nperiod_s = 0.1\n[[channel]]\nname = \"c0\"\n"
                      f'node = "{node}"\nchip_select = "CE0"\n'
                      "meter_constant_imp_per_kwh = 1000000000\n")
     daemon = MeterDaemon(DaemonOptions(
