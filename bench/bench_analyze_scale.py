@@ -156,11 +156,14 @@ def generate(root: Path, hours: float, runs: int) -> dict[str, object]:
     return info
 
 
-def analyze(root: Path, out: Path) -> tuple[float, float, float, str]:
-    """(wall s, CPU s, peak RSS MB, last output line) of one `epi analyze` child process."""
+def analyze(root: Path, out: Path, profile: Path | None = None
+            ) -> tuple[float, float, float, str]:
+    """(wall s, CPU s, peak RSS MB, last output line) of one `epi analyze` child process;
+    with `profile`, the child runs under cProfile and writes its statistics there."""
     runs = sorted(str(p) for p in (root / "runs").iterdir())
-    cmd = [sys.executable, "-m", "epi", "analyze", *runs, "--trace", str(root / "trace"),
-           "--out", str(out)]
+    prof = ["-m", "cProfile", "-o", str(profile)] if profile else []
+    cmd = [sys.executable, *prof, "-m", "epi", "analyze", *runs, "--trace",
+           str(root / "trace"), "--out", str(out)]
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
     assert proc.stdout is not None
@@ -181,7 +184,13 @@ def main() -> None:
     ap.add_argument("--regenerate", action="store_true")
     ap.add_argument("--hours", type=float, default=HOURS, help="traced time (the study: 148)")
     ap.add_argument("--runs", type=int, default=RUNS, help="token logs (the study: 72)")
+    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                    help="run each `epi analyze` under cProfile, writing DIR/cold.prof and "
+                         "DIR/warm.prof (read them with `python -m pstats`); the times then "
+                         "include the profiler's overhead")
     args = ap.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     print(machine_line("bench_analyze_scale.py"), flush=True)
     root = args.cache_dir
     info_p = root / "study.json"
@@ -200,14 +209,18 @@ def main() -> None:
     figures = {}
     for phase in ("cold", "warm"):
         load = os.getloadavg()[0]
-        wall, cpu, rss, last = analyze(root, out)
-        figures[phase] = (wall, rss, load, cpu)
+        wall, cpu, rss, last = analyze(root, out, args.profile / f"{phase}.prof"
+                                       if args.profile else None)
+        end = os.getloadavg()[0]
+        figures[phase] = (wall, rss, load, cpu, end)
         print(f"  {phase:<5} epi analyze: {wall:6.1f} s wall, {cpu:6.1f} s CPU, peak RSS "
-              f"{rss:6.0f} MB (load at start {load:.2f}, at end {os.getloadavg()[0]:.2f}); "
+              f"{rss:6.0f} MB (load at start {load:.2f}, at end {end:.2f}); "
               f"{last[:80]}", flush=True)
     note = (f"{info['rows']} rows, {info['segments']} segments, {info['runs']} runs; "
-            f"CPU s cold {figures['cold'][3]:.0f}, warm {figures['warm'][3]:.0f}; load at "
-            f"start cold {figures['cold'][2]:.2f}, warm {figures['warm'][2]:.2f}")
+            f"CPU s (user+sys, all threads) cold {figures['cold'][3]:.1f}, warm "
+            f"{figures['warm'][3]:.1f}; load start→end cold {figures['cold'][2]:.2f}→"
+            f"{figures['cold'][4]:.2f}, warm {figures['warm'][2]:.2f}→{figures['warm'][4]:.2f}"
+            + ("; under cProfile" if args.profile else ""))
     emit("analyze-study-scale-cold-s", round(figures["cold"][0], 1), 1, None, note)
     emit("analyze-study-scale-warm-s", round(figures["warm"][0], 1), 1, None, note)
     emit("analyze-study-scale-peak-mb", round(max(f[1] for f in figures.values())), 2,

@@ -283,11 +283,11 @@ def _collect(segments: list[Segment], channels: dict[int, ChannelInfo]
         if not seg.n_samples:
             continue
         a = _segment_arrays(seg, ("channel", "power_w"))
-        chan = a["channel"][~np.isnan(a["power_w"])]
+        rows = np.bincount(a["channel"])  # channels are small non-negative ints (checked)
+        good = np.bincount(a["channel"][~np.isnan(a["power_w"])], minlength=len(rows))
         boot = _boot_key(seg.boot_id)
-        for ch in np.unique(a["channel"]).tolist():
-            good_counts.setdefault((boot, ch), {})[seg.number] = int(np.count_nonzero(
-                chan == ch))
+        for ch in np.flatnonzero(rows).tolist():
+            good_counts.setdefault((boot, ch), {})[seg.number] = int(good[ch])
     data: dict[tuple[str, int], ChannelData] = {}
     for key, per_seg in good_counts.items():
         n = sum(per_seg.values())
@@ -299,35 +299,42 @@ def _collect(segments: list[Segment], channels: dict[int, ChannelInfo]
     sparse: dict[tuple[str, int], list[tuple[np.ndarray, ...]]] = {k: [] for k in data}
     doms: dict[str, list[tuple[int, int, int, int, int]]] = {}
     limits = {ch: current_limit_a(info) for ch, info in channels.items()}
+    none = np.zeros(0, np.int64)
     for seg in segments:
         boot = _boot_key(seg.boot_id)
         doms.setdefault(boot, [])
         if not seg.n_samples:
             continue
         a = _segment_arrays(seg, ANALYSIS_COLUMNS)
-        mono, real = a["t_mono_ns"], a["t_real_ns"]
+        mono, real, power = a["t_mono_ns"], a["t_real_ns"], a["power_w"]
         doms[boot].append((len(mono), int(mono.min()), int(mono.max()), int(real.min()),
                            int(real.max())))
         chan = a["channel"]
-        for ch in np.unique(chan).tolist():
+        rows = np.bincount(chan)
+        # The rare rows, found once for all channels (most segments have none of them).
+        nopower = np.isnan(power)
+        status = a["status"]
+        adjerr = (status & ADJ_ERR_MASK) != 0
+        calerr = (status & CAL_ERR_MASK) != 0
+        limit = np.array([limits.get(ch, FULL_SCALE_CURRENT_A) for ch in range(len(rows))])
+        sat = (a["current_a"] >= limit[chan]) | (np.abs(power) >= FULL_SCALE_POWER_W)
+        rare = [m if m.any() else None for m in (nopower, adjerr, calerr, sat)]
+        for ch in np.flatnonzero(rows).tolist():
             key = (boot, ch)
             d = data[key]
             sel = chan == ch
-            t, p = mono[sel], a["power_w"][sel]
-            good = ~np.isnan(p)
-            tg = t[good]
+            gsel = sel if rare[0] is None else sel & ~nopower
+            tg = mono[gsel]
             lo, hi = filled[key], filled[key] + len(tg)
             d.t_mono_ns[lo:hi] = tg
-            d.power_w[lo:hi] = p[good]
-            d.energy_j[lo:hi] = a["energy_j"][sel][good]
+            d.power_w[lo:hi] = power[gsel]
+            d.energy_j[lo:hi] = a["energy_j"][gsel]
             filled[key] = hi
-            d.n_rows += len(t)
-            st = a["status"][sel][good]
-            sat = (a["current_a"][sel] >= limits.get(ch, FULL_SCALE_CURRENT_A)) | (
-                np.abs(p) >= FULL_SCALE_POWER_W)
-            sparse[key].append((t[~good], tg[(st & ADJ_ERR_MASK) != 0],
-                                tg[(st & CAL_ERR_MASK) != 0], t[sat]))
-        del a, mono, real, chan
+            d.n_rows += int(rows[ch])
+            sparse[key].append(tuple(
+                none if m is None else mono[(gsel if i in (1, 2) else sel) & m]
+                for i, m in enumerate(rare)))
+        del a, mono, real, chan, power, status
     for key, d in data.items():
         parts = sparse[key]
         d.nopower_t_ns, d.adjerr_t_ns, d.calerr_t_ns, d.saturated_t_ns = (
