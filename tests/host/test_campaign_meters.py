@@ -1,7 +1,8 @@
 """Several meters in one study (issue 32), fast: `[[meter]]` tables, their hostile forms, the
 dry-run plan, the step arguments, the stable settle over several daemons, the traces the
-analysis is given, and two emulated daemons started (and a killed session's stopped) by the
-campaign. The end-to-end campaign against the emulators' truth is test_campaign_meters_e2e.py.
+analysis is given, two emulated daemons started by the campaign, and a killed session's
+daemons stopped by the next. The end-to-end campaign against the emulators' truth is
+test_campaign_meters_e2e.py.
 """
 
 from __future__ import annotations
@@ -177,8 +178,7 @@ def test_the_stable_settle_waits_for_every_meter() -> None:
 
 
 def test_two_emulated_daemons_have_their_own_port_trace_board_and_record(tmp_path: Path) -> None:
-    """As a campaign starts them (`emulate = true` in two [[meter]] tables); a killed
-    session's daemons are all stopped by the next one (stop_stale_daemon without index)."""
+    """As a campaign starts them (`emulate = true` in two [[meter]] tables)."""
     with ExitStack() as stack:
         urls = [stack.enter_context(emulated_daemon(tmp_path, tmp_path / f"trace{k}", 20.0,
                                                     "machine", index=k, nodes=nodes))
@@ -186,14 +186,29 @@ def test_two_emulated_daemons_have_their_own_port_trace_board_and_record(tmp_pat
         assert len(set(urls)) == 2
         records = [json.loads(daemon_json(tmp_path, k).read_text()) for k in range(2)]
         assert records[0]["pgid"] != records[1]["pgid"]
+        assert records[0]["marker"] != records[1]["marker"]
         assert daemon_json(tmp_path, 1).name == "daemon-2.json"
         for url, nodes in zip(urls, (["n0", "n1"], ["n2"]), strict=True):
             with urllib.request.urlopen(url + "/status", timeout=10) as r:
                 assert [c["node"] for c in json.loads(r.read())["channels"]] == nodes
-        assert stop_stale_daemon(tmp_path)  # as a resumed campaign does first
-        for url in urls:
-            with pytest.raises(OSError):
-                urllib.request.urlopen(url + "/status", timeout=2)
     assert trace_nodes(tmp_path / "trace0") == {"n0", "n1"}
     assert trace_nodes(tmp_path / "trace1") == {"n2"}
-    assert not list(tmp_path.glob("daemon*.json"))
+    assert not list(tmp_path.glob("daemon*.json"))  # both stopped, their records gone
+
+
+def test_a_resumed_campaign_stops_every_daemon_a_killed_one_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each record (daemon.json, daemon-2.json, ...) names a process group and its marker;
+    without an index every one is stopped, with one only that daemon's."""
+    from host.campaign import procs
+
+    for k in range(3):
+        daemon_json(tmp_path, k).write_text(json.dumps({"pgid": 100 + k, "marker": f"m{k}"}))
+    (tmp_path / "daemon-9.json").write_text("{torn")  # a damaged record is skipped
+    stopped: list[tuple[int, str]] = []
+    monkeypatch.setattr(procs, "stop_stale_group",
+                        lambda pgid, marker: stopped.append((pgid, marker)) or True)
+    assert stop_stale_daemon(tmp_path)
+    assert sorted(stopped) == [(100, "m0"), (101, "m1"), (102, "m2")]
+    stopped.clear()
+    assert stop_stale_daemon(tmp_path, 1) and stopped == [(101, "m1")]
