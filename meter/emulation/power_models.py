@@ -296,16 +296,17 @@ class ActivityModel(_Piecewise):
         self._cpu_times: Callable[[], tuple[float, float]] = cpu_times or (
             lambda: read_cpu_times(proc_stat))
         self._max_points = int(max_points)
-        busy, total = self._cpu_times()
+        t0 = clock.monotonic_ns()
+        busy, total = self._read(t0)
         self._busy, self._total = float(busy), float(total)
-        self._append(clock.monotonic_ns(), self._idle_w)
+        self._append(t0, self._idle_w)
 
     def _prepare(self, t_mono_ns: int) -> None:
         """Read the activity since the last reading and give its power to that interval."""
         t_last = self._t[-1]
         if t_mono_ns < t_last + self._period_ns:
             return
-        busy, total = self._cpu_times()
+        busy, total = self._read(t_mono_ns)
         d_total = total - self._total
         if d_total <= 0:  # no tick counted yet: the interval stays provisional
             return
@@ -320,6 +321,11 @@ class ActivityModel(_Piecewise):
             half = len(self._t) // 2
             for table in (self._t, self._p, self._cum, self._cum_fwd, self._cum_rev):
                 del table[:half]
+
+    def _read(self, t_mono_ns: int) -> tuple[float, float]:
+        """Cumulative (busy, total) CPU time for a reading that ends the interval at
+        `t_mono_ns` (this model: both from the CPU-time source)."""
+        return self._cpu_times()
 
     def describe(self) -> dict:
         return {
@@ -504,19 +510,25 @@ class ProcessTreeActivityModel(ActivityModel):
                                     rescan_period_s=rescan_period_s)
         self._n_cpu = count_cpus(proc / "stat") or os.cpu_count() or 1
         ticks_per_s = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
-        machine_ticks_per_ns = ticks_per_s * self._n_cpu / NS_PER_S
+        self._machine_ticks_per_ns = ticks_per_s * self._n_cpu / NS_PER_S
 
         def cpu_times() -> tuple[float, float]:
-            # The machine's elapsed CPU time is its CPUs × the wall time since the last
-            # reading: exact, where /proc/stat's total moves in whole jiffies per CPU (±1 of
-            # the ~10 a 50 ms interval holds on 2 CPUs: ±10 % on each interval's power, noise
-            # that does not cancel over a window as the tree's cumulative ticks do).
-            busy = self._tree()
-            return float(busy), clock.monotonic_ns() * machine_ticks_per_ns
+            return float(self._tree()), clock.monotonic_ns() * self._machine_ticks_per_ns
 
         super().__init__(clock, idle_w=idle_w, max_w=max_w, update_period_s=update_period_s,
                          cpu_times=cpu_times)
         self._proc_stat = f"{proc}/PID/stat of the tree"
+
+    def _read(self, t_mono_ns: int) -> tuple[float, float]:
+        """The tree's ticks, and the machine's elapsed CPU time as its CPUs × the time of the
+        breakpoint this reading sets: exact, where /proc/stat's total moves in whole jiffies
+        per CPU (±1 of the ~10 a 50 ms interval holds on 2 CPUs: ±10 % on each interval's
+        power). Taking it at the breakpoint (not at the clock when /proc was read) makes each
+        interval's energy (max_w − idle_w) × its ticks / (ticks per second × CPUs), so the
+        energy over any span is the tree's CPU time mapped, however late a reading ran
+        (measured before, at load 18: twice the child's CPU time, when the poller was
+        preempted between choosing the time and reading /proc)."""
+        return float(self._tree()), t_mono_ns * self._machine_ticks_per_ns
 
     def describe(self) -> dict:
         return {

@@ -112,8 +112,9 @@ def test_energy_registers_meter_each_sweep_interval_at_its_own_activity(model_cl
     source = BurstSource(clock, t0)
     if model_cls is ProcessTreeActivityModel:  # the defaults the daemon uses, its source swapped
         model = ProcessTreeActivityModel(clock, tmp_path / "follow", idle_w=IDLE_W, max_w=MAX_W)
-        model._cpu_times = source  # the tree's ticks: the controlled burst
-        model._busy, model._total = source()
+        model._tree = lambda: source()[0]  # the tree's ticks: the controlled burst, on one
+        model._machine_ticks_per_ns = TICKS_PER_S / S  # CPU counting TICKS_PER_S
+        model._busy, model._total = model._read(clock.monotonic_ns())
     else:
         model = ActivityModel(clock, idle_w=IDLE_W, max_w=MAX_W, cpu_times=source)
     mc = 1e6

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -152,12 +153,14 @@ sys.stdin.readline()
 BURNER = "while True:\n    pass\n"
 
 
-def _poll(models: list[ActivityModel], clock: SystemClock, seconds: float
-          ) -> list[list[float]]:
-    """Ask every model about 'now' at 20 Hz, as the daemon's sweeps do; the powers seen."""
+def _poll(models: list[ActivityModel], clock: SystemClock, seconds: float,
+          until: Callable[[], bool] | None = None) -> list[list[float]]:
+    """Ask every model about 'now' at 20 Hz, as the daemon's sweeps do; the powers seen.
+    With `until`, go on past `seconds` (up to 60 s) until it holds."""
     seen: list[list[float]] = [[] for _ in models]
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    while time.monotonic() < end or (until is not None and not until()
+                                     and time.monotonic() < end + 60):
         time.sleep(0.05)
         now = clock.monotonic_ns()
         for k, m in enumerate(models):
@@ -185,7 +188,17 @@ def test_power_follows_the_child_not_an_unrelated_burner(tmp_path: Path) -> None
         child.stdin.write("go\n")
         child.stdin.flush()
         cpu_go_s = float(child.stdout.readline())
-        busy_tree, _ = _poll([tree, whole], clock, 2.0)  # burner and child
+        ticks_s = float(os.sysconf("SC_CLK_TCK"))
+
+        def child_cpu_s() -> float:  # a precondition only: the figure is checked below
+            st = read_proc_stat(Path(f"/proc/{child.pid}/stat"))
+            return st.cpu_ticks / ticks_s if st else 0.0
+
+        cpu_at_go = child_cpu_s()
+        # burner and child, until the child had 0.4 s of CPU (a loaded machine gives it less
+        # per second: at load 19 it had 0.07 s in 2 s)
+        busy_tree, _ = _poll([tree, whole], clock, 2.0,
+                             until=lambda: child_cpu_s() - cpu_at_go >= 0.4)
         child.stdin.write("stop\n")
         child.stdin.flush()
         cpu_stop_s = float(child.stdout.readline())
@@ -213,8 +226,10 @@ def test_power_follows_the_child_not_an_unrelated_burner(tmp_path: Path) -> None
     print(f"child CPU {child_cpu_s:.2f} s in {(t2 - t1) / 1e9:.2f} s; excess {excess_j:.3f} J, "
           f"expected {expected_j:.3f} J; load {os.getloadavg()[0]:.1f}")
     assert child_cpu_s > 0.2  # the child did work (else the check below says nothing)
-    assert excess_j == pytest.approx(expected_j, rel=0.15, abs=0.05)
-    assert sum(busy_tree[4:]) / len(busy_tree[4:]) > max(quiet_tree[2:]) + 0.1
+    assert excess_j == pytest.approx(expected_j, rel=0.05, abs=0.05)  # ±1.5 ticks
+    # the power rose while the child worked (by how much is the energy check's: on a loaded
+    # machine the child's share of a core, and so the rise, can be a few percent)
+    assert sum(busy_tree[4:]) / len(busy_tree[4:]) > max(quiet_tree[2:])
     assert tree.energy_j(t0, t1) == pytest.approx(IDLE_W * (t1 - t0) / 1e9, rel=0.01)
 
 
