@@ -33,6 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -254,19 +256,29 @@ def run_campaign(tmp: Path, rules: ad.DecisionRules, timeout_s: float) -> Path |
     study = tmp / "study.toml"
     study.write_text(study_text(model, rules))
     t0 = time.perf_counter()
+    # its own session: on a timeout the campaign's whole tree (daemon, runs) is stopped
+    proc = subprocess.Popen([sys.executable, "-m", "epi", "campaign", str(study)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "epi", "campaign", str(study)], cwd=REPO,
-                              capture_output=True, text=True, timeout=timeout_s)
+        out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        print(f"campaign did not finish within {timeout_s:.0f} s: no measured figure")
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        print(f"campaign did not finish within {timeout_s:.0f} s (load "
+              f"{os.getloadavg()[0]:.1f}): no measured figure")
         return None
     print(f"campaign (quantize, {rules.min_rounds}–{rules.max_rounds} adaptive rounds, "
           f"analysis, report): {time.perf_counter() - t0:.1f} s wall, rc {proc.returncode}")
-    for line in (proc.stdout + proc.stderr).splitlines():
+    for line in out.splitlines():
         if line.startswith(("after round", "  savings", "  pair", "  frontier")):
             print("  " + line.strip())
     if proc.returncode != 0:
-        print(proc.stdout[-2000:], proc.stderr[-2000:])
+        print(out[-4000:])
         return None
     return tmp / "camp"
 
