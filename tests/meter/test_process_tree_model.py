@@ -253,3 +253,32 @@ def test_denominator_is_the_machines_cpus_times_wall_time(tmp_path: Path) -> Non
     assert m.power_w(clock.monotonic_ns()) == pytest.approx(IDLE_W + (MAX_W - IDLE_W) * 0.25)
     assert m.energy_j(t0, t0 + 1_000_000_000) == pytest.approx(IDLE_W + (MAX_W - IDLE_W) / 4)
     assert m.describe()["n_cpu"] == 2
+
+
+def test_thread_run_times_in_ns_where_the_kernel_gives_them(tmp_path: Path) -> None:
+    """Per-thread schedstat (ns) instead of 10 ms ticks: a window's CPU time is then exact to
+    the last scheduler tick, not truncated to 10 ms. Closed form: the ns written, in ticks."""
+    proc, counter, _ = _tree(tmp_path)
+    tick_ns = 1e9 / os.sysconf("SC_CLK_TCK")
+
+    def threads(pid: int, run_ns: dict[int, int]) -> None:
+        task = proc.root / str(pid) / "task"
+        task.mkdir(exist_ok=True)
+        for old in task.iterdir():
+            if int(old.name) not in run_ns:
+                (old / "schedstat").unlink()
+                old.rmdir()
+        for tid, ns in run_ns.items():
+            (task / str(tid)).mkdir(exist_ok=True)
+            (task / str(tid) / "schedstat").write_text(f"{ns} 0 0\n")
+
+    proc.set(100, 1, cpu=999)  # its ticks are not used while threads can be read
+    threads(100, {100: 5_000_000_000, 101: 1_000_000_000})
+    assert counter() == 0.0  # roots just read: a baseline, no backlog
+    threads(100, {100: 5_020_000_000, 101: 1_010_000_000, 102: 5_000_000})  # 102 is new
+    assert counter() == pytest.approx(35_000_000 / tick_ns)
+    threads(100, {100: 5_030_000_000})  # 101 and 102 exited: nothing goes negative
+    assert counter() == pytest.approx(45_000_000 / tick_ns)
+    proc.set(200, 100, cpu=0)  # a child born since: all of its run time counts
+    threads(200, {200: 30_000_000})
+    assert counter() == pytest.approx(75_000_000 / tick_ns)
