@@ -1,0 +1,172 @@
+"""`epi demo` under contention: wall time, valid runs, and comparisons left without a verdict.
+
+Runs the demo's study (examples/study-demo.toml: SmolLM2-135M, four mix maps, the emulated
+meter with the process-tree activity model, adaptive rounds) as `python -m epi demo` into a
+fresh campaign directory under /tmp, while `--busy-cores N` unrelated busy loops (started by
+this bench, siblings of the campaign so they are not in its process tree; stopped at the end)
+keep N cores busy — issue 28's "one core kept busy by an unrelated load". Figures:
+
+- `demo-wall-s`: the demo's wall time (goal: no longer than the demo measured before this
+  bench, 19 min 20 s at load 2-4);
+- `demo-runs-valid-frac`: runs whose every phase (idle, prefill, decode, request) passed the
+  default validity gates in the final analysis (analysis/runs.csv), over all runs;
+- `demo-undecided-without-round-count`: comparisons the study names that ended undecided
+  without the rounds they would need (analysis/decisions.json: "gives no round count", or
+  still "undecided so far").
+
+Every run's net and gross repeat CV (request phase) and reasons are printed too.
+
+Usage: `python bench/bench_demo.py [--busy-cores 1] [--max-rounds N] [--keep]`
+(`--max-rounds 3`: only the three fixed rounds, a short check that the bench works; the
+goals are for the study as written.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from benchlib import emit, machine_line  # noqa: E402
+
+STUDY = REPO / "examples" / "study-demo.toml"
+BUSY_LOOP = "while True:\n    pass\n"
+
+
+def study_copy(src: Path, dst: Path, max_rounds: int | None) -> Path:
+    """The study file with its relative paths made absolute (it is read from `dst`), and
+    [decide] max_rounds (and min_rounds, never above it) overridden when asked."""
+    text = src.read_text(encoding="utf-8")
+
+    def absolute(m: re.Match[str]) -> str:
+        value = m.group(1)
+        p = src.parent / value
+        relative_path = not value.startswith("/") and ("/" in value or value.endswith(".json"))
+        return f'"{p.resolve()}"' if relative_path and p.exists() else m.group(0)
+
+    text = re.sub(r'"([^"\n]+)"', absolute, text)
+    if max_rounds is not None:
+        text = re.sub(r"(?m)^max_rounds\s*=\s*\d+", f"max_rounds = {max_rounds}", text)
+        m = re.search(r"(?m)^min_rounds\s*=\s*(\d+)", text)
+        if m and int(m.group(1)) > max_rounds:
+            text = re.sub(r"(?m)^min_rounds\s*=\s*\d+", f"min_rounds = {max_rounds}", text)
+    out = dst / src.name
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+def run_validity(runs_csv: Path) -> tuple[int, int, list[str]]:
+    """(valid runs, runs, one line per run) from the final analysis's verdicts."""
+    import pandas as pd
+
+    v = pd.read_csv(runs_csv, keep_default_na=False, na_values=[""])
+    lines, n_valid = [], 0
+    for rid, g in v.groupby("run_id", sort=False):
+        ok = bool(g["valid"].astype(str).str.lower().eq("true").all())
+        n_valid += ok
+        req = g[g["phase"] == "request"]
+        cv = float(req["cv"].iloc[0]) if len(req) and req["cv"].iloc[0] != "" else float("nan")
+        reasons = "; ".join(f"{r.phase}: {r.reasons}" for r in g.itertuples()
+                            if str(r.reasons) not in ("", "nan"))
+        lines.append(f"  {g['config'].iloc[0]:<28} {str(rid)[:12]}  request CV {cv:.2%}  "
+                     f"{'valid' if ok else 'INVALID: ' + reasons}")
+    return n_valid, v["run_id"].nunique(), lines
+
+
+def gross_net_cv(repeats_csv: Path) -> dict[str, tuple[float, float]]:
+    """run_id → (net CV, gross CV) of the request phase's J per generated token."""
+    import numpy as np
+    import pandas as pd
+
+    r = pd.read_csv(repeats_csv)
+    r = r[(r["scope"] == "all") & (r["phase"] == "request") & (r["unit"] == "generated")]
+    out: dict[str, tuple[float, float]] = {}
+    for rid, g in r.groupby("run_id"):
+        cvs = []
+        for basis in ("net", "gross"):
+            x = g[g["basis"] == basis]["j_per_token"].to_numpy(np.float64)
+            cvs.append(float(np.std(x, ddof=1) / np.mean(x)) if len(x) > 1 else float("nan"))
+        out[str(rid)] = (cvs[0], cvs[1])
+    return out
+
+
+def undecided_without_count(decisions: Path) -> tuple[int | None, list[str]]:
+    if not decisions.is_file():
+        return None, []
+    lines = [str(x) for x in json.loads(decisions.read_text())["lines"]]
+    bad = [x for x in lines if "gives no round count" in x or "undecided so far" in x]
+    return len(bad), lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--busy-cores", type=int, default=1,
+                    help="busy loops to start beside the demo (default 1)")
+    ap.add_argument("--max-rounds", type=int, default=None,
+                    help="override [decide] max_rounds (a short check; goals are for the study)")
+    ap.add_argument("--keep", action="store_true", help="keep the campaign directory")
+    args = ap.parse_args()
+    if args.busy_cores < 0 or (args.max_rounds is not None and args.max_rounds < 3):
+        ap.error("--busy-cores must be >= 0 and --max-rounds >= 3")
+
+    work = Path(tempfile.mkdtemp(prefix="epi-bench-demo-"))
+    out = work / "demo"
+    study = study_copy(STUDY, work, args.max_rounds)
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(args.busy_cores)]
+    print(machine_line("bench_demo.py") + f"; {args.busy_cores} busy-loop process(es) "
+          f"started by this bench (PIDs {[p.pid for p in busy]}), stopped at the end", flush=True)
+    print(f"study: {STUDY}" + (f" with max_rounds = {args.max_rounds}" if args.max_rounds
+                               else "") + f"; campaign directory {out}", flush=True)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "epi", "demo", "--out", str(out),
+                               "--study", str(study)], cwd=REPO, capture_output=True, text=True)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    wall_s = time.monotonic() - t0
+    load = os.getloadavg()
+    print(f"demo wall time {wall_s:.0f} s (exit {proc.returncode}); load average at the end "
+          f"{load[0]:.2f} (1 min), {load[1]:.2f} (5 min), {load[2]:.2f} (15 min)")
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:], proc.stderr[-3000:])
+        return 1
+    n_valid, n_runs, lines = run_validity(out / "analysis" / "runs.csv")
+    cvs = gross_net_cv(out / "analysis" / "repeats.csv")
+    print(f"runs valid (every phase): {n_valid} of {n_runs}")
+    for line in lines:
+        rid = line.split()[1]
+        match = [v for k, v in cvs.items() if k.startswith(rid)]
+        extra = f"  [net CV {match[0][0]:.2%}, gross CV {match[0][1]:.2%}]" if match else ""
+        print(line + extra)
+    n_bad, dlines = undecided_without_count(out / "analysis" / "decisions.json")
+    print("decisions:" if dlines else "decisions: none recorded (no [decide] in the study)")
+    for x in dlines:
+        print("  " + x)
+    note = f"{args.busy_cores} busy core(s)" + (f"; max_rounds {args.max_rounds}"
+                                                 if args.max_rounds else "")
+    emit("demo-wall-s", round(wall_s, 1), 1, None, note)
+    emit("demo-runs-valid-frac", round(n_valid / n_runs, 4) if n_runs else None, n_runs, None,
+         note)
+    emit("demo-undecided-without-round-count", n_bad, len(dlines), None, note)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"kept: {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
