@@ -221,10 +221,18 @@ def _segment_arrays(seg: Segment, names: tuple[str, ...]) -> dict[str, np.ndarra
     return {n: cols[n] for n in names}
 
 
+def _n_samples(seg: Segment) -> int:
+    """A segment's sample rows, without reading a cached column (`Segment.n_samples` reads
+    its `seq`)."""
+    if isinstance(seg.columns, ParquetColumns):
+        return seg.columns.n_rows
+    return seg.n_samples
+
+
 def _sample_frame(seg: Segment) -> pd.DataFrame:
     """One segment's samples as a frame (ints exact, empty floats NaN, empty status 0)."""
     cols = _segment_arrays(seg, fmt.SAMPLE_COLUMNS)
-    out = pd.DataFrame({"segment": np.full(seg.n_samples, seg.number, dtype=np.int64)})
+    out = pd.DataFrame({"segment": np.full(_n_samples(seg), seg.number, dtype=np.int64)})
     for col in fmt.SAMPLE_COLUMNS:
         out[col] = cols[col]
     return out
@@ -280,7 +288,7 @@ def _collect(segments: list[Segment], channels: dict[int, ChannelInfo]
     those double the memory, and the allocator keeps the freed pieces)."""
     good_counts: dict[tuple[str, int], dict[int, int]] = {}
     for seg in segments:
-        if not seg.n_samples:
+        if not _n_samples(seg):
             continue
         a = _segment_arrays(seg, ("channel", "power_w"))
         rows = np.bincount(a["channel"])  # channels are small non-negative ints (checked)
@@ -303,7 +311,7 @@ def _collect(segments: list[Segment], channels: dict[int, ChannelInfo]
     for seg in segments:
         boot = _boot_key(seg.boot_id)
         doms.setdefault(boot, [])
-        if not seg.n_samples:
+        if not _n_samples(seg):
             continue
         a = _segment_arrays(seg, ANALYSIS_COLUMNS)
         mono, real, power = a["t_mono_ns"], a["t_real_ns"], a["power_w"]
@@ -375,7 +383,13 @@ def _invalid_intervals(data: dict[tuple[str, int], ChannelData], events: pd.Data
         faults = ev[~ev["kind"].isin(INFO_EVENTS)]
         for ch in channels:  # a handful of channels
             d = data.get((_boot_key(boot), ch)) or _empty_channel()
-            t, seg = d.t_mono_ns, d.segment
+            t = d.t_mono_ns
+            # Each segment's rows as a slice [first, end) of the channel's arrays (no
+            # per-row segment array: 10 M rows a channel at a study's scale).
+            present = d.seg_counts > 0
+            numbers = d.seg_numbers[present]
+            seg_hi = np.cumsum(d.seg_counts[present])
+            seg_lo = seg_hi - d.seg_counts[present]
             # Empty power readings: dropped; the time around them is invalid.
             if len(d.nopower_t_ns):
                 lo, hi = _around(t, d.nopower_t_ns)
@@ -386,17 +400,17 @@ def _invalid_intervals(data: dict[tuple[str, int], ChannelData], events: pd.Data
                 lo, hi = _around(t, t[neg])
                 add(ch, boot, lo, hi, "all", REVERSED_CT_HINT)
             # Between segments.
-            cut = np.flatnonzero(seg[1:] != seg[:-1])
+            cut = seg_hi[:-1] - 1
             add(ch, boot, t[cut], t[cut + 1], "all",
-                np.array([f"gap between trace segments {seg[i]} and {seg[i + 1]}" for i in cut],
+                np.array([f"gap between trace segments {a} and {b}" for a, b in
+                          zip(numbers[:-1].tolist(), numbers[1:].tolist(), strict=True)],
                          dtype=object))
-            # Long sample gaps inside a segment.
-            per = period_lut[seg[:-1]] if len(seg) > 1 else np.zeros(0)
-            for (g, c), p in chan_period.items():
-                if c == ch and len(per):
-                    per = np.where(seg[:-1] == g, p, per)
-            dt = np.diff(t)
-            longg = np.flatnonzero((seg[1:] == seg[:-1]) & (dt > max_gap_periods * per * 1e9))
+            # Long sample gaps inside a segment (its channel's own period, else the segment's).
+            longg = np.concatenate([np.zeros(0, np.int64), *(
+                np.flatnonzero(np.diff(t[a:b]) > max_gap_periods * chan_period.get(
+                    (n, ch), period_lut[n]) * 1e9) + a
+                for n, a, b in zip(numbers.tolist(), seg_lo.tolist(), seg_hi.tolist(),
+                                   strict=True))])
             add(ch, boot, t[longg], t[longg + 1], "all",
                 f"sample gap longer than {max_gap_periods:g} scheduled periods")
             # Fault events for this channel or the whole board.
@@ -430,11 +444,12 @@ def _invalid_intervals(data: dict[tuple[str, int], ChannelData], events: pd.Data
             # count was lost: every later value of that segment is on another base, so the
             # counter is invalid from the last sample before the decrease to the segment's end.
             e = d.energy_j
-            dec = np.flatnonzero((np.diff(e) < 0) & (seg[1:] == seg[:-1]))
+            dec_seg = [(np.flatnonzero(np.diff(e[a:b]) < 0) + a, int(t[b - 1]))
+                       for a, b in zip(seg_lo.tolist(), seg_hi.tolist(), strict=True)]
+            dec = np.concatenate([np.zeros(0, np.int64), *(i for i, _ in dec_seg)])
             if len(dec):
-                seg_end = {int(n): int(t[seg == n][-1]) for n in np.unique(seg[dec])}
-                ends = np.array([max(seg_end[int(seg[i])], int(t[i + 1])) for i in dec],
-                                dtype=np.int64)
+                ends = np.array([max(last, int(t[i + 1])) for idx, last in dec_seg
+                                 for i in idx.tolist()], dtype=np.int64)
                 add(ch, boot, t[dec], ends, "counter",
                     "energy_j decreased or reset inside a segment (counter invalid to the "
                     "segment's end)")
