@@ -6,8 +6,8 @@ module), the power labelled as modelled, each candidate's comparison with the be
 agreeing with the campaign's own decision, and a second invocation that resumes without
 measuring again and keeps the verdicts.
 
-Cost: one 384-token prompt per request (`examples/prompts-search.json`: a run is 1 warm-up and
-3 repeats of one request, not of every default prompt), and one candidate round of 3 rounds.
+Cost: one 64-token prompt per request (a run is 1 warm-up and 3 repeats of one request, not of
+every default prompt), and one candidate round of 3 rounds.
 
 Its metered runs use one thread beside the emulated meter's daemon, as the demo does, with the
 repeat-CV limit raised (the modelled power follows this machine's load) so the campaign's
@@ -38,11 +38,22 @@ TEXT = " ".join(
 )
 
 
+def _one_prompt(tmp_path: Path) -> Path:
+    """examples/prompts-search.json's one prompt cut to 64 tokens: the tiny model's context is
+    512 tokens, too short for its 384-token prompt plus 256 generated."""
+    doc = json.loads((REPO / "examples" / "prompts-search.json").read_text())
+    doc["prompts"] = [{**doc["prompts"][0], "n_tokens": 64}]
+    doc["name"], doc["version"] = "epi-search-e2e", "epi-search-e2e-v1"
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def _search(model: Path, out: Path, text: Path) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "epi", "search", str(model), "--out", str(out),
             "--against", str(HAND[0]), "--against", str(HAND[1]),
             "--types", "Q8_0,Q4_0", "--candidates", "2", "--per-round", "2",
-            "--prompts", str(REPO / "examples" / "prompts-search.json"), "--max-rounds", "3",
+            "--prompts", str(text.with_name("prompts.json")), "--max-rounds", "3",
             "--text", str(text), "--kl-windows", "1", "--kl-ctx", "64",
             "--tokens", "256", "--meter-rate-hz", "40", "--repeats", "2", "--items", "10",
             "--threads", "2", "--run-threads", "1", "--lag", "auto",
@@ -66,6 +77,7 @@ def test_small_budget_search_measures_through_the_campaign_and_resumes(tmp_path:
     model = write_test_model(tmp_path / "tiny.gguf", n_layers=3)
     text = tmp_path / "held_out.txt"
     text.write_text(TEXT)
+    _one_prompt(tmp_path)
     out = tmp_path / "search"
 
     first = _search(model, out, text)
