@@ -127,11 +127,22 @@ def test_generated_values_load_or_give_one_line(tmp_path_factory: pytest.TempPat
 # ---- several meters (issue 32): generated [[meter]] lists --------------------------------
 URLS = ["http://a:8757", "http://A:8757/", "http://b:8757", "https://b", "b:1", ""]
 NODES = ["n0", "n1", "n2", "x y", ""]
-METER_FIELDS = st.fixed_dictionaries({}, optional={
-    "url": st.sampled_from(URLS), "trace": st.sampled_from(["ta", "tb", "ta/", ""]),
-    "emulate": st.booleans(), "rate_hz": st.sampled_from([0.0, 20.0, math.inf]),
-    "activity": st.sampled_from(["machine", "nope"]),
-    "nodes": st.lists(st.sampled_from(NODES), max_size=5)})
+TRACES = ["ta", "tb", "tc", "ta/", ""]
+# mostly well-formed tables (a URL, a trace, nodes), so that lists reach the cross-meter
+# checks (one URL, trace and node per meter); some with anything in any field
+METER_FIELDS = st.one_of(
+    st.fixed_dictionaries(
+        {"url": st.sampled_from(URLS[:4]), "trace": st.sampled_from(TRACES[:4]),
+         "nodes": st.lists(st.sampled_from(NODES[:3]), min_size=1, max_size=2)},
+        optional={"emulate": st.booleans()}),
+    st.fixed_dictionaries({"emulate": st.just(True),
+                           "nodes": st.lists(st.sampled_from(NODES[:3]), min_size=1,
+                                             max_size=2)}),
+    st.fixed_dictionaries({}, optional={
+        "url": st.sampled_from(URLS), "trace": st.sampled_from(TRACES),
+        "emulate": st.booleans(), "rate_hz": st.sampled_from([0.0, 20.0, math.inf]),
+        "activity": st.sampled_from(["machine", "nope"]),
+        "nodes": st.lists(st.sampled_from(NODES), max_size=5)}))
 
 
 def _meters_study(d: Path, meters: list[dict[str, object]]) -> Path:
@@ -146,6 +157,11 @@ def _meters_study(d: Path, meters: list[dict[str, object]]) -> Path:
     return p
 
 
+WELL_FORMED = st.fixed_dictionaries(  # each table fine alone: only the list can be wrong
+    {"url": st.sampled_from(URLS[:4]), "trace": st.sampled_from(TRACES[:4]),
+     "nodes": st.lists(st.sampled_from(NODES[:3]), min_size=1, max_size=2, unique=True)})
+
+
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(meters=st.lists(METER_FIELDS, max_size=4))
@@ -155,7 +171,21 @@ def test_generated_meter_lists_load_with_one_meter_per_url_trace_and_node_or_giv
     list, a URL without its trace, ...): refused in one line naming the file and a `meter`
     field, or loaded with what several meters need — no URL, trace directory or node on two
     meters, a trace with every URL, nodes on every meter of several."""
-    d = tmp_path_factory.mktemp("m")
+    _check_meter_list(tmp_path_factory.mktemp("m"), meters)
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(meters=st.lists(WELL_FORMED, min_size=2, max_size=3))
+def test_generated_lists_of_well_formed_meters_never_share_a_url_trace_or_node(
+        tmp_path_factory: pytest.TempPathFactory, meters: list[dict[str, object]]) -> None:
+    """Tables each fine alone, from small pools (the same URL or trace spelled two ways, the
+    same node): only the cross-meter checks stand between them and a study that meters one
+    node twice or reads one trace as two meters'."""
+    _check_meter_list(tmp_path_factory.mktemp("w"), meters)
+
+
+def _check_meter_list(d: Path, meters: list[dict[str, object]]) -> None:
     p = _meters_study(d, meters)
     text = _load_or_one_line(p)
     if text is not None:
