@@ -184,7 +184,8 @@ def inputs_from_campaign(camp: Path, rules: ad.DecisionRules) -> Inputs:
     p_invalid = float(1.0 - req["valid"].astype(bool).mean()) if len(req) else 0.0
     ev = _run_events(camp)
     # assessment: the gap after a round's last run beyond the usual gap between two runs
-    gaps_in, gaps_after = [], []
+    gaps_in: list[float] = []
+    gaps_after: list[float] = []
     for prev, nxt in pairwise(ev):
         (gaps_in if nxt[1] == prev[1] else gaps_after).append((nxt[2] - prev[3]) / 1e9)
     g0 = statistics.median(gaps_in) if gaps_in else 0.0

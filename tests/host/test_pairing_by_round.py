@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -136,9 +137,10 @@ def test_the_sequential_verdict_and_the_campaign_pair_the_same_rounds() -> None:
     a_r = {r: 0.30 * ROUND_EFFECT[r - 1] for r in (1, 3, 4)}
     by_hand = [-(TRUE_DELTA + NOISE_B[r]) / a_r[r] * 100.0 for r in (1, 3, 4)]
     assert v.mean == pytest.approx(float(np.mean(by_hand)), rel=1e-9)
-    values = {"A": {r: 0.30 * f for r, f in enumerate(ROUND_EFFECT, start=1)},
-              "B": {1: a_r[1] + TRUE_DELTA + NOISE_B[1], 2: None,
-                    3: a_r[3] + TRUE_DELTA + NOISE_B[3], 4: a_r[4] + TRUE_DELTA + NOISE_B[4]}}
+    values: dict[str, dict[int, float | None]] = {
+        "A": {r: 0.30 * f for r, f in enumerate(ROUND_EFFECT, start=1)},
+        "B": {1: a_r[1] + TRUE_DELTA + NOISE_B[1], 2: None,
+              3: a_r[3] + TRUE_DELTA + NOISE_B[3], 4: a_r[4] + TRUE_DELTA + NOISE_B[4]}}
     x = ad.paired_savings_pct(values, "A", "B")
     assert x == pytest.approx(by_hand, rel=1e-9)
     # the repeats' ±0.001 average out per run: the same savings as the run values
@@ -186,7 +188,7 @@ def test_report_labels_say_which_pairing() -> None:
     assert paired.pairing_label("") == "-" and paired.pairing_label(float("nan")) == "-"
 
 
-def _adaptive_campaign(root: Path, synth_tools) -> tuple[Path, list[Path]]:
+def _adaptive_campaign(root: Path, synth_tools: SimpleNamespace) -> tuple[Path, list[Path]]:
     """A campaign's runs as it lays them out (runs/<config>/round<k>-attempt<j>): q4 in rounds
     1–6, q8 in rounds 1–4 (adaptive: q8's comparison was settled sooner) with round 2
     failed; q8 draws 3 % more, every round draws differently (×0.90 … ×1.20)."""
@@ -212,7 +214,8 @@ def _adaptive_campaign(root: Path, synth_tools) -> tuple[Path, list[Path]]:
     return synth_tools.write_trace(root / "trace", {0: prof}, 495 * ns, cursor), runs
 
 
-def test_analysis_pairs_an_adaptive_campaign_by_round(tmp_path: Path, synth_tools) -> None:
+def test_analysis_pairs_an_adaptive_campaign_by_round(tmp_path: Path,
+                                                      synth_tools: SimpleNamespace) -> None:
     """Through `analyze`: the round comes from the run directory into repeats.csv / runs.csv
     (`campaign_round`), and every energy comparison pairs over the 3 common valid rounds."""
     from host.analysis.pipeline import Options, analyze
