@@ -17,7 +17,8 @@ per window (3–9 W over 4 s); these give ≤ 0.2 % (one window 1.6 %) at load 1
 
 The campaign (`epi campaign`, a subprocess) runs the tiny model once (1 round, 2 short prompts,
 2 repeats) split over this host (node n0, on meter A) and one local RPC worker (node n1, on
-meter B), syncing clocks with both daemons, then analyses both traces. Its decode J/token per
+meter B), syncing clocks with both daemons, then analyses both traces. It is killed (SIGKILL)
+once inside its run and resumed: the journal's resume with two meters. Its decode J/token per
 repeat, over both nodes, must agree with the truth within 1 % (as the one-daemon ground-truth
 tests, tests/host/test_align_groundtruth.py and test_multi_meter.py).
 """
@@ -184,6 +185,27 @@ def _truth_j_per_token(run_dir: Path, ref_local_ns: int) -> dict[int, float]:
     return {int(k): float(r["energy_j"] / r["tokens"]) for k, r in g.iterrows()}
 
 
+def _kill_inside_the_run(study: Path, camp: Path) -> None:
+    """Start the campaign, wait until its journal shows the run step started, let it run a
+    moment and kill the campaign with SIGKILL (its step process is left to the next session,
+    which stops it and sets its partial run aside)."""
+    proc = subprocess.Popen([sys.executable, "-m", "epi", "campaign", str(study)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal = camp / "journal.jsonl"
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            lines = journal.read_text().splitlines() if journal.is_file() else []
+            if any('"started"' in x and '"run:' in x for x in lines):
+                time.sleep(1.0)  # the run step under way (clock syncs with both meters)
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the campaign ended before its run could be killed"
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
 @pytest.mark.slow
 def test_a_campaign_metered_by_two_daemons_gives_the_emulators_truth(
         tiny_model: Path, tmp_path: Path) -> None:
@@ -205,6 +227,7 @@ def test_a_campaign_metered_by_two_daemons_gives_the_emulators_truth(
             _wait_up(urls[name], proc)
         worker.start()
         study = _study(tmp_path, tiny_model, urls, f"n1={worker.endpoint.address}")
+        _kill_inside_the_run(study, tmp_path / "camp")
         r = subprocess.run([sys.executable, "-m", "epi", "campaign", str(study)], cwd=REPO,
                            capture_output=True, text=True, timeout=600, check=False)
     finally:
@@ -218,7 +241,11 @@ def test_a_campaign_metered_by_two_daemons_gives_the_emulators_truth(
     assert r.returncode == 0, out[-4000:]
     assert "meters: 2 daemons" in out and f"meter 2: {urls['b']}" in out
     camp = tmp_path / "camp"
-    (run_dir,) = sorted((camp / "runs").glob("*/round1-attempt1"))
+    # the resumed session took up the killed run again; the analysis reads only the new one
+    assert "resuming the campaign" in out and "run:tiny-llama-f16:1 was interrupted" in out
+    (run_dir,) = sorted((camp / "runs").glob("*/round1-attempt2"))
+    runs = json.loads((camp / "analysis" / "results.json").read_text())["runs"]
+    assert [Path(x["path"]).name for x in runs] == ["round1-attempt2"]
     header = json.loads((run_dir / "run.json").read_text())
     assert header["meters"] == [urls["a"], urls["b"]]  # the study's order: the traces' order
     assert {e["meter_url"] for e in header["clock_sync"]} == set(urls.values())
