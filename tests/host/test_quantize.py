@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,8 @@ import pytest
 from host.gguf_io.file import sha256_file
 from host.llama.install import tool_env, tool_path
 from host.quant.gguf_info import read_model
-from host.quant.mixmap import expand, load_mixmap, load_mixmaps
-from host.quant.quantize import quantize_map
+from host.quant.mixmap import MixMap, expand, load_mixmap, load_mixmaps
+from host.quant.quantize import QuantResult, quantize_map
 from host.quant.tiny_model import write_test_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,22 +36,91 @@ def epi(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
                           text=True, cwd=cwd)
 
 
-def independent_types(path: Path) -> dict[str, str]:
-    """Every tensor's stored type as the gguf package itself names it (no epi code involved).
+# GGUF value types (gguf spec): id -> struct format of one scalar; 8 = string, 9 = array
+_GGUF_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q",
+                11: "q", 12: "d"}
 
-    Also checks each tensor's byte size against gguf's own block table, so a type name that
-    does not describe the stored data fails here.
+
+def independent_types(path: Path) -> dict[str, str]:
+    """Every tensor's stored type as the gguf package names it (no epi code involved).
+
+    The header is parsed here from the GGUF spec (magic, version, counts, key/values, tensor
+    infos, aligned data section): gguf.GGUFReader materialises every metadata array (a
+    32k-token vocabulary) and took most of this module's time. Type names and block sizes
+    come from the gguf package (GGMLQuantizationType, GGML_QUANT_SIZES). Each tensor's byte
+    size by that table must be what the file lays out: the tensors tile the data section in
+    offset order, each aligned and followed by less than one alignment of padding, the last
+    ending within one alignment of the file's end. So a type name that does not describe the
+    stored data fails here.
     """
+    import mmap
+    import struct
+
     import gguf
 
-    reader = gguf.GGUFReader(str(path))
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        pos = 0
+
+        def take(fmt: str) -> Any:
+            nonlocal pos
+            (value,) = struct.unpack_from("<" + fmt, buf, pos)
+            pos += struct.calcsize("<" + fmt)
+            return value
+
+        def string() -> bytes:
+            nonlocal pos
+            n = take("Q")
+            pos += n
+            return bytes(buf[pos - n:pos])
+
+        def value(vtype: int) -> Any:
+            nonlocal pos
+            if vtype in _GGUF_SCALAR:
+                return take(_GGUF_SCALAR[vtype])
+            if vtype == 8:
+                return string()
+            assert vtype == 9, vtype
+            etype, count = take("I"), take("Q")
+            if etype in _GGUF_SCALAR:
+                pos += count * struct.calcsize("<" + _GGUF_SCALAR[etype])
+            else:
+                for _ in range(count):
+                    value(etype)
+            return None
+
+        assert buf[:4] == b"GGUF"
+        pos = 4
+        assert take("I") >= 2
+        n_tensors, n_kv = take("Q"), take("Q")
+        meta = {}
+        for _ in range(n_kv):
+            key = string().decode()
+            meta[key] = value(take("I"))
+        infos = []
+        for _ in range(n_tensors):
+            name = string().decode()
+            dims = [take("Q") for _ in range(take("I"))]
+            infos.append((name, dims, take("I"), take("Q")))
+        align = int(meta.get("general.alignment") or 32)
+        data_start = -(-pos // align) * align
+        size = len(buf) - data_start
     types = {}
-    for t in reader.tensors:
-        qtype = gguf.GGMLQuantizationType(int(t.tensor_type))
+    spans = []
+    for name, dims, type_id, offset in infos:
+        qtype = gguf.GGMLQuantizationType(type_id)
         block, type_size = gguf.GGML_QUANT_SIZES[qtype]
-        assert int(t.shape[0]) % block == 0, (t.name, qtype.name)
-        assert int(t.n_bytes) == int(t.n_elements) // block * type_size, (t.name, qtype.name)
-        types[t.name] = qtype.name
+        assert dims[0] % block == 0, (name, qtype.name)
+        n_elements = 1
+        for d in dims:
+            n_elements *= d
+        assert offset % align == 0, (name, offset)
+        spans.append((offset, n_elements // block * type_size, name))
+        types[name] = qtype.name
+    spans.sort()
+    ends = [nxt for nxt, _, _ in spans[1:]] + [size]
+    assert spans[0][0] == 0
+    for (offset, n_bytes, name), end in zip(spans, ends, strict=True):
+        assert 0 <= end - (offset + n_bytes) < align, (name, offset, n_bytes, end)
     return types
 
 
@@ -78,16 +148,36 @@ def check_tensor_by_tensor(manifest: dict[str, Any], out: Path, base: Path) -> N
             assert effective == row["requested"], name
 
 
-def test_quantize_three_maps_tensor_by_tensor(tiny_model: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def quantized(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+              ) -> Callable[[MixMap], QuantResult]:
+    """The test model quantized with a map, once per map for this module (llama-quantize and
+    the manifest's read-back cost ~1 s a map): tests that only read a map's output share it.
+    Tests of re-quantizing (skips, damaged outputs) and of the CLI quantize on their own."""
     base = read_model(tiny_model)
     sha = sha256_file(tiny_model)
+    out = tmp_path_factory.mktemp("quantized")
+    done: dict[str, QuantResult] = {}
+
+    def get(m: MixMap) -> QuantResult:
+        if m.id not in done:
+            done[m.id] = quantize_map(m, base, sha, out, threads=2)
+            assert not done[m.id].skipped  # each map once, into a fresh folder
+        return done[m.id]
+
+    return get
+
+
+def test_quantize_three_maps_tensor_by_tensor(
+    tiny_model: Path, quantized: Callable[[MixMap], QuantResult]
+) -> None:
     for map_id in ("mix_high_early", "mix_extreme_late", "uniform_q8"):
-        m = load_mixmap(STUDY / f"{map_id}.json")
-        result = quantize_map(m, base, sha, tmp_path, threads=2)
+        result = quantized(load_mixmap(STUDY / f"{map_id}.json"))
         check_tensor_by_tensor(result.manifest.to_json(), result.output, tiny_model)
         assert not result.manifest.to_json()["differs_from_request"]  # 256-wide: every type fits
         assert result.manifest.to_json()["unpredicted"] == []
-    man = json.loads((tmp_path / "mix_high_early.manifest.json").read_text())
+    man = json.loads(quantized(load_mixmap(STUDY / "mix_high_early.json")).manifest_path
+                     .read_text())
     groups = {g["name"]: g for g in man["layer_groups"]}
     assert groups["early"]["layers"] == [0, 1]
     assert groups["late"]["layers"] == [6, 7]
@@ -98,12 +188,10 @@ def test_quantize_three_maps_tensor_by_tensor(tiny_model: Path, tmp_path: Path) 
 
 
 def test_tensor_check_catches_a_manifest_that_misstates_a_type(
-    tiny_model: Path, tmp_path: Path
+    tiny_model: Path, quantized: Callable[[MixMap], QuantResult]
 ) -> None:
     """The check reads the file itself: a manifest row that lies about a type is caught."""
-    base = read_model(tiny_model)
-    result = quantize_map(load_mixmap(STUDY / "uniform_q8.json"), base, sha256_file(tiny_model),
-                          tmp_path, threads=2)
+    result = quantized(load_mixmap(STUDY / "uniform_q8.json"))
     check_tensor_by_tensor(result.manifest.to_json(), result.output, tiny_model)
     lying = json.loads(json.dumps(result.manifest.to_json()))
     row = next(t for t in lying["tensors"] if t["name"] == "blk.0.attn_q.weight")
@@ -113,13 +201,13 @@ def test_tensor_check_catches_a_manifest_that_misstates_a_type(
 
 
 @pytest.mark.slow
-def test_every_shipped_map_on_the_test_model(tiny_model: Path, tmp_path: Path) -> None:
-    base = read_model(tiny_model)
-    sha = sha256_file(tiny_model)
+def test_every_shipped_map_on_the_test_model(
+    tiny_model: Path, quantized: Callable[[MixMap], QuantResult]
+) -> None:
     maps, _ = load_mixmaps([STUDY, STUDY / "demo"])
     assert len(maps) == 29
     for m in maps:
-        result = quantize_map(m, base, sha, tmp_path, threads=2)
+        result = quantized(m)
         check_tensor_by_tensor(result.manifest.to_json(), result.output, tiny_model)
         assert result.manifest.to_json()["unpredicted"] == []
 
@@ -168,14 +256,14 @@ def test_up_to_date_outputs_are_skipped(tiny_model: Path, tmp_path: Path) -> Non
     assert not third.skipped
 
 
-def test_manifest_on_disk_reads_back_as_the_typed_result(tiny_model: Path, tmp_path: Path
-                                                          ) -> None:
+def test_manifest_on_disk_reads_back_as_the_typed_result(
+    tiny_model: Path, quantized: Callable[[MixMap], QuantResult]
+) -> None:
     """The typed manifest `quantize_map` returns is the file it wrote: the reader turns the
     file back into an equal record, and `to_json` into the same document."""
     from epi.formats.manifests import read_quant_manifest
 
-    result = quantize_map(load_mixmap(STUDY / "mix_high_early.json"), read_model(tiny_model),
-                          sha256_file(tiny_model), tmp_path, threads=2)
+    result = quantized(load_mixmap(STUDY / "mix_high_early.json"))
     on_disk = json.loads(result.manifest_path.read_text())
     assert on_disk == result.manifest.to_json()
     assert read_quant_manifest(result.manifest_path) == result.manifest
@@ -191,7 +279,7 @@ def test_cli_quantize_applies_each_map_to_the_model_once(
     """`epi quantize` expands a map once: the expansion whose warnings it prints is the one
     llama-quantize gets (issue 26: it was expanded a second time inside quantize_map)."""
     import host.quant.mixmap as mixmap_module
-    from host.quant.mixmap import Expansion, MixMap, TensorInfo
+    from host.quant.mixmap import Expansion, TensorInfo
     from host.quant.quant_types import ModelShape
     from tests.cli_run import run_epi
 
