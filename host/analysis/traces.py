@@ -352,8 +352,8 @@ def _collect(segments: list[Segment], channels: dict[int, ChannelInfo]
         if not spans:
             domains[boot] = Domain(0, None, None)
             continue
-        rows, mono_lo, mono_hi, real_lo, real_hi = zip(*spans, strict=True)
-        domains[boot] = Domain(sum(rows), (min(mono_lo), max(mono_hi)),
+        n_rows, mono_lo, mono_hi, real_lo, real_hi = zip(*spans, strict=True)
+        domains[boot] = Domain(sum(n_rows), (min(mono_lo), max(mono_hi)),
                                (min(real_lo), max(real_hi)))
     return data, domains
 
