@@ -13,16 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from host.quant.tiny_model import write_test_model
-
 REPO = Path(__file__).resolve().parents[2]
 MAPS = REPO / "quantmaps"
 
 
 @pytest.mark.slow
-def test_adaptive_campaign_end_to_end(tmp_path: Path) -> None:
-    model = tmp_path / "tiny.gguf"
-    write_test_model(model)
+def test_adaptive_campaign_end_to_end(tiny_model: Path, tmp_path: Path) -> None:
+    model = tiny_model  # the session's test model: the campaign only reads it
     study = tmp_path / "study.toml"
     study.write_text(f"""
 [study]
