@@ -220,7 +220,9 @@ def main() -> None:
             f"CPU s (user+sys, all threads) cold {figures['cold'][3]:.1f}, warm "
             f"{figures['warm'][3]:.1f}; load start→end cold {figures['cold'][2]:.2f}→"
             f"{figures['cold'][4]:.2f}, warm {figures['warm'][2]:.2f}→{figures['warm'][4]:.2f}"
-            + ("; under cProfile" if args.profile else ""))
+            + ("; under cProfile" if args.profile else "")
+            + ("" if (args.hours, args.runs) == (HOURS, RUNS) else
+               "; NOT the study's size (--hours/--runs): not a figure for the goal"))
     emit("analyze-study-scale-cold-s", round(figures["cold"][0], 1), 1, None, note)
     emit("analyze-study-scale-warm-s", round(figures["warm"][0], 1), 1, None, note)
     emit("analyze-study-scale-peak-mb", round(max(f[1] for f in figures.values())), 2,
