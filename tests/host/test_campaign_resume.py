@@ -29,7 +29,6 @@ import pytest
 
 from host.campaign.journal import Journal, Started
 from host.campaign.procs import MARK_VAR
-from host.quant.tiny_model import write_test_model
 from host.report import data as report_data
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,10 +218,12 @@ def _check_figures(a: dict[str, dict[str, float | str]],
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The tiny model and one campaign run without interruption (the reference)."""
+def uninterrupted(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+                  ) -> tuple[Path, Path]:
+    """The tiny model (the session's, read only) and one campaign run without interruption
+    (the reference)."""
     base = tmp_path_factory.mktemp("resume")
-    model = write_test_model(base / "tiny.gguf")
+    model = tiny_model
     a = _study(base / "a", model)
     pa = _start(a, base / "a.log")
     assert pa.wait(timeout=TIMEOUT_S) == 0, (base / "a.log").read_text()[-3000:]
