@@ -1,19 +1,37 @@
 """The default validity gates on a real run (issue 31): every other end-to-end test loosens
 a gate (the repeat CV limit or the sample-gap rule) for reasons it states; this one runs
-`epi run` (the tiny model through llama.cpp) against an emulated meter daemon, analyses with
-`Options()` exactly as `epi analyze` defaults, and expects every run and phase valid.
+`epi run` (the tiny model through llama.cpp, a subprocess) against an emulated meter daemon
+on the campaign's default path, analyses with every gate at `epi analyze`'s default, and
+expects every run and phase valid.
 
-The emulated channel draws a constant 6 W, so J/token is 6 W × seconds per token and the
-repeat CV is the CV of the decode speed. On an oversubscribed machine that CV is the other
-jobs' doing, and the default 3 % gate rightly refuses it: measured here at a load average of
-6 on 2 cores, 56-62 %. So the test needs a machine that is not oversubscribed (load average
-below its CPU count) and says so as a skip reason otherwise; it never loosens a gate. The
-figure is checked against that closed form from the token log's own times.
+The default path (`epi demo`, `make demo`): channel 0 follows the CPU time of the inference
+process tree (`ProcessTreeActivityModel`: the `epi run` process and its llama.cpp child, named
+in a follow file as the campaign names its own PID; the in-process daemon is excluded), and
+the analysis reports net J/token (`energy_basis = "net"`, as examples/study-demo.toml), so
+the repeat-CV gate checks the net figure. Net J/token is then the tree's CPU time per token
+mapped to power: a busy machine that stretches the wall time does not move it, where the
+constant-power version of this test measured the decode *speed* (gross J/token = 6 W × s per
+token: one 60 ms hiccup in a 1.2 s repeat was 5 %, over the 3 % gate in one of three full-suite
+runs). Only `energy_basis` differs from `Options()`; it is the figure's basis, not a gate.
+
+Measured 2026-11-26 on the shared 2-core VM (other agents' jobs running; no quiet machine was
+available): at load 16-18 the net repeat CVs were 0.7-2.9 % (passed, 2 of 2 runs); at load
+13-16 plus a busy loop, one phase each went over 3 % (3.3-5.5 %, 3 of 3 failed). Those loads
+are above the skip rule below (load average > CPUs + 1): there the other jobs set the figures.
+
+The figures are checked against closed forms from outside the analysis: the whole run's
+modelled energy above the idle floor equals (max_w − idle_w) × the tree's CPU seconds
+(`getrusage` of the waited child) / the machine's CPUs, and the headline's J/token lies between
+the idle floor × seconds per token and the maximum power × seconds per token.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import resource
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,34 +39,49 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meter.emulation.power_models import ConstantPower
+from meter.emulation.power_models import FOLLOW_ENV
 
-POWER_W = 6.0
-# one 384-token prompt: its prefill spans several sweeps at 20 Hz (the default prompts' few
-# tokens are prefilled between two sweeps, which the min-samples gate rightly refuses)
-PROMPTS = Path(__file__).resolve().parents[2] / "examples" / "prompts-search.json"
+IDLE_W, MAX_W = 2.7, 9.5  # the activity model's defaults (Pi-5-like)
+# the demo's three 256-384-token prompts, twice per repeat: every prefill spans several
+# sweeps at 20 Hz (the default prompts' few tokens are prefilled between two sweeps, which the
+# min-samples gate rightly refuses), and six requests per repeat give each repeat's J/token
+# six times one request's CPU time. /proc counts CPU time in 10 ms steps, so each window's
+# energy is off by up to 10 ms of CPU at each edge (σ ≈ 4 ms): on the tiny model's ~0.26 s of
+# prefill CPU per three requests that alone is a 2.7 % repeat spread against the 3 % gate;
+# with six it is 1.4 %.
+DEMO_PROMPTS = Path(__file__).resolve().parents[2] / "examples" / "prompts-demo-long.json"
+
+
+def _six_prompts(path: Path) -> Path:
+    doc = json.loads(DEMO_PROMPTS.read_text(encoding="utf-8"))
+    doc["prompts"] = [{**p, "id": f"{p['id']}-{k}"} for k in (1, 2) for p in doc["prompts"]]
+    doc["name"] = doc["version"] = "epi-demo-long-twice"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    os.environ.get("EPI_QUIET_MACHINE") != "1",
-    reason="needs a machine with nothing else running (EPI_QUIET_MACHINE=1): in the full suite "
-           "on a 2-core VM the decode CV was 4.9 % (gate 3 %) in one of three runs, so it is "
-           "opt-in until the decode speed's spread is tamed (issue 31 stays open for it)")
-def test_default_gates_pass_on_a_real_run(tiny_model: Path, tmp_path: Path) -> None:
+def test_default_gates_pass_on_a_real_run(tiny_model: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    ncpu = os.cpu_count() or 1
     load = os.getloadavg()[0]
-    if load >= (os.cpu_count() or 1):
-        pytest.skip(f"load average {load:.1f} on {os.cpu_count()} CPUs: the decode speed, and "
-                    "so J/token, is the other jobs' to set; the CV gate would rightly refuse")
+    if load > ncpu + 1:
+        pytest.skip(f"load average {load:.1f} on {ncpu} CPUs: more than one unrelated job per "
+                    "core beside this test, so the inference's CPU time per token and the delay "
+                    "from its token stamps to its work are the other jobs' to set (measured at "
+                    "load 13-18 with a busy loop: prefill net repeat CV 3.3-4.4 %); the default "
+                    "gates would rightly refuse")
     from host.analysis.pipeline import Options, analyze
     from host.analysis.tokenlog_reader import read_run
-    from host.run.runner import RunSettings, run
+    from host.analysis.traces import read_trace
     from meter.daemon.options import DaemonOptions
     from meter.daemon.service import MeterDaemon
 
+    follow = tmp_path / "follow.pids"
+    monkeypatch.setenv(FOLLOW_ENV, str(follow))  # the daemon's channel 0: the process tree
     opts = DaemonOptions(out_dir=tmp_path / "trace", emulate=True, rate_hz=20.0,
-                         listen="127.0.0.1:0", n_emulated_channels=1,
-                         power_model=[ConstantPower(POWER_W)])
+                         listen="127.0.0.1:0", n_emulated_channels=1)
     daemon = MeterDaemon(opts, log=lambda line: None)
     worker = threading.Thread(target=daemon.run, daemon=True)
     worker.start()
@@ -56,25 +89,47 @@ def test_default_gates_pass_on_a_real_run(tiny_model: Path, tmp_path: Path) -> N
     while not (daemon.ready.is_set() and daemon.server is not None):
         assert time.monotonic() < deadline and worker.is_alive()
         time.sleep(0.05)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         assert daemon.server is not None
-        run(RunSettings(model=tiny_model, out=tmp_path / "run", tokens=120, repeats=3,
-                        prompts=PROMPTS, warmups=1, threads=1, idle_s=1.0, cooldown_s=0.2,
-                        meter=daemon.server.url), echo=lambda line: None)
+        cmd = [sys.executable, "-m", "epi", "run", str(tiny_model), "--out",
+               str(tmp_path / "run"), "--tokens", "120", "--repeats", "3", "--prompts",
+               str(_six_prompts(tmp_path / "prompts.json")), "--warmups", "1", "--threads",
+               "1", "--idle-s", "1.0", "--cooldown-s", "0.2", "--meter", daemon.server.url]
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        follow.write_text(f"{proc.pid}\n")  # as the campaign names itself
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out
         time.sleep(0.5)  # the last sweeps reach the trace
     finally:
         daemon.stop()
         worker.join(timeout=30)
-    a = analyze([tmp_path / "run"], tmp_path / "trace", Options())  # the defaults, all gates
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    tree_cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+    a = analyze([tmp_path / "run"], tmp_path / "trace", Options(energy_basis="net"))
     assert a.verdicts["valid"].all(), a.verdicts[["phase", "cv", "reasons"]].to_string()
+    cvs = a.verdicts.set_index("phase")["cv"]
+    print(f"load {load:.2f} → {os.getloadavg()[0]:.2f}; net repeat CV prefill "
+          f"{cvs['prefill']:.2%} decode {cvs['decode']:.2%} request {cvs['request']:.2%}")
+
+    # closed form 1: the run's energy above the idle floor is the tree's CPU time mapped
+    s = read_trace(tmp_path / "trace").samples
+    s = s[(s["channel"] == 0) & s["energy_j"].notna()]
+    span_s = (s["t_mono_ns"].iloc[-1] - s["t_mono_ns"].iloc[0]) / 1e9
+    above_idle_j = s["energy_j"].iloc[-1] - s["energy_j"].iloc[0] - IDLE_W * span_s
+    assert above_idle_j == pytest.approx((MAX_W - IDLE_W) * tree_cpu_s / ncpu, rel=0.05)
+
+    # closed form 2: gross J/token per repeat lies between idle and max power × s per token
     head = a.results[(a.results["scope"] == "all") & (a.results["phase"] == "request")
-                     & (a.results["unit"] == "generated") & (a.results["basis"] == "gross")]
-    assert len(head) == 1 and head["n_runs_valid"].iloc[0] == 1
-    assert head["n_repeats"].iloc[0] == 3
-    # closed form: 6 W × request seconds / generated tokens, per repeat, from the token log
+                     & (a.results["unit"] == "generated")]
+    gross = head[head["basis"] == "gross"]
+    assert len(gross) == 1 and gross["n_runs_valid"].iloc[0] == 1
+    assert gross["n_repeats"].iloc[0] == 3
     rq = read_run(tmp_path / "run").requests
     rq = rq[rq["warmup"] == 0]
-    want = [POWER_W * ((g["t_end_mono_ns"] - g["t_start_mono_ns"]).sum() / 1e9)
-            / g["n_generated_tokens"].sum() for _, g in rq.groupby("repeat")]
-    assert head["j_per_token_median"].iloc[0] == pytest.approx(float(np.median(want)),
-                                                               rel=0.02)
+    s_per_tok = np.median([((g["t_end_mono_ns"] - g["t_start_mono_ns"]).sum() / 1e9)
+                           / g["n_generated_tokens"].sum() for _, g in rq.groupby("repeat")])
+    j = gross["j_per_token_median"].iloc[0]
+    assert IDLE_W * s_per_tok * 0.98 < j < MAX_W * s_per_tok * 1.02
