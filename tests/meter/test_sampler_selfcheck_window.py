@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from meter.driver.selfcheck import (
@@ -70,13 +70,14 @@ step = st.tuples(
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(step, min_size=1, max_size=400), st.sampled_from([0.3, 1.0, 2.5]))
+@given(st.lists(step, min_size=60, max_size=400), st.sampled_from([0.3, 1.0, 2.5]))
 def test_running_window_gives_the_verdicts_of_a_full_recomputation(
     steps: list[tuple[int, float, float, float | None]], window_s: float
 ) -> None:
     cfg = SelfCheckConfig(joules_per_count=0.01, window_s=window_s, sweep_s=0.05)
     check, ref = ChainSelfCheck(cfg), Reference(cfg)
     t, energy = 5 * S, 0.0
+    judged = 0
     for dt_ms, power, gain, uipf_ratio in steps:
         t += dt_ms * 1_000_000
         energy += abs(power) * gain * dt_ms / 1000
@@ -94,6 +95,10 @@ def test_running_window_gives_the_verdicts_of_a_full_recomputation(
         assert (d.kind if d else None) == (fired[0] if fired else None)
         assert check.active == ref.active
         assert extremes is not None
+        judged += 1
         lo, hi, bad, n = extremes
         assert (check._lows[0][1], check._highs[0][1]) == (lo, hi)
         assert (check._n_bad, check._n_uipf) == (bad, n)
+    event("full windows judged: " + ("none" if not judged else "some"))
+    event("readings dropped from the window: " + ("none" if len(check.points) == len(steps)
+                                                  else "some"))
