@@ -90,7 +90,7 @@ def _text(found: ad.Assessment, doc: Mapping[str, Any], cand: Measured,
     """One line: the campaign's own comparison text, the reason, and the accuracies."""
     line = found.text()
     if doc["state"] == "undecided" and doc["paired_rounds"] < FIRST_FINITE_ROUND:
-        line += f" ({doc['reason']})"
+        line += f"; why: {doc['reason']}"
     acc = (f"; accuracy {cand.accuracy:.3g} vs {best.accuracy:.3g} (scored once, not "
            "resolved by rounds)" if math.isfinite(cand.accuracy) and
            math.isfinite(best.accuracy) else "")
