@@ -595,6 +595,10 @@ def test_figure_and_page_show_frontier_intervals_and_models(tmp_path: Path) -> N
     md = md_path.read_text()
     assert "![search](search.png)" in md and "residuals" in md and "intercept" in md
     assert "EPI pred [PI]" in md and "summed per-layer proxy" in md
+    # each candidate's comparison with the best hand-made map, as stored in the state
+    assert "Each candidate against the best hand-made map" in md
+    for cid, v in state.verdicts.items():
+        assert f"| {cid} | {v['against']} | {v['state']}" in md
 
 
 def test_a_round_whose_analysis_lacks_a_map_is_refused(tmp_path: Path) -> None:
