@@ -89,7 +89,12 @@ def _num(x: object) -> float | None:
 
 
 def _channel_meta(trace: Trace) -> dict[int, dict[str, object]]:
-    """channel → its last segment's `channels[]` entry (meta.json)."""
+    """channel → its last segment's `channels[]` entry (meta.json); a joined trace's channels
+    from the trace each came from."""
+    if trace.origins:
+        per = {id(t): _channel_meta(t) for t in trace.member_traces}
+        return {new: per[id(t)][ch] for new, (t, ch) in trace.origins.items()
+                if ch in per[id(t)]}
     out: dict[int, dict[str, object]] = {}
     for seg in trace.segments:
         chans = seg.meta.get("channels")

@@ -16,7 +16,8 @@ the traces here, so that the rest of the analysis sees one trace:
   node's channels are found by the channel map's `node` as for one trace.
 
 Limits: each trace must hold one clock domain (one boot of its daemon); the joined trace keeps
-trace 0's segments (its raw `samples`, segment metadata and power-source labels).
+trace 0's segments (its raw `samples` and segment metadata); each channel's power-source label
+and instrument terms come from the trace it came from (`Trace.origins`).
 """
 
 from __future__ import annotations
@@ -159,5 +160,6 @@ def join_traces(traces: Sequence[Trace], runs: Sequence[RunLog]
     domains = {key0: Domain(n_rows, mono, dom0.real_ns)}
     joined = Trace(traces[0].path, list(traces[0].segments), channels,
                    pd.concat(events, ignore_index=True), pd.concat(invalid, ignore_index=True),
-                   data, domains, notes)
+                   data, domains, notes,
+                   origins={new: (traces[k], ch) for new, (k, ch) in origin.items()})
     return joined, ChannelMap(origin), worst_unc

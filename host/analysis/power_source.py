@@ -56,7 +56,12 @@ def component_label(source: str | None, scope: str) -> str:
 
 
 def channel_sources(trace: Trace) -> dict[int, str]:
-    """channel → power source over all segments ("a + b" when segments differ)."""
+    """channel → power source over all segments ("a + b" when segments differ).
+
+    A joined trace (several meters) labels each channel from the trace it came from."""
+    if trace.origins:
+        per = {id(t): channel_sources(t) for t in trace.member_traces}
+        return {new: per[id(t)].get(ch, MEASURED) for new, (t, ch) in trace.origins.items()}
     out: dict[int, str] = {}
     for ch in sorted(trace.channels):
         info = trace.channels[ch]

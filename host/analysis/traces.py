@@ -106,6 +106,9 @@ class Trace:
     data: dict[tuple[str, int], ChannelData]
     domains: dict[str, Domain]
     notes: list[str] = field(default_factory=list)
+    # A trace joined from several (host/analysis/multi_trace.py): each channel → (the trace it
+    # came from, its number there), so labels and instrument terms come from that trace's meta.
+    origins: dict[int, tuple[Trace, int]] | None = field(default=None, repr=False, compare=False)
     _samples: pd.DataFrame | None = None
     _series: dict[tuple[str, int], ChannelSeries] = field(default_factory=dict)
 
@@ -122,12 +125,20 @@ class Trace:
         return list(dict.fromkeys(s.boot_id for s in self.segments))
 
     @property
+    def member_traces(self) -> list[Trace]:
+        """The traces this one was joined from (itself when it was not joined)."""
+        if not self.origins:
+            return [self]
+        return list({id(t): t for t, _ in self.origins.values()}.values())
+
+    @property
     def emulated(self) -> bool:
-        return any(bool(s.meta.get("emulated")) for s in self.segments)
+        return any(bool(s.meta.get("emulated")) for t in self.member_traces for s in t.segments)
 
     @property
     def power_models(self) -> list[object]:
-        return [s.meta.get("power_model") for s in self.segments if s.meta.get("power_model")]
+        return [s.meta.get("power_model") for t in self.member_traces for s in t.segments
+                if s.meta.get("power_model")]
 
     def clock_simulated(self, boot_id: str | None) -> bool:
         """Whether the segments of this clock domain were timed by a simulated clock."""

@@ -160,6 +160,11 @@ def test_two_daemons_with_their_own_offsets_and_drifts_give_the_truth(study: Stu
     assert a.runs[0].clock.drift_ppm == pytest.approx(300.0, abs=0.5)  # meter A's own
     assert a.verdicts["valid"].all(), a.verdicts["reasons"].tolist()
     assert sorted(a.runs[0].node_channels.items()) == [("n0", [0]), ("n1", [1]), ("n2", [2])]
+    # every joined channel remembers the trace it came from (its labels and instrument terms)
+    assert a.trace.origins is not None
+    assert {ch: (Path(t.path).resolve(), c) for ch, (t, c) in a.trace.origins.items()} == {
+        0: (Path(traces[0]).resolve(), 0), 1: (Path(traces[0]).resolve(), 1),
+        2: (Path(traces[1]).resolve(), 0)}
     # meter B placed in meter A's clock: its rate relative to A's, from its own offsets
     note = next(n for n in a.notes if "placed in" in n)
     found = re.search(r"drift ([-+][\d.]+) ppm", note)
