@@ -15,10 +15,15 @@ follow by least squares; L̂ minimises the residual sum of squares S(L), searche
 over ±`max_lag_ms` and refined on a 0.25 ms grid around the best point. Its interval is the
 profile-likelihood one, {L : S(L) ≤ S(L̂)·(1 + t²(n − 3)/(n − 3))} (F-test with one parameter;
 approximate: independent errors assumed). A lag is "resolved" when that interval excludes 0.
+
+The grid's fits share their work (`_GridFit`): sample intervals far from every edge have the
+same design row at every lag and are reduced once, so each lag refits only the rows near an
+edge; S(L) is that of the per-lag least squares (tests/host/test_lag_speed_equivalence.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -100,6 +105,119 @@ def _sse(y: np.ndarray, x: np.ndarray) -> tuple[float, np.ndarray]:
     return float(r @ r), beta
 
 
+# Elements (lags × intervals) of one block of the vectorised grid: bounds its memory (~50 MB)
+# whatever the run's length.
+_BLOCK_ELEMENTS = 1 << 21
+
+
+@dataclass(frozen=True)
+class _Windows:
+    """One phase's sorted windows and what does not depend on the lag, built once per channel:
+    shifting the windows by L equals shifting the sample times by −L (exact for integer ns)."""
+
+    w0: np.ndarray
+    w1: np.ndarray
+    lengths: np.ndarray  # w1 − w0 (ns, float)
+    cum: np.ndarray  # total length of the windows before each one, then the total
+
+    @classmethod
+    def of(cls, w0: np.ndarray, w1: np.ndarray) -> _Windows:
+        lengths = (w1 - w0).astype(np.float64)
+        return cls(w0, w1, lengths, np.concatenate([[0.0], np.cumsum(lengths)]))
+
+    def coverage(self, t: np.ndarray) -> np.ndarray:
+        """`_coverage(t, w0, w1)` for an array of times of any shape."""
+        k = np.searchsorted(self.w0, t, side="right")
+        last = np.maximum(k - 1, 0)
+        partial = np.where(k > 0, np.minimum(t - self.w0[last], self.lengths[last]), 0.0)
+        return self.cum[last] * (k > 0) + partial
+
+    def inside(self, t: np.ndarray) -> np.ndarray:
+        """1.0 where t lies in a window, else 0.0 (the point design's column)."""
+        k = np.searchsorted(self.w0, t, side="right") - 1
+        return ((k >= 0) & (t < self.w1[np.maximum(k, 0)])).astype(np.float64)
+
+
+def _columns(t0: np.ndarray, t1: np.ndarray, lag_ns: np.ndarray, windows: list[_Windows],
+             point: bool) -> np.ndarray:
+    """`_design`'s matrices for a column of lags (ns) at once: shape (lags, intervals, 3)."""
+    x = np.empty((lag_ns.shape[0], len(t0), 1 + len(windows)))
+    x[:, :, 0] = 1.0
+    s0 = t0[None, :] - lag_ns
+    if point:
+        for c, w in enumerate(windows, 1):
+            x[:, :, c] = w.inside(s0)
+    else:
+        s1 = t1[None, :] - lag_ns
+        for c, w in enumerate(windows, 1):
+            x[:, :, c] = (w.coverage(s1) - w.coverage(s0)) / (t1 - t0)
+    return x
+
+
+class _GridFit:
+    """S(L) for lags of the grid, as `_sse(y, _design(...))[0]` gives them, without one full
+    fit per lag.
+
+    Rows (sample intervals) with no window edge within reach of them for any lag in
+    [lo_ms, hi_ms] have the same design row at every lag: they are reduced once to a QR factor
+    R and the residual r₀ outside its span, since ‖Cβ − y_c‖² = ‖Rβ − Qᵀy_c‖² + r₀ exactly.
+    Only the rows near an edge are rebuilt per lag, for a block of lags at once, and each small
+    stacked problem is solved by one batched SVD with `lstsq`'s default rank cut-off (so a
+    degenerate design, e.g. windows outside the data, gives the same S). Lags whose designs are
+    identical (common for point readings: S is a step function of L) get the very same S, as
+    the per-lag fits gave them, so ties in the grid's argmin break the same way.
+    """
+
+    def __init__(self, y: np.ndarray, t0: np.ndarray, t1: np.ndarray,
+                 windows: list[_Windows], point: bool, lo_ms: float, hi_ms: float) -> None:
+        lo_ns, hi_ns = lo_ms * 1e6, hi_ms * 1e6
+        edges = np.sort(np.concatenate([np.concatenate([w.w0, w.w1]) for w in windows]))
+        # an edge e + L can fall in [t0, t1] for some L (1 ns spare: closed ends, rounding)
+        near = (np.searchsorted(edges, t1 - lo_ns + 1.0, side="right")
+                > np.searchsorted(edges, t0 - hi_ns - 1.0, side="left"))
+        far = ~near
+        self.k = 1 + len(windows)
+        self.n = len(y)
+        self.windows, self.point = windows, point
+        if far.any():
+            xc = _columns(t0[far], t1[far], np.array([[lo_ns]]), windows, point)[0]
+            q, self.r_fac = np.linalg.qr(xc)
+            qy = q.T @ y[far]
+            res = y[far] - q @ qy
+            self.r0 = float(res @ res)
+        else:
+            self.r_fac, qy, self.r0 = np.zeros((0, self.k)), np.zeros(0), 0.0
+        self.t0n, self.t1n = t0[near], t1[near]
+        self.b = np.concatenate([qy, y[near]])
+        self.cache: dict[bytes, float] = {}  # digest of a near-edge design → S
+
+    def sse(self, lags_ms: np.ndarray) -> np.ndarray:
+        out = np.empty(len(lags_ms))
+        block = max(1, _BLOCK_ELEMENTS // max(len(self.b), 1))
+        rows = len(self.r_fac)
+        for j in range(0, len(lags_ms), block):
+            lag_ns = (lags_ms[j:j + block] * 1e6)[:, None]
+            cols = _columns(self.t0n, self.t1n, lag_ns, self.windows, self.point)
+            # a digest, not the bytes: a long run's near-edge design is megabytes per lag
+            keys = [hashlib.blake2b(c.tobytes(), digest_size=20).digest() for c in cols]
+            first: dict[bytes, int] = {}
+            for i, key in enumerate(keys):
+                if key not in self.cache:
+                    first.setdefault(key, i)
+            if first:
+                pick = np.fromiter(first.values(), np.int64, len(first))
+                x = np.concatenate([np.broadcast_to(self.r_fac, (len(pick), rows, self.k)),
+                                    cols[pick]], axis=1)
+                u, sv, _ = np.linalg.svd(x, full_matrices=False)
+                rank_ok = sv > np.finfo(np.float64).eps * max(self.n, self.k) * sv[:, :1]
+                coef = np.einsum("mnk,n->mk", u, self.b) * rank_ok
+                r = self.b[None, :] - np.einsum("mnk,mk->mn", u, coef)
+                s_new = self.r0 + np.einsum("mn,mn->m", r, r)
+                self.cache.update(zip(first, map(float, s_new), strict=True))
+            out[j:j + block] = [self.cache[key] for key in keys]
+        return out
+
+
 def estimate_lag(series: ChannelSeries, prefill: tuple[np.ndarray, np.ndarray],
                  decode: tuple[np.ndarray, np.ndarray], *, max_lag_ms: float = 300.0,
                  level: float = 0.95) -> LagEstimate:
@@ -150,12 +268,13 @@ def estimate_lag(series: ChannelSeries, prefill: tuple[np.ndarray, np.ndarray],
     n = len(y)
     if n < 10:
         return fail(f"{n} usable sample intervals around the requests: too few", n, method)
+    shifted = [_Windows.of(w0, w1) for w0, w1 in windows]  # once per run and channel
+    fit = _GridFit(y, t0, t1, shifted, point, -max_lag_ms - 7.5, max_lag_ms + 7.5)
     coarse = np.arange(-max_lag_ms, max_lag_ms + 1e-9, 5.0)
-    s_coarse = np.array([_sse(y, _design(t0, t1, lag * 1e6, windows, point))[0]
-                         for lag in coarse])
+    s_coarse = fit.sse(coarse)
     best = coarse[int(np.argmin(s_coarse))]
     fine = np.arange(best - 7.5, best + 7.5 + 1e-9, GRID_MS)
-    s_fine = np.array([_sse(y, _design(t0, t1, lag * 1e6, windows, point))[0] for lag in fine])
+    s_fine = fit.sse(fine)
     grid = np.concatenate([coarse, fine])
     sse = np.concatenate([s_coarse, s_fine])
     order = np.argsort(grid)
