@@ -310,8 +310,14 @@ class ActivityModel(_Piecewise):
         d_total = total - self._total
         if d_total <= 0:  # no tick counted yet: the interval stays provisional
             return
-        util = min(max((busy - self._busy) / d_total, 0.0), 1.0)
-        self._busy, self._total = busy, total
+        raw = (busy - self._busy) / d_total
+        util = min(max(raw, 0.0), 1.0)
+        # A reading that ran late, or one edge's jitter in the per-thread run times, can give
+        # an interval more CPU time than its CPUs × wall time: the power is capped at max_w,
+        # and the excess is carried into the next interval instead of being dropped, so the
+        # energy over a span stays the CPU time it held (mapped) even at full load.
+        self._busy = busy - max(raw - 1.0, 0.0) * d_total
+        self._total = total
         # The interval [t_last, now) gets the power of its own activity; the new breakpoint
         # at now holds that power provisionally until the next reading.
         power = self._idle_w + (self._max_w - self._idle_w) * util
@@ -566,12 +572,10 @@ class ProcessTreeActivityModel(ActivityModel):
         self._n_cpu = count_cpus(proc / "stat") or os.cpu_count() or 1
         self._machine_ticks_per_ns = _clock_ticks_per_s() * self._n_cpu / NS_PER_S
 
-        def cpu_times() -> tuple[float, float]:
-            return float(self._tree()), clock.monotonic_ns() * self._machine_ticks_per_ns
-
-        super().__init__(clock, idle_w=idle_w, max_w=max_w, update_period_s=update_period_s,
-                         cpu_times=cpu_times)
-        self._proc_stat = f"{proc}/PID/stat of the tree"
+        # every reading comes from `_read` (below), never from the base class's /proc/stat
+        super().__init__(clock, idle_w=idle_w, max_w=max_w, update_period_s=update_period_s)
+        self._proc_stat = (f"{proc}/PID/task/TID/schedstat run time (ns) of the tree's threads, "
+                           f"else {proc}/PID/stat utime + stime")
 
     def _read(self, t_mono_ns: int) -> tuple[float, float]:
         """The tree's ticks, and the machine's elapsed CPU time as its CPUs × the time of the
@@ -587,7 +591,8 @@ class ProcessTreeActivityModel(ActivityModel):
     def describe(self) -> dict:
         return {
             **super().describe(),
-            "reads": ("CPU time (utime + stime, all threads) of the inference process tree: "
+            "reads": ("CPU time (each thread's schedstat run time in ns where the kernel "
+                      "gives it, else utime + stime) of the inference process tree: "
                       "the PIDs in the follow file and their descendants, the meter daemon "
                       "excluded; the machine's elapsed CPU time (CPUs × wall time) as the "
                       "denominator"),

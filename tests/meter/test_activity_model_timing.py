@@ -148,3 +148,28 @@ def test_describe_says_what_it_reads():
     d = ActivityModel(clock).describe()
     assert d["modelled"] is True and "whole-machine" in d["reads"]
     assert d["source"] == "/proc/stat"
+
+
+class OverfullSource:
+    """Cumulative (busy, total) ticks where one interval reports more CPU time than it can
+    hold (a late reading, or per-thread jitter at an edge) and the next one less."""
+
+    def __init__(self) -> None:
+        self.readings = iter([(0, 0), (150, 100), (200, 200), (300, 300)])
+
+    def __call__(self) -> tuple[int, int]:
+        return next(self.readings)
+
+
+def test_cpu_time_above_the_cores_is_carried_not_dropped():
+    """Energy above idle over the span is (max − idle) × busy/total × span: 300 busy ticks of
+    300 → max power throughout (closed form), although the first interval alone reads 150 %."""
+    clock = SimulatedClock()
+    t0 = clock.monotonic_ns()
+    model = ActivityModel(clock, idle_w=IDLE_W, max_w=MAX_W, update_period_s=0.05,
+                          cpu_times=OverfullSource())
+    for k in (1, 2, 3):
+        clock.sleep_until(t0 + k * S // 10)
+        model.power_w(clock.monotonic_ns())
+    span_s = 0.3
+    assert model.energy_j(t0, t0 + round(span_s * S)) == pytest.approx(MAX_W * span_s, rel=1e-9)
