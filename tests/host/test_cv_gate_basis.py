@@ -75,3 +75,23 @@ def test_gross_basis_still_gates_gross_and_names_it(tmp_path, synth_tools):
     assert not v.loc["decode", "valid"]
     assert v.loc["decode", "cv"] == pytest.approx(want, rel=0.02)
     assert f"repeat CV {want:.1%} of gross J/token above 3.0%" in v.loc["decode", "reasons"]
+
+
+def test_the_summary_prints_the_cv_of_the_basis_it_gates(tmp_path, synth_tools):
+    """The console table's CV column is the one the gate checked: with net reporting, the
+    request's net CV (≈ 0 here), labelled net, not the stretched gross CV."""
+    from host.analysis.summary import summary_text
+
+    tdir, rdir, _ = _stretched_run(tmp_path, synth_tools)
+    a = analyze([rdir], tdir, Options(energy_basis="net"))
+    text = summary_text(a)
+    assert "CV % (net)" in text
+    head = text.splitlines()
+    row = next(line for line in head if line.startswith(a.runs[0].config + " "))
+    net = a.results[(a.results["scope"] == "all") & (a.results["phase"] == "request")
+                    & (a.results["unit"] == "generated") & (a.results["basis"] == "net")]
+    gross = a.results[(a.results["scope"] == "all") & (a.results["phase"] == "request")
+                      & (a.results["unit"] == "generated") & (a.results["basis"] == "gross")]
+    assert float(gross["j_per_token_cv"].iloc[0]) > 0.05
+    assert f"{float(net['j_per_token_cv'].iloc[0]) * 100:.2f}" in row.split()
+    assert f"{float(gross['j_per_token_cv'].iloc[0]) * 100:.2f}" not in row.split()
