@@ -11,9 +11,9 @@ The CSV segments stay the crash-safe source of truth. A cache file is keyed by t
 samples.csv size, mtime, ctime, inode and SHA-256 hash and by the channel set its meta
 declares. When the stat fields are those of the key (and were not racy), the CSV is not read
 at all; when they differ, the CSV is read and hashed, and a file with the same bytes (copied,
-touched) still uses its cache; any other change rebuilds it (from the CSV, through the checked
-reader). A cache that cannot be written (a read-only trace directory) is skipped, one that
-cannot be read is rebuilt; neither is an error.
+touched) still uses its cache, which then stores the new key; any other change rebuilds it
+(from the CSV, through the checked reader). A cache that cannot be written (a read-only trace
+directory) is skipped, one that cannot be read is rebuilt; neither is an error.
 Layout: ``TRACE_DIR/.epi-cache/seg-NNNNNN.samples.parquet`` (docs/formats.md §1).
 """
 
@@ -227,6 +227,7 @@ class CachedSamplesReader:
         data, key = read_keyed(samples_path, channels)
         if key is not None and cached is not None and same_content(key, cached[0]):
             self.hits += 1  # the same bytes (a copied or touched file)
+            self._rekey(target, key)
             return cached[1]
         read = read_clean_samples(data, channels)
         if read is None:  # anything unusual: the checked reader decides (and names it)
@@ -259,6 +260,29 @@ class CachedSamplesReader:
                                            odd, ends)
         except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
             return None  # absent, damaged or of another version: rebuilt from the CSV
+
+    def _rekey(self, target: Path, key: dict[str, object]) -> None:
+        """Store the file's new key after a hit by content, so that the next analysis trusts
+        its stat fields instead of reading and hashing it again (a copied trace, or a key
+        first taken while the segment was racy: typically a campaign's last segment,
+        analysed right after the daemon stopped). Only a key that is no longer racy is worth
+        storing; a cache that cannot be rewritten stays as it was (a hit by hash each time)."""
+        ctime = key.get("ctime_ns")
+        keyed_at = key.get("keyed_at_ns")
+        if not (isinstance(ctime, int) and isinstance(keyed_at, int)
+                and ctime < keyed_at - RACY_NS):
+            return
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            table = pq.read_table(target)
+            doc = json.loads((table.schema.metadata or {})[KEY_FIELD])
+            doc["key"] = key
+            table = table.replace_schema_metadata({KEY_FIELD: json.dumps(doc).encode()})
+            pq.write_table(table, tmp, compression="lz4", use_dictionary=["channel", "status"])
+            os.replace(tmp, target)
+        except (OSError, KeyError, ValueError, pa.ArrowException):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def _write(self, target: Path, key: dict[str, object], read: fmt.SegmentSamples,
                cols: dict[str, np.ndarray]) -> bool:

@@ -160,6 +160,20 @@ def test_a_copied_trace_keeps_using_its_cache(trace_dir: Path, tmp_path: Path) -
     assert _view(read_trace(copy)) == _view(read_trace(trace_dir, cache=False))
 
 
+def test_a_hit_by_content_stores_the_new_key_so_the_next_read_is_by_stat(
+        trace_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """A copied trace is hashed once (other inode and ctime, same bytes); the cache then holds
+    the copy's key, so a later analysis trusts its stat fields and does not read the CSV."""
+    monkeypatch.setattr(trace_cache, "RACY_NS", -10 * NS)  # as if keyed 10 s after writing
+    assert _reader_counts(trace_dir) == (0, 2)
+    copy = shutil.copytree(trace_dir, tmp_path / "copy")
+    assert _reader_counts(copy) == (2, 0)  # read and hashed: a hit by content
+    monkeypatch.setattr(trace_cache, "read_keyed", _no_read)
+    assert _reader_counts(copy) == (2, 0)  # by stat alone: the CSV is not read
+    monkeypatch.undo()
+    assert _view(read_trace(copy)) == _view(read_trace(trace_dir, cache=False))
+
+
 def test_a_damaged_cache_file_is_rebuilt(trace_dir: Path) -> None:
     read_trace(trace_dir)
     c = trace_dir / CACHE_DIRNAME / "seg-000001.samples.parquet"
