@@ -177,6 +177,7 @@ def test_the_stable_settle_waits_for_every_meter() -> None:
     assert not out["settled"] and "meter 2 of 2 not stable" in out["reason"]
 
 
+@pytest.mark.slow  # two daemon subprocesses: the serial pass (the `slow` marker's definition)
 def test_two_emulated_daemons_have_their_own_port_trace_board_and_record(tmp_path: Path) -> None:
     """As a campaign starts them (`emulate = true` in two [[meter]] tables)."""
     with ExitStack() as stack:
