@@ -52,7 +52,10 @@ PROMPTS = {"format": "epi-prompts", "format_version": 1, "name": "two-meters",
                         "text": " ".join(["Energy per token on small boards."] * 4)},
                        {"id": "b", "n_tokens": 24,
                         "text": " ".join(["The bridge crosses the river."] * 6)}]}
-TOKENS = 64
+# decode ≈ 1 s on an idle 2-core machine (the tiny model runs ~400 tok/s there): ~10 samples
+# per decode window at 10 Hz; with 64 tokens an idle machine's decode fit between two
+# samples and every window was null (it passed only while a loaded machine slowed it)
+TOKENS = 384
 
 
 class SkewedClock:
