@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Literal
 
@@ -180,6 +180,7 @@ class SequentialVerdict:
     sd: float = math.nan
     rounds_needed: int | None = None  # total rounds a still-undecided comparison would need
     method: str = METHOD
+    need_basis: str = "the noise measured"  # whose spread `rounds_needed` comes from
 
     @property
     def direction(self) -> int:
@@ -214,7 +215,7 @@ class SequentialVerdict:
             return f"equivalent: |{what}| < {self.margin:g}{unit} {iv}"
         if not self.budget_spent:
             return f"undecided so far {iv}"
-        need = (f"about {self.rounds_needed} rounds would resolve it at the noise measured"
+        need = (f"about {self.rounds_needed} rounds would resolve it at {self.need_basis}"
                 if self.rounds_needed else "the noise measured gives no round count")
         return f"undecided after the budget {iv}; {need}"
 
@@ -254,6 +255,24 @@ def decide(diffs: np.ndarray | list[float], *, margin: float = 0.0, max_rounds: 
     need = max(min(options), n + 1) if options else None
     return SequentialVerdict("undecided", n, mean, lo, hi, alpha, margin, spent, sd=sd,
                              rounds_needed=need)
+
+
+def with_borrowed_spread(v: SequentialVerdict, sd: float, basis: str, *,
+                         c: float = DEFAULT_C, power: float = DEFAULT_POWER
+                         ) -> SequentialVerdict:
+    """An undecided verdict whose own rounds cannot estimate their spread (one paired round)
+    given the rounds it would need at another spread `sd` (e.g. pooled over the study's other
+    comparisons), named by `basis`; any other verdict unchanged. Only the round count borrows
+    the spread: the interval and the state stay this comparison's own."""
+    if (v.state != "undecided" or v.rounds_needed is not None or v.n < 1
+            or not math.isfinite(v.mean) or not (math.isfinite(sd) and sd > 0)):
+        return v
+    targets = [abs(v.mean)] + ([v.margin - abs(v.mean)] if abs(v.mean) < v.margin else [])
+    options = [r for t in targets if t > 0
+               for r in [rounds_for(sd, t, alpha=v.alpha, c=c, power=power)] if r is not None]
+    if not options:
+        return v
+    return replace(v, rounds_needed=max(min(options), v.n + 1), need_basis=basis)
 
 
 def power_lines(sd: float, rounds_budget: int, diffs: list[float], *, unit: str = " %",

@@ -192,14 +192,21 @@ class Assessment:
 
 def assess(rules: DecisionRules, comps: Sequence[Comparison], values: RoundValues,
            rounds_done: int, *, out_of_time: bool = False) -> list[Assessment]:
-    """Each comparison's verdict; the budget counts as spent at max_rounds or `out_of_time`."""
+    """Each comparison's verdict; the budget counts as spent at max_rounds or `out_of_time`.
+
+    A comparison with a single valid paired round has no spread of its own, so the rounds it
+    would need come from the study's pooled per-round spread (`spread_pct`, over the
+    comparisons with ≥ 2 paired rounds), said so in its line; its interval stays its own."""
     out = []
+    pooled = spread_pct(values, comps)
     for c in comps:
         x = paired_savings_pct(values, c.a, c.b)
         spent = out_of_time or rounds_done >= rules.max_rounds
         # decide() knows only this pair's rounds: the budget is the study's, so pass "spent"
         v = sequential.decide(x, margin=rules.margin_pct, alpha=rules.alpha,
                               max_rounds=len(x) if spent else None)
+        v = sequential.with_borrowed_spread(
+            v, pooled, f"the study's pooled per-round spread ({pooled:.3g} %)")
         out.append(Assessment(c, v))
     return out
 

@@ -1,0 +1,52 @@
+"""An undecided comparison with one valid paired round gets a round count from the study's
+pooled spread (issue 28: "undecided with the rounds it would need").
+
+One valid paired round has no spread of its own (the demo under one busy core ended with three
+such comparisons saying "the noise measured gives no round count"). The rounds it would need
+then come from the per-round spread pooled over the comparisons that have ≥ 2 rounds, and its
+line says whose spread that is. The expected figures: the pooled spread by hand (the sum of
+squared deviations over the summed degrees of freedom), the round count from
+`sequential.rounds_for` at that spread (its closed form is tested in test_sequential).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from host.analysis import sequential
+from host.campaign.adaptive import Comparison, DecisionRules, assess
+
+# J/token per round; "b" has a valid run in round 1 only (its other rounds were invalid)
+VALUES = {"base": {1: 1.00, 2: 1.02, 3: 0.99},
+          "a": {1: 0.90, 2: 0.93, 3: 0.88},
+          "b": {1: 0.95, 2: None, 3: None}}
+
+
+def test_one_paired_round_borrows_the_pooled_spread_for_its_round_count() -> None:
+    rules = DecisionRules(max_rounds=3)
+    comps = [Comparison("baseline", "base", "a"), Comparison("baseline", "base", "b")]
+    found = {s.comparison.b: s.verdict for s in assess(rules, comps, VALUES, 3)}
+    own = np.array([(VALUES["base"][r] - VALUES["a"][r]) / VALUES["base"][r] * 100
+                    for r in (1, 2, 3)])
+    pooled = math.sqrt(float(np.sum((own - own.mean()) ** 2)) / (len(own) - 1))
+    vb = found["b"]
+    assert vb.state == "undecided" and vb.n == 1 and vb.budget_spent
+    saving_b = (1.00 - 0.95) / 1.00 * 100
+    assert vb.mean == saving_b and not math.isfinite(vb.lo)  # its interval stays its own
+    want = sequential.rounds_for(pooled, saving_b, alpha=vb.alpha)
+    assert want is not None and vb.rounds_needed == max(want, 2)
+    line = next(s.text() for s in assess(rules, comps, VALUES, 3) if s.comparison.b == "b")
+    assert f"about {vb.rounds_needed} rounds would resolve it at the study's pooled" in line
+    assert f"({pooled:.3g} %)" in line
+    # the comparison with its own spread keeps its own count (not the borrowed basis)
+    assert found["a"].need_basis == "the noise measured"
+
+
+def test_nothing_to_borrow_keeps_saying_so() -> None:
+    rules = DecisionRules(max_rounds=3)
+    only = {"base": {1: 1.0}, "b": {1: 0.95}}
+    (s,) = assess(rules, [Comparison("baseline", "base", "b")], only, 3)
+    assert s.verdict.rounds_needed is None
+    assert "the noise measured gives no round count" in s.text()
