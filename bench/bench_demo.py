@@ -164,7 +164,8 @@ def main() -> int:
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     else:
-        print(f"kept: {work}")
+        (work / "demo-console.txt").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+        print(f"kept: {work} (the demo's console output in demo-console.txt)")
     return 0
 
 
