@@ -28,7 +28,8 @@ def _start_daemon(out: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "epi", "meter", "run", "--emulate", "--out", str(out),
          "--listen", "127.0.0.1:0", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+        preexec_fn=_sigint_default)
     assert proc.stdout is not None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -56,9 +57,18 @@ def daemon(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
                 proc.wait()
 
 
+def _sigint_default() -> None:
+    """In the child: Ctrl-C's default disposition. A child inherits an ignored SIGINT from
+    its parent (a shell's background job, or anything earlier in the pytest process that set
+    SIG_IGN), and Python then never installs its KeyboardInterrupt handler: the Ctrl-C case
+    hung in two full-suite runs (nothing printed in 24 s) while passing alone."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _watch(url: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "epi", "meter", "watch", url, *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            preexec_fn=_sigint_default)
 
 
 def _metrics_power(url: str) -> dict[str, float]:
