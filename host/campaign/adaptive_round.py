@@ -102,7 +102,8 @@ def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Seq
     if saved.is_file():
         try:
             d = json.loads(saved.read_text())
-            return RoundDecision(int(d["rounds_done"]), tuple(d["lines"]),
+            notes = d.get("notes", [])
+            return RoundDecision(int(d["rounds_done"]), tuple(d["lines"]) + tuple(notes),
                                  tuple(d["next_configs"]), dict(d["states"]),
                                  bool(d["budget_spent"]))
         except (OSError, ValueError, KeyError, TypeError):
@@ -128,7 +129,10 @@ def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Seq
     nxt = () if spent else tuple(ad.configs_to_measure(found))  # a spent budget ends it
     decision = RoundDecision(rounds_done, tuple([s.text() for s in found] + notes), nxt,
                              states, spent)
-    write_json_atomic(saved, {"rounds_done": rounds_done, "lines": list(decision.lines),
+    # "lines": one verdict per comparison (the report checks them against "states");
+    # "notes": what could not be compared (e.g. "frontier neighbours: no pair to compare")
+    write_json_atomic(saved, {"rounds_done": rounds_done,
+                              "lines": [s.text() for s in found], "notes": list(notes),
                               "next_configs": list(decision.next_configs),
                               "states": states, "budget_spent": spent,
                               "method": ad.sequential.METHOD,

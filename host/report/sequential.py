@@ -59,6 +59,9 @@ def load_decisions(analysis_dir: Path) -> SequentialDecisions | None:
     if (not isinstance(alpha, int | float) or isinstance(alpha, bool)
             or not 0.0 < float(alpha) < 1.0):
         raise bad("alpha", "a number in (0, 1)")
+    notes = doc.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(x, str) for x in notes):
+        raise bad("notes", "a list of strings")
     if sum(states.values()) != len(lines):
         raise UserError(f"{path}: states count {sum(states.values())} comparisons but "
                         f"lines hold {len(lines)}")

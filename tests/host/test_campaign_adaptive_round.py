@@ -93,3 +93,22 @@ def test_a_round_that_does_not_fit_the_time_budget_is_not_started(tmp_path: Path
     fits = decide_after_round(tmp_path / "d", rules, list(VALUES), rmap, 4, baseline="base",
                               measured_s=400.0, per_run_s=60.0)
     assert not fits.budget_spent and fits.next_configs == ("base", "close")
+
+
+def test_a_note_beside_the_verdicts_reaches_the_report(tmp_path: Path) -> None:
+    """A target with nothing to compare adds a note ("frontier neighbours: no pair to compare";
+    here every accuracy is equal, so the frontier has one member). The saved file keeps it apart
+    from the verdict lines, so the report's reader, which checks one line per counted verdict,
+    reads it: on an idle machine the demo's report step failed on exactly this."""
+    from host.report.sequential import load_decisions
+
+    rules = ad.DecisionRules(targets=("baseline", "frontier"), min_rounds=3, max_rounds=4,
+                             margin_pct=0.2)
+    rmap = _analysis(tmp_path / "c", 4)
+    d = decide_after_round(tmp_path / "c", rules, list(VALUES), rmap, 4, baseline="base")
+    notes = [line for line in d.lines if not line.startswith("savings vs baseline")]
+    assert notes and all("no pair" in n or "frontier" in n for n in notes), d.lines
+    loaded = load_decisions(tmp_path / "c")
+    assert loaded is not None and sum(loaded.states.values()) == len(loaded.lines) == 2
+    again = decide_after_round(tmp_path / "c", rules, list(VALUES), rmap, 4, baseline="base")
+    assert again.lines == d.lines  # read back with its note
