@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
 # Run the test suite; "no tests collected" (pytest exit 5) is a failure, never a pass.
 #
-# With pytest-xdist installed (the dev extra) the suite runs in two passes (issue 33): the
-# tests that may share the CPUs on $EPI_TEST_WORKERS workers (default 2), then, one at a time,
-# the `slow` ones (real model, campaigns, subprocess daemons: they use both cores themselves)
-# and the `serial` ones (timing-sensitive: they must not share the CPUs with another test).
-# EPI_TEST_WORKERS=0 runs everything in one serial pass, as without xdist. A `-m EXPR` given
-# here narrows both passes (`make test-fast` passes -m "not slow").
+# With pytest-xdist installed (the dev extra) the suite runs on $EPI_TEST_WORKERS workers
+# (default 2); EPI_TEST_WORKERS=0 runs everything in one serial pass, as without xdist.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -29,29 +25,17 @@ if [ "$workers" -le 1 ]; then
   exit "$rc"
 fi
 
-# split off the caller's -m expression so that each pass can narrow it
-marks="" args=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -m) marks=$2; shift 2 ;;
-    -m*) marks=${1#-m}; shift ;;
-    *) args+=("$1"); shift ;;
-  esac
-done
-both() { if [ -n "$marks" ]; then echo "($marks) and ($1)"; else echo "$1"; fi; }
-
-"$VENV/bin/python" -m pytest -n "$workers" -m "$(both "not slow and not serial")" \
-  ${args[@]+"${args[@]}"}
-rc1=$?
-"$VENV/bin/python" -m pytest -p no:xdist -m "$(both "slow or serial")" ${args[@]+"${args[@]}"}
-rc2=$?
-if [ "$rc1" -eq 5 ] && [ "$rc2" -eq 5 ]; then
+# One xdist session over the whole suite (issue 33): every test holds a lock on the CPUs
+# (tests/conftest.py, _CpuShare), shared by default, exclusive for the `serial` tests
+# (timing-sensitive) and the `slow` ones not marked `shares_cpu`, so those run with no other
+# test beside them while the rest run two at a time. --dist loadfile keeps a file's tests on
+# one worker, so a file's module fixtures live under one lock hold.
+lockdir=$(mktemp -d "${TMPDIR:-/tmp}/epi-cpu-lock.XXXXXX")
+trap 'rm -rf "$lockdir"' EXIT
+EPI_TEST_CPU_LOCK=$lockdir "$VENV/bin/python" -m pytest -n "$workers" --dist loadfile "$@"
+rc=$?
+if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: treating as failure" >&2
   exit 1
 fi
-for rc in "$rc1" "$rc2"; do
-  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then
-    exit "$rc"
-  fi
-done
-exit 0
+exit "$rc"

@@ -30,8 +30,9 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # Timing-sensitive files (rates, deadlines, loopback round trips, CPU time of real processes):
-# scripts/run_tests.sh runs them in its serial pass, never beside another test on the 2 cores
-# (the `slow` tests run there too). A new such file is added here.
+# scripts/run_tests.sh never runs them beside another test on the 2 cores (they hold the CPU
+# lock exclusively, see _CpuShare below; so do the `slow` tests unless marked `shares_cpu`).
+# A new such file is added here.
 SERIAL_FILES = frozenset({
     "tests/host/test_align_groundtruth.py",
     "tests/host/test_multi_meter.py",
@@ -53,3 +54,97 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.relative_to(_ROOT).as_posix() in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
+
+
+def _needs_cpus_alone(item: pytest.Item) -> bool:
+    """A `serial` test, or a `slow` one not marked `shares_cpu`, runs with no other test beside
+    it: the first are timing-sensitive, the second mostly use both cores themselves."""
+    if item.get_closest_marker("serial") is not None:
+        return True
+    return (item.get_closest_marker("slow") is not None
+            and item.get_closest_marker("shares_cpu") is None)
+
+
+class _CpuShare:
+    """A readers-writer lock on the machine's CPUs between pytest-xdist workers (issue 33).
+
+    scripts/run_tests.sh runs the whole suite in one xdist session (`--dist loadfile`) and
+    names a directory in EPI_TEST_CPU_LOCK. Every test holds the lock: shared by default,
+    exclusive when it must have the CPUs alone (_needs_cpus_alone), so a timing-sensitive test
+    never shares the cores while every other one still runs two at a time. A worker keeps
+    the lock across consecutive tests of one file in one mode (module fixtures, such as a
+    daemon started once per file, run inside it too) and lets go before another file. A
+    turnstile keeps a waiting exclusive holder from being starved by the other worker's
+    stream of shared holds (flock itself does not order waiters)."""
+
+    def __init__(self, directory: str) -> None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self._turnstile = open(Path(directory) / "turnstile", "a+")  # noqa: SIM115
+        self._cpus = open(Path(directory) / "cpus", "a+")  # noqa: SIM115
+        self.held: tuple[Path, bool] | None = None
+
+    def hold(self, path: Path, exclusive: bool) -> None:
+        import fcntl
+
+        if self.held == (path, exclusive):
+            return
+        self.release()
+        fcntl.flock(self._turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._cpus, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+        self.held = (path, exclusive)
+
+    def release(self) -> None:
+        import fcntl
+
+        if self.held is not None:
+            fcntl.flock(self._cpus, fcntl.LOCK_UN)
+            self.held = None
+
+
+_CPU_LOCK_DIR = os.environ.get("EPI_TEST_CPU_LOCK")
+_cpu_share: _CpuShare | None = None
+
+
+_PROFILE = os.environ.get("EPI_TEST_PROFILE")
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children waited for so far."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """Hold the CPU lock (shared or exclusive, _CpuShare) from set-up to tear-down. With
+    EPI_TEST_PROFILE=FILE, also append the test's wall and CPU seconds (this process and its
+    waited-for children, lock waits excluded) to FILE as JSON lines: which slow tests wait
+    rather than compute, i.e. what may share the two cores (issue 33)."""
+    import time
+
+    global _cpu_share
+    if _CPU_LOCK_DIR and _cpu_share is None:
+        _cpu_share = _CpuShare(_CPU_LOCK_DIR)
+    if _cpu_share is not None:
+        _cpu_share.hold(item.path, _needs_cpus_alone(item))
+    wall0, cpu0 = time.perf_counter(), _cpu_s()
+    try:
+        yield
+    finally:
+        if _PROFILE:
+            import json
+
+            row = {"test": item.nodeid, "wall_s": round(time.perf_counter() - wall0, 3),
+                   "cpu_s": round(_cpu_s() - cpu0, 3), "alone": _needs_cpus_alone(item)}
+            with open(_PROFILE, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        if _cpu_share is not None and (
+                nextitem is None or nextitem.path != item.path
+                or _needs_cpus_alone(nextitem) != _needs_cpus_alone(item)):
+            _cpu_share.release()

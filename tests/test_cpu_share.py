@@ -1,0 +1,95 @@
+"""The suite's CPU lock (tests/conftest.py, _CpuShare): a test that must have the CPUs alone
+never overlaps another test, shared holders overlap each other, and a waiting exclusive holder
+is not starved by a later shared hold (the turnstile). Checked with real processes and flock,
+as pytest-xdist workers use it; the expected orderings follow from the lock's definition and
+are read off the times the processes log. The processes step in an order set by marker files
+(not by sleeps), so the checks hold on a loaded machine."""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import time
+from pathlib import Path
+from types import ModuleType
+
+CONFTEST = Path(__file__).resolve().parent / "conftest.py"
+Span = tuple[float, float]
+
+
+def _conftest() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("epi_tests_conftest_copy", CONFTEST)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.01)
+
+
+def _holder(d: Path, name: str, exclusive: bool, after: str | None, pause_s: float,
+            until: str | None) -> None:
+    """Wait for marker `after` (then pause_s), say so, take the lock, mark '<name>.held',
+    hold it until marker `until` exists (+0.3 s) or for 0.3 s, let go, log the span."""
+    if after:
+        _wait_for(d / after)
+        time.sleep(pause_s)
+    (d / f"{name}.asking").touch()
+    share = _conftest()._CpuShare(str(d / "lock"))
+    share.hold(Path(name), exclusive)
+    t_in = time.monotonic()
+    (d / f"{name}.held").touch()
+    if until:
+        _wait_for(d / until)
+    time.sleep(0.3)
+    t_out = time.monotonic()
+    share.release()
+    (d / f"{name}.span").write_text(f"{t_in} {t_out}")
+
+
+def _run(d: Path, plan: list[tuple[str, bool, str | None, float, str | None]]) -> dict[str, Span]:
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_holder, args=(d, *step)) for step in plan]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    spans = {}
+    for name, *_ in plan:
+        t_in, t_out = (d / f"{name}.span").read_text().split()
+        spans[name] = (float(t_in), float(t_out))
+    return spans
+
+
+def _overlap(a: Span, b: Span) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_an_exclusive_holder_overlaps_no_shared_one_and_shared_ones_overlap(
+        tmp_path: Path) -> None:
+    spans = _run(tmp_path, [
+        ("shared_a", False, None, 0.0, "shared_b.held"),   # holds until b holds too
+        ("shared_b", False, "shared_a.held", 0.0, None),
+        ("alone", True, "shared_a.held", 0.1, None),
+    ])
+    assert _overlap(spans["shared_a"], spans["shared_b"])
+    assert not _overlap(spans["alone"], spans["shared_a"])
+    assert not _overlap(spans["alone"], spans["shared_b"])
+
+
+def test_a_waiting_exclusive_holder_goes_before_a_later_shared_one(tmp_path: Path) -> None:
+    # `late` asks while `first` still holds and `alone` already waits behind it: without the
+    # turnstile `late` would join first's shared hold and keep `alone` waiting
+    spans = _run(tmp_path, [
+        ("first", False, None, 0.0, "late.asking"),
+        ("alone", True, "first.held", 0.0, None),
+        ("late", False, "alone.asking", 0.3, None),
+    ])
+    assert spans["alone"][0] >= spans["first"][1]
+    assert spans["late"][0] >= spans["alone"][1]
