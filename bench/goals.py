@@ -188,6 +188,17 @@ GOALS: dict[str, dict[str, Any]] = {
                 "one core kept busy by an unrelated loop (bench_demo.py --busy-cores 1): no "
                 "longer than the demo before issue 28's work (19 min 20 s)",
     },
+    "cpu-steadiness-prefill-cv": {
+        "goal": 0.026, "op": "<=", "unit": "CV",
+        "text": "CV over requests of one llama.cpp thread's CPU s per prefill token (demo prompt, "
+                "SmolLM2-135M): at 2.6 % a demo repeat (3 requests) varies 1.5 % and two repeats "
+                "pass the 3 % repeat-CV gate 95 % of the time (bench_cpu_steadiness.py)",
+    },
+    "cpu-steadiness-decode-cv": {
+        "goal": 0.026, "op": "<=", "unit": "CV",
+        "text": "the same for CPU s per decode token: the machine's own floor under the demo's "
+                "valid runs, with no meter in the way",
+    },
     "demo-runs-valid-frac": {
         "goal": 1.0, "op": ">=", "unit": "fraction",
         "text": "runs of that demo whose every phase passes the default validity gates",

@@ -108,11 +108,20 @@ def verdict_counts(verdicts: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 def best_hand_made(latest: Mapping[str, Measured], hand_made: Sequence[str]) -> str:
     """The hand-made map the candidates are compared with: the lowest measured EPI; without
     one, the lowest measured J/token; without that, the first hand-made map."""
+    return best_hand_made_by(latest, hand_made)[0]
+
+
+def best_hand_made_by(latest: Mapping[str, Measured], hand_made: Sequence[str]
+                      ) -> tuple[str, str]:
+    """best_hand_made and the rule that chose it, in words for the search's log: a fallback
+    (no valid EPI, or nothing measured validly at all) must not read like a measured best."""
     usable = [latest[c] for c in hand_made if c in latest]
     by_epi = [m for m in usable if m.usable and math.isfinite(m.epi)]
     if by_epi:
-        return min(by_epi, key=lambda m: m.epi).config
+        return min(by_epi, key=lambda m: m.epi).config, "the lowest measured EPI"
     by_j = [m for m in usable if math.isfinite(m.j_per_token)]
     if by_j:
-        return min(by_j, key=lambda m: m.j_per_token).config
-    return hand_made[0]
+        return (min(by_j, key=lambda m: m.j_per_token).config,
+                "no hand-made map has a valid EPI: the lowest measured J/token")
+    return hand_made[0], ("no hand-made map has a valid measurement yet: the first one given "
+                          "(its comparisons rest on the rounds measured from now on)")

@@ -20,7 +20,11 @@ from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.formats.fields import check_float
 from host.campaign.adaptive import DecisionRules
-from host.search.decide import best_hand_made, candidate_verdict, verdict_counts
+from host.search.decide import (
+    best_hand_made_by,
+    candidate_verdict,
+    verdict_counts,
+)
 from host.search.identity import check_identity
 from host.search.measure import Measured, Measurer
 from host.search.models import Predictor, fit_predictor
@@ -413,10 +417,11 @@ def run_search(
             if not picks:
                 echo("no unmeasured candidate is left inside the budget")
                 break
-            baseline = best_hand_made(latest_measured(state), list(hand_paths))
+            baseline, chosen_by = best_hand_made_by(latest_measured(state), list(hand_paths))
             maps = [hand_paths[baseline]]
             echo(f"round {round_no}: each pick is measured until its saving against the best "
-                 f"hand-made map {baseline} is decided, or {settings.rules.max_rounds} rounds")
+                 f"hand-made map {baseline} ({chosen_by}) is decided, or "
+                 f"{settings.rules.max_rounds} rounds")
             for c in picks:
                 cid = f"search_r{round_no}_s{c.step:03d}"
                 pred = pick_prediction(predictor, c)

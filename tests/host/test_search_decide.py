@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from host.campaign.adaptive import DecisionRules
-from host.search.decide import best_hand_made, candidate_verdict
+from host.search.decide import best_hand_made, best_hand_made_by, candidate_verdict
 from host.search.measure import Measured
 
 RULES = DecisionRules(("baseline",), min_rounds=3, max_rounds=8, margin_pct=2.0)
@@ -153,3 +153,11 @@ def test_the_best_hand_made_map_is_the_lowest_measured_epi() -> None:
     c = measured("c", [None, None], acc=0.9)  # no valid figures
     assert best_hand_made({"a": a, "b": b, "c": c}, ["a", "b", "c"]) == "b"
     assert best_hand_made({"c": c}, ["c", "a"]) == "c"
+
+
+def test_a_fallback_best_hand_made_map_says_it_is_one() -> None:
+    a = measured("a", [1.0, 1.0], acc=0.5)
+    nothing = measured("n", [None, None], acc=0.9)
+    assert best_hand_made_by({"a": a, "n": nothing}, ["n", "a"]) == ("a", "the lowest measured EPI")
+    cfg, why = best_hand_made_by({"n": nothing}, ["n", "a"])
+    assert cfg == "n" and why.startswith("no hand-made map has a valid measurement yet")
