@@ -16,6 +16,13 @@ from meter.emulation.power_models import ConstantPower
 POWER_W = 6.0
 
 
+def _last_sample_mono_ns(daemon: object) -> int:
+    """The meter time of the newest sample the daemon has written (0 before any)."""
+    session = daemon.session  # type: ignore[attr-defined]
+    last = session.state.snapshot()["channels"][0]["last"] if session is not None else None
+    return int(last["t_mono_ns"]) if last else 0
+
+
 @pytest.mark.slow
 def test_emulate_bridge_then_epi_run_then_analyze(tiny_model: Path, tmp_path: Path) -> None:
     from host.analysis.pipeline import Options, analyze
@@ -39,7 +46,13 @@ def test_emulate_bridge_then_epi_run_then_analyze(tiny_model: Path, tmp_path: Pa
         run(RunSettings(model=tiny_model, out=tmp_path / "run", tokens=256, repeats=2, warmups=0,
                         threads=1, idle_s=1.0, cooldown_s=0.2, meter=daemon.server.url),
             echo=lambda line: None)
-        time.sleep(0.5)  # let the last sweeps after the run reach the trace
+        # the sweeps after the run reach the trace: until it holds a sample stamped after the
+        # run returned (the last request's window then has a reading on both sides)
+        t_end = time.monotonic_ns()
+        deadline = time.monotonic() + 30
+        while _last_sample_mono_ns(daemon) <= t_end:
+            assert time.monotonic() < deadline and worker.is_alive()
+            time.sleep(0.02)
     finally:
         daemon.stop()
         worker.join(timeout=30)
