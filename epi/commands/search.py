@@ -61,6 +61,12 @@ from host.search.optimizer import Budget
                    "meter samples (256 at ~100 tok/s is ~2.5 s, ~50 samples at 20 Hz).")
 @click.option("--repeats", type=BoundedInt(1, 20), default=3, show_default=True,
               help="Round 0's campaign rounds of the hand-made maps (fixed).")
+@click.option("--cooldown-s", type=FiniteFloat(0.0, 86_400.0), default=None,
+              help="Cool-down before each metered repeat's idle window, seconds (the round "
+                   "studies' [run] cooldown_s; default: the campaign's, 1).")
+@click.option("--idle-s", type=FiniteFloat(0.0, 86_400.0), default=None,
+              help="Idle-baseline window before each metered repeat, seconds ([run] idle_s; "
+                   "default: the campaign's, 3): the net figures subtract its power.")
 @click.option("--min-rounds", type=BoundedInt(3, 1000), default=3, show_default=True,
               help="A candidate round's campaign: rounds before its first decision.")
 @click.option("--max-rounds", type=BoundedInt(3, 1000), default=8, show_default=True,
@@ -83,7 +89,8 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
            kl_ctx: int, meter_url: str | None, meter_trace: Path | None,
            meter_rate_hz: float | None,
            lag: str | None, cv_threshold: float | None, prompts: Path | None, tokens: int,
-           repeats: int, min_rounds: int, max_rounds: int, margin_pct: float, items: int,
+           repeats: int, cooldown_s: float | None, idle_s: float | None, min_rounds: int,
+           max_rounds: int, margin_pct: float, items: int,
            threads: int | None, run_threads: int | None, seed: int) -> None:
     """Search per-layer quantization maps of BASE (an F16 GGUF) that beat hand-made ones.
 
@@ -100,7 +107,8 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
         per_round=per_round, objective=objective, text=text, kl_windows=kl_windows,
         kl_ctx=kl_ctx, meter_url=meter_url, meter_trace=meter_trace,
         meter_rate_hz=meter_rate_hz, lag=lag, cv_threshold=cv_threshold, prompts=prompts,
-        tokens=tokens, repeats=repeats, min_rounds=min_rounds, max_rounds=max_rounds,
+        tokens=tokens, repeats=repeats, cooldown_s=cooldown_s, idle_s=idle_s,
+        min_rounds=min_rounds, max_rounds=max_rounds,
         margin_pct=margin_pct, items=items, threads=threads,
         run_threads=run_threads, seed=seed)
     check_request(req)

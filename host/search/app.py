@@ -52,6 +52,8 @@ class SearchRequest:
     prompts: Path | None = None
     tokens: int = 256
     repeats: int = 3  # round 0's fixed rounds of the hand-made maps
+    cooldown_s: float | None = None  # each repeat's cool-down, s (None: the campaign's)
+    idle_s: float | None = None  # each repeat's idle-baseline window, s (None: the campaign's)
     min_rounds: int = 3  # a candidate round's campaign: [decide] min_rounds
     max_rounds: int = 8  # … and max_rounds, each candidate's budget
     margin_pct: float = 2.0  # the smallest J/token difference worth resolving, %
@@ -126,7 +128,11 @@ def bound_options(req: SearchRequest, types: list[str] | tuple[str, ...],
             "lag": req.lag, "cv_threshold": req.cv_threshold, "prompts_sha256": prompts,
             "tokens": req.tokens, "repeats": req.repeats, "items": req.items,
             "min_rounds": req.min_rounds, "margin_pct": req.margin_pct,
-            "run_threads": run_threads, "seed": req.seed}
+            "run_threads": run_threads, "seed": req.seed,
+            # bound only when given, so a state written before these options existed (the
+            # campaign's defaults) still resumes
+            **{k: v for k, v in (("cooldown_s", req.cooldown_s), ("idle_s", req.idle_s))
+               if v is not None}}
 
 
 def _held_out_text(name: str, echo: Echo) -> Path:
@@ -179,6 +185,7 @@ def run(req: SearchRequest, echo: Echo) -> SearchOutcome:
         base=req.base, emulate=req.meter_url is None, meter_url=req.meter_url,
         meter_trace=req.meter_trace, rate_hz=req.meter_rate_hz, lag=req.lag,
         cv_threshold=req.cv_threshold, repeats=req.repeats, prompts=req.prompts,
+        cooldown_s=req.cooldown_s, idle_s=req.idle_s,
         tokens=req.tokens, threads=run_threads, seed=req.seed,
         benchmarks={"mmlu": req.items, "arc_challenge": req.items, "hellaswag": req.items},
         accuracy_threads=os.cpu_count() or 1, min_rounds=req.min_rounds,

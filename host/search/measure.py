@@ -14,14 +14,10 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from epi.core.errors import UserError
 from epi.formats.manifests import read_quant_manifest
 from host.errors import SearchRoundFailed
-
-if TYPE_CHECKING:
-    from host.campaign.execute import Campaign
 
 
 @dataclass(frozen=True)
@@ -128,6 +124,9 @@ class CampaignSettings:
     tokens: int = 16
     prompts: Path | None = None  # an epi-prompts file (None: the runner's default prompts)
     repeats_per_run: int = 3
+    # each repeat's cool-down and idle-baseline window, s (None: the campaign's, 1 s and 3 s)
+    cooldown_s: float | None = None
+    idle_s: float | None = None
     threads: int | None = None
     benchmarks: dict[str, int] | None = None
     accuracy_threads: int | None = None  # scoring is not metered: it may use every core
@@ -172,6 +171,10 @@ def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out:
         lines.append(f"prompts = {_toml_value(str(settings.prompts.resolve()))}")
     if settings.threads:
         lines.append(f"threads = {settings.threads}")
+    if settings.cooldown_s is not None:
+        lines.append(f"cooldown_s = {settings.cooldown_s!r}")
+    if settings.idle_s is not None:
+        lines.append(f"idle_s = {settings.idle_s!r}")
     lines += ["", "[meter]"]
     if settings.emulate:
         lines.append("emulate = true")
@@ -272,34 +275,30 @@ def _round_list(values: Mapping[int, float | None]) -> tuple[float | None, ...]:
     return tuple(values.get(k) for k in range(1, max(values) + 1))
 
 
-def campaign_round_values(campaign: Campaign) -> dict[str, dict[int, float | None]]:
+def campaign_round_values(analysis_dir: Path, basis: str = "gross"
+                          ) -> dict[str, dict[int, float | None]]:
     """Config → campaign round → mean J/token of that round's run (None: invalid), read from
-    the finished campaign's analysis (repeats.csv, runs.csv) with each run's round from its
-    journal — the values the campaign's own [decide] rounds judged
-    (host.campaign.adaptive.round_values)."""
+    a finished campaign's analysis: repeats.csv's values, runs.csv's validity and each run's
+    `campaign_round` (the k of its directory runs/<config>/round<k>-attempt<j>, docs/formats.md)
+    — the values the campaign's own [decide] rounds judged (host.campaign.adaptive
+    .round_values). An analysis without that column (an older epi's) is refused in one line:
+    its runs' rounds cannot be told, and a verdict must not pair the wrong rounds."""
     import pandas as pd
 
     from host.campaign.adaptive import round_values
 
-    state = campaign.journal.read()
-    round_of_run: dict[str, int] = {}
-    for s in campaign.plan.run_steps:
-        ev = state.done.get(s.step_id)
-        if ev is None or "run_dir" not in ev.result or s.round is None:
-            continue
-        try:
-            doc = json.loads((campaign.layout.root / ev.result["run_dir"] / "run.json")
-                             .read_text())
-        except (OSError, ValueError):
-            continue
-        round_of_run[str(doc.get("run_id"))] = s.round
-    adir = campaign.layout.analysis
     try:
-        repeats = pd.read_csv(adir / "repeats.csv")
-        runs = pd.read_csv(adir / "runs.csv")
+        repeats = pd.read_csv(analysis_dir / "repeats.csv")
+        runs = pd.read_csv(analysis_dir / "runs.csv")
     except (OSError, ValueError):
         return {}
-    basis = campaign.study.analysis.options(campaign.study.baseline).energy_basis
+    if "campaign_round" not in runs.columns:
+        raise UserError(f"{analysis_dir / 'runs.csv'}: no campaign_round column (an analysis "
+                        "by an older epi); re-run the campaign's analysis before continuing "
+                        "the search")
+    rounds = pd.to_numeric(runs["campaign_round"], errors="coerce")
+    round_of_run = {str(run): int(k) for run, k in zip(runs["run_id"], rounds, strict=True)
+                    if pd.notna(k)}
     return round_values(repeats, runs, round_of_run, basis=basis)
 
 
@@ -328,7 +327,9 @@ def campaign_measurer(settings: CampaignSettings, echo: Callable[[str], None]) -
             raise SearchRoundFailed(
                 f"{study}: the campaign of search round {round_no} failed ({exc}); run "
                 "`epi search` again to continue where it stopped") from None
-        results = read_campaign_results(round_no, campaign_dir, campaign_round_values(campaign))
+        basis = campaign.study.analysis.options(campaign.study.baseline).energy_basis
+        results = read_campaign_results(
+            round_no, campaign_dir, campaign_round_values(campaign.layout.analysis, basis))
         check_covered(results, maps, campaign_dir)
         return results
 
