@@ -2,7 +2,11 @@
 process tree, real llama.cpp runs): after the minimum rounds it analyses the live trace,
 records a decision per round, runs further rounds only for configurations of undecided
 comparisons, and ends with every comparison decided, equivalent or undecided after the
-budget — in the printed output, the analysis' decisions.json and a report."""
+budget — in the printed output, the analysis' decisions.json and a report.
+
+Runs are kept short (tests/host/campaign_fixtures.py): the shipped prompt set's two shortest
+prompts, 128 tokens (a decode window of 3+ samples at 40 Hz on an idle machine), short idle
+windows and settle."""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.host.campaign_fixtures import N_PROMPTS, run_tables, write_short_prompts
+
 REPO = Path(__file__).resolve().parents[2]
 MAPS = REPO / "quantmaps"
 
@@ -20,6 +26,7 @@ MAPS = REPO / "quantmaps"
 @pytest.mark.slow
 def test_adaptive_campaign_end_to_end(tiny_model: Path, tmp_path: Path) -> None:
     model = tiny_model  # the session's test model: the campaign only reads it
+    prompts = write_short_prompts(tmp_path / "prompts.json", N_PROMPTS)
     study = tmp_path / "study.toml"
     study.write_text(f"""
 [study]
@@ -31,23 +38,12 @@ baseline = "uniform_q8"
 [[models]]
 name = "tiny"
 path = "{model}"
-maps = ["{MAPS}/uniform_q8.json", "{MAPS}/uniform_q4km.json", "{MAPS}/mix_high_early.json"]
-
-[run]
-tokens = 128                 # ~1 s of decode on the tiny model: many samples at 40 Hz
-repeats_per_run = 2
-warmups = 0
-threads = 1
-idle_s = 0.5
-cooldown_s = 0
+include_base = true           # the F16 model itself: a third configuration, no quantize step
+maps = ["{MAPS}/uniform_q8.json", "{MAPS}/mix_high_early.json"]
 
 [meter]
 emulate = true
 rate_hz = 40
-
-[thermal]
-rule = "fixed"
-wait_s = 0.2
 
 [analysis]
 cv_threshold = 0.5           # the mechanics are under test, not a quiet machine
@@ -58,7 +54,7 @@ compare = ["baseline"]
 min_rounds = 3
 max_rounds = 4
 margin_pct = 0.01
-""")
+{run_tables(prompts)}""")
     r = subprocess.run([sys.executable, "-m", "epi", "campaign", str(study)], cwd=REPO,
                        capture_output=True, text=True, timeout=880, check=False)
     out = r.stdout + r.stderr

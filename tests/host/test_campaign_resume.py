@@ -1,17 +1,24 @@
-"""A small real campaign (tiny model, emulated meter daemon, real llama.cpp runs) killed twice
-with SIGKILL ends with the same report as an uninterrupted one: every (configuration, round)
-counted exactly once, no duplicates, no half-finished run, nothing left running, and the same
-measured figures: valid runs, tokens counted and accuracy exactly; J/Token, EPI, tok/s and
-power physically bounded, consistent with each other, and within the spread two identical
-uninterrupted campaigns show on a loaded machine (see SPREAD).
+"""A small real campaign (tiny model, emulated meter daemon, real llama.cpp runs) killed with
+SIGKILL once inside each step kind ends with the same report as an uninterrupted one: every
+(configuration, round) counted exactly once, no duplicates, no half-finished run, nothing left
+running, and the same measured figures: valid runs, tokens counted and accuracy exactly;
+J/Token, EPI, tok/s and power physically bounded, consistent with each other, and within the
+spread two identical uninterrupted campaigns show on a loaded machine (see SPREAD).
 
 The kill points cover every step kind the study has (quantize, data, accuracy, run, analysis,
-report): each case kills the campaign twice, each time inside a step of a given kind. The test
-waits until the journal shows such a step started and not finished, freezes the campaign
-(SIGSTOP, so it cannot journal the step as done any more), checks the journal again, then lets
-the step's own process run on for a seeded random delay and kills the campaign with SIGKILL.
-So every kill lands inside its step by construction, not by timing luck; the delay only decides
-how far the step got (sometimes to its end, unjournaled).
+report): one campaign is killed six times, each time inside a step of the next kind in plan
+order, so six sessions each resume what the one before was killed in (the seventh finishes).
+The test waits until the journal shows such a step started and not finished, freezes the
+campaign (SIGSTOP, so it cannot journal the step as done any more), checks the journal again,
+then lets the step's own process run on for a seeded random delay and kills the campaign with
+SIGKILL. So every kill lands inside its step by construction, not by timing luck; the delay
+only decides how far the step got (sometimes to its end, unjournaled).
+
+The uninterrupted reference campaign runs beside the killed one (separate directories, meter
+daemons and ports; each daemon's modelled power follows only its own campaign's processes):
+the killed one starts once the reference has finished its accuracy steps, so the two never
+prepare the evaluation data or write the accuracy cache at the same time. Runs are kept short
+(tests/host/campaign_fixtures.py: the two shortest prompts, 128 tokens, short idle windows).
 """
 
 from __future__ import annotations
@@ -30,16 +37,17 @@ import pytest
 from host.campaign.journal import Journal, Started
 from host.campaign.procs import MARK_VAR
 from host.report import data as report_data
+from tests.host.campaign_fixtures import N_PROMPTS, TOKENS, run_tables, write_short_prompts
 
 REPO = Path(__file__).resolve().parents[2]
 MAPS = REPO / "quantmaps"
 TIMEOUT_S = 900
 KINDS = ("quantize", "data", "accuracy", "run", "analysis", "report")  # this study's, in order
-# two kills per campaign, in plan order; together the cases cover every kind
-CASES = [("quantize", "run"), ("data", "analysis"), ("accuracy", "report")]
+KILLS = KINDS  # one kill inside a step of each kind, in plan order
+CONFIGS = ("uniform_q8", "mix_high_early")
 
 
-def _study(d: Path, model: Path) -> Path:
+def _study(d: Path, model: Path, prompts: Path) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     p = d / "study.toml"
     p.write_text(f"""
@@ -55,24 +63,12 @@ name = "tiny"
 path = "{model}"
 maps = ["{MAPS}/uniform_q8.json", "{MAPS}/mix_high_early.json"]
 
-[run]
-tokens = 128
-repeats_per_run = 2
-warmups = 0
-threads = 1
-idle_s = 0.5
-cooldown_s = 0
-
 [meter]
 emulate = true
 rate_hz = 20
 
 [accuracy]
 benchmarks = {{ arc_challenge = 10 }}
-
-[thermal]
-rule = "fixed"
-wait_s = 0.2
 
 [analysis]
 lag = "auto"
@@ -81,7 +77,7 @@ lag = "auto"
 # (measured 9-34 %); the figures compared below still need every run valid under the other
 # gates (tests/host/test_default_gates_e2e.py runs the default gates)
 cv_threshold = 1.0
-""")
+{run_tables(prompts)}""")
     return p
 
 
@@ -208,58 +204,60 @@ def _check_figures(a: dict[str, dict[str, float | str]],
             assert POWER_RANGE_W[0] <= p_w <= POWER_RANGE_W[1], (cfg, f)
             assert epi == pytest.approx(j / acc, rel=2e-3), (cfg, f)  # EPI = J/token / acc
             assert j == pytest.approx(p_w / tps, rel=0.15), (cfg, f)  # J/tok = W / (tok/s)
-        # each of the same requests counted once: 2 rounds x their requests, 128 tokens each
-        assert fb["requests"] == fa["requests"] and fb["tokens"] == fa["tokens"], (cfg, fa, fb)
-        assert fa["tokens"] == 128 * fa["requests"], (cfg, fa)
+        # each of the same requests counted once: 2 rounds x 2 repeats x the prompts, each
+        # request TOKENS tokens
+        assert fb["requests"] == fa["requests"] == 2 * 2 * N_PROMPTS, (cfg, fa, fb)
+        assert fb["tokens"] == fa["tokens"] == TOKENS * fa["requests"], (cfg, fa, fb)
         assert fb["accuracy"] == fa["accuracy"], cfg  # scored on the same items, same model
         for k in ("j", "epi", "tok_s", "power_w"):
             ratio = float(fb[k]) / float(fa[k])
             assert 1 / SPREAD < ratio < SPREAD, (cfg, k, fa[k], fb[k])
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-                  ) -> tuple[Path, Path]:
-    """The tiny model (the session's, read only) and one campaign run without interruption
-    (the reference)."""
-    base = tmp_path_factory.mktemp("resume")
-    model = tiny_model
-    a = _study(base / "a", model)
-    pa = _start(a, base / "a.log")
-    assert pa.wait(timeout=TIMEOUT_S) == 0, (base / "a.log").read_text()[-3000:]
-    return model, base / "a" / "camp"
-
-
-def test_cases_cover_every_step_kind_of_the_study(tmp_path: Path) -> None:
+def test_kills_cover_every_step_kind_of_the_study_in_plan_order(tmp_path: Path) -> None:
     from host.campaign.plan import build_plan
     from host.campaign.study import load_study
 
-    plan = build_plan(load_study(_study(tmp_path, tmp_path / "tiny.gguf")))
+    prompts = write_short_prompts(tmp_path / "prompts.json", N_PROMPTS)
+    plan = build_plan(load_study(_study(tmp_path, tmp_path / "tiny.gguf", prompts)))
     kinds = list(dict.fromkeys(s.kind for s in plan.steps))
     assert tuple(kinds) == KINDS
-    assert {k for case in CASES for k in case} == set(KINDS)
-    for first, second in CASES:  # the second kill's kind comes after the first's
-        assert KINDS.index(first) < KINDS.index(second)
+    # each kill's kind comes after the one before in the plan: every kill is reachable
+    assert list(KILLS) == sorted(set(KILLS), key=KINDS.index) and set(KILLS) == set(KINDS)
+    assert {s.config for s in plan.run_steps} == set(CONFIGS)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_in", CASES, ids=["-".join(c) for c in CASES])
-def test_killed_twice_gives_the_same_report_as_uninterrupted(
-        uninterrupted, kill_in: tuple[str, str], tmp_path: Path) -> None:
-    model, camp_a = uninterrupted
-    rng = random.Random(f"{os.environ.get('EPI_TEST_SEED', '15')}:{'-'.join(kill_in)}")
-    b = _study(tmp_path / "b", model)
-    camp_b = tmp_path / "b" / "camp"
-    journal = Journal(camp_b)
-    log_b = tmp_path / "b.log"
+def test_killed_inside_every_step_kind_gives_the_same_report_as_uninterrupted(
+        tiny_model: Path, tmp_path: Path) -> None:
+    model = tiny_model  # the session's test model: the campaigns only read it
+    prompts = write_short_prompts(tmp_path / "prompts.json", N_PROMPTS)
+    rng = random.Random(f"{os.environ.get('EPI_TEST_SEED', '15')}:{'-'.join(KILLS)}")
+    a, b = _study(tmp_path / "a", model, prompts), _study(tmp_path / "b", model, prompts)
+    camp_a, camp_b = tmp_path / "a" / "camp", tmp_path / "b" / "camp"
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    # the reference, uninterrupted; the killed campaign starts beside it once the reference
+    # has prepared the evaluation data and scored (or read) the accuracy of every model
+    pa = _start(a, log_a)
+    journal, journal_a = Journal(camp_b), Journal(camp_a)
     killed = []
-    for kind in kill_in:
+    try:
+        _wait_for(lambda: all(f"accuracy:{c}" in journal_a.read().done for c in CONFIGS), pa,
+                  "the reference campaign's accuracy steps")
+        for kind in KILLS:
+            pb = _start(b, log_b)
+            killed.append(_kill_inside(kind, pb, journal, rng))
         pb = _start(b, log_b)
-        killed.append(_kill_inside(kind, pb, journal, rng))
-    pb = _start(b, log_b)
-    assert pb.wait(timeout=TIMEOUT_S) == 0, log_b.read_text()[-3000:]
+        assert pb.wait(timeout=TIMEOUT_S) == 0, log_b.read_text()[-3000:]
+        assert pa.wait(timeout=TIMEOUT_S) == 0, log_a.read_text()[-3000:]
+    finally:
+        if pa.poll() is None:  # a failure above: stop the reference too
+            pa.kill()
+            pa.wait()
     out = log_b.read_text()
-    assert out.count("resuming the campaign") == 2
+    assert "resuming the campaign" not in log_a.read_text()
+    assert out.count("resuming the campaign") == len(KILLS)
+    assert [ev.step.split(":")[0] for ev in killed] == list(KILLS)
     for ev in killed:  # each resumed session said what it took up again
         assert f"{ev.step} was interrupted (attempt {ev.attempt})" in out
         if ev.run_dir and (camp_b / (ev.run_dir + ".interrupted")).exists():
@@ -270,13 +268,12 @@ def test_killed_twice_gives_the_same_report_as_uninterrupted(
     done = [e["step"] for e in lines if e["event"] == "done"]
     assert len(done) == len(set(done)) == len(Journal(camp_a).read().done)
     # the same runs counted, each exactly once, all complete
-    expected = sorted((c, f"round{k}", "completed") for c in ("uniform_q8", "mix_high_early")
-                      for k in (1, 2))
+    expected = sorted((c, f"round{k}", "completed") for c in CONFIGS for k in (1, 2))
     assert _analysed(camp_a) == expected
     assert _analysed(camp_b) == expected
     state = journal.read()
     assert sorted(s for s in state.done if s.startswith("run:")) == sorted(
-        f"run:{c}:{k}" for c in ("uniform_q8", "mix_high_early") for k in (1, 2))
+        f"run:{c}:{k}" for c in CONFIGS for k in (1, 2))
     doc_b = json.loads((camp_b / "analysis" / "results.json").read_text())
     ids = [r["run_id"] for r in doc_b["runs"]]
     assert len(ids) == len(set(ids)) == 4
