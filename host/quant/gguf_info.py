@@ -1,16 +1,28 @@
-"""Read what epi needs from a GGUF file's header (no weights are loaded)."""
+"""Read what epi needs from a GGUF file's header (no weights are loaded, no arrays are read).
+
+The header is parsed with host.gguf_io's reader, which skips metadata arrays: gguf.GGUFReader
+materialises every array (a 32k-token vocabulary costs about a second of CPU a read, and
+`epi quantize` reads every output back). Each tensor's byte size follows from its type's
+block layout (the gguf package's GGML_QUANT_SIZES), as the gguf package computes it; a
+tensor whose data would run past the end of the file is refused, as the package refuses it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Union
 
 from epi.core.errors import UserError
-from host.gguf_io.file import check_gguf
+from host.gguf_io.file import GGUF_MAGIC, check_gguf
+from host.gguf_io.header import Scalar, _HeaderReader
 from host.quant.mixmap import TensorInfo
 from host.quant.quant_types import TYPE_BY_ID, ModelShape
+
+_ARRAY = 9  # GGUF value type id of an array (gguf spec)
+_VERSIONS = (2, 3)  # those the gguf package reads
+_DEFAULT_ALIGNMENT = 32
 
 
 @dataclass
@@ -28,21 +40,61 @@ class ModelInfo:
     file_type: int | None
 
 
-class _Field(Protocol):
-    def contents(self) -> object: ...
+class _ArrayValue:
+    """Stands for a metadata array, which is skipped, not read."""
+
+    def __repr__(self) -> str:
+        return "<array>"
 
 
-class _Reader(Protocol):
-    """What is used of gguf.GGUFReader (the gguf package ships no types)."""
-
-    @property
-    def fields(self) -> Mapping[str, _Field]: ...
+_SKIPPED_ARRAY = _ArrayValue()
+Meta = dict[str, Union[Scalar, _ArrayValue]]
 
 
-def _count(reader: _Reader, path: Path, key: str, default: int | None = None) -> int:
+@dataclass(frozen=True)
+class _RawTensor:
+    name: str
+    dims: list[int]  # ggml order: dims[0] is the row length
+    type_id: int
+    offset: int  # from the start of the data section
+
+
+def _parse_header(path: Path) -> tuple[Meta, list[_RawTensor], int]:
+    """(metadata, tensor infos, start of the data section); ValueError on a malformed header."""
+    with open(path, "rb") as raw:
+        fh = io.BufferedReader(raw, buffer_size=1 << 16)
+        r = _HeaderReader(fh)
+        if fh.read(4) != GGUF_MAGIC:
+            raise ValueError("GGUF magic invalid")
+        version = r.uint("I")
+        if version not in _VERSIONS:
+            raise ValueError(f"GGUF version {version} cannot be read")
+        n_tensors, n_kv = r.uint("Q"), r.uint("Q")
+        meta: Meta = {}
+        for _ in range(n_kv):
+            key = r.string()
+            if key in meta:
+                raise ValueError(f"duplicate metadata key {key!r}")
+            vtype = r.uint("I")
+            value = r.value(vtype)
+            meta[key] = _SKIPPED_ARRAY if vtype == _ARRAY else value
+        tensors = []
+        for _ in range(n_tensors):
+            name = r.string()
+            dims = [r.uint("Q") for _ in range(r.uint("I"))]
+            tensors.append(_RawTensor(name, dims, r.uint("I"), r.uint("Q")))
+        end_of_header = fh.tell()
+    alignment = meta.get("general.alignment", _DEFAULT_ALIGNMENT)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or (
+        alignment & (alignment - 1)
+    ):
+        raise ValueError(f"general.alignment {alignment!r:.40} is not a power of two")
+    return meta, tensors, -(-end_of_header // alignment) * alignment
+
+
+def _count(meta: Meta, path: Path, key: str, default: int | None = None) -> int:
     """A whole-number metadata field; missing is `default`, or a one-line UserError."""
-    f = reader.fields.get(key)
-    value = default if f is None else f.contents()
+    value = meta.get(key, default)
     if value is None:
         raise UserError(f"{path}: {key}: missing from GGUF metadata")
     if isinstance(value, bool) or not isinstance(value, int):
@@ -57,31 +109,39 @@ def read_model(path: Path | str) -> ModelInfo:
     path = Path(path)
     check_gguf(path)
     try:
-        reader = gguf.GGUFReader(str(path))
-    except Exception as exc:  # the gguf package raises bare ValueErrors on corrupt files
+        meta, raw_tensors, data_start = _parse_header(path)
+        file_size = path.stat().st_size
+        tensors: list[TensorInfo] = []
+        types: dict[str, str] = {}
+        nbytes: dict[str, int] = {}
+        n_params = 0
+        for t in raw_tensors:
+            if t.name in types:
+                raise ValueError(f"duplicated tensor {t.name}")
+            if not t.dims:
+                raise ValueError(f"tensor {t.name} has no dimensions")
+            qtype = gguf.GGMLQuantizationType(t.type_id)  # ValueError if unknown
+            block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+            n_elements = 1
+            for d in t.dims:
+                n_elements *= d
+            size = n_elements * type_size // block
+            if data_start + t.offset + size > file_size:
+                raise ValueError(f"tensor {t.name}: data runs past the end of the file")
+            types[t.name] = TYPE_BY_ID.get(t.type_id, qtype.name)
+            tensors.append(TensorInfo(t.name, t.dims[0], n_elements, len(t.dims), types[t.name]))
+            nbytes[t.name] = size
+            n_params += n_elements
+    except (ValueError, KeyError, OSError) as exc:
         raise UserError(f"{path}: cannot read GGUF header: {exc}") from None
-    arch_field = reader.fields.get("general.architecture")
-    arch = None if arch_field is None else arch_field.contents()
+    arch = meta.get("general.architecture")
     if not arch or not isinstance(arch, str):
         raise UserError(f"{path}: general.architecture: missing from GGUF metadata")
-    n_layers = _count(reader, path, f"{arch}.block_count")
-    n_head = _count(reader, path, f"{arch}.attention.head_count", 1)
-    n_head_kv = _count(reader, path, f"{arch}.attention.head_count_kv", n_head)
-    n_expert = _count(reader, path, f"{arch}.expert_count", 0)
-    tensors: list[TensorInfo] = []
-    types: dict[str, str] = {}
-    nbytes: dict[str, int] = {}
-    n_params = 0
-    for t in reader.tensors:
-        dims = [int(d) for d in t.shape]
-        types[t.name] = TYPE_BY_ID.get(int(t.tensor_type), t.tensor_type.name)
-        tensors.append(
-            TensorInfo(t.name, dims[0], int(t.n_elements), len(dims), types[t.name])
-        )
-        nbytes[t.name] = int(t.n_bytes)
-        n_params += int(t.n_elements)
+    n_layers = _count(meta, path, f"{arch}.block_count")
+    n_head = _count(meta, path, f"{arch}.attention.head_count", 1)
+    n_head_kv = _count(meta, path, f"{arch}.attention.head_count_kv", n_head)
+    n_expert = _count(meta, path, f"{arch}.expert_count", 0)
     shape = ModelShape(n_layers, n_head, n_head_kv, "output.weight" in types, n_expert)
-    file_type = reader.fields.get("general.file_type")
     return ModelInfo(
         path,
         arch,
@@ -90,6 +150,6 @@ def read_model(path: Path | str) -> ModelInfo:
         types,
         nbytes,
         n_params,
-        _count(reader, path, f"{arch}.embedding_length", 0),
-        None if file_type is None else _count(reader, path, "general.file_type"),
+        _count(meta, path, f"{arch}.embedding_length", 0),
+        None if "general.file_type" not in meta else _count(meta, path, "general.file_type"),
     )

@@ -14,6 +14,8 @@ and installed next to the bindings by scripts/build_llama.sh.
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,6 +31,27 @@ DEFAULT_WIDTH = 256
 DEFAULT_FFN = 512
 ARCHITECTURES = ("llama", "qwen3moe", "qwen2moe")
 MOE_ARCHITECTURES = ("qwen3moe", "qwen2moe")
+
+
+_VOCAB_FIELDS = (
+    "tokenizer.ggml.model",
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.scores",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+)
+
+
+@functools.lru_cache(maxsize=2)
+def _vocab_fields(path: str) -> dict[str, object]:
+    """The tokenizer fields of llama.cpp's vocab-only file, read once per process: the gguf
+    package's reader materialises the 32k-token arrays (about a second of CPU), and a test
+    session writes a dozen models."""
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    return {name: reader.fields[name].contents() for name in _VOCAB_FIELDS}
 
 
 def write_test_model(
@@ -62,13 +85,13 @@ def write_test_model(
         )
     if n_embd % n_head:
         raise UserError(f"test model: n_embd {n_embd} is not a multiple of n_head {n_head}")
-    vocab = gguf.GGUFReader(str(vocab_path()))
+    vocab = _vocab_fields(str(vocab_path()))
 
     def field(name: str, kind: type[_T]) -> _T:
-        value = vocab.fields[name].contents()
+        value = vocab[name]
         if not isinstance(value, kind):
             raise UserError(f"{vocab_path()}: {name} is not a {kind.__name__}")
-        return value
+        return copy.copy(value)  # the cached lists stay as read
 
     tokens = field("tokenizer.ggml.tokens", list)
     n_vocab = len(tokens)

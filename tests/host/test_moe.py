@@ -23,6 +23,8 @@ from host.quant.gguf_info import read_model
 from host.quant.mixmap import load_mixmap, parse_mixmap
 from host.quant.quantize import quantize_map
 from host.quant.tiny_model import write_test_model
+from tests.host.quant_fixtures import gguf_view as quant_view
+from tests.host.quant_fixtures import shared_model
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = REPO / "quantmaps"
@@ -31,18 +33,11 @@ N_EXPERT = 4
 
 
 def gguf_view(path: Path) -> tuple[dict, dict[str, str], dict[str, list[int]], dict[str, int]]:
-    """(metadata scalars, tensor types, ggml shapes ne, tensor bytes) read by the gguf package."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(path))
-    meta = {}
-    for name, f in reader.fields.items():
-        if f.types and f.types[0] != gguf.GGUFValueType.ARRAY:
-            meta[name] = f.contents()
-    types = {t.name: gguf.GGMLQuantizationType(int(t.tensor_type)).name for t in reader.tensors}
-    shapes = {t.name: [int(d) for d in t.shape] for t in reader.tensors}
-    nbytes = {t.name: int(t.n_bytes) for t in reader.tensors}
-    return meta, types, shapes, nbytes
+    """(metadata scalars, tensor types, ggml shapes ne, tensor bytes), read without epi's code:
+    the test's own header parser with the gguf package's type and block tables, which also
+    checks that every tensor's size tiles the data section (tests/host/quant_fixtures.py)."""
+    view = quant_view(path)
+    return view.meta, view.types, view.shapes, view.nbytes
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +67,7 @@ def test_generated_qwen3moe_has_what_llama_cpp_reads(moe_model: Path) -> None:
         assert types[p + "ffn_gate_inp.weight"] == "F32"  # as llama.cpp's converter writes it
         assert types[p + "ffn_up_exps.weight"] == "F16"
         assert p + "attn_q_norm.weight" in types and p + "ffn_gate.weight" not in types
+    assert read_model(moe_model).shape.n_expert == N_EXPERT  # epi's header reader agrees
 
 
 @pytest.mark.parametrize("fixture", ["moe_model", "shexp_model"])
@@ -202,12 +198,14 @@ def uniform_map(tmp_path: Path, file_type: str) -> Path:
     ],
 )
 def test_moe_file_type_rules_match_llama_cpp_native(
-    tmp_path: Path, arch: str, n_expert: int, file_type: str
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, arch: str, n_expert: int,
+    file_type: str
 ) -> None:
     """A uniform map of file type X gives exactly `llama-quantize X`'s type for every tensor,
-    expert tensors included."""
-    model = write_test_model(tmp_path / "m.gguf", n_layers=8, n_head=4, n_head_kv=1, arch=arch,
-                             n_expert=n_expert)
+    expert tensors included. Cases with the same architecture and expert count share one
+    model file (only read here)."""
+    model = shared_model(tmp_path_factory, n_layers=8, n_head=4, n_head_kv=1, arch=arch,
+                         n_expert=n_expert)
     native = tmp_path / "native.gguf"
     subprocess.run([str(tool_path("llama-quantize")), str(model), str(native), file_type, "2"],
                    env=tool_env(), capture_output=True, check=True)

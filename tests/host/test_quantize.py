@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,10 +14,11 @@ import pytest
 
 from host.gguf_io.file import sha256_file
 from host.llama.install import tool_env, tool_path
-from host.quant.gguf_info import read_model
+from host.quant.gguf_info import ModelInfo, read_model
 from host.quant.mixmap import MixMap, expand, load_mixmap, load_mixmaps
 from host.quant.quantize import QuantResult, quantize_map
 from host.quant.tiny_model import write_test_model
+from tests.host.quant_fixtures import independent_types, shared_model
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = REPO / "quantmaps"
@@ -34,94 +36,6 @@ UNIFORM_MAP_OF = {
 def epi(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "epi.cli", *args], capture_output=True,
                           text=True, cwd=cwd)
-
-
-# GGUF value types (gguf spec): id -> struct format of one scalar; 8 = string, 9 = array
-_GGUF_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q",
-                11: "q", 12: "d"}
-
-
-def independent_types(path: Path) -> dict[str, str]:
-    """Every tensor's stored type as the gguf package names it (no epi code involved).
-
-    The header is parsed here from the GGUF spec (magic, version, counts, key/values, tensor
-    infos, aligned data section): gguf.GGUFReader materialises every metadata array (a
-    32k-token vocabulary) and took most of this module's time. Type names and block sizes
-    come from the gguf package (GGMLQuantizationType, GGML_QUANT_SIZES). Each tensor's byte
-    size by that table must be what the file lays out: the tensors tile the data section in
-    offset order, each aligned and followed by less than one alignment of padding, the last
-    ending within one alignment of the file's end. So a type name that does not describe the
-    stored data fails here.
-    """
-    import mmap
-    import struct
-
-    import gguf
-
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        pos = 0
-
-        def take(fmt: str) -> Any:
-            nonlocal pos
-            (value,) = struct.unpack_from("<" + fmt, buf, pos)
-            pos += struct.calcsize("<" + fmt)
-            return value
-
-        def string() -> bytes:
-            nonlocal pos
-            n = take("Q")
-            pos += n
-            return bytes(buf[pos - n:pos])
-
-        def value(vtype: int) -> Any:
-            nonlocal pos
-            if vtype in _GGUF_SCALAR:
-                return take(_GGUF_SCALAR[vtype])
-            if vtype == 8:
-                return string()
-            assert vtype == 9, vtype
-            etype, count = take("I"), take("Q")
-            if etype in _GGUF_SCALAR:
-                pos += count * struct.calcsize("<" + _GGUF_SCALAR[etype])
-            else:
-                for _ in range(count):
-                    value(etype)
-            return None
-
-        assert buf[:4] == b"GGUF"
-        pos = 4
-        assert take("I") >= 2
-        n_tensors, n_kv = take("Q"), take("Q")
-        meta = {}
-        for _ in range(n_kv):
-            key = string().decode()
-            meta[key] = value(take("I"))
-        infos = []
-        for _ in range(n_tensors):
-            name = string().decode()
-            dims = [take("Q") for _ in range(take("I"))]
-            infos.append((name, dims, take("I"), take("Q")))
-        align = int(meta.get("general.alignment") or 32)
-        data_start = -(-pos // align) * align
-        size = len(buf) - data_start
-    types = {}
-    spans = []
-    for name, dims, type_id, offset in infos:
-        qtype = gguf.GGMLQuantizationType(type_id)
-        block, type_size = gguf.GGML_QUANT_SIZES[qtype]
-        assert dims[0] % block == 0, (name, qtype.name)
-        n_elements = 1
-        for d in dims:
-            n_elements *= d
-        assert offset % align == 0, (name, offset)
-        spans.append((offset, n_elements // block * type_size, name))
-        types[name] = qtype.name
-    spans.sort()
-    ends = [nxt for nxt, _, _ in spans[1:]] + [size]
-    assert spans[0][0] == 0
-    for (offset, n_bytes, name), end in zip(spans, ends, strict=True):
-        assert 0 <= end - (offset + n_bytes) < align, (name, offset, n_bytes, end)
-    return types
 
 
 def check_tensor_by_tensor(manifest: dict[str, Any], out: Path, base: Path) -> None:
@@ -200,29 +114,89 @@ def test_tensor_check_catches_a_manifest_that_misstates_a_type(
         check_tensor_by_tensor(lying, result.output, tiny_model)
 
 
+def test_read_model_is_what_the_gguf_package_reads(
+    tiny_model: Path, tmp_path: Path, quantized: Callable[[MixMap], QuantResult]
+) -> None:
+    """read_model parses the header itself (no arrays, no tensor data): every figure it gives
+    equals gguf.GGUFReader's for a mixed-type file, the base's types equal the test's own
+    parser's, and a file cut short inside its tensor data is refused in one line."""
+    import gguf
+
+    from epi.core.errors import UserError
+
+    out = quantized(load_mixmap(STUDY / "mix_high_early.json")).output
+    info = read_model(out)
+    reader = gguf.GGUFReader(str(out))
+
+    def field(key: str) -> Any:
+        return reader.fields[key].contents()
+
+    assert info.arch == field("general.architecture") == "llama"
+    assert (info.shape.n_layers, info.shape.n_head, info.shape.n_head_kv, info.shape.n_expert,
+            info.shape.has_output) == (field("llama.block_count"),
+                                       field("llama.attention.head_count"),
+                                       field("llama.attention.head_count_kv"), 0, True)
+    assert info.n_embd == field("llama.embedding_length")
+    assert info.file_type == field("general.file_type")
+    assert [(t.name, t.row_len, t.n_elements, t.n_dims, t.stored_type) for t in info.tensors] == [
+        (t.name, int(t.shape[0]), int(t.n_elements), len(t.shape), t.tensor_type.name)
+        for t in reader.tensors
+    ]
+    assert info.tensor_bytes == {t.name: int(t.n_bytes) for t in reader.tensors}
+    assert info.n_params == sum(int(t.n_elements) for t in reader.tensors)
+    assert len(set(info.tensor_types.values())) >= 4  # F32 norms, Q3_K, Q4_K, Q6_K at least
+    assert read_model(tiny_model).tensor_types == independent_types(tiny_model)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(out.read_bytes()[:-4096])
+    with pytest.raises(UserError, match=r"cut\.gguf: cannot read GGUF header: tensor "
+                                        r"\S+: data runs past the end of the file$"):
+        read_model(cut)
+
+
 @pytest.mark.slow
 def test_every_shipped_map_on_the_test_model(
     tiny_model: Path, quantized: Callable[[MixMap], QuantResult]
 ) -> None:
     maps, _ = load_mixmaps([STUDY, STUDY / "demo"])
     assert len(maps) == 29
+    base = read_model(tiny_model)
+    first_of: dict[str, MixMap] = {}
     for m in maps:
+        # two shipped maps repeat another's content (mix_high_middle = mix_bookend_low,
+        # demo_q8_0 = uniform_q8): the same request gives the same file, so each such map is
+        # checked to ask llama-quantize for exactly what the first asked, not quantized again
+        same = first_of.setdefault(m.content_key(), m)
+        if same is not m:
+            ours, theirs = (expand(x, base.shape, base.tensors) for x in (m, same))
+            assert [(t.name, t.requested, t.expected) for t in ours.tensors] == [
+                (t.name, t.requested, t.expected) for t in theirs.tensors]
+            assert m.base_type == same.base_type
+            continue
         result = quantized(m)
         check_tensor_by_tensor(result.manifest.to_json(), result.output, tiny_model)
         assert result.manifest.to_json()["unpredicted"] == []
+    assert len(first_of) == 27
+
+
+@pytest.fixture(scope="module")
+def gqa_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModelInfo, str]:
+    """16 layers so use_more_bits picks a non-trivial pattern; 4 heads / 1 KV head: n_gqa 4.
+    One file for every file type below (each quantizes it into its own folder)."""
+    model = shared_model(tmp_path_factory, n_layers=16, n_head=4, n_head_kv=1)
+    return read_model(model), sha256_file(model)
 
 
 @pytest.mark.parametrize("file_type", ["Q2_K", "Q3_K_S", "Q4_K_M", "Q5_K_M"])
-def test_file_type_rules_match_llama_cpp_native(tmp_path: Path, file_type: str) -> None:
+def test_file_type_rules_match_llama_cpp_native(
+    tmp_path: Path, gqa_model: tuple[ModelInfo, str], file_type: str
+) -> None:
     """A uniform map of file type X gives exactly `llama-quantize X`'s per-tensor types."""
-    # 16 layers so use_more_bits picks a non-trivial pattern; 4 heads / 1 KV head: n_gqa 4
-    model = write_test_model(tmp_path / "gqa.gguf", n_layers=16, n_head=4, n_head_kv=1)
-    base = read_model(model)
+    base, sha = gqa_model
     native = tmp_path / f"native-{file_type}.gguf"
-    subprocess.run([str(tool_path("llama-quantize")), str(model), str(native), file_type, "2"],
-                   env=tool_env(), capture_output=True, check=True)
+    subprocess.run([str(tool_path("llama-quantize")), str(base.path), str(native), file_type,
+                    "2"], env=tool_env(), capture_output=True, check=True)
     m = load_mixmap(STUDY / f"{UNIFORM_MAP_OF[file_type]}.json")
-    result = quantize_map(m, base, sha256_file(model), tmp_path / "ours", threads=2)
+    result = quantize_map(m, base, sha, tmp_path / "ours", threads=2)
     assert independent_types(result.output) == independent_types(native)
 
 
@@ -243,17 +217,21 @@ def test_fallback_is_recorded_and_reported(tmp_path: Path) -> None:
     assert rows["blk.0.ffn_down.weight"]["effective"] == "Q6_K"
 
 
-def test_up_to_date_outputs_are_skipped(tiny_model: Path, tmp_path: Path) -> None:
+def test_up_to_date_outputs_are_skipped(
+    tiny_model: Path, tmp_path: Path, quantized: Callable[[MixMap], QuantResult]
+) -> None:
     base = read_model(tiny_model)
     sha = sha256_file(tiny_model)
     m = load_mixmap(STUDY / "uniform_q8.json")
-    first = quantize_map(m, base, sha, tmp_path, threads=2)
-    assert not first.skipped
+    first = quantized(m)  # made in a fresh folder: not skipped (the fixture checks)
+    for made in (first.output, first.manifest_path):  # a copy: the shared files stay intact
+        shutil.copy(made, tmp_path / made.name)
     second = quantize_map(m, base, sha, tmp_path, threads=2)
-    assert second.skipped
-    first.output.write_bytes(first.output.read_bytes()[:-10])  # damaged output: redone
+    assert second.skipped and second.output == tmp_path / first.output.name
+    second.output.write_bytes(second.output.read_bytes()[:-10])  # damaged output: redone
     third = quantize_map(m, base, sha, tmp_path, threads=2)
     assert not third.skipped
+    assert third.output.read_bytes() == first.output.read_bytes()  # llama.cpp is deterministic
 
 
 def test_manifest_on_disk_reads_back_as_the_typed_result(
@@ -274,10 +252,14 @@ def test_manifest_on_disk_reads_back_as_the_typed_result(
 
 def test_cli_quantize_applies_each_map_to_the_model_once(
     tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str]
+    capsys: pytest.CaptureFixture[str], quantized: Callable[[MixMap], QuantResult]
 ) -> None:
     """`epi quantize` expands a map once: the expansion whose warnings it prints is the one
-    llama-quantize gets (issue 26: it was expanded a second time inside quantize_map)."""
+    llama-quantize gets (issue 26: it was expanded a second time inside quantize_map).
+
+    The outputs are copied in from the module's set, so the command finds them up to date and
+    runs no llama-quantize: quantize_map expands before its up-to-date check, so a second
+    expansion is counted all the same."""
     import host.quant.mixmap as mixmap_module
     from host.quant.mixmap import Expansion, TensorInfo
     from host.quant.quant_types import ModelShape
@@ -292,6 +274,10 @@ def test_cli_quantize_applies_each_map_to_the_model_once(
 
     import host.quant.quantize as quantize_module
 
+    for map_id in ("uniform_q8", "mix_high_early"):
+        made = quantized(load_mixmap(STUDY / f"{map_id}.json"))
+        for path in (made.output, made.manifest_path):
+            shutil.copy(path, tmp_path / path.name)
     monkeypatch.setattr(mixmap_module, "expand", counting)
     monkeypatch.setattr(quantize_module, "expand", counting)
     code, out, err = run_epi(monkeypatch, capsys, "quantize", str(STUDY / "uniform_q8.json"),
@@ -300,13 +286,19 @@ def test_cli_quantize_applies_each_map_to_the_model_once(
     assert code == 0, err
     assert sorted(calls) == ["mix_high_early", "uniform_q8"]
     assert "as requested" in out
+    assert not (tmp_path / "uniform_q8.quantize.log").exists()  # up to date: not redone
 
 
-def test_cli_quantize_prints_table(tiny_model: Path, tmp_path: Path) -> None:
-    proc = epi("quantize", str(STUDY / "uniform_q4km.json"), "--model", str(tiny_model),
-               "--out", str(tmp_path), "--threads", "2")
-    assert proc.returncode == 0, proc.stderr
-    assert "uniform_q4km" in proc.stdout and "as requested" in proc.stdout
+def test_cli_quantize_prints_table(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.cli_run import run_epi
+
+    code, out, err = run_epi(monkeypatch, capsys, "quantize", str(STUDY / "uniform_q4km.json"),
+                             "--model", str(tiny_model), "--out", str(tmp_path), "--threads", "2")
+    assert code == 0, err
+    assert "uniform_q4km" in out and "as requested" in out
     assert (tmp_path / "uniform_q4km.manifest.json").is_file()
 
 
@@ -332,21 +324,28 @@ def test_cli_errors_are_one_line_exit_2(args: list[str], expected: str) -> None:
     assert lines[0].startswith("epi: error: ") and expected in lines[0]
 
 
-def test_cli_quantizes_the_papers_map_form_as_printed(tiny_model: Path, tmp_path: Path) -> None:
-    """A map in the study paper's own form, on the 8-layer test model, through both commands."""
+def test_cli_quantizes_the_papers_map_form_as_printed(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A map in the study paper's own form, on the 8-layer test model, through both commands
+    (in-process: the commands' exit codes and one-line errors are the subprocess tests' job)."""
+    from tests.cli_run import run_epi
+
     paper = tmp_path / "paper_map.json"
     paper.write_text(
         '{"config_id": "mix_high_early", "model": "tiny-llama", "layer_groups": ['
         '{"layers": [0, 1], "quant": "Q6_K"}, {"layers": [2, 3, 4, 5], "quant": "Q4_K_M"}, '
         '{"layers": [6, 7], "quant": "Q3_K_S"}]}'
     )
-    check = epi("maps", "check", str(paper), "--model", str(tiny_model))
-    assert check.returncode == 0, check.stderr
-    assert "mix_high_early" in check.stdout and "[paper form]" in check.stdout
-    proc = epi("quantize", str(paper), "--model", str(tiny_model), "--out", str(tmp_path / "q"),
-               "--threads", "2")
-    assert proc.returncode == 0, proc.stderr
-    row = next(line for line in proc.stdout.splitlines() if line.startswith("mix_high_early"))
+    code, out, err = run_epi(monkeypatch, capsys, "maps", "check", str(paper), "--model",
+                             str(tiny_model))
+    assert code == 0, err
+    assert "mix_high_early" in out and "[paper form]" in out
+    code, out, err = run_epi(monkeypatch, capsys, "quantize", str(paper), "--model",
+                             str(tiny_model), "--out", str(tmp_path / "q"), "--threads", "2")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("mix_high_early"))
     assert "0-1:Q6_K 2-5:Q4_K_M 6-7:Q3_K_S" in row and "as requested" in row
     man = json.loads((tmp_path / "q" / "mix_high_early.manifest.json").read_text())
     assert man["map_form"] == "paper" and man["map"]["config_id"] == "mix_high_early"

@@ -43,41 +43,43 @@ def test_bits_per_weight_match_ggml_block_layouts() -> None:
     assert bits_per_weight("Q6_K") == pytest.approx(210 * 8 / 256)
 
 
-def test_space_bytes_equal_the_tensor_data_an_independent_reader_finds(tmp_path: Path) -> None:
-    """Quantize a real model with a per-layer candidate and read the file back with gguf's own
-    reader: the search's byte count must equal the bytes of the file's quantized tensors."""
-    import gguf
-
+def test_space_bytes_equal_the_tensor_data_an_independent_reader_finds(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """Quantize a real model with a per-layer candidate and read the file back with the test's
+    own GGUF parser (gguf's type tables; it checks that the tensors tile the data section):
+    the search's byte count must equal the bytes of the file's quantized tensors."""
     from host.gguf_io.file import sha256_file
     from host.quant.gguf_info import read_model
     from host.quant.mixmap import parse_mixmap
     from host.quant.quantize import quantize_map
-    from host.quant.tiny_model import write_test_model
+    from tests.host.quant_fixtures import gguf_view
 
-    base = write_test_model(tmp_path / "tiny.gguf", n_layers=4)
-    model = read_model(base)
+    model = read_model(tiny_model)  # 8 layers, 256 wide
     space = build_space(model, ["Q8_0", "Q5_0", "Q4_0"])
-    assignment = ("Q8_0", "Q4_0", "Q4_0", "Q5_0")
+    assignment = ("Q8_0", "Q4_0", "Q4_0", "Q5_0") * 2
     doc = mixmap_document("cand", assignment, space, "test")
     path = tmp_path / "cand.json"
     path.write_text(json.dumps(doc))
-    result = quantize_map(parse_mixmap(doc, path), model, sha256_file(base), tmp_path / "q",
-                          threads=2)
-    reader = gguf.GGUFReader(str(result.output))
-    file_bytes = sum(int(t.n_bytes) for t in reader.tensors)
-    assert space.bytes_of(assignment) == file_bytes
-    types = {t.name: t.tensor_type.name for t in reader.tensors}
-    assert types["blk.1.ffn_down.weight"] == "Q4_0"
-    assert types["blk.3.attn_q.weight"] == "Q5_0"
+    result = quantize_map(parse_mixmap(doc, path), model, sha256_file(tiny_model),
+                          tmp_path / "q", threads=2)
+    view = gguf_view(result.output)
+    assert space.bytes_of(assignment) == sum(view.nbytes.values())
+    assert view.types["blk.1.ffn_down.weight"] == "Q4_0"
+    assert view.types["blk.3.attn_q.weight"] == "Q5_0"
+    assert view.types["blk.4.attn_q.weight"] == "Q8_0"
 
 
-def test_default_types_are_those_that_fit_every_block_tensor(tmp_path: Path) -> None:
+def test_default_types_are_those_that_fit_every_block_tensor(
+    tiny_model: Path, tmp_path: Path
+) -> None:
     from host.quant.gguf_info import read_model
     from host.quant.tiny_model import write_test_model
 
-    wide = read_model(write_test_model(tmp_path / "w.gguf", n_layers=2, n_embd=256, n_ff=512))
+    wide = read_model(tiny_model)  # 256 wide, ffn 512
     narrow = read_model(write_test_model(tmp_path / "n.gguf", n_layers=2, n_embd=96, n_ff=192,
                                          n_head=2))
+    assert wide.n_embd == 256
     assert "Q6_K" in build_space(wide).types
     narrow_types = build_space(narrow).types
     assert "Q6_K" not in narrow_types and "Q4_K" not in narrow_types  # 96 % 256 != 0
