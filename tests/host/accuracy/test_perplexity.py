@@ -113,6 +113,7 @@ def test_perplexity_matches_an_independent_computation(tiny_model: Path, ppl_tex
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_perplexity_agrees_with_llama_perplexity(tiny_model: Path, ppl_text: Path) -> None:
     """The CI cross-check: same model, text, context and chunks as llama-perplexity."""
     with Scorer(tiny_model, 128, 2) as scorer:
