@@ -7,13 +7,13 @@ back with the trace reader, as `epi analyze` reads it."""
 
 from __future__ import annotations
 
-import multiprocessing
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from epi.formats.trace import read_trace
 from meter.chip.calibration import (
     DEFAULT_UGAIN,
     EMULATED_FRONTEND,
@@ -22,9 +22,54 @@ from meter.chip.calibration import (
     pl_constant,
     pl_words,
 )
+from meter.clock import SimulatedClock
+from meter.daemon.metrics import ChannelInfo, MeterState, render_prometheus
+from meter.daemon.sampler import Sampler
+from meter.daemon.trace import TraceLock, TraceWriter
+from meter.driver.atm90e26 import ATM90E26Driver
+from meter.emulation.chip_emulator import EmulatedChip
+from meter.emulation.emulated_bus import EmulatedSpiBus
 from meter.emulation.load_profiles import bursts, ramp, square_wave
 from meter.emulation.power_models import ConstantPower, PowerModel
-from tests.meter.selfcheck_record import MC, record
+
+S = 1_000_000_000
+MC = 1e8
+PERIOD_S = 0.05
+
+
+@dataclass
+class _Channel:
+    index: int
+    name: str
+    driver: ATM90E26Driver
+
+
+def _record(tmp_path: Path, model: PowerModel, cal: Calibration, seconds: float
+            ) -> tuple[list[tuple[float, str]], dict[str, float]]:
+    """(seconds after start, detail) of every chain_disagreement event in the trace, and the
+    /metrics chain gauges at the end (plus `rows_lost`: the sweeps that wrote no row, as a
+    fraction, counted from the trace)."""
+    clock = SimulatedClock(5 * S)
+    chip = EmulatedChip(model, clock, meter_constant_imp_per_kwh=MC)
+    driver = ATM90E26Driver(EmulatedSpiBus(chip), cal, clock=clock, first_measurement_s=0.2)
+    driver.start()
+    out = tmp_path / "trace"
+    writer = TraceWriter(out, {"test": True}, lock=TraceLock(out))
+    state = MeterState([ChannelInfo(0, "ch0", None)], {})
+    t0 = clock.monotonic_ns()
+    sampler = Sampler([_Channel(0, "ch0", driver)], clock, writer, period_s=PERIOD_S,
+                      state=state)
+    stats = sampler.run(seconds, start_mono_ns=t0)
+    writer.close()
+    trace = read_trace(out)
+    events = [((e["t_mono_ns"] - t0) / S, e["detail"]) for e in trace.events()
+              if e["kind"] == "chain_disagreement"]
+    rows = sum(1 for _ in trace.samples())
+    text = render_prometheus(state, clock.monotonic_ns(), clock.realtime_ns())
+    gauges = {s.name: s.value for f in text_string_to_metric_families(text)
+              for s in f.samples if s.name.startswith("epi_meter_chain")}
+    gauges["rows_lost"] = 1 - rows / stats.sweeps
+    return events, gauges
 
 
 def _cal(**words: int) -> Calibration:
@@ -48,7 +93,7 @@ def _wrong_pl() -> Calibration:
 ])
 def test_a_wrong_chip_raises_chain_disagreement_within_60_s(tmp_path: Path,
                                                             cal: Calibration) -> None:
-    events, gauges = record(tmp_path, ConstantPower(7.0), cal, 75)
+    events, gauges = _record(tmp_path, ConstantPower(7.0), cal, 75)
     assert events, "no chain_disagreement in the trace"
     assert events[0][0] <= 60, events
     assert "counter_vs_integral" in events[0][1]
@@ -62,7 +107,7 @@ def test_a_wrong_chip_raises_chain_disagreement_within_60_s(tmp_path: Path,
                                    bursts(2.7, 9.5, 0.03, 0.5)],
                          ids=lambda m: getattr(m, "label", "constant-7W"))
 def test_a_correct_chip_raises_none_on_fast_loads(tmp_path: Path, model: PowerModel) -> None:
-    events, gauges = record(tmp_path, model, Calibration.default(MC), 120)
+    events, gauges = _record(tmp_path, model, Calibration.default(MC), 120)
     assert events == []
     assert gauges["epi_meter_chain_disagreement"] == 0
     assert 0 <= gauges["epi_meter_chain_disagreement_ratio"] <= 1
@@ -71,37 +116,13 @@ def test_a_correct_chip_raises_none_on_fast_loads(tmp_path: Path, model: PowerMo
 ROWS_LOST_MAX = 0.001  # the start-up's first metering cycle (0.2 s of 600 s) and no more
 
 
-SOAK_S = 600.0  # ten minutes of simulated time per profile
-SOAK_PROFILES = [square_wave(1.0, 2.7, 9.5), square_wave(10.0, 2.7, 9.5), ramp(2.7, 9.5, 2.0),
-                 bursts(2.7, 9.5, 0.03, 0.5)]
-SoakResults = dict[str, tuple[list[tuple[float, str]], dict[str, float]]]
-
-
-@pytest.fixture(scope="module")
-def soaks(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple]:
-    """The four soaks, run once for the tests below, two at a time in worker processes (each
-    is pure CPU on a SimulatedClock: nothing real is waited for, so two cores halve the wall
-    time; the results are the same as in this process)."""
-    results: SoakResults = {}
-
-    def result(label: str) -> tuple[list[tuple[float, str]], dict[str, float]]:
-        if not results:
-            ctx = multiprocessing.get_context("spawn")  # no fork of pytest's threads
-            with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
-                futures = {m.label: pool.submit(record, tmp_path_factory.mktemp("soak"), m,
-                                                Calibration.default(MC), SOAK_S)
-                           for m in SOAK_PROFILES}
-                results.update({label: f.result() for label, f in futures.items()})
-        return results[label]
-
-    return result
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("label", [m.label for m in SOAK_PROFILES])
-def test_ten_minute_soak_of_fast_loads(soaks: Callable[[str], tuple], label: str) -> None:
+@pytest.mark.parametrize("model", [square_wave(1.0, 2.7, 9.5), square_wave(10.0, 2.7, 9.5),
+                                   ramp(2.7, 9.5, 2.0), bursts(2.7, 9.5, 0.03, 0.5)],
+                         ids=lambda m: getattr(m, "label", "?"))
+def test_ten_minute_soak_of_fast_loads(tmp_path: Path, model: PowerModel) -> None:
     """Issue 27's soak: 10 minutes of each fast profile on a correct chip, through the
     sampler: no chain_disagreement, and rows lost (plausibility, not-ready) under 0.1 %."""
-    events, gauges = soaks(label)
+    events, gauges = _record(tmp_path, model, Calibration.default(MC), 600)
     assert events == []
     assert gauges["rows_lost"] <= ROWS_LOST_MAX, gauges
