@@ -142,6 +142,7 @@ stop = threading.Event()
 def burn():
     while not stop.is_set():
         pass
+print("ready", flush=True)    # start-up over: from here it waits, using no CPU
 sys.stdin.readline()          # wait for "go"
 print(time.process_time(), flush=True)  # this process's CPU time, all threads
 t = threading.Thread(target=burn); t.start()
@@ -179,7 +180,9 @@ def test_power_follows_the_child_not_an_unrelated_burner(tmp_path: Path) -> None
     try:
         follow = tmp_path / "follow.pids"
         follow.write_text(f"{child.pid}\n")
-        time.sleep(0.5)  # the child's interpreter start-up is over
+        # the child's interpreter start-up is over (it says so: a loaded machine can take
+        # longer than any fixed wait)
+        assert child.stdout.readline().strip() == "ready"
         tree = ProcessTreeActivityModel(clock, follow, idle_w=IDLE_W, max_w=MAX_W)
         whole = ActivityModel(clock, idle_w=IDLE_W, max_w=MAX_W)
         t0 = clock.monotonic_ns()
