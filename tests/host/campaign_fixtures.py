@@ -5,8 +5,11 @@ keep each measured run short without starving the analysis of samples.
 A run's wall time is its process start and model load (~0.5 s), an idle window before each
 repeat, and the decode of every prompt. The shipped prompt set has four prompts (32 to 256
 prompt tokens); these tests measure mechanics (resume, adaptive rounds), not prompt length, so
-they use its two shortest: with 2 repeats a run has 4 requests, enough edges for `lag = "auto"`
-to estimate the load lag per run (host/analysis/lag.py needs 3). The decode length stays at
+they send two of them: with 2 repeats a run has 4 requests, enough edges for `lag = "auto"` to
+estimate the load lag per run (host/analysis/lag.py needs 3). The two longest, because the
+analysis flags a run whose clock offset uncertainty exceeds 1 % of its median prefill: with the
+two shortest (median prefill ~15 ms) a loaded machine's 0.15 ms uncertainty did; the longest
+two (~40 ms) leave more room than the whole set (~23 ms). The decode length stays at
 128 tokens: at the tests' meter rates (20–40 Hz) a 128-token decode window holds 3+ samples on
 an idle machine, where the analysis needs 2 (host/analysis/align.py); fewer tokens would leave
 the fast idle machine's windows short of samples. The idle window (0.35 s) holds 7+ samples at
@@ -19,21 +22,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-N_PROMPTS = 2  # the shipped set's shortest prompts a run sends (see the module docstring)
+PROMPT_IDS = ("p128-letter", "p256-notes")  # of the shipped set (see the module docstring)
+N_PROMPTS = len(PROMPT_IDS)
 TOKENS = 128  # generated tokens per request (see the module docstring)
 IDLE_S = 0.35  # idle window before each repeat (see the module docstring)
 SETTLE_S = 0.05  # the fixed thermal wait before each run: a real wait, journaled, kept short
 
 
-def write_short_prompts(path: Path, n: int) -> Path:
-    """The shipped default prompt set cut to its `n` shortest prompts (texts, ids and token
-    lengths as shipped), written to `path` as a prompt set file of its own version."""
+def write_prompts(path: Path) -> Path:
+    """The shipped default prompt set cut to PROMPT_IDS (texts, ids and token lengths as
+    shipped), written to `path` as a prompt set file of its own version."""
     from host.run.prompts import default_prompts_path
 
     doc = json.loads(default_prompts_path().read_text())
-    doc["prompts"] = sorted(doc["prompts"], key=lambda p: p["n_tokens"])[:n]
-    doc["version"] = f"{doc['version']}-shortest-{n}"
-    doc["description"] = f"the {n} shortest prompts of {doc['name']} (tests)"
+    doc["prompts"] = [p for p in doc["prompts"] if p["id"] in PROMPT_IDS]
+    assert [p["id"] for p in doc["prompts"]] == list(PROMPT_IDS), "shipped prompt set changed"
+    doc["version"] = f"{doc['version']}-{'-'.join(PROMPT_IDS)}"
+    doc["description"] = f"prompts {', '.join(PROMPT_IDS)} of {doc['name']} (tests)"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1))
     return path

@@ -4,7 +4,7 @@ records a decision per round, runs further rounds only for configurations of und
 comparisons, and ends with every comparison decided, equivalent or undecided after the
 budget — in the printed output, the analysis' decisions.json and a report.
 
-Runs are kept short (tests/host/campaign_fixtures.py): the shipped prompt set's two shortest
+Runs are kept short (tests/host/campaign_fixtures.py): two of the shipped prompt set's four
 prompts, 128 tokens (a decode window of 3+ samples at 20 Hz on an idle machine), short idle
 windows and settle."""
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.campaign_fixtures import N_PROMPTS, run_tables, write_short_prompts
+from tests.host.campaign_fixtures import run_tables, write_prompts
 
 REPO = Path(__file__).resolve().parents[2]
 MAPS = REPO / "quantmaps"
@@ -26,7 +26,7 @@ MAPS = REPO / "quantmaps"
 @pytest.mark.slow
 def test_adaptive_campaign_end_to_end(tiny_model: Path, tmp_path: Path) -> None:
     model = tiny_model  # the session's test model: the campaign only reads it
-    prompts = write_short_prompts(tmp_path / "prompts.json", N_PROMPTS)
+    prompts = write_prompts(tmp_path / "prompts.json")
     study = tmp_path / "study.toml"
     study.write_text(f"""
 [study]

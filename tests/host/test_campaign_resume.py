@@ -18,7 +18,7 @@ The uninterrupted reference campaign runs beside the killed one (separate direct
 daemons and ports; each daemon's modelled power follows only its own campaign's processes):
 the killed one starts once the reference has finished its accuracy steps, so the two never
 prepare the evaluation data or write the accuracy cache at the same time. Runs are kept short
-(tests/host/campaign_fixtures.py: the two shortest prompts, 128 tokens, short idle windows).
+(tests/host/campaign_fixtures.py: two of the shipped prompts, 128 tokens, short idle windows).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import pytest
 from host.campaign.journal import Journal, Started
 from host.campaign.procs import MARK_VAR
 from host.report import data as report_data
-from tests.host.campaign_fixtures import N_PROMPTS, TOKENS, run_tables, write_short_prompts
+from tests.host.campaign_fixtures import N_PROMPTS, TOKENS, run_tables, write_prompts
 
 REPO = Path(__file__).resolve().parents[2]
 MAPS = REPO / "quantmaps"
@@ -218,7 +218,7 @@ def test_kills_cover_every_step_kind_of_the_study_in_plan_order(tmp_path: Path) 
     from host.campaign.plan import build_plan
     from host.campaign.study import load_study
 
-    prompts = write_short_prompts(tmp_path / "prompts.json", N_PROMPTS)
+    prompts = write_prompts(tmp_path / "prompts.json")
     plan = build_plan(load_study(_study(tmp_path, tmp_path / "tiny.gguf", prompts)))
     kinds = list(dict.fromkeys(s.kind for s in plan.steps))
     assert tuple(kinds) == KINDS
@@ -231,7 +231,7 @@ def test_kills_cover_every_step_kind_of_the_study_in_plan_order(tmp_path: Path) 
 def test_killed_inside_every_step_kind_gives_the_same_report_as_uninterrupted(
         tiny_model: Path, tmp_path: Path) -> None:
     model = tiny_model  # the session's test model: the campaigns only read it
-    prompts = write_short_prompts(tmp_path / "prompts.json", N_PROMPTS)
+    prompts = write_prompts(tmp_path / "prompts.json")
     rng = random.Random(f"{os.environ.get('EPI_TEST_SEED', '15')}:{'-'.join(KILLS)}")
     a, b = _study(tmp_path / "a", model, prompts), _study(tmp_path / "b", model, prompts)
     camp_a, camp_b = tmp_path / "a" / "camp", tmp_path / "b" / "camp"
