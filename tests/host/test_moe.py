@@ -237,6 +237,7 @@ def test_tensors_moved_off_a_worker_are_refused() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_quantized_moe_runs_locally_and_across_two_workers(tmp_path: Path) -> None:
     from epi.formats.tokenlog import read_token_log
     from host.cluster.workers import LocalWorker

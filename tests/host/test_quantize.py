@@ -154,6 +154,7 @@ def test_read_model_is_what_the_gguf_package_reads(
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_every_shipped_map_on_the_test_model(
     tiny_model: Path, quantized: Callable[[MixMap], QuantResult]
 ) -> None:
@@ -369,6 +370,7 @@ def test_maps_check_reports_content_duplicates() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_demo_maps_on_the_real_135m_model(tmp_path: Path) -> None:
     from host.quant.models import prepare_model
 

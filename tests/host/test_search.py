@@ -392,6 +392,7 @@ def test_held_out_windows_come_from_the_end_and_refuse_short_texts() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_sensitivity_probes_rank_fewer_bits_as_further_from_the_base(tmp_path: Path) -> None:
     """Real probes through llama-quantize and llama.cpp: a layer at Q4_0 moves the next-token
     distributions further from the F16 base than the same layer at Q8_0; cached on rerun."""

@@ -116,6 +116,7 @@ def _mypy(paths: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_firmware_type_checks_against_the_pico2_stubs(tmp_path: Path) -> None:
     # selftest.py inspects the stand-in's recorded settings (spi.polarity, ...), which the
     # real machine.SPI does not expose: it is test code for the stand-in, not firmware
@@ -127,6 +128,7 @@ def test_firmware_type_checks_against_the_pico2_stubs(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_the_type_check_catches_a_wrong_machine_call(tmp_path: Path) -> None:
     """A keyword machine.SPI does not take on the RP2350 is an error (the check can fail)."""
     shutil.copytree(REPO / "meter", tmp_path / "meter",
