@@ -302,6 +302,24 @@ def campaign_round_values(analysis_dir: Path, basis: str = "gross"
     return round_values(repeats, runs, round_of_run, basis=basis)
 
 
+def deciding_analysis(campaign_dir: Path, final_analysis: Path, min_rounds: int | None
+                      ) -> Path:
+    """The analysis whose round values made the campaign's last [decide] decision: the
+    assessment after its last round (`assess/round-K/`, host.campaign.adaptive_round), or the
+    final analysis when the campaign had no [decide] rounds (`min_rounds` None) or no
+    assessment was written. The final analysis re-estimates the meter lag over the whole trace,
+    so a run's validity there can differ from the assessment's; the candidate's verdict must
+    be the campaign's own decision (its decisions.json), not a second judgement of other
+    values."""
+    if min_rounds is None:
+        return final_analysis
+    from host.campaign.adaptive_round import assess_dir, decided_rounds
+
+    rounds = decided_rounds(campaign_dir, min_rounds)
+    last = assess_dir(campaign_dir, rounds[-1][0] if rounds else min_rounds)
+    return last if (last / "runs.csv").is_file() else final_analysis
+
+
 def campaign_measurer(settings: CampaignSettings, echo: Callable[[str], None]) -> Measurer:
     """A measurer that runs each round's study file as a campaign (host.campaign, in this
     process; resumable itself). With a baseline (the best hand-made map) the campaign's
@@ -329,7 +347,10 @@ def campaign_measurer(settings: CampaignSettings, echo: Callable[[str], None]) -
                 "`epi search` again to continue where it stopped") from None
         basis = campaign.study.analysis.options(campaign.study.baseline).energy_basis
         results = read_campaign_results(
-            round_no, campaign_dir, campaign_round_values(campaign.layout.analysis, basis))
+            round_no, campaign_dir,
+            campaign_round_values(deciding_analysis(campaign_dir, campaign.layout.analysis,
+                                                    settings.min_rounds if baseline else None),
+                                  basis))
         check_covered(results, maps, campaign_dir)
         return results
 

@@ -40,10 +40,11 @@ HAND = [REPO / "quantmaps" / "demo" / f"demo_{t}.json" for t in ("q8_0", "q4_0")
 # Tokens generated per request. The binding check is not the 40 Hz meter's 2 samples per window
 # (50 ms) but the energy counter's resolution: the emulated meter counts 0.0036 J, which must be
 # at most 0.5 % of the median request energy (host/analysis/verdicts.py), so a request needs
-# ≥ 0.72 J — ≥ 0.19 s at the ~3.8 W the modelled power gives a 1-thread decode of the tiny
-# model. Measured decode speed here is 350–610 tok/s; 192 tokens keep ≥ 0.19 s up to ~1000
-# tok/s, a margin for a faster idle machine (128 would fail the check above ~670 tok/s).
-GEN_TOKENS = 192
+# ≥ 0.72 J. An idle 2-core VM decodes the 3-layer Q4_0 map at one thread at ~1,800 tok/s
+# (2026-11-27: 192 tokens gave 0.405 J a request, 2.1 mJ a token, and the check refused
+# demo_q4_0), so 432 tokens (0.91 J there; the most the 512-token context leaves beside the
+# 64-token prompt, with a margin) are needed; a slower or loaded machine only adds energy.
+GEN_TOKENS = 432
 TEXT = " ".join(
     ["The meter reads the wall feed of every node while the model writes one token after another."]
     * 40

@@ -13,6 +13,7 @@ from repeats.csv, each run's round from the directory this test laid it out in.
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 from pathlib import Path
 from types import SimpleNamespace
@@ -142,3 +143,23 @@ def test_cooldown_and_idle_seconds_bind_the_state_only_when_given(tmp_path: Path
                           cooldown_s=0.2, idle_s=0.3)
     opts = bound_options(given, ["Q8_0"], 1)
     assert (opts["cooldown_s"], opts["idle_s"]) == (0.2, 0.3)
+
+
+def test_the_verdict_reads_the_analysis_that_made_the_campaigns_last_decision(
+        tmp_path: Path) -> None:
+    """The final analysis re-estimates the lag over the whole trace, so a run's validity can
+    differ from the assessment's; the search must judge with the assessment behind the
+    campaign's last decision (after round 3 it added round 4, after round 4 it stopped)."""
+    from host.search.measure import deciding_analysis
+
+    final = tmp_path / "analysis"
+    final.mkdir()
+    for k, nxt in ((3, ["a", "b"]), (4, [])):
+        d = tmp_path / "assess" / f"round-{k}"
+        d.mkdir(parents=True)
+        (d / "decisions.json").write_text(json.dumps({"next_configs": nxt}))
+        (d / "runs.csv").write_text("run_id\n")
+    assert deciding_analysis(tmp_path, final, 3) == tmp_path / "assess" / "round-4"
+    assert deciding_analysis(tmp_path, final, None) == final  # no [decide] rounds
+    (tmp_path / "assess" / "round-4" / "runs.csv").unlink()
+    assert deciding_analysis(tmp_path, final, 3) == final  # no analysis written there
