@@ -199,6 +199,12 @@ GOALS: dict[str, dict[str, Any]] = {
         "text": "the same for CPU s per decode token: the machine's own floor under the demo's "
                 "valid runs, with no meter in the way",
     },
+    "demo-configs-valid-frac": {
+        "goal": 1.0, "op": ">=", "unit": "fraction",
+        "text": "configurations of that demo with a valid figure in every phase (a run whose "
+                "prefill, decode and request pass the default gates): issue 28's 'every "
+                "configuration valid'",
+    },
     "demo-runs-valid-frac": {
         "goal": 1.0, "op": ">=", "unit": "fraction",
         "text": "runs of that demo whose every phase passes the default validity gates",

@@ -54,6 +54,20 @@ def lag_problem(info: RunInfo, phase: str, pw: pd.DataFrame, opts: Options) -> s
             f"{opts.max_lag_error_frac:.1%}): rerun with --lag auto or check the meter timing")
 
 
+def time_cv_note(r: pd.DataFrame) -> str:
+    """The same repeats' CV of wall seconds per token, for the CV reason: energy per token that
+    varies as much as the time per token points at the machine's speed (a VM's host, DVFS,
+    contention: the work took longer, and a CPU-time power model or a real CPU drew power for
+    longer), not at the meter chain; a time CV far below the energy CV points at the meter."""
+    need = {"duration_per_request_s", "n_requests", "tokens"}
+    if not need <= set(r.columns):
+        return ""
+    s_per_token = (r["duration_per_request_s"].to_numpy(np.float64)
+                   * r["n_requests"].to_numpy(np.float64) / r["tokens"].to_numpy(np.float64))
+    cv_t = epimod.cv(s_per_token)
+    return f" (time per token varied {cv_t:.1%})" if np.isfinite(cv_t) else ""
+
+
 def repeat_cv_problem(rep: pd.DataFrame, run_id: str, phase: str, opts: Options,
                       reasons: list[str]) -> float:
     """The repeat CV of a phase's J/token on the basis the analysis reports; appends a reason.
@@ -75,7 +89,7 @@ def repeat_cv_problem(rep: pd.DataFrame, run_id: str, phase: str, opts: Options,
         reasons.append("fewer than 2 repeats: CV cannot be checked")
     elif np.isfinite(cv_val) and cv_val > opts.cv_threshold:
         reasons.append(f"repeat CV {cv_val:.1%} of {basis} J/token above "
-                       f"{opts.cv_threshold:.1%}")
+                       f"{opts.cv_threshold:.1%}" + time_cv_note(r))
     elif not np.isfinite(cv_val) and not reasons:
         reasons.append(f"repeat CV of {basis} J/token unknown (null repeats)")
     return cv_val

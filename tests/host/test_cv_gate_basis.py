@@ -95,3 +95,19 @@ def test_the_summary_prints_the_cv_of_the_basis_it_gates(tmp_path, synth_tools):
     assert float(gross["j_per_token_cv"].iloc[0]) > 0.05
     assert f"{float(net['j_per_token_cv'].iloc[0]) * 100:.2f}" in row.split()
     assert f"{float(gross['j_per_token_cv'].iloc[0]) * 100:.2f}" not in row.split()
+
+
+def test_a_refused_run_says_how_much_its_time_per_token_varied(tmp_path, synth_tools):
+    """The CV reason carries the same repeats' CV of seconds per token (a machine whose speed
+    varies shows the two together); expected from the schedule's decode durations."""
+    tdir, rdir, sched = _stretched_run(tmp_path, synth_tools)
+    per_rep: dict[int, tuple[float, int]] = {}
+    for r in sched.requests:
+        if not r["warmup"]:
+            d, n = per_rep.get(r["repeat"], (0.0, 0))
+            per_rep[r["repeat"]] = (d + (r["end"] - r["first"]) / NS, n + r["n_gen"] - 1)
+    s_per_token = np.array([d / n for d, n in per_rep.values()])
+    want = float(np.std(s_per_token, ddof=1) / np.mean(s_per_token))
+    a = analyze([rdir], tdir, Options())  # gross: refused for its spread
+    reason = a.verdicts.set_index("phase").loc["decode", "reasons"]
+    assert f"(time per token varied {want:.1%})" in reason
