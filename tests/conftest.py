@@ -43,7 +43,6 @@ SERIAL_FILES = frozenset({
     "tests/meter/test_grafana_dashboard.py",
     "tests/meter/test_process_tree_model.py",
     "tests/meter/test_sampler.py",
-    "tests/meter/test_sampler_selfcheck.py",
     "tests/meter/test_stream_clients.py",
 })
 _ROOT = Path(__file__).resolve().parents[1]

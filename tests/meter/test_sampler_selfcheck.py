@@ -117,6 +117,7 @@ ROWS_LOST_MAX = 0.001  # the start-up's first metering cycle (0.2 s of 600 s) an
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # a SimulatedClock: nothing here depends on real time or CPU
 @pytest.mark.parametrize("model", [square_wave(1.0, 2.7, 9.5), square_wave(10.0, 2.7, 9.5),
                                    ramp(2.7, 9.5, 2.0), bursts(2.7, 9.5, 0.03, 0.5)],
                          ids=lambda m: getattr(m, "label", "?"))
