@@ -11,6 +11,7 @@ from epi.commands.params import FiniteFloat, SafeId
 from epi.core.errors import UserError
 from meter.daemon.http_server import DEFAULT_HOST, DEFAULT_PORT
 from meter.daemon.service import DaemonOptions, MeterDaemon
+from meter.daemon.signal_relay import relayed_signals
 
 
 @click.command("run")
@@ -99,20 +100,12 @@ def run(
         emulate_bridge=emulate_bridge,
     )
     daemon = MeterDaemon(options)
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if signum == signal.SIGHUP:  # docs/daemon.md: checkpoint, not stop
-            daemon.checkpoint()
-        else:
-            daemon.stop()
-
-    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
-    try:
+    # SIGHUP: checkpoint, not stop (docs/daemon.md). The calls run on a relay thread, never
+    # inside the handler: the handler interrupts the sampler's own thread, which may hold the
+    # very lock stop() takes (meter/daemon/signal_relay.py).
+    with relayed_signals({signal.SIGTERM: daemon.stop, signal.SIGINT: daemon.stop,
+                          signal.SIGHUP: daemon.checkpoint}):
         daemon.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _run_sources_alone(sources: list, out_dir: Path, duration_s: float | None,
@@ -123,16 +116,8 @@ def _run_sources_alone(sources: list, out_dir: Path, duration_s: float | None,
     from meter.clock import SystemClock
     from meter.sources.recorder import record_sources
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stop.set()
-
-    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
-    try:
+    stop = threading.Event()  # set by the relay thread: the recording waits on it
+    with relayed_signals({signal.SIGTERM: stop.set, signal.SIGINT: stop.set,
+                          signal.SIGHUP: stop.set}):
         record_sources(out_dir, sources, clock=SystemClock(), stop=stop, duration_s=duration_s,
                        node=node, log=lambda line: click.echo(line, err=True))
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
