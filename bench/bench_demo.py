@@ -8,10 +8,11 @@ keep N cores busy — issue 28's "one core kept busy by an unrelated load". Figu
 
 - `demo-wall-s`: the demo's wall time (goal: no longer than the demo measured before this
   bench, 19 min 20 s at load 2-4);
-- `demo-configs-valid-frac`: configurations with a valid figure in every measured phase (at
-  least one run whose prefill, decode and request phases each passed the default validity
-  gates in the final analysis, analysis/runs.csv), over all configurations — issue 28's
-  "every configuration valid";
+- `demo-configs-valid-frac`: configurations with a valid figure in every measured phase (for
+  each of prefill, decode and request at least one run whose phase passed the default
+  validity gates in the final analysis, analysis/runs.csv — the results table aggregates
+  each phase over its own valid runs), over all configurations — issue 28's "every
+  configuration valid";
 - `demo-runs-valid-frac`: runs whose every phase (idle, prefill, decode, request) passed the
   default validity gates, over all runs — a stricter target: on a machine whose speed varies
   from request to request (bench_cpu_steadiness.py) the 3 % repeat-CV gate refuses some runs,
@@ -23,7 +24,9 @@ keep N cores busy — issue 28's "one core kept busy by an unrelated load". Figu
 Every run's net and gross repeat CV (request phase) and reasons are printed too.
 
 Usage: `python bench/bench_demo.py [--busy-cores 1] [--max-rounds N] [--keep]`;
-`--from DIR` prints the figures of a kept run's campaign directory without running anything.
+`--from DIR/demo` prints the figures of a kept run's campaign directory (the `demo` folder
+inside the directory `--keep` names) without running anything; its BENCH lines carry the load
+of when they are printed, not of the run.
 (`--max-rounds 3`: only the three fixed rounds, a short check that the bench works; the
 goals are for the study as written.)
 """
@@ -92,8 +95,9 @@ def run_validity(runs_csv: Path) -> tuple[int, int, list[str]]:
 
 
 def configs_validity(runs_csv: Path) -> tuple[int, int]:
-    """(configurations with a valid run in each of prefill, decode and request, configurations)
-    — a configuration's results then hold a figure for every phase."""
+    """(configurations with, for each of prefill, decode and request, a run whose phase is
+    valid — not necessarily the same run —, configurations): the results table aggregates
+    each phase over its own valid runs, so such a configuration has a figure in every phase."""
     import pandas as pd
 
     v = pd.read_csv(runs_csv, keep_default_na=False, na_values=[""])

@@ -6,11 +6,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
+workers=${EPI_TEST_WORKERS:-2}
+case $workers in
+  ''|*[!0-9]*) echo "EPI_TEST_WORKERS must be a whole number, got '$workers'" >&2; exit 2 ;;
+esac
 "$VENV/bin/ruff" check . || { echo "ruff found problems" >&2; exit 1; }
 # the whole library (epi/, meter/, host/) at the strictness in pyproject.toml [tool.mypy]
 "$VENV/bin/mypy" || { echo "mypy found problems" >&2; exit 1; }
 
-workers=${EPI_TEST_WORKERS:-2}
 if [ "$workers" -gt 1 ] && ! "$VENV/bin/python" -c "import xdist" 2>/dev/null; then
   echo "pytest-xdist is not installed: one serial pass" >&2
   workers=0
@@ -29,7 +32,7 @@ fi
 # (tests/conftest.py, _CpuShare), shared by default, exclusive for the `serial` tests
 # (timing-sensitive) and the `slow` ones not marked `shares_cpu`, so those run with no other
 # test beside them while the rest run two at a time. --dist loadfile keeps a file's tests on
-# one worker, so a file's module fixtures live under one lock hold.
+# one worker, so the module fixtures of a file whose tests share one mode live under one hold.
 lockdir=$(mktemp -d "${TMPDIR:-/tmp}/epi-cpu-lock.XXXXXX")
 trap 'rm -rf "$lockdir"' EXIT
 EPI_TEST_CPU_LOCK=$lockdir "$VENV/bin/python" -m pytest -n "$workers" --dist loadfile "$@"

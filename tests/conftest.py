@@ -71,8 +71,11 @@ class _CpuShare:
     names a directory in EPI_TEST_CPU_LOCK. Every test holds the lock: shared by default,
     exclusive when it must have the CPUs alone (_needs_cpus_alone), so a timing-sensitive test
     never shares the cores while every other one still runs two at a time. A worker keeps
-    the lock across consecutive tests of one file in one mode (module fixtures, such as a
-    daemon started once per file, run inside it too) and lets go before another file. A
+    the lock across consecutive tests of one file in one mode and lets go before another file
+    or a change of mode; so module fixtures set up in a file whose tests all have one mode
+    (the serial files: every test exclusive) live under one hold, while in a file that mixes
+    modes a module fixture outlives the hold at each switch (fine for fixtures that are files;
+    a background daemon there would overlap the other worker's tests). A
     turnstile keeps a waiting exclusive holder from being starved by the other worker's
     stream of shared holds (flock itself does not order waiters)."""
 

@@ -3,7 +3,8 @@ never overlaps another test, shared holders overlap each other, and a waiting ex
 is not starved by a later shared hold (the turnstile). Checked with real processes and flock,
 as pytest-xdist workers use it; the expected orderings follow from the lock's definition and
 are read off the times the processes log. The processes step in an order set by marker files
-(not by sleeps), so the checks hold on a loaded machine."""
+and by /proc/locks (a process queued in flock), not by sleeps, so the checks hold on a loaded
+machine."""
 
 from __future__ import annotations
 
@@ -32,13 +33,28 @@ def _wait_for(path: Path) -> None:
         time.sleep(0.01)
 
 
-def _holder(d: Path, name: str, exclusive: bool, after: str | None, pause_s: float,
+def _wait_blocked(lock_file: Path) -> None:
+    """Wait until some process is blocked in flock on `lock_file` (a `->` line of /proc/locks
+    on its inode): the exclusive holder is then queued, not merely about to ask."""
+    deadline = time.monotonic() + 30
+    while True:
+        ino = lock_file.stat().st_ino if lock_file.exists() else None
+        if ino is not None and any("->" in line and line.split()[-3].endswith(f":{ino}")
+                                   for line in Path("/proc/locks").read_text().splitlines()):
+            return
+        assert time.monotonic() < deadline, f"nobody blocked on {lock_file.name}"
+        time.sleep(0.01)
+
+
+def _holder(d: Path, name: str, exclusive: bool, after: str | None, blocked: bool,
             until: str | None) -> None:
-    """Wait for marker `after` (then pause_s), say so, take the lock, mark '<name>.held',
-    hold it until marker `until` exists (+0.3 s) or for 0.3 s, let go, log the span."""
+    """Wait for marker `after` (and, with `blocked`, until a process is queued on the CPU
+    lock), say so, take the lock, mark '<name>.held', hold it until marker `until` exists
+    (+0.3 s) or for 0.3 s, let go, log the span."""
     if after:
         _wait_for(d / after)
-        time.sleep(pause_s)
+    if blocked:
+        _wait_blocked(d / "lock" / "cpus")
     (d / f"{name}.asking").touch()
     share = _conftest()._CpuShare(str(d / "lock"))
     share.hold(Path(name), exclusive)
@@ -52,7 +68,7 @@ def _holder(d: Path, name: str, exclusive: bool, after: str | None, pause_s: flo
     (d / f"{name}.span").write_text(f"{t_in} {t_out}")
 
 
-def _run(d: Path, plan: list[tuple[str, bool, str | None, float, str | None]]) -> dict[str, Span]:
+def _run(d: Path, plan: list[tuple[str, bool, str | None, bool, str | None]]) -> dict[str, Span]:
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_holder, args=(d, *step)) for step in plan]
     for p in procs:
@@ -73,10 +89,11 @@ def _overlap(a: Span, b: Span) -> bool:
 
 def test_an_exclusive_holder_overlaps_no_shared_one_and_shared_ones_overlap(
         tmp_path: Path) -> None:
+    # `alone` asks once both shared holders hold (a_holds until b holds too)
     spans = _run(tmp_path, [
-        ("shared_a", False, None, 0.0, "shared_b.held"),   # holds until b holds too
-        ("shared_b", False, "shared_a.held", 0.0, None),
-        ("alone", True, "shared_a.held", 0.1, None),
+        ("shared_a", False, None, False, "shared_b.held"),
+        ("shared_b", False, "shared_a.held", False, None),
+        ("alone", True, "shared_b.held", False, None),
     ])
     assert _overlap(spans["shared_a"], spans["shared_b"])
     assert not _overlap(spans["alone"], spans["shared_a"])
@@ -84,12 +101,13 @@ def test_an_exclusive_holder_overlaps_no_shared_one_and_shared_ones_overlap(
 
 
 def test_a_waiting_exclusive_holder_goes_before_a_later_shared_one(tmp_path: Path) -> None:
-    # `late` asks while `first` still holds and `alone` already waits behind it: without the
-    # turnstile `late` would join first's shared hold and keep `alone` waiting
+    # `late` asks while `first` still holds and `alone` is already queued behind it (blocked in
+    # flock, seen in /proc/locks): without the turnstile `late` would join first's shared hold
+    # and keep `alone` waiting
     spans = _run(tmp_path, [
-        ("first", False, None, 0.0, "late.asking"),
-        ("alone", True, "first.held", 0.0, None),
-        ("late", False, "alone.asking", 0.3, None),
+        ("first", False, None, False, "late.asking"),
+        ("alone", True, "first.held", False, None),
+        ("late", False, "alone.asking", True, None),
     ])
     assert spans["alone"][0] >= spans["first"][1]
     assert spans["late"][0] >= spans["alone"][1]

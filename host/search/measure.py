@@ -287,11 +287,14 @@ def campaign_round_values(analysis_dir: Path, basis: str = "gross"
 
     from host.campaign.adaptive import round_values
 
+    if not (analysis_dir / "runs.csv").is_file() and not (analysis_dir / "repeats.csv").is_file():
+        return {}  # no analysis (the campaign measured nothing valid to analyse)
     try:
         repeats = pd.read_csv(analysis_dir / "repeats.csv")
         runs = pd.read_csv(analysis_dir / "runs.csv")
-    except (OSError, ValueError):
-        return {}
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{analysis_dir}: cannot read the campaign's repeats.csv/runs.csv "
+                        f"({exc}); re-run the campaign's analysis") from None
     if "campaign_round" not in runs.columns:
         raise UserError(f"{analysis_dir / 'runs.csv'}: no campaign_round column (an analysis "
                         "by an older epi); re-run the campaign's analysis before continuing "

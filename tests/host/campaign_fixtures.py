@@ -10,9 +10,10 @@ estimate the load lag per run (host/analysis/lag.py needs 3). The two longest, b
 analysis flags a run whose clock offset uncertainty exceeds 1 % of its median prefill: with the
 two shortest (median prefill ~15 ms) a loaded machine's 0.15 ms uncertainty did; the longest
 two (~40 ms) leave more room than the whole set (~23 ms). The decode length stays at
-128 tokens: at the tests' meter rates (20–40 Hz) a 128-token decode window holds 3+ samples on
-an idle machine, where the analysis needs 2 (host/analysis/align.py); fewer tokens would leave
-the fast idle machine's windows short of samples. The idle window (0.35 s) holds 7+ samples at
+128 tokens: an idle 2-core VM decodes them in 0.12–0.15 s, so the tests' meter runs at 40 Hz
+(5+ samples a decode window; at 20 Hz 2–3, no margin over the 2 the analysis needs,
+host/analysis/align.py); fewer tokens would leave a fast idle machine's windows short. The idle
+window (0.35 s) holds 7+ samples at
 20 Hz, and at the modelled idle power (2.7 W at least) 0.95 J, so the emulated board's energy
 counter resolution (0.0036 J) stays under the analysis' 0.5 % limit for it (0.25 s did not).
 """

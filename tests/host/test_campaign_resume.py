@@ -65,7 +65,7 @@ maps = ["{MAPS}/uniform_q8.json", "{MAPS}/mix_high_early.json"]
 
 [meter]
 emulate = true
-rate_hz = 20
+rate_hz = 40
 
 [accuracy]
 benchmarks = {{ arc_challenge = 10 }}
