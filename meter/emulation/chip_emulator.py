@@ -40,10 +40,10 @@ import random
 
 from meter.chip import calibration as calib
 from meter.chip import registers as regs
-from meter.chip.checksum import checksum
 from meter.chip.frames import spi_parse_mosi
 from meter.clock import Clock
 from meter.emulation.power_models import PowerModel
+from meter.emulation.register_file import COVERED, RegisterFile
 
 NS_PER_S = 1_000_000_000
 RMS_SAMPLES = 64  # slices of a metering cycle the emulated Irms is the RMS over
@@ -156,7 +156,7 @@ class EmulatedChip:
     def power_on(self) -> None:
         """Power-on / reset: every register at its reset value, metering and measurement off."""
         now = self.clock.monotonic_ns()
-        self._regs = {r.address: r.reset for r in regs.REGISTERS}
+        self._regs = RegisterFile((r.address, r.reset) for r in regs.REGISTERS)
         self._cs_written = {regs.CS1: 0x0000, regs.CS2: 0x0000}
         self.cal_state = "off"  # off | run | checked | error
         self.adj_state = "off"
@@ -402,8 +402,9 @@ class EmulatedChip:
         return bits
 
     def _computed_cs(self, address: int) -> int:
-        covered = regs.METERING_ADDRESSES if address == regs.CS1 else regs.MEASUREMENT_CAL_ADDRESSES
-        return checksum([self._regs[a] for a in covered])
+        """The chip's own CS1/CS2 over its block now (kept by the register file until a
+        covered register changes, since every access consults it)."""
+        return self._regs.computed_cs(address)
 
     def _check_blocks(self) -> None:
         """A running 8765H check notices a block that no longer matches its checksum."""
@@ -506,8 +507,8 @@ class EmulatedChip:
 
     def _start_word(self, address: int, value: int) -> None:
         metering = address == regs.CAL_START
-        covered = regs.METERING_ADDRESSES if metering else regs.MEASUREMENT_CAL_ADDRESSES
         cs_address = regs.CS1 if metering else regs.CS2
+        covered = COVERED[cs_address]
         if value == regs.START_CODE:
             for a in covered:
                 self._regs[a] = regs.BY_ADDRESS[a].reset
@@ -551,12 +552,16 @@ class EmulatedChip:
         cycles = 8 * n if sclk_cycles is None else int(sclk_cycles)
         if self.partial_frame_rate and self._rng.random() < self.partial_frame_rate:
             cycles = self._rng.randint(1, 23)
-        frame = bytearray(mosi[:3]) + bytearray(max(0, 3 - n))
-        self._flip(frame, self.mosi_bit_error_rate)
-        out = bytearray([0xFF] * n)  # SDO is high impedance outside the data phase
+        # Copy (and pad) the frame only where MOSI errors may flip it or it is not 3 bytes:
+        # the sampler's millions of clean frames take no copies and no calls (issue 33).
+        frame: bytes | bytearray = mosi
+        if n != 3 or self.mosi_bit_error_rate > 0:
+            copy = bytearray(mosi[:3]) + bytearray(max(0, 3 - n))
+            self._flip(copy, self.mosi_bit_error_rate)
+            frame = copy
         if cycles < 8:
             self.stats["partial_frames"] += 1
-            return bytes(out)
+            return bytes([0xFF] * n)  # SDO is high impedance outside the data phase
         is_read, address, value = spi_parse_mosi(frame)
         if self.stuck_word is not None:
             word = self.stuck_word if is_read else 0xFFFF
@@ -573,16 +578,14 @@ class EmulatedChip:
                 self.stats["partial_frames"] += 1
                 self.stats["writes_dropped"] += 1
             word = 0xFFFF
-        data_bits = min(max(cycles - 8, 0), 16)
-        if data_bits < 16:  # bits the chip never shifted out read as the idle level
-            word = (word | ((1 << (16 - data_bits)) - 1)) & 0xFFFF
-        if n >= 2:
-            out[1] = word >> 8
-        if n >= 3:
-            out[2] = word & 0xFF
-        for j in range(3, n):
-            out[j] = 0x00
-        self._flip(out, self.miso_bit_error_rate)
+        if cycles < 24:  # bits the chip never shifted out read as the idle level
+            word = (word | ((1 << (16 - max(cycles - 8, 0))) - 1)) & 0xFFFF
+        # byte 0 is high impedance (0xFF), then the word; bytes past the 24th clock read 0
+        out = bytearray((0xFF, word >> 8, word & 0xFF)[:n])
+        if n > 3:
+            out += bytes(n - 3)
+        if self.miso_bit_error_rate > 0:
+            self._flip(out, self.miso_bit_error_rate)
         return bytes(out)
 
     # ---- introspection for tests and benchmarks -------------------------------------------
