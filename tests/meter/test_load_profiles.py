@@ -1,6 +1,9 @@
 """Fast-changing loads (issue 27): the emulator's registers refresh together once per metering
 cycle, averaged over it, and the driver's plausibility rules hold on square waves (1–10 Hz),
-ramps and bursts shorter than a sweep, losing no rows and no energy.
+ramps and bursts shorter than a sweep, losing no rows and no energy; and the chain's running
+self-check (meter/driver/selfcheck.py) raises nothing on those loads from a correct chip. One
+120 s run of each load serves both checks (they read the same sweeps; issue 33: the self-check
+used to repeat the run in tests/meter/test_selfcheck.py).
 
 Expected figures are closed forms of the profiles (mean and RMS of a square wave), and the
 profiles' exact integrals — not the emulator's own arithmetic.
@@ -15,6 +18,7 @@ import pytest
 from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock
 from meter.driver.atm90e26 import ATM90E26Driver
+from meter.driver.selfcheck import ChainSelfCheck, SelfCheckConfig
 from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.emulated_bus import EmulatedSpiBus
 from meter.emulation.load_profiles import RepeatingProfile, bursts, ramp, square_wave
@@ -70,24 +74,40 @@ def test_registers_refresh_together_and_average_over_the_cycle() -> None:
     square_wave(1.0, 2.7, 9.5), square_wave(4.0, 2.7, 9.5), square_wave(10.0, 2.7, 9.5),
     ramp(2.7, 9.5, 2.0), bursts(2.7, 9.5, 0.03, 0.5),
 ], ids=lambda m: m.label)
-def test_plausibility_holds_on_fast_loads(model: RepeatingProfile) -> None:
+def test_fast_loads_lose_nothing_and_raise_no_self_check(model: RepeatingProfile) -> None:
+    """120 s at the reference board's sweep: no row refused, no implausible reading, the
+    energy within MAX_ENERGY_ERROR of the profile's integral, and the self-check (fed every
+    reading with a power, as the daemon's sampler feeds it) silent on a correct chip."""
     clock = SimulatedClock()
     chip = EmulatedChip(model, clock, meter_constant_imp_per_kwh=MC)
     events: list[str] = []
-    driver = ATM90E26Driver(EmulatedSpiBus(chip), Calibration.default(MC), clock=clock,
+    cal = Calibration.default(MC)
+    driver = ATM90E26Driver(EmulatedSpiBus(chip), cal, clock=clock,
                             on_event=lambda k, d: events.append(k), first_measurement_s=0.2)
     driver.start()
     t0 = driver.energy_epoch_mono_ns
     assert t0 is not None
+    check = ChainSelfCheck(SelfCheckConfig(joules_per_count=cal.joules_per_count()))
+    raised = []
     n = int(120 / SWEEP_S)
-    lost = 0
+    lost = checked = 0
     for _ in range(n):
         clock.advance(int(SWEEP_S * S))
         try:
-            driver.read_sample()
+            r = driver.read_sample()
         except BusError:
             lost += 1
+            continue
+        if r.power_w is None:
+            continue
+        checked += 1
+        d = check.add(r.t_mono_ns, r.energy_j, r.power_w, r.voltage_v, r.current_a,
+                      r.power_factor)
+        if d is not None:
+            raised.append(((r.t_mono_ns - t0) / S, d.kind, d.detail))
     truth = chip.true_energy_j(t0, driver.energy_t_mono_ns or 0)
     assert lost / n <= MAX_LOST_ROW_FRACTION, (lost, events)
     assert "implausible" not in events
     assert abs(driver.energy_j - truth) / truth <= MAX_ENERGY_ERROR
+    assert checked >= 0.99 * n  # the check saw the whole run: 90 s past its 30 s window
+    assert raised == []
