@@ -13,13 +13,16 @@ import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from epi import cli as epi_cli
+from host.analysis.output import analyze_to
 from host.analysis.pipeline import Options, analyze
+from tests.host.conftest import LEVELS, NS, Steps, make_schedule, write_run, write_trace
 
 METER_CONSTANT = 1e7  # the synthetic trace's (tests/host/conftest.py write_trace)
 COUNT_J = 0.1 * 3.6e6 / METER_CONSTANT  # one energy count: 0.036 J
@@ -57,12 +60,30 @@ def _expected(ref_pct: float, energy_j: float) -> float:
     return math.sqrt(0.1 ** 2 + ref_pct ** 2 + (COUNT_J / energy_j * 100.0) ** 2)
 
 
-def test_calibrated_board_figures_carry_the_closed_form_term(synth_run, tmp_path):
-    tdir, rdir, _, _ = synth_run()
-    cal = tmp_path / "cal" / "ch0.json"
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """The `synth_run()` run and trace (tests/host/conftest.py, the same writers and
+    defaults), its meta rewritten as a board calibrated against cal/ch0.json with no
+    qualification.json beside it, analysed once into `out` with the default options.
+
+    Shared by the tests that read this one analysis, or analyse these inputs again with other
+    options (issue 33: five tests generated and analysed the same inputs). Nothing may write
+    into it: the tests that need other meta build their own run."""
+    root = tmp_path_factory.mktemp("calibrated")
+    sched = make_schedule(500 * NS)
+    base = sched.profile(**LEVELS)
+    tdir = write_trace(root / "trace", {0: Steps(base.t_ns, base.level_w)}, 498 * NS,
+                       sched.requests[-1]["end"] + 3 * NS)
+    rdir = write_run(root / "run1", sched, nodes=["n0"])
+    cal = root / "cal" / "ch0.json"
     cal.parent.mkdir()
     _measured(tdir, str(cal))
-    a = analyze([rdir], tdir)
+    a = analyze_to(root / "out", [rdir], tdir, Options())
+    return SimpleNamespace(tdir=tdir, rdir=rdir, cal=cal, a=a, out=root / "out")
+
+
+def test_calibrated_board_figures_carry_the_closed_form_term(calibrated):
+    a, cal = calibrated.a, calibrated.cal
     for _, row in a.results.iterrows():
         e = row["energy_per_request_j_median"]
         if not (np.isfinite(e) and e > 0):  # no energy: n/a, never inf or 0
@@ -105,9 +126,8 @@ def test_failed_qualification_named_in_the_meta_says_failed(synth_run, tmp_path)
     assert h["board_qualification"].startswith("qualified: FAILED against class 0.5 %")
 
 
-def test_bound_exceeded_gives_a_reason(synth_run, tmp_path):
-    tdir, rdir, _, _ = synth_run()
-    _measured(tdir, str(tmp_path / "ch0.json"))
+def test_bound_exceeded_gives_a_reason(calibrated):
+    tdir, rdir = calibrated.tdir, calibrated.rdir
     h = _headline(analyze([rdir], tdir, Options(max_instrument_u_pct=0.5)))
     assert "instrument uncertainty" in h["reason"] and "0.5 %" in h["reason"]
     h = _headline(analyze([rdir], tdir, Options(max_instrument_u_pct=5.0)))
@@ -121,9 +141,8 @@ def test_modelled_power_says_na_not_zero(synth_run):
     assert h["instrument_u_basis"] == "n/a (modelled)"
 
 
-def test_results_csv_has_the_columns(synth_run, tmp_path, monkeypatch, capsys):
-    tdir, rdir, _, _ = synth_run()
-    _measured(tdir, str(tmp_path / "ch0.json"))
+def test_results_csv_has_the_columns(calibrated, tmp_path, monkeypatch, capsys):
+    tdir, rdir = calibrated.tdir, calibrated.rdir
     out = tmp_path / "out"
     monkeypatch.setattr(sys, "argv", ["epi", "analyze", str(rdir), "--trace", str(tdir),
                                       "--out", str(out), "--max-instrument-u-pct", "3"])
@@ -144,12 +163,10 @@ def test_results_csv_has_the_columns(synth_run, tmp_path, monkeypatch, capsys):
     assert doc["instrument"]["qualification"]["qualified"] is False
 
 
-def test_summary_prints_the_instrument_column_and_the_board(synth_run, tmp_path):
+def test_summary_prints_the_instrument_column_and_the_board(calibrated):
     from host.analysis.summary import summary_text
 
-    tdir, rdir, _, _ = synth_run()
-    _measured(tdir, str(tmp_path / "ch0.json"))
-    a = analyze([rdir], tdir)
+    a = calibrated.a
     text = summary_text(a)
     assert "instrument ± %" in text and "bound 2 %" in text
     assert "board: not qualified" in text
@@ -158,19 +175,22 @@ def test_summary_prints_the_instrument_column_and_the_board(synth_run, tmp_path)
 
 
 @pytest.mark.parametrize("qualified", [False, True])
-def test_report_states_the_term_and_the_board_from_data(synth_run, tmp_path, qualified):
-    from host.analysis.output import analyze_to
+def test_report_states_the_term_and_the_board_from_data(synth_run, calibrated, tmp_path,
+                                                        qualified):
     from host.report import answers, method
     from host.report import data as report_data
 
-    tdir, rdir, _, _ = synth_run()
-    cal = tmp_path / "cal" / "ch0.json"
-    cal.parent.mkdir()
-    if qualified:
+    if qualified:  # its own board: a qualification.json beside its calibration
+        tdir, rdir, _, _ = synth_run()
+        cal = tmp_path / "cal" / "ch0.json"
+        cal.parent.mkdir()
         (cal.parent / "qualification.json").write_text(json.dumps(_qual_record(True, 1.0)))
-    _measured(tdir, str(cal))
-    a = analyze_to(tmp_path / "out", [rdir], tdir, Options())
-    rd = report_data.load(tmp_path / "out")
+        _measured(tdir, str(cal))
+        out = tmp_path / "out"
+        a = analyze_to(out, [rdir], tdir, Options())
+    else:  # the shared calibrated board, none beside its calibration
+        a, out = calibrated.a, calibrated.out
+    rd = report_data.load(out)
     limits = " ".join(answers.limits(rd))
     u = _headline(a)["instrument_u_pct"]
     assert f"± {u:.3g} %" in limits  # the figure's own term, not a fixed sentence

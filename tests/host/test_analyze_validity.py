@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -14,8 +15,12 @@ import pytest
 
 from epi import cli as epi_cli
 from host.analysis.pipeline import Options, analyze
+from tests.host.conftest import LEVELS, Schedule, Steps, make_schedule, write_run, write_trace
 
 NS = 1_000_000_000
+# the `synth_tools` namespace of tests/host/conftest.py, for the module-scoped fixtures
+SYNTH = SimpleNamespace(NS=NS, Steps=Steps, Schedule=Schedule, make_schedule=make_schedule,
+                        write_trace=write_trace, write_run=write_run, LEVELS=LEVELS)
 
 
 def run_cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
@@ -205,9 +210,17 @@ def _lagged_run(tmp_path, synth_tools, lag_ms: float):
     return tdir, rdir, sched, prof
 
 
-def test_load_lag_is_estimated_from_the_trace_and_flagged(tmp_path, synth_tools):
-    tdir, rdir, _, _ = _lagged_run(tmp_path, synth_tools, 40.0)
-    a = analyze([rdir], tdir)
+@pytest.fixture(scope="module")
+def lagged_40ms(tmp_path_factory):
+    """`_lagged_run` at 40 ms and its analysis with the default options, once for the tests
+    that read them (issue 33); nothing may write into its files."""
+    tdir, rdir, sched, prof = _lagged_run(tmp_path_factory.mktemp("lag40"), SYNTH, 40.0)
+    return SimpleNamespace(tdir=tdir, rdir=rdir, sched=sched, prof=prof,
+                           plain=analyze([rdir], tdir))
+
+
+def test_load_lag_is_estimated_from_the_trace_and_flagged(lagged_40ms):
+    a = lagged_40ms.plain
     lag = a.lag.iloc[0]
     assert lag["lag_ms"] == pytest.approx(40.0, abs=1.0)
     assert lag["lag_ci_lo_ms"] <= 40.0 <= lag["lag_ci_hi_ms"] and lag["resolved"]
@@ -220,8 +233,9 @@ def test_load_lag_is_estimated_from_the_trace_and_flagged(tmp_path, synth_tools)
     assert v.loc["idle", "valid"]
 
 
-def test_lag_auto_corrects_and_labels(tmp_path, synth_tools):
-    tdir, rdir, sched, prof = _lagged_run(tmp_path, synth_tools, 40.0)
+def test_lag_auto_corrects_and_labels(lagged_40ms):
+    tdir, rdir, sched, prof = (lagged_40ms.tdir, lagged_40ms.rdir, lagged_40ms.sched,
+                               lagged_40ms.prof)
     a = analyze([rdir], tdir, Options(lag="auto"))
     assert a.verdicts["valid"].all(), a.verdicts["reasons"].tolist()
     w = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] == "prefill")]
@@ -230,7 +244,7 @@ def test_lag_auto_corrects_and_labels(tmp_path, synth_tools):
     np.testing.assert_allclose(w["energy_j"], truth, rtol=2e-3)
     np.testing.assert_allclose(w["lag_correction_ms"], 40.0, atol=1.0)
     assert a.results["lag_correction"].str.startswith("auto: ch0 +").all()
-    plain = analyze([rdir], tdir)
+    plain = lagged_40ms.plain
     wp = plain.windows[(plain.windows["scope"] == "all") & (plain.windows["kind"] == "prefill")]
     assert np.max(np.abs(wp["energy_j"].to_numpy() / truth - 1)) > 0.02  # uncorrected: off
 
@@ -287,9 +301,16 @@ def _accuracy_with_items(path, n_items: int = 200, flips: int = 10):
     return path
 
 
+@pytest.fixture(scope="module")
+def interleaved(tmp_path_factory):
+    """`_interleaved_campaign`'s trace and runs, written once for the two tests below (each
+    analyses them with its own accuracy file); nothing may write into them."""
+    return _interleaved_campaign(tmp_path_factory.mktemp("interleaved"), SYNTH)
+
+
 def test_paired_savings_and_accuracy_resolve_what_separate_intervals_hide(tmp_path,
-                                                                          synth_tools):
-    tdir, runs = _interleaved_campaign(tmp_path, synth_tools)
+                                                                          interleaved):
+    tdir, runs = interleaved
     acc = _accuracy_with_items(tmp_path / "acc.json")
     a = analyze(runs, tdir, Options(baseline="q4"), accuracy_file=acc)
     assert a.verdicts["valid"].all(), a.verdicts["reasons"].tolist()
@@ -313,8 +334,8 @@ def test_paired_savings_and_accuracy_resolve_what_separate_intervals_hide(tmp_pa
     assert c["verdict"] == "q8 uses more energy than q4; q8 is more accurate"
 
 
-def test_configurations_that_cannot_be_told_apart_are_said_to(tmp_path, synth_tools):
-    tdir, runs = _interleaved_campaign(tmp_path, synth_tools)
+def test_configurations_that_cannot_be_told_apart_are_said_to(tmp_path, interleaved):
+    tdir, runs = interleaved
     acc = _accuracy_with_items(tmp_path / "acc.json", flips=0)  # identical outcomes
     a = analyze(runs, tdir, Options(baseline="q4"), accuracy_file=acc)
     c = a.comparisons.set_index("comparison").loc["savings vs baseline"]

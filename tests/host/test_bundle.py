@@ -19,8 +19,13 @@ from host.bundle import archive
 from host.bundle.compare import differences
 from host.bundle.facts import facts
 from tests.cli_run import run_epi
+from tests.host.conftest import LEVELS, Steps, make_schedule, write_run, write_trace
 
 NS = 1_000_000_000
+# the `synth_tools` namespace of tests/host/conftest.py (what `_study` uses), for the
+# module-scoped fixture
+SYNTH = SimpleNamespace(Steps=Steps, make_schedule=make_schedule, write_trace=write_trace,
+                        write_run=write_run, LEVELS=LEVELS)
 ITEMS = {"arc_challenge": "e" * 64, "hellaswag": "f" * 64}
 
 
@@ -76,9 +81,11 @@ def _study(root: Path, t: SimpleNamespace, *, build_flags: str = "-DGGML_NATIVE=
     return out
 
 
-@pytest.fixture
-def study(tmp_path: Path, synth_tools: SimpleNamespace) -> tuple[Path, SimpleNamespace]:
-    return _study(tmp_path / "a", synth_tools), synth_tools
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SimpleNamespace]:
+    """The study, analysed once for the tests that only read it (issue 33: each built and
+    analysed its own); a test that changes its study's files builds its own with `_study`."""
+    return _study(tmp_path_factory.mktemp("study") / "a", SYNTH), SYNTH
 
 
 def _bundle(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
@@ -248,12 +255,12 @@ def test_unpack_refuses_a_non_empty_target(study: tuple[Path, SimpleNamespace], 
 
 
 def test_bundle_of_a_bad_analysis_directory_is_one_line(
-        study: tuple[Path, SimpleNamespace], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        synth_tools: SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """No results.json, a missing token-log directory: one line, no bundle written."""
     empty = tmp_path / "empty"
     empty.mkdir()
-    analysis, _ = study
+    analysis = _study(tmp_path / "a", synth_tools)  # its own: a run directory is removed
     shutil.rmtree(analysis.parent / "r_q8")
     for target, message in ((empty, "no results.json: not an analysis directory"),
                             (analysis, "run directory")):
