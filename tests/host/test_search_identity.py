@@ -5,8 +5,6 @@ is refused in one line, and a quantized base is refused before any work."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from host.search.identity import (
     model_identity,
 )
 from host.search.sensitivity import candidate_kl
+from tests.cli_run import run_epi
 from tests.host.test_search import fake_measurer, four_layer_search
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,7 +112,11 @@ def test_a_quantized_base_is_refused(types: dict[str, str]) -> None:
     check_unquantized({"a": "F16", "b": "F32", "c": "BF16"}, Path("base.gguf"))
 
 
-def test_epi_search_refuses_a_foreign_state_before_any_work(tmp_path: Path) -> None:
+def test_epi_search_refuses_a_foreign_state_before_any_work(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The real `epi search` entry point, in-process: the CLI path is the point here, not a
+    fresh interpreter (its start-up and imports cost ~0.6 s of CPU a run; issue 33)."""
     model = write_test_model(tmp_path / "tiny.gguf", n_layers=2)
     out = tmp_path / "out"
     out.mkdir()
@@ -122,11 +125,10 @@ def test_epi_search_refuses_a_foreign_state_before_any_work(tmp_path: Path) -> N
     (out / "search.json").write_text(json.dumps(foreign))
     text = tmp_path / "t.txt"
     text.write_text("word " * 400)
-    r = subprocess.run(
-        [sys.executable, "-m", "epi", "search", str(model), "--out", str(out),
-         "--against", str(HAND[0]), "--against", str(HAND[1]), "--types", "Q8_0,Q4_0",
-         "--text", str(text), "--kl-windows", "1", "--kl-ctx", "64"],
-        capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert r.returncode != 0 and "describes another search" in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr and "search space:" not in r.stdout
-    assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr
+    code, stdout, stderr = run_epi(
+        monkeypatch, capsys, "search", str(model), "--out", str(out),
+        "--against", str(HAND[0]), "--against", str(HAND[1]), "--types", "Q8_0,Q4_0",
+        "--text", str(text), "--kl-windows", "1", "--kl-ctx", "64")
+    assert code != 0 and "describes another search" in stderr, stderr
+    assert "Traceback" not in stderr and "search space:" not in stdout
+    assert len([ln for ln in stderr.splitlines() if ln.strip()]) == 1, stderr

@@ -42,8 +42,12 @@ def _reference(scorer: Scorer, item: Item) -> list[float]:
 
 
 def test_branched_and_packed_scores_match_single_sequences(tiny_model: Path, synth: type) -> None:
-    items = _items(synth, 12)
+    # 8 items and the winogrande one: ~260 tokens, more than one context of 256, so packing
+    # splits them (the reference, every choice from scratch, is this test's cost: 12 items
+    # took ~3.7 s of CPU for nothing more proven; many batches: the next test)
+    items = _items(synth, 8)
     with Scorer(tiny_model, 256, 2) as scorer:
+        assert sum(g.n_tokens for it in items for g in mc.item_groups(scorer, it)) > scorer.n_ctx
         ref = [_reference(scorer, it) for it in items]
         alone = mc.score_items(scorer, items, pack=False)
         packed = mc.score_items(scorer, items, pack=True)
@@ -57,8 +61,8 @@ def test_branched_and_packed_scores_match_single_sequences(tiny_model: Path, syn
 
 
 def test_packing_fills_the_context_in_several_batches(tiny_model: Path, synth: type) -> None:
-    items = _items(synth, 30)
-    with Scorer(tiny_model, 128, 2) as scorer:  # 30 items need several packs of 128 cells
+    items = _items(synth, 18)  # ~590 tokens (30 items took ~6 s of CPU for nothing more)
+    with Scorer(tiny_model, 128, 2) as scorer:  # several packs (llama.cpp gives 256 cells)
         groups = [g for it in items for g in mc.item_groups(scorer, it)]
         assert sum(g.n_tokens for g in groups) > 2 * scorer.n_ctx
         packed = mc.score_items(scorer, items, pack=True)

@@ -103,7 +103,7 @@ def test_two_local_workers_give_the_single_process_result_item_by_item(
 
 def test_an_unreachable_scheduler_is_one_line(tiny_model: Path, prepared: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(distributed, "CONNECT_TIMEOUT_S", 2)
+    monkeypatch.setattr(distributed, "CONNECT_TIMEOUT_S", 0.5)  # refused at once: no wait
     settings = Settings(benches=["arc_challenge"], n=2, ctx=64, threads=1)
     with pytest.raises(UserError, match=r"no Dask scheduler at tcp://127\.0\.0\.1:9"):
         evaluate_on_cluster([tiny_model], settings, parse_cluster("tcp://127.0.0.1:9"))
