@@ -1,5 +1,6 @@
 """`epi report`: figures, tables and labels from an analysis of synthetic runs with exact
-ground truth (piecewise-constant power, tests/host/conftest.py), and the page in a real
+ground truth (piecewise-constant power, tests/host/conftest.py; the study is analysed and
+rendered once per process, tests/host/report_fixtures.py), and the page in a real
 browser (headless Chromium over the DevTools pipe)."""
 
 from __future__ import annotations
@@ -11,69 +12,26 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from epi.cli import cli
 from epi.core.errors import UserError
-from host.analysis.model import Options
-from host.analysis.output import analyze_to
 from host.report import data as report_data
 from host.report.browser import check_page
-from host.report.build import render_files, write_report
+from host.report.build import Report, write_report
+from tests.host.report_fixtures import (  # noqa: F401  (fixtures)
+    report_files,
+    study_analysis,
+    study_analysis_shared,
+    study_report,
+)
 
-NS = 1_000_000_000
 ARTIFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artifacts"
-LEVELS = {"q4": (3.0, 8.0, 6.0), "q8": (3.0, 12.0, 9.0), "q2": (3.0, 6.0, 4.0)}
 
 
-def _accuracy(path: Path) -> Path:
-    models = []
-    for i, (cfg, acc, ppl) in enumerate((("q4", 0.40, 20.0), ("q8", 0.42, 20.1),
-                                         ("q2", 0.30, 30.0))):
-        models.append({"path": f"{cfg}.gguf", "sha256": str(i + 1) * 64, "map_id": cfg,
-                       "perplexity": {"ppl": ppl, "ppl_se": 0.1}, "benchmarks": {},
-                       "composite": {"accuracy": acc, "ci95": [acc - 0.02, acc + 0.02],
-                                     "weights": {"hellaswag": 1.0},
-                                     "metric": "accuracy_norm"}})
-    path.write_text(json.dumps({"format": "epi-accuracy", "format_version": 1,
-                                "models": models}))
-    return path
-
-
-@pytest.fixture
-def study_analysis(tmp_path: Path, synth_tools) -> tuple[Path, dict]:
-    """Three configurations in one trace: q4 and q8 valid, q2's run failed (invalid).
-    Returns the analysis directory and the ground truth J per generated token per config."""
-    scheds, profs = {}, []
-    t0 = 500 * NS
-    for i, cfg in enumerate(LEVELS):
-        s = synth_tools.make_schedule(t0, seed=i + 1)
-        idle, pre, dec = LEVELS[cfg]
-        profs.append(s.profile(idle_w=idle, prefill_w=pre, decode_w=dec))
-        scheds[cfg] = s
-        t0 = s.requests[-1]["end"] + 5 * NS
-    t = np.concatenate([profs[0].t_ns] + [p.t_ns[1:] for p in profs[1:]])
-    lv = np.concatenate([profs[0].level_w] + [p.level_w[1:] for p in profs[1:]])
-    prof = synth_tools.Steps(t, lv)
-    tdir = synth_tools.write_trace(tmp_path / "trace", {0: prof}, 495 * NS, t0)
-    runs = []
-    truth = {}
-    for i, cfg in enumerate(LEVELS):
-        kw = {"status": "failed", "error": "out of memory"} if cfg == "q2" else {}
-        runs.append(synth_tools.write_run(tmp_path / f"r_{cfg}", scheds[cfg], offset_ns=7 * NS,
-                                          map_id=cfg, sha256=str(i + 1) * 64, **kw))
-        reqs = [r for r in scheds[cfg].requests if not r["warmup"]]
-        truth[cfg] = (sum(prof.energy(r["start"], r["end"]) for r in reqs)
-                      / sum(r["n_gen"] for r in reqs))
-    out = tmp_path / "analysis"
-    analyze_to(out, runs, tdir, Options(baseline="q8"), _accuracy(tmp_path / "acc.json"))
-    return out, truth
-
-
-def test_tables_carry_the_analysis_medians_and_invalid_runs_own_figures(study_analysis):
-    adir, truth = study_analysis
+def test_tables_carry_the_analysis_medians_and_invalid_runs_own_figures(
+        study_analysis_shared):  # noqa: F811
+    adir, truth = study_analysis_shared
     rd = report_data.load(adir)
     res = pd.read_csv(adir / "results.csv")
     h = res[(res["scope"] == "all") & (res["phase"] == "request") & (res["unit"] == "generated")
@@ -99,12 +57,12 @@ def test_tables_carry_the_analysis_medians_and_invalid_runs_own_figures(study_an
     assert float(q2[5]) == pytest.approx(truth["q2"], rel=0.01)
 
 
-def test_every_figure_and_table_says_power_source_basis_and_counts(study_analysis, tmp_path):
-    adir, _ = study_analysis
-    files = render_files(adir)
+def test_every_figure_and_table_says_power_source_basis_and_counts(
+        study_analysis_shared, study_report: Report):  # noqa: F811
+    files = report_files(study_report)  # render_files(adir), as write_report wrote it
     md = files["report.md"].decode()
     html = files["report.html"].decode()
-    rd = report_data.load(adir)
+    rd = report_data.load(study_analysis_shared[0])
     assert rd.labels.power_source == "modelled"  # the synthetic trace says emulated
     for key in ("accuracy_vs_energy", "epi_sorted", "phase_energy", "power_trace",
                 "layer_groups", "energy_vs_size"):
@@ -139,7 +97,7 @@ def test_every_figure_and_table_says_power_source_basis_and_counts(study_analysi
     assert html.count('src="data:image/png;base64,') == 6
 
 
-def test_measured_trace_is_labelled_measured(study_analysis):
+def test_measured_trace_is_labelled_measured(study_analysis):  # noqa: F811
     adir, _ = study_analysis
     doc = json.loads((adir / "results.json").read_text())
     doc["trace"]["emulated"] = False
@@ -162,13 +120,14 @@ def test_measured_trace_is_labelled_measured(study_analysis):
     assert lab.ci_text.startswith("J/token: BCa bootstrap, coverage 75 % n=3 (q4, q8)")
 
 
-def test_cli_writes_report_atomically_and_errors_are_one_line(study_analysis, tmp_path):
-    adir, _ = study_analysis
-    out = tmp_path / "rep"
-    r = CliRunner().invoke(cli, ["report", str(adir), "--out", str(out)])
-    assert r.exit_code == 0, r.output
+def test_cli_writes_report_atomically_and_errors_are_one_line(study_report: Report,  # noqa: F811
+                                                              study_analysis,  # noqa: F811
+                                                              tmp_path):
+    # `epi report ADIR --out OUT` through the click command: study_report ran it (exit 0)
+    out = study_report.out_dir
     assert (out / "report.html").is_file() and (out / "report.md").is_file()
     assert len(list((out / "figures").glob("*.png"))) == 6
+    adir, _ = study_analysis
     (adir / "windows.csv").unlink()
     with pytest.raises(UserError, match=r"windows\.csv: missing"):
         write_report(adir, tmp_path / "rep2")
@@ -220,12 +179,10 @@ def test_hostile_results_json_fields_are_one_line_errors(tmp_path_factory, key, 
         assert "\n" not in str(exc) and "results.json" in str(exc)
 
 
-def test_report_in_headless_chromium(study_analysis, tmp_path):
+def test_report_in_headless_chromium(study_report: Report):  # noqa: F811
     """The page a reader opens: every figure loads (natural size), no console errors;
     the screenshot is kept as a test artifact."""
-    adir, _ = study_analysis
-    rep = write_report(adir, tmp_path / "rep")
-    page = check_page(rep.html)
+    page = check_page(study_report.html)
     assert len(page.images) == 6
     for img in page.images:
         assert img["complete"] and img["natural_width"] > 200 and img["natural_height"] > 150, img

@@ -7,13 +7,14 @@ The study: 3 interleaved rounds of q4 and q8 (tests/host/test_analyze_validity.p
 3 % more power, scored on 200 items with q8 right on 10 more (McNemar p = 2/2¹⁰), both at
 perplexity 20.0 / 20.1 (within the 1 % tolerance), and quantization manifests in which the two
 maps differ only in their late group (Q4_0 → Q8_0). Expected figures come from that design:
-a saving of 1 − 1/1.03 = 2.91 % for q4, a positive Δ J/token for the late group.
+a saving of 1 − 1/1.03 = 2.91 % for q4, a positive Δ J/token for the late group. The study is
+analysed and its report written once per process (tests/host/report_fixtures.py); the tests
+read them and change only in-memory copies.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,59 +26,29 @@ from matplotlib.collections import Collection
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from host.analysis.model import Options
-from host.analysis.output import analyze_to
 from host.quant.mixmap import assign_layers, load_mixmap
 from host.report import answers as answers_mod
 from host.report import data as report_data
 from host.report import figures as report_figures
 from host.report import tables as report_tables
 from host.report.browser import check_page
-from host.report.build import render_files, write_report
+from host.report.build import Report
 from host.report.label_layout import PointLabel, overlapping, place_labels
 from host.report.layer_columns import layer_group_cells
-from tests.host.test_analyze_validity import _accuracy_with_items, _interleaved_campaign
-from tests.host.test_report import study_analysis  # noqa: F401  (a fixture)
+from tests.host.report_fixtures import (  # noqa: F401  (fixtures)
+    answered_report,
+    answered_shared,
+    report_files,
+    study_analysis_shared,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "out" / "test-artifacts"
-N_LAYERS = 8
-GROUPS = {"early": [0, 1], "middle": [2, 3, 4, 5], "late": [6, 7]}
-LATE = {"q4": "Q4_0", "q8": "Q8_0"}
 
 
-def _manifest(cfg: str) -> dict:
-    groups = [{"name": name, "layers": layers, "n_weights": 1000 * len(layers),
-               "bits_per_weight": 4.5 if cfg == "q4" or name != "late" else 8.5,
-               "map_type": LATE[cfg] if name == "late" else "Q4_0",
-               "effective_types": {LATE[cfg] if name == "late" else "Q4_0": 7 * len(layers)}}
-              for name, layers in GROUPS.items()]
-    return {"format": "epi-quant-manifest", "format_version": 1, "map_id": cfg,
-            "map_form": "epi", "output": {"size_bytes": 1_000_000 if cfg == "q4" else 1_200_000,
-                                          "sha256": None},
-            "total": {"bits_per_weight": 4.5 if cfg == "q4" else 5.5}, "inputs": {},
-            "file_type": "Q4_0", "layer_groups": groups}
-
-
-@pytest.fixture
-def answered(tmp_path: Path, synth_tools) -> Path:
-    tdir, runs = _interleaved_campaign(tmp_path, synth_tools)
-    acc = _accuracy_with_items(tmp_path / "acc.json")
-    doc = json.loads(acc.read_text())
-    for model, ppl in zip(doc["models"], (20.0, 20.1), strict=True):
-        model["perplexity"] = {"ppl": ppl, "ppl_se": 0.1}
-    acc.write_text(json.dumps(doc))
-    mdir = tmp_path / "manifests"
-    mdir.mkdir()
-    for cfg in LATE:
-        (mdir / f"{cfg}.manifest.json").write_text(json.dumps(_manifest(cfg)))
-    out = tmp_path / "analysis"
-    analyze_to(out, runs, tdir, Options(baseline="q4", manifest_dir=mdir), acc)
-    return out
-
-
-def test_answer_block_names_configurations_figures_and_status(answered: Path) -> None:
-    rd = report_data.load(answered)
+def test_answer_block_names_configurations_figures_and_status(
+        answered_shared: Path, answered_report: Report) -> None:  # noqa: F811
+    rd = report_data.load(answered_shared)
     block = answers_mod.build(rd)
     by = {a.key: a for a in block.answers}
     # Q1: both on the frontier, neighbours told apart on energy (3 %) and accuracy (p=0.002)
@@ -104,7 +75,7 @@ def test_answer_block_names_configurations_figures_and_status(answered: Path) ->
     assert "no meter chain to qualify" in limits and "NOT qualified" not in limits
     assert "Accuracy is known only to ±0.07" in limits
     # the block sits at the top of both outputs, before the results table
-    files = render_files(answered)
+    files = report_files(answered_report)  # render_files(answered_shared), as written
     md, html = files["report.md"].decode(), files["report.html"].decode()
     assert md.index("## Answers") < md.index("## How these figures were measured") < md.index(
         "## Results per configuration")
@@ -113,8 +84,9 @@ def test_answer_block_names_configurations_figures_and_status(answered: Path) ->
         assert f"*{a.status}.*" in md
 
 
-def test_questions_the_study_cannot_answer_say_so(study_analysis: tuple) -> None:  # noqa: F811
-    block = answers_mod.build(report_data.load(study_analysis[0]))
+def test_questions_the_study_cannot_answer_say_so(study_analysis_shared: tuple  # noqa: F811
+                                                  ) -> None:
+    block = answers_mod.build(report_data.load(study_analysis_shared[0]))
     by = {a.key: a for a in block.answers}
     assert by["layer_groups"].status == answers_mod.UNANSWERABLE
     assert "No two configurations differ in exactly one layer group" in by["layer_groups"].text
@@ -158,8 +130,9 @@ def test_layer_columns_come_from_the_maps_own_groups() -> None:
         dict.fromkeys(("early", "middle", "late"), "?")
 
 
-def test_results_table_shows_each_configs_own_groups(answered: Path) -> None:
-    rows = {r[0]: r for r in report_tables.results_table(report_data.load(answered)).rows}
+def test_results_table_shows_each_configs_own_groups(answered_shared: Path  # noqa: F811
+                                                     ) -> None:
+    rows = {r[0]: r for r in report_tables.results_table(report_data.load(answered_shared)).rows}
     assert rows["q4"][1:4] == ["Q4_0 (0-1)", "Q4_0 (2-5)", "Q4_0 (6-7)"]
     assert rows["q8"][1:4] == ["Q4_0 (0-1)", "Q4_0 (2-5)", "Q8_0 (6-7)"]
 
@@ -170,8 +143,8 @@ def _saved(fig) -> None:
     fig.savefig(io.BytesIO(), format="png", dpi=110, bbox_inches="tight")
 
 
-def test_labels_never_overlap_in_the_saved_figure(answered: Path) -> None:
-    rd = report_data.load(answered)
+def test_labels_never_overlap_in_the_saved_figure(answered_shared: Path) -> None:  # noqa: F811
+    rd = report_data.load(answered_shared)  # changed below in memory only
     res = rd.results
     head = (res["scope"] == "all") & (res["phase"] == "request") & (res["basis"] == "gross")
     q4 = res[head & (res["config"] == "q4")].iloc[0]
@@ -212,8 +185,9 @@ def _grey(rgb: tuple[float, float, float]) -> bool:
     return max(rgb) - min(rgb) < 1e-6
 
 
-def test_figures_use_the_colour_blind_safe_palette_and_carry_alt_text(answered: Path) -> None:
-    rd = report_data.load(answered)
+def test_figures_use_the_colour_blind_safe_palette_and_carry_alt_text(
+        answered_shared: Path, answered_report: Report) -> None:  # noqa: F811
+    rd = report_data.load(answered_shared)
     allowed = {mcolors.to_rgb(c) for c in report_figures.OKABE_ITO}
     for f in report_figures.build_all(rd):
         used = set()
@@ -237,14 +211,14 @@ def test_figures_use_the_colour_blind_safe_palette_and_carry_alt_text(answered: 
         # alt text: says what the figure shows, with the configurations' figures
         one = f.key == "power_trace"  # one request of one configuration
         assert len(f.alt) > 60 and ("q4" in f.alt or one) and ("q8" in f.alt or one), f.alt
-    html = render_files(answered)["report.html"].decode()
+    html = answered_report.html.read_text()  # render_files(answered_shared), as written
     alts = re.findall(r'<img alt="([^"]*)"', html)
     assert len(alts) == 6 and all(len(a) > 60 for a in alts)
 
 
 def test_epi_figure_uses_a_log_axis_so_a_wide_interval_leaves_others_readable(
-        answered: Path) -> None:
-    rd = report_data.load(answered)
+        answered_shared: Path) -> None:  # noqa: F811
+    rd = report_data.load(answered_shared)  # changed below in memory only
     res = rd.results
     head = (res["scope"] == "all") & (res["phase"] == "request") & (res["basis"] == "gross")
     res.loc[head & (res["config"] == "q8"), "epi_ci_hi"] = 11.8  # one very wide interval
@@ -260,8 +234,8 @@ def test_epi_figure_uses_a_log_axis_so_a_wide_interval_leaves_others_readable(
     assert "log horizontal axis" in f.caption
 
 
-def test_phase_energy_is_in_joules(answered: Path) -> None:
-    rd = report_data.load(answered)
+def test_phase_energy_is_in_joules(answered_shared: Path) -> None:  # noqa: F811
+    rd = report_data.load(answered_shared)
     f = report_figures.phase_energy(rd)
     assert "J" in f.fig.axes[0].get_ylabel() and "mJ" not in f.fig.axes[0].get_ylabel()
     bd = {b["config"]: b for b in rd.doc["phase_breakdown"]}
@@ -270,10 +244,9 @@ def test_phase_energy_is_in_joules(answered: Path) -> None:
                                     for b in bd.values()) / 1e3, rel=0.6)
 
 
-def test_report_page_in_headless_chromium_shows_answers_and_alt_text(answered: Path,
-                                                                     tmp_path: Path) -> None:
-    rep = write_report(answered, tmp_path / "rep")
-    page = check_page(rep.html)
+def test_report_page_in_headless_chromium_shows_answers_and_alt_text(
+        answered_report: Report) -> None:  # noqa: F811
+    page = check_page(answered_report.html)
     answers = page.sections.get("answers", "")
     for q in ("frontier", "perplexity", "layer groups"):
         assert q in answers

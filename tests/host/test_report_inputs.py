@@ -5,7 +5,7 @@ cut short, verdicts that contradict the figures) is refused in one line, never r
 report that contradicts itself, never a traceback. HTML in a title or a name is escaped.
 """
 
-# ruff: noqa: F811  (test functions take the imported `study_analysis` fixture)
+# ruff: noqa: F811  (test functions take the imported fixtures)
 from __future__ import annotations
 
 import json
@@ -24,9 +24,29 @@ from host.report import data as report_data
 from host.report import tables as report_tables
 from host.report.build import write_report
 from tests.cli_run import run_epi
-from tests.host.test_report import study_analysis  # noqa: F401  (a fixture)
+from tests.host.report_fixtures import (  # noqa: F401  (fixtures)
+    figures_unsaved,
+    report_files,
+    study_analysis,
+    study_analysis_shared,
+    study_report,
+)
 
 Runner = Callable[..., tuple[int, str]]
+
+
+@pytest.fixture
+def rendered_once(study_report: report_build.Report,
+                  monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Makes `render_files` hand back the study's report as rendered once per process (the
+    same bytes it would render again), for tests of where the files go, not of what they
+    say. Call it (again after `monkeypatch.undo()`) to put it in place."""
+    files = report_files(study_report)
+
+    def patch() -> None:
+        monkeypatch.setattr(report_build, "render_files", lambda *_a, **_k: dict(files))
+    patch()
+    return patch
 
 
 @pytest.fixture
@@ -51,8 +71,9 @@ def _one_line_refusal(cli: Runner, adir: Path, out: Path, *needles: str) -> str:
 
 
 # --------------------------------------------------------------------------- --out
-def test_out_keeps_the_users_other_files(cli: Runner, study_analysis, tmp_path: Path) -> None:
-    adir, _ = study_analysis
+def test_out_keeps_the_users_other_files(cli: Runner, study_analysis_shared, rendered_once,
+                                         tmp_path: Path) -> None:
+    adir, _ = study_analysis_shared
     out = tmp_path / "mine"
     (out / "notes").mkdir(parents=True)
     (out / "thesis.tex").write_text("my work")
@@ -72,9 +93,10 @@ def test_out_keeps_the_users_other_files(cli: Runner, study_analysis, tmp_path: 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-def test_a_failed_render_leaves_out_as_it_was(study_analysis, tmp_path: Path,
+def test_a_failed_render_leaves_out_as_it_was(study_analysis_shared, rendered_once,
+                                              tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    adir, _ = study_analysis
+    adir, _ = study_analysis_shared
     out = tmp_path / "rep"
     write_report(adir, out)
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
@@ -89,8 +111,9 @@ def test_a_failed_render_leaves_out_as_it_was(study_analysis, tmp_path: Path,
 
 
 def test_an_unwritable_out_is_one_line_before_any_rendering(
-        cli: Runner, study_analysis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    adir, _ = study_analysis
+        cli: Runner, study_analysis_shared, rendered_once, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    adir, _ = study_analysis_shared
     called = []
     monkeypatch.setattr(report_build, "render_files",
                         lambda *a, **k: called.append(1) or {})
@@ -110,6 +133,7 @@ def test_an_unwritable_out_is_one_line_before_any_rendering(
     out = tmp_path / "taken"
     (out / "report.html").mkdir(parents=True)
     monkeypatch.undo()
+    rendered_once()  # renders (the study's report), then refuses to write over the directory
     code, text = cli(adir, out)
     assert code != 0 and "report.html exists and is not a file" in text
     assert (out / "report.html").is_dir()
@@ -185,6 +209,7 @@ def test_verdicts_that_contradict_the_figures_are_refused(cli: Runner, study_ana
     _one_line_refusal(cli, adir, tmp_path / "r", "runs.csv", "'q4'", "valid run")
 
 
+@pytest.mark.usefixtures("figures_unsaved")  # the words are escaped, not the pixels
 def test_html_in_a_title_or_a_name_is_escaped(cli: Runner, study_analysis, tmp_path: Path) -> None:
     adir, _ = study_analysis
     doc = json.loads((adir / "results.json").read_text())
@@ -204,12 +229,12 @@ def test_html_in_a_title_or_a_name_is_escaped(cli: Runner, study_analysis, tmp_p
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_generated_corruptions_of_the_tables_are_refused_or_consistent(study_analysis,
+def test_generated_corruptions_of_the_tables_are_refused_or_consistent(study_analysis_shared,
                                                                        tmp_path_factory,
                                                                        data) -> None:
     """Any cell of results.csv, runs.csv or windows.csv replaced with a hostile value: the
     loader refuses in one line, or the tables render (never another exception)."""
-    src, _ = study_analysis
+    src, _ = study_analysis_shared
     d = tmp_path_factory.mktemp("corrupt")
     for name in (*report_data.FILES, "comparisons.csv"):
         if (src / name).exists():
@@ -250,7 +275,7 @@ _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**6), st.floats
 @given(key=st.sampled_from(_RECORD_KEYS),
        entry=st.dictionaries(st.sampled_from(_FIELDS), _VALUES, min_size=1, max_size=8),
        extra=_VALUES)
-def test_generated_results_json_records_are_refused_or_worded(study_analysis,
+def test_generated_results_json_records_are_refused_or_worded(study_analysis_shared,
                                                               tmp_path_factory, key, entry,
                                                               extra) -> None:
     """Hostile records in results.json (comparisons, pairs, savings, phase breakdown, the
@@ -258,7 +283,7 @@ def test_generated_results_json_records_are_refused_or_worded(study_analysis,
     answers, blocks and tables are built — never another exception."""
     from host.report import answers, method
 
-    src, _ = study_analysis
+    src, _ = study_analysis_shared
     d = tmp_path_factory.mktemp("records")
     for name in (*report_data.FILES, "comparisons.csv"):
         if (src / name).exists():

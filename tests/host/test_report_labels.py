@@ -2,7 +2,9 @@
 its own coverage (a percent) and n when configurations have different repeat counts, the paired
 comparisons of comparisons.csv with their verdicts, and "component power, not wall power" for
 software-counter channels — on analyses of files written per docs/formats.md by the test
-fixtures (tests/host/conftest.py). Expected coverages are the exact binomial figures
+fixtures (tests/host/conftest.py). These tests read the report's words: its figures are built
+(captions, alt text) but not drawn into PNG/SVG (report_fixtures.figures_unsaved; the drawn
+figures are test_report.py's subject). Expected coverages are the exact binomial figures
 1 − 2·0.5ⁿ (n = 3: 75 %, n = 6: 96.875 %), computed here, not by the code under test."""
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import json
 import re
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -21,7 +22,13 @@ from host.report import data as report_data
 from host.report import tables as report_tables
 from host.report.build import render_files
 from host.report.method import measurement_block
-from tests.host.test_analyze_validity import _accuracy_with_items, _interleaved_campaign
+from tests.host.report_fixtures import (  # noqa: F401  (fixtures)
+    figures_unsaved,
+    interleaved_flips0,
+    interleaved_flips10,
+    mixed_n,
+    mixed_n_shared,
+)
 
 NS = 1_000_000_000
 COMPONENT = "component power, not wall power"
@@ -34,42 +41,17 @@ def _write(tmp_path: Path, runs: list[Path], tdir: Path, opts: Options,
     return out
 
 
-def _accuracy(path: Path) -> Path:
-    models = [{"path": f"{cfg}.gguf", "sha256": sha, "map_id": cfg,
-               "perplexity": {"ppl": 20.0, "ppl_se": 0.1}, "benchmarks": {},
-               "composite": {"accuracy": acc, "ci95": [acc - 0.02, acc + 0.02],
-                             "weights": {"hellaswag": 1.0}, "metric": "accuracy_norm"}}
-              for cfg, sha, acc in (("q4", "1" * 64, 0.40), ("q8", "2" * 64, 0.42))]
-    path.write_text(json.dumps({"format": "epi-accuracy", "format_version": 1,
-                                "models": models}))
-    return path
-
-
-@pytest.fixture
-def mixed_n(tmp_path: Path, synth_tools) -> Path:
-    """q4 measured with 6 repeats, q8 with 3, in one trace (one after the other)."""
-    profs, runs = [], []
-    t0 = 500 * NS
-    for cfg, sha, n_rep, levels in (("q4", "1" * 64, 6, (3.0, 8.0, 6.0)),
-                                    ("q8", "2" * 64, 3, (3.0, 12.0, 9.0))):
-        s = synth_tools.make_schedule(t0, n_repeats=n_rep, seed=n_rep)
-        profs.append(s.profile(*levels))
-        runs.append(synth_tools.write_run(tmp_path / f"r_{cfg}", s, map_id=cfg, sha256=sha))
-        t0 = s.requests[-1]["end"] + 5 * NS
-    prof = synth_tools.Steps(np.concatenate([profs[0].t_ns, profs[1].t_ns[1:]]),
-                             np.concatenate([profs[0].level_w, profs[1].level_w[1:]]))
-    tdir = synth_tools.write_trace(tmp_path / "trace", {0: prof}, 495 * NS, t0)
-    return _write(tmp_path, runs, tdir, Options(baseline="q8"), _accuracy(tmp_path / "a.json"))
-
-
 def _pct(x: float) -> str:
     p = 100 * x
     return f"{p:.0f} %" if abs(p - round(p)) < 0.05 else f"{p:.1f} %"
 
 
-def test_each_cell_and_caption_states_its_own_coverage_and_n(mixed_n: Path) -> None:
+@pytest.mark.usefixtures("figures_unsaved")
+def test_each_cell_and_caption_states_its_own_coverage_and_n(mixed_n_shared: Path  # noqa: F811
+                                                            ) -> None:
+    adir = mixed_n_shared  # q4 with 6 repeats, q8 with 3 (report_fixtures.build_mixed_n)
     cov6, cov3 = 1 - 2 * 0.5 ** 6, 1 - 2 * 0.5 ** 3  # [min, max] of the median, exact
-    rd = report_data.load(mixed_n)
+    rd = report_data.load(adir)
     t = report_tables.results_table(rd)
     rows = {r[0]: r for r in t.rows}
     assert rows["q4"][6].endswith(f"] {_pct(cov6)} n=6")  # "96.9 % n=6"
@@ -83,7 +65,7 @@ def test_each_cell_and_caption_states_its_own_coverage_and_n(mixed_n: Path) -> N
     assert f"{_pct(cov6)} n=6 (q4)" in cap and f"{_pct(cov3)} n=3 (q8)" in cap
     assert "no 95 % interval of the median exists from n=3 repeats" in cap
     assert "accuracy: the accuracy file's 95 % interval" in cap and "EPI: J/token interval" in cap
-    files = render_files(mixed_n)
+    files = render_files(adir)
     for name in ("report.md", "report.html"):
         text = files[name].decode()
         assert "bootstrap" not in text and "coverage 0.9" not in text
@@ -94,7 +76,7 @@ def test_each_cell_and_caption_states_its_own_coverage_and_n(mixed_n: Path) -> N
     assert "mean difference B − A" in md and "paired-t interval over rounds" in md
 
 
-def test_no_interval_label_is_invented_for_an_older_analysis(mixed_n: Path) -> None:
+def test_no_interval_label_is_invented_for_an_older_analysis(mixed_n: Path) -> None:  # noqa: F811
     res = pd.read_csv(mixed_n / "results.csv").drop(columns=["ci_method", "ci_coverage",
                                                              "ci_note"])
     res.to_csv(mixed_n / "results.csv", index=False)
@@ -102,11 +84,10 @@ def test_no_interval_label_is_invented_for_an_older_analysis(mixed_n: Path) -> N
     assert "coverage unknown" in text and "95" not in text
 
 
-def test_report_shows_paired_comparisons_and_savings_intervals(tmp_path: Path,
-                                                               synth_tools) -> None:
-    tdir, runs = _interleaved_campaign(tmp_path, synth_tools)
-    acc = _accuracy_with_items(tmp_path / "acc.json")
-    adir = _write(tmp_path, runs, tdir, Options(baseline="q4"), acc)
+@pytest.mark.usefixtures("figures_unsaved")
+def test_report_shows_paired_comparisons_and_savings_intervals(
+        interleaved_flips10: Path) -> None:  # noqa: F811
+    adir = interleaved_flips10  # q8 right on 10 more items, baseline q4
     rd = report_data.load(adir)
     comp = pd.read_csv(adir / "comparisons.csv")
     c = report_tables.comparisons_table(rd)
@@ -132,10 +113,9 @@ def test_report_shows_paired_comparisons_and_savings_intervals(tmp_path: Path,
     assert "cannot be told apart" in md  # the caption says what the verdict means
 
 
-def test_comparison_that_cannot_be_told_apart_says_so(tmp_path: Path, synth_tools) -> None:
-    tdir, runs = _interleaved_campaign(tmp_path, synth_tools)
-    acc = _accuracy_with_items(tmp_path / "acc.json", flips=0)
-    adir = _write(tmp_path, runs, tdir, Options(baseline="q4"), acc)
+def test_comparison_that_cannot_be_told_apart_says_so(interleaved_flips0: Path  # noqa: F811
+                                                       ) -> None:
+    adir = interleaved_flips0  # both right on the same items, baseline q4
     c = report_tables.comparisons_table(report_data.load(adir))
     row = next(r for r in c.rows if r[0] == "savings vs baseline")
     assert row[6].endswith("cannot be told apart")
@@ -160,6 +140,7 @@ def _software_channel(tdir: Path, channels: dict[int, tuple[str, str]], *,
         meta.write_text(json.dumps(m))
 
 
+@pytest.mark.usefixtures("figures_unsaved")
 def test_rapl_only_trace_is_component_power_in_report_and_results_csv(tmp_path: Path,
                                                                       synth_run) -> None:
     tdir, rdir, _, _ = synth_run()
@@ -180,6 +161,7 @@ def test_rapl_only_trace_is_component_power_in_report_and_results_csv(tmp_path: 
     assert caps and all(COMPONENT in ln for ln in caps)
 
 
+@pytest.mark.usefixtures("figures_unsaved")
 def test_emulated_wall_and_software_channel_are_labelled_side_by_side(tmp_path: Path,
                                                                       synth_tools) -> None:
     sched = synth_tools.make_schedule(500 * NS)
@@ -207,7 +189,8 @@ def test_emulated_wall_and_software_channel_are_labelled_side_by_side(tmp_path: 
 
 
 # --------------------------------------------------------------------------- manifests
-def test_corrupt_manifest_is_said_corrupt_with_its_path(mixed_n: Path, tmp_path: Path) -> None:
+def test_corrupt_manifest_is_said_corrupt_with_its_path(mixed_n: Path,  # noqa: F811
+                                                        tmp_path: Path) -> None:
     doc = json.loads((mixed_n / "results.json").read_text())
     for run in doc["runs"]:
         if run["config"] == "q4":

@@ -13,7 +13,7 @@ from epi.core.errors import UserError
 from host.report import answers as answers_mod
 from host.report import data as report_data
 from host.report.sequential import DECISIONS_FILE, load_decisions
-from tests.host.test_report_answers import answered  # noqa: F401  (a fixture)
+from tests.host.report_fixtures import answered  # noqa: F401  (a fixture: its own copy)
 
 DECISIONS = {
     "rounds_done": 3,
