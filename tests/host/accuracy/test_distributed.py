@@ -50,6 +50,9 @@ def test_merge_refuses_records_of_other_items() -> None:
         merge(items, [recs[:2]])
 
 
+N_ITEMS = 4
+
+
 def _records(root: Path) -> dict[str, list[object]]:
     """Benchmark name → stored per-item records, from a store directory."""
     out = {}
@@ -66,8 +69,10 @@ def test_two_local_workers_give_the_single_process_result_item_by_item(
     """A LocalCluster of 2 worker processes (127.0.0.1, 1 thread each) against one process
     with 2 threads, each into its own store: every item's scores are equal, float for float,
     and so is every figure of the results document."""
-    settings = Settings(benches=["arc_challenge", "winogrande", "hellaswag"], n=7, seed=3,
-                        ctx=512, threads=2)  # ctx 512: the campaign's accuracy step's
+    # N_ITEMS a benchmark: 12 one-item chunks for the 2 workers (the count is not the point:
+    # 7 cost more scoring, for nothing more proven); ctx 512: the campaign's accuracy step's
+    settings = Settings(benches=["arc_challenge", "winogrande", "hellaswag"], n=N_ITEMS,
+                        seed=3, ctx=512, threads=2)
     monkeypatch.setenv(store.ENV, str(tmp_path / "single"))
     single = evaluate([tiny_model], settings)
     monkeypatch.setenv(store.ENV, str(tmp_path / "cluster"))
@@ -76,7 +81,7 @@ def test_two_local_workers_give_the_single_process_result_item_by_item(
     one, two = _records(tmp_path / "single"), _records(tmp_path / "cluster")
     assert set(one) == set(two) == {"arc_challenge", "winogrande", "hellaswag"}
     for bench in one:
-        assert len(one[bench]) == 7
+        assert len(one[bench]) == N_ITEMS
         assert two[bench] == one[bench], bench  # ids, gold and every score, exactly
     (a,), (b,) = single["models"], clustered["models"]
     for bench, res in a["benchmarks"].items():
@@ -92,7 +97,7 @@ def test_two_local_workers_give_the_single_process_result_item_by_item(
     assert all(r["cached"] for r in again["models"][0]["benchmarks"].values())
     from host.campaign.step import do_accuracy
 
-    step = do_accuracy({"model": str(tiny_model), "benchmarks": dict.fromkeys(one, 7),
+    step = do_accuracy({"model": str(tiny_model), "benchmarks": dict.fromkeys(one, N_ITEMS),
                         "ppl": None, "ppl_windows": None, "threads": 1, "seed": 3,
                         "out": str(tmp_path / "campaign-acc.json")})
     assert step["cached"] is True
