@@ -144,39 +144,63 @@ def _high_fd(fd: int) -> int:
     return new
 
 
-def check_page(html_path: Path, *, width: int = 1200, height: int = 900,
-               timeout_s: float = 60.0) -> PageCheck:
-    """Load `html_path` from disk in headless Chromium; images, console errors, screenshot."""
-    html_path = Path(html_path).resolve()
-    if not html_path.is_file():
-        raise UserError(f"{html_path}: no such file")
-    exe = find_chromium()
-    to_child_r, to_child_w = (_high_fd(fd) for fd in os.pipe())
-    from_child_r, from_child_w = (_high_fd(fd) for fd in os.pipe())
+class Browser:
+    """One headless Chromium on the DevTools pipe, for checking pages one after another
+    (starting the browser is most of a check's time: a caller with several pages starts it
+    once). Use as a context manager; `check_page` is one page in a browser of its own."""
 
-    def child_fds() -> None:
-        os.dup2(to_child_r, 3)
-        os.dup2(from_child_w, 4)
+    def __init__(self, *, width: int = 1200, height: int = 900,
+                 timeout_s: float = 60.0) -> None:
+        exe = find_chromium()
+        self.timeout_s = timeout_s
+        to_child_r, to_child_w = (_high_fd(fd) for fd in os.pipe())
+        from_child_r, from_child_w = (_high_fd(fd) for fd in os.pipe())
 
-    profile = tempfile.mkdtemp(prefix="epi-chromium-")
-    argv = [exe, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
-            "about:blank"]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, close_fds=False, preexec_fn=child_fds)
-    os.close(to_child_r)
-    os.close(from_child_w)
-    pipe = _Pipe(proc, to_child_w, from_child_r)
-    try:
-        targets = _items(pipe.send("Target.getTargets", timeout_s=timeout_s).get("targetInfos"))
-        page = next((_obj(t) for t in targets if _obj(t).get("type") == "page"), None)
-        if page is None:
-            page_id = pipe.send("Target.createTarget", {"url": "about:blank"}).get("targetId")
-        else:
-            page_id = page.get("targetId")
-        sid = str(pipe.send("Target.attachToTarget", {"targetId": page_id, "flatten": True}
-                            ).get("sessionId"))
-        for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
-            pipe.send(domain, session=sid)
+        def child_fds() -> None:
+            os.dup2(to_child_r, 3)
+            os.dup2(from_child_w, 4)
+
+        self.profile = tempfile.mkdtemp(prefix="epi-chromium-")
+        argv = [exe, *FLAGS, f"--user-data-dir={self.profile}",
+                f"--window-size={width},{height}", "about:blank"]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, close_fds=False,
+                                     preexec_fn=child_fds)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.pipe = _Pipe(self.proc, to_child_w, from_child_r)
+        self.closed = False
+        try:
+            pipe = self.pipe
+            targets = _items(pipe.send("Target.getTargets", timeout_s=timeout_s
+                                       ).get("targetInfos"))
+            page = next((_obj(t) for t in targets if _obj(t).get("type") == "page"), None)
+            if page is None:
+                page_id = pipe.send("Target.createTarget", {"url": "about:blank"}
+                                    ).get("targetId")
+            else:
+                page_id = page.get("targetId")
+            self.sid = str(pipe.send("Target.attachToTarget",
+                                     {"targetId": page_id, "flatten": True}).get("sessionId"))
+            for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
+                pipe.send(domain, session=self.sid)
+        except BaseException:
+            self.close(ask=False)
+            raise
+
+    def __enter__(self) -> Browser:
+        return self
+
+    def __exit__(self, exc_type: object, *_exc: object) -> None:
+        self.close(ask=exc_type is None)
+
+    def check(self, html_path: Path) -> PageCheck:
+        """Load `html_path` from disk in this browser's page; images, console errors (of this
+        page only), screenshot."""
+        html_path = Path(html_path).resolve()
+        if not html_path.is_file():
+            raise UserError(f"{html_path}: no such file")
+        pipe, sid, timeout_s = self.pipe, self.sid, self.timeout_s
         pipe.events.clear()
         pipe.send("Page.navigate", {"url": html_path.as_uri()}, session=sid)
         pipe.wait_event("Page.loadEventFired", timeout_s=timeout_s)
@@ -204,18 +228,35 @@ def check_page(html_path: Path, *, width: int = 1200, height: int = 900,
             elif m == "Log.entryAdded" and entry.get("level") == "error":
                 errors.append("log: " + str(entry.get("text")) + " "
                               + str(entry.get("url", "")))
-        with contextlib.suppress(UserError):
-            pipe.send("Browser.close", timeout_s=5)
         sections = {str(k): str(v) for k, v in _obj(info.get("sections")).items()}
         return PageCheck([_image(i) for i in _items(info.get("images"))], errors,
                          str(info.get("title", "")), base64.b64decode(str(shot.get("data", ""))),
                          sections)
-    finally:
-        os.close(to_child_w)
-        os.close(from_child_r)
+
+    def close(self, *, ask: bool = True) -> None:
+        """Ask the browser to close (not after an error: it may not answer), then make sure
+        it has (killed after 10 s)."""
+        if self.closed:
+            return
+        self.closed = True
+        if ask:
+            with contextlib.suppress(UserError):
+                self.pipe.send("Browser.close", timeout_s=5)
+        os.close(self.pipe.wfd)
+        os.close(self.pipe.rfd)
         try:
-            proc.wait(timeout=10)
+            self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(profile, ignore_errors=True)
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def check_page(html_path: Path, *, width: int = 1200, height: int = 900,
+               timeout_s: float = 60.0) -> PageCheck:
+    """Load `html_path` from disk in headless Chromium; images, console errors, screenshot."""
+    html_path = Path(html_path).resolve()
+    if not html_path.is_file():
+        raise UserError(f"{html_path}: no such file")
+    with Browser(width=width, height=height, timeout_s=timeout_s) as browser:
+        return browser.check(html_path)

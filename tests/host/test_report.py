@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from epi.core.errors import UserError
 from host.report import data as report_data
-from host.report.browser import check_page
+from host.report.browser import Browser
 from host.report.build import Report, write_report
 from tests.host.report_fixtures import (  # noqa: F401  (fixtures)
     report_files,
@@ -27,6 +28,13 @@ from tests.host.report_fixtures import (  # noqa: F401  (fixtures)
 )
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artifacts"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium for this module's pages (a start is most of a page check)."""
+    with Browser() as b:
+        yield b
 
 
 def test_tables_carry_the_analysis_medians_and_invalid_runs_own_figures(
@@ -179,10 +187,10 @@ def test_hostile_results_json_fields_are_one_line_errors(tmp_path_factory, key, 
         assert "\n" not in str(exc) and "results.json" in str(exc)
 
 
-def test_report_in_headless_chromium(study_report: Report):  # noqa: F811
+def test_report_in_headless_chromium(study_report: Report, browser: Browser):  # noqa: F811
     """The page a reader opens: every figure loads (natural size), no console errors;
     the screenshot is kept as a test artifact."""
-    page = check_page(study_report.html)
+    page = browser.check(study_report.html)
     assert len(page.images) == 6
     for img in page.images:
         assert img["complete"] and img["natural_width"] > 200 and img["natural_height"] > 150, img
@@ -192,12 +200,12 @@ def test_report_in_headless_chromium(study_report: Report):  # noqa: F811
     (ARTIFACTS / "report-screenshot.png").write_bytes(page.screenshot_png)
 
 
-def test_browser_check_sees_broken_images_and_console_errors(tmp_path):
+def test_browser_check_sees_broken_images_and_console_errors(tmp_path, browser: Browser):
     """The browser check can fail: a missing image and a console error are reported."""
     page = tmp_path / "bad.html"
     page.write_text('<html><body><img alt="x" src="missing.png">'
                     '<script>console.error("boom")</script></body></html>')
-    res = check_page(page)
+    res = browser.check(page)
     assert res.images[0]["natural_width"] == 0
     assert any("boom" in e for e in res.console_errors)
 
