@@ -72,7 +72,10 @@ class _CpuShare:
     exclusive when it must have the CPUs alone (_needs_cpus_alone), so a timing-sensitive test
     never shares the cores while every other one still runs two at a time. A worker keeps
     the lock across consecutive tests of one file in one mode and lets go before another file
-    or a change of mode; so module fixtures set up in a file whose tests all have one mode
+    or a change of mode — or, holding it shared, after the current test as soon as an
+    exclusive holder is queued (no shared file keeps a background process in a module
+    fixture; the serial files that do hold it exclusively); so module fixtures set up in a file
+    whose tests all have one mode
     (the serial files: every test exclusive) live under one hold, while in a file that mixes
     modes a module fixture outlives the hold at each switch (fine for fixtures that are files;
     a background daemon there would overlap the other worker's tests). A
@@ -97,6 +100,19 @@ class _CpuShare:
         finally:
             fcntl.flock(self._turnstile, fcntl.LOCK_UN)
         self.held = (path, exclusive)
+
+    def someone_waits(self) -> bool:
+        """Whether another worker holds the turnstile — an exclusive holder queued for the
+        CPUs (or, for an instant, a shared one passing through): a shared holder then lets go
+        after its current test instead of at the end of its file."""
+        import fcntl
+
+        try:
+            fcntl.flock(self._turnstile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+        return False
 
     def release(self) -> None:
         import fcntl
@@ -148,5 +164,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
                 f.write(json.dumps(row) + "\n")
         if _cpu_share is not None and (
                 nextitem is None or nextitem.path != item.path
-                or _needs_cpus_alone(nextitem) != _needs_cpus_alone(item)):
+                or _needs_cpus_alone(nextitem) != _needs_cpus_alone(item)
+                or (not _needs_cpus_alone(item) and _cpu_share.someone_waits())):
             _cpu_share.release()

@@ -111,3 +111,21 @@ def test_a_waiting_exclusive_holder_goes_before_a_later_shared_one(tmp_path: Pat
     ])
     assert spans["alone"][0] >= spans["first"][1]
     assert spans["late"][0] >= spans["alone"][1]
+
+
+def test_a_shared_holder_sees_a_queued_exclusive_one(tmp_path: Path) -> None:
+    """someone_waits: false while nobody is queued, true once an exclusive holder is blocked
+    behind this shared hold (so the shared worker lets go after its current test)."""
+    share = _conftest()._CpuShare(str(tmp_path / "lock"))
+    share.hold(Path("shared"), False)
+    assert not share.someone_waits()
+    ctx = multiprocessing.get_context("fork")
+    queued = ctx.Process(target=_holder, args=(tmp_path, "alone", True, None, False, None))
+    queued.start()
+    try:
+        _wait_blocked(tmp_path / "lock" / "cpus")
+        assert share.someone_waits()
+    finally:
+        share.release()  # never leave the queued process (joined at exit) behind our lock
+        queued.join(30)
+    assert queued.exitcode == 0
