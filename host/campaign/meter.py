@@ -32,7 +32,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from epi.core.errors import UserError
@@ -158,5 +158,10 @@ def emulated_daemon(campaign_dir: Path, trace_dir: Path, rate_hz: float | None,
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
+                # why it did not stop goes to its log: every thread's stack (faulthandler on
+                # SIGUSR1, epi/commands/meter_run.py), then the usual SIGINT, SIGKILL
+                with suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGUSR1)
+                    time.sleep(0.5)
                 procs.stop(proc)
         record.unlink(missing_ok=True)

@@ -86,3 +86,34 @@ def test_sigterm_inside_the_samplers_wait_is_a_clean_stop(tmp_path: Path) -> Non
     assert seg.meta["stats"]["clean_stop"] is True
     assert seg.events[-1]["kind"] == "stop"
     assert seg.meta["stats"]["sweeps"] >= 2  # it sampled before the signal
+
+
+def test_sigusr1_dumps_every_threads_stack_and_sampling_goes_on(tmp_path: Path) -> None:
+    """What a campaign sends a daemon that did not stop, before it kills it
+    (host/campaign/meter.py): faulthandler writes every thread's stack to stderr (the
+    campaign's meter.log) and the daemon carries on; SIGTERM then stops it cleanly."""
+    import time
+
+    out = tmp_path / "trace"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "epi", "meter", "run", "--emulate", "--out", str(out),
+         "--listen", "off", "--rate", "5"],
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(out.glob("seg-*.samples.csv")) or not any(
+                p.stat().st_size > 200 for p in out.glob("seg-*.samples.csv")):
+            assert proc.poll() is None and time.monotonic() < deadline, "no samples"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+        assert proc.poll() is None  # still running
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "Thread 0x" in err and "File " in err, err  # faulthandler's all-threads dump
+    assert proc.returncode == 0 and "epi meter: stopped:" in err, err
