@@ -62,7 +62,7 @@ _BUILT: dict[str, object] = {}
 _DIGESTS: dict[Path, str] = {}
 
 
-def _once(key: str, factory: pytest.TempPathFactory, build: Callable[[Path], T]) -> T:
+def once(key: str, factory: pytest.TempPathFactory, build: Callable[[Path], T]) -> T:
     """`build(a fresh directory)`, the first time `key` is asked for in this process."""
     if key not in _BUILT:
         _BUILT[key] = build(factory.mktemp(key))
@@ -151,7 +151,7 @@ def build_study(root: Path) -> tuple[Path, dict[str, float]]:
 def study_analysis_shared(tmp_path_factory: pytest.TempPathFactory
                           ) -> Iterator[tuple[Path, dict[str, float]]]:
     """The study, analysed once per process; read-only (take `study_analysis` to change it)."""
-    built = _once("study", tmp_path_factory, build_study)
+    built = once("study", tmp_path_factory, build_study)
     with _unchanged(built[0]):
         yield built
 
@@ -161,7 +161,7 @@ def study_analysis(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
                    ) -> tuple[Path, dict[str, float]]:
     """The study's analysis directory, this test's own copy, and the ground truth J per
     generated token per config."""
-    src, truth = _once("study", tmp_path_factory, build_study)
+    src, truth = once("study", tmp_path_factory, build_study)
     return own_copy(src, tmp_path / "analysis"), truth
 
 
@@ -183,8 +183,8 @@ def cli_report(src: Path, out: Path) -> Report:
 def study_report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Report]:
     """The study's report, written once per process by `epi report` (`cli_report`); read it,
     do not change it."""
-    src, _ = _once("study", tmp_path_factory, build_study)
-    rep = _once("study-report", tmp_path_factory, lambda d: cli_report(src, d / "rep"))
+    src, _ = once("study", tmp_path_factory, build_study)
+    rep = once("study-report", tmp_path_factory, lambda d: cli_report(src, d / "rep"))
     with _unchanged(rep.out_dir):
         yield rep
 
@@ -198,9 +198,12 @@ def figures_unsaved(monkeypatch: pytest.MonkeyPatch) -> None:
     (every figure as PNG and SVG, and the page in Chromium)."""
     from matplotlib.figure import Figure
 
-    def placeholder(self: Figure, fname: BinaryIO, *_a: object, **_k: object) -> None:
-        fname.write(b"not drawn: a test of the report's words")
-    monkeypatch.setattr(Figure, "savefig", placeholder)
+    monkeypatch.setattr(Figure, "savefig", unsaved_figure)
+
+
+def unsaved_figure(self: object, fname: BinaryIO, *_a: object, **_k: object) -> None:
+    """Stands in for `Figure.savefig` (see `figures_unsaved`): a placeholder, not a drawing."""
+    fname.write(b"not drawn: a test of the report's words")
 
 
 # --------------------------------------------------------------------------- the answered study
@@ -241,7 +244,7 @@ def build_answered(root: Path) -> Path:
 def answered_shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The answered study, analysed once per process; read-only (take `answered` to change
     it)."""
-    tree = _once("answered", tmp_path_factory, build_answered)
+    tree = once("answered", tmp_path_factory, build_answered)
     with _unchanged(tree):
         yield tree
 
@@ -249,14 +252,14 @@ def answered_shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture
 def answered(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
     """The answered study's analysis directory, this test's own copy."""
-    return own_copy(_once("answered", tmp_path_factory, build_answered), tmp_path / "analysis")
+    return own_copy(once("answered", tmp_path_factory, build_answered), tmp_path / "analysis")
 
 
 @pytest.fixture
 def answered_report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Report]:
     """`write_report` of the answered study, once per process (read it, do not change it)."""
-    src = _once("answered", tmp_path_factory, build_answered)
-    rep = _once("answered-report", tmp_path_factory, lambda d: _sealed_report(src, d / "rep"))
+    src = once("answered", tmp_path_factory, build_answered)
+    rep = once("answered-report", tmp_path_factory, lambda d: _sealed_report(src, d / "rep"))
     with _unchanged(rep.out_dir):
         yield rep
 
@@ -288,7 +291,7 @@ def build_interleaved(root: Path, flips: int) -> Path:
 def interleaved_flips10(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The interleaved campaign, q8 right on 10 more items: analysed once per process,
     read-only."""
-    tree = _once("interleaved-10", tmp_path_factory, lambda d: build_interleaved(d, 10))
+    tree = once("interleaved-10", tmp_path_factory, lambda d: build_interleaved(d, 10))
     with _unchanged(tree):
         yield tree
 
@@ -297,7 +300,7 @@ def interleaved_flips10(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
 def interleaved_flips0(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The interleaved campaign, both right on the same items: analysed once per process,
     read-only."""
-    tree = _once("interleaved-0", tmp_path_factory, lambda d: build_interleaved(d, 0))
+    tree = once("interleaved-0", tmp_path_factory, lambda d: build_interleaved(d, 0))
     with _unchanged(tree):
         yield tree
 
@@ -336,7 +339,7 @@ def build_mixed_n(root: Path) -> Path:
 @pytest.fixture
 def mixed_n_shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The mixed-repeat-count analysis, once per process; read-only."""
-    tree = _once("mixed-n", tmp_path_factory, build_mixed_n)
+    tree = once("mixed-n", tmp_path_factory, build_mixed_n)
     with _unchanged(tree):
         yield tree
 
@@ -344,4 +347,4 @@ def mixed_n_shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture
 def mixed_n(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
     """The mixed-repeat-count analysis, this test's own copy."""
-    return own_copy(_once("mixed-n", tmp_path_factory, build_mixed_n), tmp_path / "analysis")
+    return own_copy(once("mixed-n", tmp_path_factory, build_mixed_n), tmp_path / "analysis")

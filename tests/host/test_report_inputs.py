@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from matplotlib.figure import Figure
 
 from epi.core.errors import UserError
 from host.report import build as report_build
@@ -26,22 +27,27 @@ from host.report.build import write_report
 from tests.cli_run import run_epi
 from tests.host.report_fixtures import (  # noqa: F401  (fixtures)
     figures_unsaved,
-    report_files,
+    once,
     study_analysis,
     study_analysis_shared,
-    study_report,
+    unsaved_figure,
 )
 
 Runner = Callable[..., tuple[int, str]]
 
 
 @pytest.fixture
-def rendered_once(study_report: report_build.Report,
+def rendered_once(study_analysis_shared, tmp_path_factory: pytest.TempPathFactory,
                   monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
-    """Makes `render_files` hand back the study's report as rendered once per process (the
-    same bytes it would render again), for tests of where the files go, not of what they
-    say. Call it (again after `monkeypatch.undo()`) to put it in place."""
-    files = report_files(study_report)
+    """Makes `render_files` hand back the study's report files as rendered once per process
+    (report.html, report.md and the figure files, these as placeholders: see
+    `figures_unsaved`), for tests of where the files go, not of what they say. Call it (again
+    after `monkeypatch.undo()`) to put it in place."""
+    def render(_root: Path) -> dict[str, bytes]:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Figure, "savefig", unsaved_figure)
+            return report_build.render_files(study_analysis_shared[0])
+    files = once("study-files", tmp_path_factory, render)
 
     def patch() -> None:
         monkeypatch.setattr(report_build, "render_files", lambda *_a, **_k: dict(files))
