@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import faulthandler
 import signal
+from contextlib import suppress
 from pathlib import Path
 
 import click
@@ -103,7 +104,8 @@ def run(
     daemon = MeterDaemon(options)
     # SIGUSR1: every thread's stack to stderr (the campaign's meter.log), from C, lock-free —
     # a daemon that does not stop is asked for it before it is killed (host/campaign/meter.py)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    with suppress(AttributeError, OSError, ValueError):  # no real stderr (e.g. captured
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # in-process): no dump
     # SIGHUP: checkpoint, not stop (docs/daemon.md). The calls run on a relay thread, never
     # inside the handler: the handler interrupts the sampler's own thread, which may hold the
     # very lock stop() takes (meter/daemon/signal_relay.py).

@@ -47,6 +47,8 @@ rate_hz = 40                  # a 128-token decode takes 0.12-0.15 s on an idle 
 
 [analysis]
 cv_threshold = 0.5           # the mechanics are under test, not a quiet machine
+max_resolution_frac = 0.05   # ~0.6 J prefills on an idle machine: the 0.0036 J counter step
+                             # is 0.6 % (gate 0.5 %); that gate is tested in test_analyze*.py
 lag = "auto"                 # the modelled power trails the token stamps by ~50 ms
 
 [decide]

