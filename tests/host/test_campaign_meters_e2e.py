@@ -26,6 +26,7 @@ tests, tests/host/test_align_groundtruth.py and test_multi_meter.py).
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import signal
 import subprocess
@@ -256,9 +257,19 @@ def test_a_campaign_metered_by_two_daemons_gives_the_emulators_truth(
     rep = rep[(rep["scope"] == "all") & (rep["phase"] == "decode")
               & (rep["unit"] == "generated") & (rep["basis"] == "gross")]
     got = dict(zip(rep["repeat"].astype(int), rep["j_per_token"], strict=True))
+    why = dict(zip(rep["repeat"].astype(int), rep["reason"], strict=True))
     want = _truth_j_per_token(run_dir, ref)
     assert sorted(got) == sorted(want) == [0, 1]
+    compared = 0
     for k, j in want.items():
+        if math.isnan(got[k]):
+            # a decode window crossing a sample gap a daemon recorded (it missed sweeps: the
+            # test runs two daemons, a campaign and an RPC worker on 2 cores) is null with
+            # that reason, never a wrong figure — seen once in the full suite, 2026-11-27
+            assert "sample gap" in str(why[k]), (k, got, why)
+            continue
         assert got[k] == pytest.approx(j, rel=0.01), (k, got, want)
+        compared += 1
+    assert compared >= 1, (got, why)  # the truth is checked on at least one repeat
     scopes = set(pd.read_csv(camp / "analysis" / "windows.csv")["scope"])
     assert {"n0", "n1"} <= scopes  # each node measured on its own meter's channel
