@@ -5,8 +5,8 @@ injected upset, a direct edit of the register words.
 
 Expected checksums come from outside the code under test: the datasheet formula re-written
 here (`_datasheet_cs`, DS p.33/p.38: low byte the sum, high byte the XOR of the covered
-bytes) and the reference's test vectors (/work/shared/reference/atm90e26.md §3: power-on
-defaults 0x55CB / 0x6BB9, the whatnick calibration 0x4A34 / 0xD294)."""
+bytes) and the chip's test vectors (docs/atm90e26.md, "Test vectors": power-on defaults
+0x55CB / 0x6BB9; the whatnick calibration 0x4A34 / 0xD294 from the datasheet reference)."""
 
 from __future__ import annotations
 
