@@ -6,7 +6,7 @@ injected upset, a direct edit of the register words.
 Expected checksums come from outside the code under test: the datasheet formula re-written
 here (`_datasheet_cs`, DS p.33/p.38: low byte the sum, high byte the XOR of the covered
 bytes) and the chip's test vectors (docs/atm90e26.md, "Test vectors": power-on defaults
-0x55CB / 0x6BB9; the whatnick calibration 0x4A34 / 0xD294 from the datasheet reference)."""
+0x55CB / 0x6BB9; the whatnick calibration 0x4A34 / 0xD294)."""
 
 from __future__ import annotations
 
