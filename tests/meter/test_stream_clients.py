@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from epi.formats.trace import segment_paths
+from epi.formats.trace import read_trace, segment_paths
 from meter.daemon.service import DaemonOptions, MeterDaemon
 from meter.emulation.power_models import ConstantPower
 
@@ -68,5 +68,11 @@ def test_400_stream_clients_that_never_read_leave_the_rate_within_1_percent(
     print(f"{CLIENTS} clients connected in {connect_s:.2f} s; {rate:.3f} sweeps/s "
           f"against {RATE_HZ:g}")
     assert connect_s < 10, f"{CLIENTS} connections took {connect_s:.1f} s"
-    assert abs(rate - RATE_HZ) <= 0.01 * RATE_HZ, f"{rate:.2f} sweeps/s against {RATE_HZ:g}"
+    # on a miss, the daemon's own account of its late and skipped sweeps (with their times
+    # since t0) says whether it stalled once (e.g. the VM's host) or fell behind steadily
+    said = [f"{(int(e['t_mono_ns']) - t0 * 1e9) / 1e9:+.2f} s {e['kind']}: {e['detail']}"
+            for e in read_trace(tmp_path).events()
+            if e["kind"] in ("late", "skipped")] if abs(rate - RATE_HZ) > 0.01 * RATE_HZ else []
+    assert abs(rate - RATE_HZ) <= 0.01 * RATE_HZ, (
+        f"{rate:.2f} sweeps/s against {RATE_HZ:g}; the daemon recorded: {said}")
     assert refused == CLIENTS - 64  # the hub's bound: 64 follow, the rest are told 503
