@@ -138,6 +138,14 @@ def main() -> None:
                 sys.exit(f"llama-perplexity failed: {out.get('reason')}")
             return out
 
+        # One untimed pass of each side first: the first model load of a session reads the
+        # file into the page cache and pays one-time start-up, which otherwise lands in
+        # round 1's first timing (t(N) > t(2N) was seen on an idle machine, 2026-11-27).
+        for what, sides in (("mc", (ours_mc, theirs_mc)), ("ppl", (ours_ppl, theirs_ppl))):
+            if args.only in (None, what):
+                for fn in sides:
+                    fn(1)
+        print("warm-up done (one untimed N pass of each side)", flush=True)
         mc_rows: list[Row] = []
         ppl_rows: list[Row] = []
         last: dict[str, dict] = {}

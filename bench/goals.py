@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 GOALS: dict[str, dict[str, Any]] = {
-    "mc_scoring_vs_llama_perplexity": {
-        "goal": 1.0, "op": "<=", "unit": "ratio",
+    "mc_scoring_vs_llama_perplexity": {  # issue 33: "should reach <= 0.8x by batching"
+        "goal": 0.8, "op": "<=", "unit": "ratio",
         "text": "HellaSwag scoring, epi s/item / llama-perplexity s/item (same threads; both "
                 "timed at N and 2N items, difference taken: load excluded on both sides)",
     },
     "mc_scoring_cpu_vs_llama_perplexity": {
-        "goal": 1.0, "op": "<=", "unit": "ratio",
+        "goal": 0.8, "op": "<=", "unit": "ratio",
         "text": "the same ratio in CPU seconds (process + children, all threads): robust to "
                 "the load of a shared machine",
     },

@@ -2,7 +2,9 @@
 
 Each bench's own output streams through unchanged; its `BENCH {json}` lines (the contract in
 bench/goals.py) are collected. The table has one row per figure: figure, goal, measured
-(median, spread over the runs, number of runs), verdict (met / missed / n/a). The verdict of a
+(median, spread over the runs, number of runs), verdict (met / missed / n/a), and the load
+average the bench measured it under (its line's `load_avg_1m`; "?" when it gave none). The
+verdict of a
 figure in bench/goals.py is recomputed here with `goals.met` (a bench's own `met` is ignored),
 so no threshold lives anywhere but bench/goals.py. A goal in
 bench/goals.py that no bench reported is shown as missing, a bench that printed no BENCH line
@@ -119,29 +121,39 @@ def goal_text(key: str) -> str:
     return f"{g.get('op', '')} {g['goal']}".strip()
 
 
+def load_text(obj: dict[str, Any]) -> str:
+    """The 1-minute load average a figure was measured under, or "?" when its line has none:
+    a timing read without its machine's load is no figure (issue 33)."""
+    load = _number(obj.get("load_avg_1m"))
+    return "?" if load is None else f"{load:.2f}"
+
+
 def table_rows(results: dict[str, tuple[int, list[dict[str, Any]]]]) -> list[list[str]]:
-    """Rows figure | goal | measured | verdict | source, goals without a figure as missing."""
+    """Rows figure | goal | measured | verdict | load | source, goals without a figure as
+    missing."""
     rows: list[list[str]] = []
     seen: set[str] = set()
     for name, (rc, objs) in results.items():
         if not objs:
             rows.append([f"({name})", "-", "no figures" if rc == 0 else f"failed (exit {rc})",
-                         "-" if rc == 0 else "failed", name])
+                         "-" if rc == 0 else "failed", "-", name])
         for obj in objs:
             key = str(obj.get("figure"))
             seen.add(key)
             goal = goal_text(key) if key in GOALS else obj.get("goal")
-            rows.append([key, _fmt(goal), measured_text(obj), verdict(obj), name])
+            rows.append([key, _fmt(goal), measured_text(obj), verdict(obj), load_text(obj),
+                         name])
         if rc != 0 and objs:
-            rows.append([f"({name})", "-", f"failed (exit {rc})", "failed", name])
+            rows.append([f"({name})", "-", f"failed (exit {rc})", "failed", "-", name])
     for key in GOALS:
         if key not in seen:
-            rows.append([key, goal_text(key), "missing", "missing", "-"])
+            rows.append([key, goal_text(key), "missing", "missing", "-", "-"])
     return rows
 
 
 def render(rows: list[list[str]]) -> str:
-    head = ["figure", "goal", "measured (median [spread] unit (runs))", "verdict", "bench"]
+    head = ["figure", "goal", "measured (median [spread] unit (runs))", "verdict", "load 1m",
+            "bench"]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     line = "  ".join("-" * w for w in widths)
     out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)), line]

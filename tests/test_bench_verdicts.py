@@ -63,7 +63,7 @@ def test_goal_with_no_line_is_missing() -> None:
     rows = _rows({"figure": "report-render-s", "measured": 2.0})
     for key in goals.GOALS:
         if key != "report-render-s":
-            assert rows[key][2:] == ["missing", "missing", "-"]
+            assert rows[key][2:] == ["missing", "missing", "-", "-"]
             assert rows[key][1] == run_all.goal_text(key)
 
 
@@ -96,6 +96,19 @@ def test_emit_line_round_trips_through_the_table(capsys: pytest.CaptureFixture[s
     (obj,) = run_all.parse_bench_lines(out)
     row = _rows(obj)["report-render-s"]
     assert row[2] == "12.5 [11-14] s (3 runs)" and row[3] == "met"
+    assert row[4] == f"{line['load_avg_1m']:.2f}"  # the load it was measured under
+
+
+@pytest.mark.parametrize(("load", "text"), [(0.871, "0.87"), (12, "12.00"), (None, "?"),
+                                            ("high", "?"), (True, "?")])
+def test_each_row_carries_the_load_its_figure_was_measured_under(load: object,
+                                                                 text: str) -> None:
+    """Issue 33: every row of `make bench` says its machine's load; a line without a number
+    there shows "?", never a blank that reads as idle."""
+    obj = {"figure": "report-render-s", "measured": 2.0, "load_avg_1m": load}
+    row = _rows(obj)["report-render-s"]
+    assert row[4] == text
+    assert "load 1m" in run_all.render(list(_rows(obj).values())).splitlines()[0]
 
 
 def test_benches_print_only_through_emit() -> None:

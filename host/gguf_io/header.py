@@ -1,4 +1,4 @@
-"""A GGUF header's scalar metadata and tensor element count, read without the `gguf` package.
+"""A GGUF header (metadata, tensor infos), read without the `gguf` package.
 
 gguf.GGUFReader materialises every array (a 49k-token vocabulary takes seconds); this skips
 arrays and reads only the scalars a run records, in milliseconds. Layout: the gguf spec
@@ -8,7 +8,10 @@ arrays and reads only the scalars a run records, in milliseconds. Layout: the gg
 from __future__ import annotations
 
 import io
+import math
 import struct
+from collections.abc import Container
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Union
 
@@ -78,10 +81,43 @@ class _HeaderReader:
         raise ValueError(f"unknown GGUF value type {vtype}")
 
 
-def read_gguf_header(path: Path) -> tuple[dict[str, Scalar], int]:
-    """Scalar metadata of a GGUF (arrays skipped) and its total number of tensor elements.
+class SkippedArray:
+    """Stands for a metadata array, which is skipped, not read."""
 
-    A truncated or malformed header raises ValueError; the caller names the file.
+    def __repr__(self) -> str:
+        return "<array>"
+
+
+SKIPPED_ARRAY = SkippedArray()
+
+
+@dataclass(frozen=True)
+class RawTensor:
+    """One tensor info of the header, as stored."""
+
+    name: str
+    dims: list[int]  # ggml order: dims[0] is the row length
+    type_id: int
+    offset: int  # from the start of the data section
+
+
+@dataclass(frozen=True)
+class GgufHeader:
+    """A GGUF header: metadata (arrays as SKIPPED_ARRAY), tensor infos, where it ends."""
+
+    version: int
+    meta: dict[str, Scalar | SkippedArray]
+    tensors: list[RawTensor]
+    end_of_header: int  # byte offset just after the last tensor info
+
+
+def parse_gguf_header(path: Path, versions: Container[int] = range(2, 1 << 32)) -> GgufHeader:
+    """The header of the GGUF at `path`, arrays skipped: the one header parser of epi
+    (read_gguf_header's scalars and host.quant.gguf_info's tensor table both come from it).
+
+    A version outside `versions` is refused before anything after it is read (version 1 laid
+    out its counts differently). A truncated or malformed header, or a metadata key given
+    twice, raises ValueError; the caller names the file.
     """
     with open(path, "rb") as raw:
         fh = io.BufferedReader(raw, buffer_size=1 << 16)
@@ -89,21 +125,30 @@ def read_gguf_header(path: Path) -> tuple[dict[str, Scalar], int]:
         if fh.read(4) != GGUF_MAGIC:
             raise ValueError("not a GGUF file")
         version = r.uint("I")
-        if version < 2:
-            raise ValueError(f"GGUF version {version} is too old")
+        if version not in versions:
+            raise ValueError(f"GGUF version {version} cannot be read")
         n_tensors, n_kv = r.uint("Q"), r.uint("Q")
-        meta: dict[str, Scalar] = {}
+        meta: dict[str, Scalar | SkippedArray] = {}
         for _ in range(n_kv):
             key = r.string()
-            meta[key] = r.value(r.uint("I"))
-        n_elements = 0
+            if key in meta:
+                raise ValueError(f"duplicate metadata key {key!r}")
+            vtype = r.uint("I")
+            value = r.value(vtype)
+            meta[key] = SKIPPED_ARRAY if vtype == _ARRAY else value
+        tensors = []
         for _ in range(n_tensors):
-            r.string()
-            n_dims = r.uint("I")
-            count = 1
-            for _ in range(n_dims):
-                count *= r.uint("Q")
-            r.uint("I")  # type
-            r.uint("Q")  # offset
-            n_elements += count
-    return meta, n_elements
+            name = r.string()
+            dims = [r.uint("Q") for _ in range(r.uint("I"))]
+            tensors.append(RawTensor(name, dims, r.uint("I"), r.uint("Q")))
+        return GgufHeader(version, meta, tensors, fh.tell())
+
+
+def read_gguf_header(path: Path) -> tuple[dict[str, Scalar], int]:
+    """Scalar metadata of a GGUF (arrays read as None) and its total number of tensor elements.
+
+    A truncated or malformed header raises ValueError; the caller names the file.
+    """
+    header = parse_gguf_header(path)
+    meta = {k: (None if isinstance(v, SkippedArray) else v) for k, v in header.meta.items()}
+    return meta, sum(math.prod(t.dims) for t in header.tensors)

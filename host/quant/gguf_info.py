@@ -9,18 +9,16 @@ tensor whose data would run past the end of the file is refused, as the package 
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
 from epi.core.errors import UserError
-from host.gguf_io.file import GGUF_MAGIC, check_gguf
-from host.gguf_io.header import Scalar, _HeaderReader
+from host.gguf_io.file import check_gguf
+from host.gguf_io.header import RawTensor, Scalar, SkippedArray, parse_gguf_header
 from host.quant.mixmap import TensorInfo
 from host.quant.quant_types import TYPE_BY_ID, ModelShape
 
-_ARRAY = 9  # GGUF value type id of an array (gguf spec)
 _VERSIONS = (2, 3)  # those the gguf package reads
 _DEFAULT_ALIGNMENT = 32
 
@@ -40,56 +38,18 @@ class ModelInfo:
     file_type: int | None
 
 
-class _ArrayValue:
-    """Stands for a metadata array, which is skipped, not read."""
-
-    def __repr__(self) -> str:
-        return "<array>"
+Meta = dict[str, Union[Scalar, SkippedArray]]
 
 
-_SKIPPED_ARRAY = _ArrayValue()
-Meta = dict[str, Union[Scalar, _ArrayValue]]
-
-
-@dataclass(frozen=True)
-class _RawTensor:
-    name: str
-    dims: list[int]  # ggml order: dims[0] is the row length
-    type_id: int
-    offset: int  # from the start of the data section
-
-
-def _parse_header(path: Path) -> tuple[Meta, list[_RawTensor], int]:
+def _parse_header(path: Path) -> tuple[Meta, list[RawTensor], int]:
     """(metadata, tensor infos, start of the data section); ValueError on a malformed header."""
-    with open(path, "rb") as raw:
-        fh = io.BufferedReader(raw, buffer_size=1 << 16)
-        r = _HeaderReader(fh)
-        if fh.read(4) != GGUF_MAGIC:
-            raise ValueError("GGUF magic invalid")
-        version = r.uint("I")
-        if version not in _VERSIONS:
-            raise ValueError(f"GGUF version {version} cannot be read")
-        n_tensors, n_kv = r.uint("Q"), r.uint("Q")
-        meta: Meta = {}
-        for _ in range(n_kv):
-            key = r.string()
-            if key in meta:
-                raise ValueError(f"duplicate metadata key {key!r}")
-            vtype = r.uint("I")
-            value = r.value(vtype)
-            meta[key] = _SKIPPED_ARRAY if vtype == _ARRAY else value
-        tensors = []
-        for _ in range(n_tensors):
-            name = r.string()
-            dims = [r.uint("Q") for _ in range(r.uint("I"))]
-            tensors.append(_RawTensor(name, dims, r.uint("I"), r.uint("Q")))
-        end_of_header = fh.tell()
-    alignment = meta.get("general.alignment", _DEFAULT_ALIGNMENT)
+    header = parse_gguf_header(path, _VERSIONS)
+    alignment = header.meta.get("general.alignment", _DEFAULT_ALIGNMENT)
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or (
         alignment & (alignment - 1)
     ):
         raise ValueError(f"general.alignment {alignment!r:.40} is not a power of two")
-    return meta, tensors, -(-end_of_header // alignment) * alignment
+    return header.meta, header.tensors, -(-header.end_of_header // alignment) * alignment
 
 
 def _count(meta: Meta, path: Path, key: str, default: int | None = None) -> int:

@@ -420,6 +420,7 @@ def _close(a: object, b: object, where: str) -> None:
         assert a == b, where
 
 
+@pytest.mark.long
 def test_fast_paths_change_no_output(tmp_path, synth_tools, monkeypatch):
     """The study-scale fast paths give the outputs of the plain ones: samples through the
     columnar cache (built, then read by its stat key without reading the CSV) against the

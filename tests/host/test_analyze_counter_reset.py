@@ -65,6 +65,7 @@ def test_no_reset_says_counter_and_nothing_else(synth_run) -> None:
     assert "energy counter:" not in summary_text(a)
 
 
+@pytest.mark.long
 @settings(max_examples=6, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(k=st.integers(1, N_REQUESTS - 1))

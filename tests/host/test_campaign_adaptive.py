@@ -107,6 +107,7 @@ def _simulate(rng: np.random.Generator, rules: ad.DecisionRules, comps: list[ad.
     return assessments, runs, k
 
 
+@pytest.mark.long
 def test_adaptive_loop_settles_with_few_wrong_verdicts_and_fewer_runs() -> None:
     rules = ad.DecisionRules(targets=("all_pairs",), min_rounds=3, max_rounds=12,
                              margin_pct=2.0)

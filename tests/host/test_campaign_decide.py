@@ -225,6 +225,7 @@ margin_pct = 0.1
     assert len(c.ran) == n_ran
 
 
+@pytest.mark.long
 def test_study_module_imports_without_a_cycle() -> None:
     """study → adaptive/meter and plan → adaptive_round: importable first, in a fresh process."""
     for mod in ("host.campaign.study", "host.campaign.plan", "host.campaign.adaptive_loop",

@@ -57,6 +57,7 @@ def rapl(tmp_path: Path):
     fake.stop()
 
 
+@pytest.mark.long
 def test_emulated_wall_and_rapl_side_by_side(tmp_path: Path, rapl: AdvancingRapl,
                                              monkeypatch, capsys) -> None:
     trace = tmp_path / "trace"
@@ -125,6 +126,7 @@ def test_emulated_wall_and_rapl_side_by_side(tmp_path: Path, rapl: AdvancingRapl
     assert measured["poll_interval_s"] >= 0.05  # never faster than the source's floor
 
 
+@pytest.mark.long
 def test_no_board_rapl_alone_gives_labelled_component_j_per_token(tmp_path: Path,
                                                                   rapl: AdvancingRapl) -> None:
     trace = tmp_path / "trace"

@@ -18,6 +18,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_test_model(tmp_path_factory.mktemp("gguf") / "tiny.gguf", n_layers=2)
 
 
+@pytest.mark.long
 def test_header_scalars_and_element_count_match_the_gguf_package(tiny: Path) -> None:
     import gguf
 

@@ -533,6 +533,7 @@ def load_or_error(path: Path):
         return None, msg
 
 
+@pytest.mark.long
 @settings(max_examples=500, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(raw=epi_maps | paper_maps | json_values, n_layers=st.integers(1, 48))

@@ -186,6 +186,7 @@ def uniform_map(tmp_path: Path, file_type: str) -> Path:
     return path
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("arch", "n_expert", "file_type"),
     [

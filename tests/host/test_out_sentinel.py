@@ -81,7 +81,12 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"run": run, "trace": trace, "analysis": root / "analysis"}
 
 
-@pytest.mark.parametrize("command", sorted(CASES))
+# the two cases over FAST_TEST_LIMIT_S (tests/conftest.py) run in the full pass only
+_LONG_CASES = frozenset({"report", "meter run"})
+
+
+@pytest.mark.parametrize("command", [
+    pytest.param(c, marks=pytest.mark.long) if c in _LONG_CASES else c for c in sorted(CASES)])
 def test_the_sentinel_in_the_output_survives(command: str, synthetic: dict[str, Path],
                                              tmp_path: Path) -> None:
     out = tmp_path / "out"

@@ -100,6 +100,7 @@ def test_fewer_than_two_common_rounds_is_welch_not_a_time_pairing() -> None:
     assert d["method"] == paired.UNPAIRED
 
 
+@pytest.mark.long
 def test_coverage_with_drift_uneven_rounds_and_invalid_runs() -> None:
     """2,000 simulated studies: a strong drift over rounds (the room warms), A measured in 8
     rounds, B in 3–8, each run invalid with probability 0.15. The paired 95 % interval over
@@ -214,6 +215,7 @@ def _adaptive_campaign(root: Path, synth_tools: SimpleNamespace) -> tuple[Path, 
     return synth_tools.write_trace(root / "trace", {0: prof}, 495 * ns, cursor), runs
 
 
+@pytest.mark.long
 def test_analysis_pairs_an_adaptive_campaign_by_round(tmp_path: Path,
                                                       synth_tools: SimpleNamespace) -> None:
     """Through `analyze`: the round comes from the run directory into repeats.csv / runs.csv

@@ -82,6 +82,7 @@ def quantized(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
     return get
 
 
+@pytest.mark.long
 def test_quantize_three_maps_tensor_by_tensor(
     tiny_model: Path, quantized: Callable[[MixMap], QuantResult]
 ) -> None:
@@ -114,6 +115,7 @@ def test_tensor_check_catches_a_manifest_that_misstates_a_type(
         check_tensor_by_tensor(lying, result.output, tiny_model)
 
 
+@pytest.mark.long
 def test_read_model_is_what_the_gguf_package_reads(
     tiny_model: Path, tmp_path: Path, quantized: Callable[[MixMap], QuantResult]
 ) -> None:
@@ -187,6 +189,7 @@ def gqa_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModelInfo, str]
     return read_model(model), sha256_file(model)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("file_type", ["Q2_K", "Q3_K_S", "Q4_K_M", "Q5_K_M"])
 def test_file_type_rules_match_llama_cpp_native(
     tmp_path: Path, gqa_model: tuple[ModelInfo, str], file_type: str

@@ -46,6 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "out" / "test-artifacts"
 
 
+@pytest.mark.long
 def test_answer_block_names_configurations_figures_and_status(
         answered_shared: Path, answered_report: Report) -> None:  # noqa: F811
     rd = report_data.load(answered_shared)
@@ -161,6 +162,7 @@ def test_labels_never_overlap_in_the_saved_figure(answered_shared: Path) -> None
         assert "q4" in texts and "q8" in texts
 
 
+@pytest.mark.long
 def test_label_placer_separates_crowded_points() -> None:
     import matplotlib.pyplot as plt
 
@@ -244,6 +246,7 @@ def test_phase_energy_is_in_joules(answered_shared: Path) -> None:  # noqa: F811
                                     for b in bd.values()) / 1e3, rel=0.6)
 
 
+@pytest.mark.long
 def test_report_page_in_headless_chromium_shows_answers_and_alt_text(
         answered_report: Report) -> None:  # noqa: F811
     page = check_page(answered_report.html)

@@ -232,6 +232,7 @@ def test_html_in_a_title_or_a_name_is_escaped(cli: Runner, study_analysis, tmp_p
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
+@pytest.mark.long
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
@@ -276,6 +277,7 @@ _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**6), st.floats
                     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 
 
+@pytest.mark.long
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.sampled_from(_RECORD_KEYS),

@@ -133,6 +133,7 @@ def _soak(tmp_path: Path, seconds: float) -> tuple:
     return read_trace(tmp_path / "trace"), models
 
 
+@pytest.mark.long
 def test_bit_errors_and_partial_frames_give_no_wrong_row_and_exact_energy(
         tmp_path: Path) -> None:
     """The emulator's default bit-error (0.001 per bit, MISO and MOSI) and partial-frame (1 %)

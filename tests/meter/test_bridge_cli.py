@@ -106,6 +106,7 @@ def test_probe_and_doctor_see_the_firmware_on_an_emulated_port(
     assert ok is True and "epi firmware 1.0.0" in detail
 
 
+@pytest.mark.long
 def test_doctor_says_when_no_firmware_answers(tmp_path: Path) -> None:
     import os
 
@@ -120,6 +121,7 @@ def test_doctor_says_when_no_firmware_answers(tmp_path: Path) -> None:
     assert rows == {"bridge port": True, "bridge firmware": False}
 
 
+@pytest.mark.long
 def test_console_sends_a_command_and_prints_the_answer(mcu_port: str) -> None:
     res = CliRunner().invoke(cli, ["meter", "firmware", "console", "--port", mcu_port,
                                    "--send", "ping", "--send", '{"cmd": "read", "ch": 0, '
@@ -234,6 +236,7 @@ def test_bridge_daemon_serves_clock_sync_and_status(tmp_path: Path) -> None:
     assert meta["listen"] == url and meta["stats"]["clean_stop"] is True
 
 
+@pytest.mark.long
 def test_missing_port_is_waited_for_not_fatal(tmp_path: Path) -> None:
     """A real bridge board whose port is not there (yet): the daemon says so once, keeps
     retrying, and stops cleanly; the trace says the link never came."""

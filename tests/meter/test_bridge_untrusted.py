@@ -237,6 +237,7 @@ def _mutated(q: int, m: tuple[Any, ...]) -> bytes:  # generated: any shape
         return sweep(q)
 
 
+@pytest.mark.long
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(mutations=st.dictionaries(st.integers(1, N_SWEEPS - 1), _mutation, max_size=6))

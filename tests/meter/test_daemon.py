@@ -56,6 +56,7 @@ def _run_simulated(out: Path, seconds: float, clock: SimulatedClock | None = Non
     return MeterDaemon(opts, log=lambda _line: None).run(), clock
 
 
+@pytest.mark.long
 def test_every_injected_fault_is_in_the_trace_and_sampling_goes_on(tmp_path: Path) -> None:
     result, _ = _run_simulated(tmp_path, 40.0, faults=FAULTS)
     trace = read_trace(tmp_path)
@@ -94,6 +95,7 @@ def test_every_injected_fault_is_in_the_trace_and_sampling_goes_on(tmp_path: Pat
     assert result.stats.failed_reads > 0  # type: ignore[attr-defined]
 
 
+@pytest.mark.long
 def test_trace_energy_matches_the_power_model(tmp_path: Path) -> None:
     """Energy in the trace follows the model's exact integral (to one register LSB)."""
     _run_simulated(tmp_path, 33.0)

@@ -42,6 +42,7 @@ def _disk_full_counts(fams: dict[str, list]) -> dict[str, float]:
             if s.labels.get("kind") == "disk_full"}
 
 
+@pytest.mark.long
 def test_daemon_on_a_full_disk_keeps_sampling_counts_drops_and_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -106,6 +107,7 @@ def test_meta_stats_carry_the_rate_the_bus_sustains_as_it_runs(tmp_path: Path) -
     assert stats["sustainable_rate_hz"] == pytest.approx(160_000 / (4 * 34 * 24), rel=1e-9)
 
 
+@pytest.mark.long
 def test_each_disk_full_episode_counts_its_own_drops_and_a_stop_while_full_keeps_meta_right(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -31,7 +31,8 @@ def test_the_schedule_has_every_kind_and_both_bit_error_rates() -> None:
     assert len(specs) == len(FAULT_KINDS)
 
 
-@pytest.mark.parametrize("bridge", [False, True], ids=["direct", "bridge"])
+@pytest.mark.parametrize("bridge", [pytest.param(False, id="direct", marks=pytest.mark.long),
+                                    pytest.param(True, id="bridge")])
 def test_both_paths_hold_the_energy_and_row_guarantees(tmp_path: Path, bridge: bool) -> None:
     out = tmp_path / "trace"
     res = run_fault_soak(out, DURATION_S, SimulatedClock(5 * 10**9), bridge=bridge)

@@ -169,6 +169,7 @@ def _poll(models: list[ActivityModel], clock: SystemClock, seconds: float,
     return seen
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc")
 def test_power_follows_the_child_not_an_unrelated_burner(tmp_path: Path) -> None:
     """A CPU burner runs beside the inference-like child throughout; only the child counts."""

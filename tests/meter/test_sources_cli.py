@@ -13,6 +13,7 @@ from tests.cli_run import run_epi as _epi
 from tests.meter.sources_fakes import AdvancingRapl, rapl_tree
 
 
+@pytest.mark.long
 def test_emulated_board_and_rapl_in_one_trace(tmp_path: Path, monkeypatch, capsys) -> None:
     rapl = AdvancingRapl(tmp_path / "sysfs", 20.0, 3.0)
     monkeypatch.setenv(SYSFS_ROOT_ENV, str(rapl.root))

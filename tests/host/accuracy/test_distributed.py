@@ -63,6 +63,7 @@ def _records(root: Path) -> dict[str, list[object]]:
     return out
 
 
+@pytest.mark.long
 def test_two_local_workers_give_the_single_process_result_item_by_item(
         tiny_model: Path, prepared: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
