@@ -188,6 +188,7 @@ def test_hostile_results_json_fields_are_one_line_errors(tmp_path_factory, key, 
         assert "\n" not in str(exc) and "results.json" in str(exc)
 
 
+@pytest.mark.serial  # Chromium's processes use both cores: two pages at once took 8 and 17 s
 def test_report_in_headless_chromium(study_report: Report, browser: Browser):  # noqa: F811
     """The page a reader opens: every figure loads (natural size), no console errors;
     the screenshot is kept as a test artifact."""

@@ -247,6 +247,7 @@ def test_phase_energy_is_in_joules(answered_shared: Path) -> None:  # noqa: F811
 
 
 @pytest.mark.long
+@pytest.mark.serial  # Chromium's processes use both cores (see test_report.py)
 def test_report_page_in_headless_chromium_shows_answers_and_alt_text(
         answered_report: Report) -> None:  # noqa: F811
     page = check_page(answered_report.html)
