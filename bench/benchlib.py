@@ -44,9 +44,17 @@ def machine() -> dict[str, object]:
             "load_avg_5m": round(load[1], 2)}
 
 
+# The 1-minute load average when the bench printed its machine line (its start), stated on
+# every BENCH line beside the load at the figure's end: a bench's own threads raise the latter.
+_START_LOAD_1M: float | None = None
+
+
 def machine_line(script: str) -> str:
-    """`machine: ...` line a bench prints first."""
+    """`machine: ...` line a bench prints first; it also records the load at the start."""
+    global _START_LOAD_1M
     m = machine()
+    start = m["load_avg_1m"]
+    _START_LOAD_1M = float(start) if isinstance(start, int | float) else None
     return (f"machine: {m['host']} {m['machine']}, {m['cpu']}, {m['cores']} cores; load average "
             f"at start {m['load_avg_1m']} (1 min), {m['load_avg_5m']} (5 min)  [{script}]")
 
@@ -67,6 +75,8 @@ def emit(key: str, measured: float | None, runs: int, spread: Sequence[float] | 
         "spread": list(spread) if spread is not None else None,
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
+    if _START_LOAD_1M is not None:
+        line["load_avg_1m_start"] = _START_LOAD_1M
     if note:
         line["note"] = note
     print("BENCH " + json.dumps(line), flush=True)

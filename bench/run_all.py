@@ -3,7 +3,8 @@
 Each bench's own output streams through unchanged; its `BENCH {json}` lines (the contract in
 bench/goals.py) are collected. The table has one row per figure: figure, goal, measured
 (median, spread over the runs, number of runs), verdict (met / missed / n/a), and the load
-average the bench measured it under (its line's `load_avg_1m`; "?" when it gave none). The
+average the bench measured it under (`start→end`: at the bench's start and when it printed the
+figure; "?" when its line gave none). The
 verdict of a
 figure in bench/goals.py is recomputed here with `goals.met` (a bench's own `met` is ignored),
 so no threshold lives anywhere but bench/goals.py. A goal in
@@ -122,10 +123,14 @@ def goal_text(key: str) -> str:
 
 
 def load_text(obj: dict[str, Any]) -> str:
-    """The 1-minute load average a figure was measured under, or "?" when its line has none:
-    a timing read without its machine's load is no figure (issue 33)."""
-    load = _number(obj.get("load_avg_1m"))
-    return "?" if load is None else f"{load:.2f}"
+    """The 1-minute load average a figure was measured under: `start→end` (the bench's start,
+    its line's `load_avg_1m_start`, and when the figure was printed, which includes the bench's
+    own threads), the end alone for a line without a start, "?" for a line with neither: a
+    timing read without its machine's load is no figure (issue 33)."""
+    start, end = _number(obj.get("load_avg_1m_start")), _number(obj.get("load_avg_1m"))
+    if end is None:
+        return "?" if start is None else f"{start:.2f}→?"
+    return f"{end:.2f}" if start is None else f"{start:.2f}→{end:.2f}"
 
 
 def table_rows(results: dict[str, tuple[int, list[dict[str, Any]]]]) -> list[list[str]]:
@@ -152,8 +157,8 @@ def table_rows(results: dict[str, tuple[int, list[dict[str, Any]]]]) -> list[lis
 
 
 def render(rows: list[list[str]]) -> str:
-    head = ["figure", "goal", "measured (median [spread] unit (runs))", "verdict", "load 1m",
-            "bench"]
+    head = ["figure", "goal", "measured (median [spread] unit (runs))", "verdict",
+            "load 1m start→end", "bench"]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     line = "  ".join("-" * w for w in widths)
     out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)), line]

@@ -56,24 +56,35 @@ FAST_TEST_LIMIT_S = 1.5
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test of SERIAL_FILES `serial`, and every `long` test `slow` and `shares_cpu`
-    (left out of the fast pass, yet run beside another test in the full one). First, so that
-    `-m` selects on these marks."""
+    """Mark every test of SERIAL_FILES `serial`, and every `long` test that is not `slow`
+    already `slow` and `shares_cpu` (left out of the fast pass, yet run beside another test in
+    the full one; a test already `slow` keeps how it shares the CPUs). First, so that `-m`
+    selects on these marks."""
     for item in items:
         if item.path.relative_to(_ROOT).as_posix() in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
-        if item.get_closest_marker("long") is not None:
+        if (item.get_closest_marker("long") is not None
+                and item.get_closest_marker("slow") is None):
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.shares_cpu)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Name the fast-pass tests that took over twice FAST_TEST_LIMIT_S (twice: a loaded machine
-    slows every test): they belong in `long`. A note, never a failure — a timing is no verdict."""
-    over = sorted(
-        (rep.duration, rep.nodeid) for rep in terminalreporter.stats.get("passed", [])
-        if rep.when == "call" and "slow" not in rep.keywords
-        and rep.duration > 2 * FAST_TEST_LIMIT_S)
+    slows every test), set-up and tear-down included as in EPI_TEST_PROFILE (a module fixture
+    counts with the test that builds it): they belong in `long`. A note, never a failure — a
+    timing is no verdict."""
+    seconds: dict[str, float] = {}
+    fast_passed: set[str] = set()
+    for category in ("", "passed"):  # passed set-ups and tear-downs are filed under ""
+        for rep in terminalreporter.stats.get(category, []):
+            if getattr(rep, "when", None) not in ("setup", "call", "teardown"):
+                continue
+            seconds[rep.nodeid] = seconds.get(rep.nodeid, 0.0) + rep.duration
+            if rep.when == "call" and rep.passed and "slow" not in rep.keywords:
+                fast_passed.add(rep.nodeid)
+    over = sorted((seconds[nodeid], nodeid) for nodeid in fast_passed
+                  if seconds[nodeid] > 2 * FAST_TEST_LIMIT_S)
     if over:
         terminalreporter.write_sep("-", f"fast-pass tests over {2 * FAST_TEST_LIMIT_S:.0f} s "
                                         "(mark them `long`, tests/conftest.py)")

@@ -88,7 +88,9 @@ def test_one_run_is_singular() -> None:
     assert run_all.measured_text(obj) == "0.5 s (1 run)"
 
 
-def test_emit_line_round_trips_through_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+def test_emit_line_round_trips_through_the_table(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(benchlib, "_START_LOAD_1M", 0.5)  # as machine_line records it
     line = benchlib.emit("report-render-s", 12.5, 3, [11.0, 14.0], note="renders")
     out = capsys.readouterr().out
     assert out.startswith("BENCH ") and json.loads(out[6:]) == line
@@ -96,16 +98,29 @@ def test_emit_line_round_trips_through_the_table(capsys: pytest.CaptureFixture[s
     (obj,) = run_all.parse_bench_lines(out)
     row = _rows(obj)["report-render-s"]
     assert row[2] == "12.5 [11-14] s (3 runs)" and row[3] == "met"
-    assert row[4] == f"{line['load_avg_1m']:.2f}"  # the load it was measured under
+    assert line["load_avg_1m_start"] == 0.5
+    assert row[4] == f"0.50→{line['load_avg_1m']:.2f}"  # the load it was measured under
 
 
-@pytest.mark.parametrize(("load", "text"), [(0.871, "0.87"), (12, "12.00"), (None, "?"),
-                                            ("high", "?"), (True, "?")])
-def test_each_row_carries_the_load_its_figure_was_measured_under(load: object,
+def test_machine_line_records_the_start_load_for_every_later_line(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(benchlib, "_START_LOAD_1M", None)
+    printed = benchlib.machine_line("bench_x.py")
+    start = float(printed.split("load average at start ")[1].split(" ")[0])
+    line = benchlib.emit("report-render-s", 1.0, 1, None)
+    assert line["load_avg_1m_start"] == start
+
+
+@pytest.mark.parametrize(("start", "end", "text"), [
+    (None, 0.871, "0.87"), (None, 12, "12.00"), (0.13, 1.9, "0.13→1.90"), (0.5, None, "0.50→?"),
+    (None, None, "?"), (None, "high", "?"), ("low", True, "?")])
+def test_each_row_carries_the_load_its_figure_was_measured_under(start: object, end: object,
                                                                  text: str) -> None:
-    """Issue 33: every row of `make bench` says its machine's load; a line without a number
-    there shows "?", never a blank that reads as idle."""
-    obj = {"figure": "report-render-s", "measured": 2.0, "load_avg_1m": load}
+    """Issue 33: every row of `make bench` says its machine's load, at the bench's start and
+    when the figure was printed; a line without a number there shows "?", never a blank that
+    reads as idle."""
+    obj = {"figure": "report-render-s", "measured": 2.0, "load_avg_1m": end,
+           "load_avg_1m_start": start}
     row = _rows(obj)["report-render-s"]
     assert row[4] == text
     assert "load 1m" in run_all.render(list(_rows(obj).values())).splitlines()[0]

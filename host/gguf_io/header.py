@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import struct
 from collections.abc import Container
 from dataclasses import dataclass
@@ -42,6 +43,17 @@ class _HeaderReader:
 
     def __init__(self, fh: BinaryIO) -> None:
         self.fh = fh
+        self.size = os.fstat(fh.fileno()).st_size
+
+    def _room(self, n: int, what: str) -> None:
+        """Refuse a length that runs past the end of the file before reading or seeking it:
+        a hostile 2**63 would otherwise be a MemoryError or an OverflowError, not one line."""
+        if n > self.size - self.fh.tell():
+            raise ValueError(f"a GGUF {what} of {n} bytes runs past the end of the file")
+
+    def _skip(self, n: int, what: str) -> None:
+        self._room(n, what)
+        self.fh.seek(n, 1)
 
     def _unpack(self, fmt: str) -> int | float | bool:
         size = struct.calcsize("<" + fmt)
@@ -57,6 +69,7 @@ class _HeaderReader:
 
     def string(self) -> str:
         n = self.uint("Q")
+        self._room(n, "string")
         data = self.fh.read(n)
         if len(data) != n:
             raise ValueError("file ends inside a GGUF string")
@@ -70,10 +83,10 @@ class _HeaderReader:
         if vtype == _ARRAY:
             etype, count = self.uint("I"), self.uint("Q")
             if etype in _SCALAR:
-                self.fh.seek(count * struct.calcsize("<" + _SCALAR[etype]), 1)
+                self._skip(count * struct.calcsize("<" + _SCALAR[etype]), "array")
             elif etype == _STRING:
                 for _ in range(count):
-                    self.fh.seek(self.uint("Q"), 1)
+                    self._skip(self.uint("Q"), "string")
             else:
                 for _ in range(count):
                     self.value(etype)

@@ -83,6 +83,7 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 # the two cases over FAST_TEST_LIMIT_S (tests/conftest.py) run in the full pass only
 _LONG_CASES = frozenset({"report", "meter run"})
+assert set(CASES) >= _LONG_CASES, _LONG_CASES - set(CASES)  # a misspelt name marks nothing
 
 
 @pytest.mark.parametrize("command", [
