@@ -65,7 +65,6 @@ def test_tables_carry_the_analysis_medians_and_invalid_runs_own_figures(
     assert float(q2[5]) == pytest.approx(truth["q2"], rel=0.01)
 
 
-@pytest.mark.long
 def test_every_figure_and_table_says_power_source_basis_and_counts(
         study_analysis_shared, study_report: Report):  # noqa: F811
     files = report_files(study_report)  # render_files(adir), as write_report wrote it

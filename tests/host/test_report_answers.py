@@ -46,7 +46,6 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "out" / "test-artifacts"
 
 
-@pytest.mark.long
 def test_answer_block_names_configurations_figures_and_status(
         answered_shared: Path, answered_report: Report) -> None:  # noqa: F811
     rd = report_data.load(answered_shared)

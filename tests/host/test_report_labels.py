@@ -84,7 +84,6 @@ def test_no_interval_label_is_invented_for_an_older_analysis(mixed_n: Path) -> N
     assert "coverage unknown" in text and "95" not in text
 
 
-@pytest.mark.long
 @pytest.mark.usefixtures("figures_unsaved")
 def test_report_shows_paired_comparisons_and_savings_intervals(
         interleaved_flips10: Path) -> None:  # noqa: F811

@@ -76,7 +76,6 @@ def local_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
     return result, read_token_log(out), messages
 
 
-@pytest.mark.long
 def test_run_writes_a_complete_token_log(local_run) -> None:
     result, log, _ = local_run
     h, rq = log.header, log.requests

@@ -43,7 +43,6 @@ def test_bits_per_weight_match_ggml_block_layouts() -> None:
     assert bits_per_weight("Q6_K") == pytest.approx(210 * 8 / 256)
 
 
-@pytest.mark.long
 def test_space_bytes_equal_the_tensor_data_an_independent_reader_finds(
     tiny_model: Path, tmp_path: Path
 ) -> None:

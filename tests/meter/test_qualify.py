@@ -60,7 +60,6 @@ def test_clean_board_passes() -> None:
         assert q.smallest_load_w == pytest.approx(0.002 * 230 * 1.0, rel=1e-3)
 
 
-@pytest.mark.long
 def test_clean_channel_of_a_faulty_board_passes(faulty: list[ChannelQualification]) -> None:
     assert faulty[0].passed, _failed(faulty[0])
 

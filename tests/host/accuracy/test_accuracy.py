@@ -268,7 +268,6 @@ def _link_model(tiny_model: Path, tmp_path: Path, name: str = "tiny-q.gguf") -> 
     return link
 
 
-@pytest.mark.long
 def test_accuracy_command_end_to_end_and_cached(tiny_model: Path, prepared: Path,
                                                 ppl_text: Path, tmp_path: Path) -> None:
     model = _link_model(tiny_model, tmp_path)

@@ -122,7 +122,6 @@ def test_bad_json_and_huge_entries_are_refused(monkeypatch: pytest.MonkeyPatch) 
     assert issubclass(StoreError, UserError)
 
 
-@pytest.mark.long
 def test_the_command_refuses_a_tampered_entry_in_one_line(
         tiny_model: Path, prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
