@@ -258,14 +258,27 @@ def decide(diffs: np.ndarray | list[float], *, margin: float = 0.0, max_rounds: 
 
 
 def with_borrowed_spread(v: SequentialVerdict, sd: float, basis: str, *,
-                         c: float = DEFAULT_C, power: float = DEFAULT_POWER
+                         c: float = DEFAULT_C, power: float = DEFAULT_POWER, unit: str = ""
                          ) -> SequentialVerdict:
     """An undecided verdict whose own rounds cannot estimate their spread (one paired round)
     given the rounds it would need at another spread `sd` (e.g. pooled over the study's other
     comparisons), named by `basis`; any other verdict unchanged. Only the round count borrows
-    the spread: the interval and the state stay this comparison's own."""
-    if (v.state != "undecided" or v.rounds_needed is not None or v.n < 1
-            or not math.isfinite(v.mean) or not (math.isfinite(sd) and sd > 0)):
+    the spread: the interval and the state stay this comparison's own.
+
+    With no valid paired round at all there is no difference to aim at: the count is then the
+    valid paired rounds that resolve any true difference of at least the margin worth resolving
+    (`rounds_for` at the margin), and the line says so; with no margin, none is given."""
+    if (v.state != "undecided" or v.rounds_needed is not None
+            or not (math.isfinite(sd) and sd > 0)):
+        return v
+    if v.n == 0:
+        r = rounds_for(sd, v.margin, alpha=v.alpha, c=c, power=power) if v.margin > 0 else None
+        if r is None:
+            return v
+        return replace(v, rounds_needed=r,
+                       need_basis=f"{basis} if its runs are valid, for a true difference of "
+                                  f"{v.margin:g}{unit} or more")
+    if not math.isfinite(v.mean):
         return v
     targets = [abs(v.mean)] + ([v.margin - abs(v.mean)] if abs(v.mean) < v.margin else [])
     options = [r for t in targets if t > 0

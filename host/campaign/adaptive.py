@@ -196,7 +196,9 @@ def assess(rules: DecisionRules, comps: Sequence[Comparison], values: RoundValue
 
     A comparison with a single valid paired round has no spread of its own, so the rounds it
     would need come from the study's pooled per-round spread (`spread_pct`, over the
-    comparisons with ≥ 2 paired rounds), said so in its line; its interval stays its own."""
+    comparisons with ≥ 2 paired rounds), said so in its line; its interval stays its own. One
+    with no valid paired round gets the valid paired rounds that resolve a true difference of
+    the margin or more at that spread."""
     out = []
     pooled = spread_pct(values, comps)
     for c in comps:
@@ -206,7 +208,7 @@ def assess(rules: DecisionRules, comps: Sequence[Comparison], values: RoundValue
         v = sequential.decide(x, margin=rules.margin_pct, alpha=rules.alpha,
                               max_rounds=len(x) if spent else None)
         v = sequential.with_borrowed_spread(
-            v, pooled, f"the study's pooled per-round spread ({pooled:.3g} %)")
+            v, pooled, f"the study's pooled per-round spread ({pooled:.3g} %)", unit=" %")
         out.append(Assessment(c, v))
     return out
 

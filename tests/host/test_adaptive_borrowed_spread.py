@@ -50,3 +50,28 @@ def test_nothing_to_borrow_keeps_saying_so() -> None:
     (s,) = assess(rules, [Comparison("baseline", "base", "b")], only, 3)
     assert s.verdict.rounds_needed is None
     assert "the noise measured gives no round count" in s.text()
+
+
+def test_no_valid_paired_round_gets_the_rounds_for_the_margin_at_the_pooled_spread() -> None:
+    """The idle demo of 2026-11-27 ended with demo_q4_0 never valid: its comparison had no
+    paired round, so no difference to aim at and no round count. It now says how many valid
+    paired rounds resolve any true difference of the margin worth resolving or more, at the
+    pooled spread (expected: `rounds_for` at the margin and the hand-pooled spread)."""
+    rules = DecisionRules(max_rounds=3, margin_pct=2.0)
+    never = {**VALUES, "c": {1: None, 2: None, 3: None}}
+    comps = [Comparison("baseline", "base", "a"), Comparison("baseline", "base", "c")]
+    (_, sc) = assess(rules, comps, never, 3)
+    own = np.array([(VALUES["base"][r] - VALUES["a"][r]) / VALUES["base"][r] * 100
+                    for r in (1, 2, 3)])
+    pooled = math.sqrt(float(np.sum((own - own.mean()) ** 2)) / (len(own) - 1))
+    vc = sc.verdict
+    assert vc.n == 0 and vc.state == "undecided" and vc.budget_spent
+    want = sequential.rounds_for(pooled, 2.0, alpha=vc.alpha)
+    assert want is not None and vc.rounds_needed == want
+    line = sc.text()
+    assert "no valid paired round yet" in line and "gives no round count" not in line
+    assert f"about {want} rounds would resolve it at the study's pooled" in line
+    assert "if its runs are valid, for a true difference of 2 % or more" in line
+    # without a margin there is no difference to aim at: still no count, said so
+    (_, s0) = assess(DecisionRules(max_rounds=3, margin_pct=0.0), comps, never, 3)
+    assert s0.verdict.rounds_needed is None and "gives no round count" in s0.text()
