@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -201,25 +202,33 @@ def write_run(root: Path, sched: Schedule, *, offset_ns: int = 0, drift_ppm: flo
 LEVELS = {"idle_w": 3.0, "prefill_w": 8.0, "decode_w": 6.0}
 
 
+def write_synth_run(root: Path, name: str = "run1", *, t0_ns: int = 500 * NS,
+                    channels: int = 1, trace_kw: dict | None = None,
+                    run_kw: dict | None = None, sched_kw: dict | None = None,
+                    trace_dir: Path | None = None, write_trace_dir: bool = True
+                    ) -> tuple[Path, Path, Schedule, dict[int, Steps]]:
+    """(trace_dir, run_dir, schedule, profiles) of one synthetic run on 1–2 channels under
+    `root` (trace in root/trace, run in root/NAME): the `synth_run` fixture's recipe, callable
+    from module-scoped fixtures too."""
+    sched = make_schedule(t0_ns, **(sched_kw or {}))
+    base = sched.profile(**LEVELS)
+    profiles = {ch: Steps(base.t_ns, base.level_w * (1.0 + 0.5 * ch)) for ch in range(channels)}
+    tdir = trace_dir or root / "trace"
+    if write_trace_dir:
+        write_trace(tdir, profiles, t0_ns - 2 * NS, sched.requests[-1]["end"] + 3 * NS,
+                    **(trace_kw or {}))
+    nodes = [f"n{ch}" for ch in range(channels)]
+    rdir = write_run(root / name, sched, nodes=nodes, **(run_kw or {}))
+    return tdir, rdir, sched, profiles
+
+
 @pytest.fixture
 def synth_run(tmp_path: Path) -> Callable[..., tuple[Path, Path, Schedule, dict[int, Steps]]]:
-    """Factory: (trace_dir, run_dir, schedule, profiles) for one synthetic run on 1–2 channels."""
+    """Factory: (trace_dir, run_dir, schedule, profiles) for one synthetic run on 1–2 channels
+    (`write_synth_run` under the test's tmp_path)."""
 
-    def make(name: str = "run1", *, t0_ns: int = 500 * NS, channels: int = 1,
-             trace_kw: dict | None = None, run_kw: dict | None = None,
-             sched_kw: dict | None = None, trace_dir: Path | None = None,
-             write_trace_dir: bool = True) -> tuple[Path, Path, Schedule, dict[int, Steps]]:
-        sched = make_schedule(t0_ns, **(sched_kw or {}))
-        base = sched.profile(**LEVELS)
-        profiles = {ch: Steps(base.t_ns, base.level_w * (1.0 + 0.5 * ch))
-                    for ch in range(channels)}
-        tdir = trace_dir or tmp_path / "trace"
-        if write_trace_dir:
-            write_trace(tdir, profiles, t0_ns - 2 * NS, sched.requests[-1]["end"] + 3 * NS,
-                        **(trace_kw or {}))
-        nodes = [f"n{ch}" for ch in range(channels)]
-        rdir = write_run(tmp_path / name, sched, nodes=nodes, **(run_kw or {}))
-        return tdir, rdir, sched, profiles
+    def make(name: str = "run1", **kw: Any) -> tuple[Path, Path, Schedule, dict[int, Steps]]:
+        return write_synth_run(tmp_path, name, **kw)
 
     return make
 

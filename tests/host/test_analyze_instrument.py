@@ -22,7 +22,7 @@ import pytest
 from epi import cli as epi_cli
 from host.analysis.output import analyze_to
 from host.analysis.pipeline import Options, analyze
-from tests.host.conftest import LEVELS, NS, Steps, make_schedule, write_run, write_trace
+from tests.host.conftest import write_synth_run
 
 METER_CONSTANT = 1e7  # the synthetic trace's (tests/host/conftest.py write_trace)
 COUNT_J = 0.1 * 3.6e6 / METER_CONSTANT  # one energy count: 0.036 J
@@ -70,11 +70,7 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     options (issue 33: five tests generated and analysed the same inputs). Nothing may write
     into it: the tests that need other meta build their own run."""
     root = tmp_path_factory.mktemp("calibrated")
-    sched = make_schedule(500 * NS)
-    base = sched.profile(**LEVELS)
-    tdir = write_trace(root / "trace", {0: Steps(base.t_ns, base.level_w)}, 498 * NS,
-                       sched.requests[-1]["end"] + 3 * NS)
-    rdir = write_run(root / "run1", sched, nodes=["n0"])
+    tdir, rdir, _, _ = write_synth_run(root)
     cal = root / "cal" / "ch0.json"
     cal.parent.mkdir()
     _measured(tdir, str(cal))

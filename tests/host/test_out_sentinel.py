@@ -69,14 +69,10 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A synthetic run with its trace, and its analysis (the report's input)."""
     from host.analysis.output import analyze_to
     from host.analysis.pipeline import Options
-    from tests.host.conftest import LEVELS, NS, Steps, make_schedule, write_run, write_trace
+    from tests.host.conftest import write_synth_run
 
     root = tmp_path_factory.mktemp("sentinel")
-    sched = make_schedule(500 * NS)
-    base = sched.profile(**LEVELS)
-    trace = write_trace(root / "trace", {0: Steps(base.t_ns, base.level_w)}, 498 * NS,
-                        sched.requests[-1]["end"] + 3 * NS)
-    run = write_run(root / "run1", sched, nodes=["n0"])
+    trace, run, _, _ = write_synth_run(root)
     analyze_to(root / "analysis", [run], trace, Options())
     return {"run": run, "trace": trace, "analysis": root / "analysis"}
 
