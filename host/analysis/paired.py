@@ -57,13 +57,14 @@ PAIRED_ROUNDS = ("paired by round (repeats interleaved in time, no campaign roun
 UNPAIRED = ("unpaired: no common campaign rounds and repeats not interleaved in time; Welch t "
             "on the difference of means")
 # The campaign's run directory name (host/campaign/layout.py Layout.run_dir):
-# <out>/runs/<config>/round<k>-attempt<j>
-_RUN_DIR = re.compile(r"round([0-9]{1,9})-attempt[0-9]{1,9}")
+# <out>/runs/<config>/round<k>-attempt<j>, or round<k>-take<t>-attempt<j> (a re-measure)
+_RUN_DIR = re.compile(r"round([0-9]{1,9})(?:-take[0-9]{1,9})?-attempt[0-9]{1,9}")
 
 
 def campaign_round(run_dir: str | Path) -> int | None:
-    """The campaign round k of a run directory `…/runs/<config>/round<k>-attempt<j>`, or None
-    for a run a campaign did not lay out (an ad-hoc `epi run`).
+    """The campaign round k of a run directory `…/runs/<config>/round<k>-attempt<j>` (or
+    `round<k>-take<t>-attempt<j>`, a re-measure of a refused run in round k), or None for a
+    run a campaign did not lay out (an ad-hoc `epi run`).
 
     The round is the campaign's, not the run's position in time: adaptive rounds measure only
     some configurations, so the k-th run of two configurations need not be the same round.

@@ -68,6 +68,28 @@ def time_cv_note(r: pd.DataFrame) -> str:
     return f" (time per token varied {cv_t:.1%})" if np.isfinite(cv_t) else ""
 
 
+SPREAD_REASON_HEAD = "repeat CV "  # the repeat-spread reason: "repeat CV 4.1% of net J/token
+SPREAD_REASON_MID = " above "      # above 3.0% (time per token varied 4.0%)"
+FAULTS_REASON_MID = " window(s) cross faults/gaps "  # "2 of 6 decode window(s) cross …"
+REASON_SEP = "; "                  # how a phase's reasons are joined in runs.csv `reasons`
+
+
+def worth_measuring_again(reasons: str) -> bool:
+    """Whether a refused phase's `reasons` (runs.csv) are all of the kind a next run can avoid:
+    its repeat spread, or windows that cross meter faults/gaps.
+
+    Such a refusal is a matter of when the run happened — on a machine whose speed wanders,
+    whether two repeats agree; on a bus, whether a glitch fell inside a window — so measuring
+    the run again can give a valid one (host/campaign/remeasure.py). Every other reason (too
+    few samples, saturation, clock, lag, counter resolution, a failed run, null repeats)
+    would refuse the next run the same way, so it is not.
+    """
+    parts = [p for p in reasons.split(REASON_SEP) if p]
+    return bool(parts) and all(
+        (p.startswith(SPREAD_REASON_HEAD) and SPREAD_REASON_MID in p)
+        or FAULTS_REASON_MID in p for p in parts)
+
+
 def repeat_cv_problem(rep: pd.DataFrame, run_id: str, phase: str, opts: Options,
                       reasons: list[str]) -> float:
     """The repeat CV of a phase's J/token on the basis the analysis reports; appends a reason.
@@ -88,7 +110,7 @@ def repeat_cv_problem(rep: pd.DataFrame, run_id: str, phase: str, opts: Options,
     if len(vals) < 2:
         reasons.append("fewer than 2 repeats: CV cannot be checked")
     elif np.isfinite(cv_val) and cv_val > opts.cv_threshold:
-        reasons.append(f"repeat CV {cv_val:.1%} of {basis} J/token above "
+        reasons.append(f"{SPREAD_REASON_HEAD}{cv_val:.1%} of {basis} J/token{SPREAD_REASON_MID}"
                        f"{opts.cv_threshold:.1%}" + time_cv_note(r))
     elif not np.isfinite(cv_val) and not reasons:
         reasons.append(f"repeat CV of {basis} J/token unknown (null repeats)")
@@ -115,8 +137,8 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
             # faults and trace edges invalidate only the phases whose windows they touch
             faults = pw[pw["reason_code"] == REASON_CODES[INVALID_DATA]]
             if len(faults):
-                reasons.append(f"{len(faults)} of {len(pw)} {phase} window(s) cross faults/gaps "
-                               f"({which_windows(faults)}; first: {faults['reason'].iloc[0]})")
+                reasons.append(f"{len(faults)} of {len(pw)} {phase}{FAULTS_REASON_MID}"
+                               f"({which_windows(faults)}, first: {faults['reason'].iloc[0]})")
             outside = pw[pw["reason_code"] == REASON_CODES[OUTSIDE]]
             if len(outside):
                 reasons.append(f"{len(outside)} of {len(pw)} {phase} window(s) reach outside "
@@ -167,7 +189,7 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
             rows.append({"run_id": rid, "config": info.config, "phase": phase,
                          "power_source": src,
                          "valid": not reasons, "cv": cv_val, "n_windows": len(pw),
-                         "median_duration_s": med_dur, "reasons": "; ".join(reasons)})
+                         "median_duration_s": med_dur, "reasons": REASON_SEP.join(reasons)})
     return pd.DataFrame(rows)
 
 

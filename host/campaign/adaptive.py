@@ -40,6 +40,7 @@ TARGET_NAMES = {"frontier": "frontier neighbours", "baseline": "savings vs basel
                 "ppl_matched": "perplexity-matched pair", "all_pairs": "pair"}
 
 RoundValues = Mapping[str, Mapping[int, float | None]]  # config → round (1-based) → J/token
+MAX_REMEASURE = 20  # re-measures of one refused run, at most
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class DecisionRules:
     time_budget_s: float | None = None  # measuring time after which no round starts
     margin_pct: float = 2.0  # the smallest difference worth resolving, % of J/token
     alpha: float = sequential.DEFAULT_ALPHA
+    remeasure: int = 0  # re-measures of a run refused for its repeat spread (remeasure.py)
 
     def __post_init__(self) -> None:
         bad = [t for t in self.targets if t not in TARGETS]
@@ -70,6 +72,8 @@ class DecisionRules:
             raise ValueError(f"time_budget_s must be > 0, got {self.time_budget_s}")
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
+        if not 0 <= self.remeasure <= MAX_REMEASURE:
+            raise ValueError(f"remeasure must be in [0, {MAX_REMEASURE}], got {self.remeasure}")
 
 
 @dataclass(frozen=True)
@@ -140,24 +144,33 @@ def comparisons(rules: DecisionRules, configs: Sequence[str], *, baseline: str |
 
 def round_values(repeats: pd.DataFrame, runs: pd.DataFrame, round_of_run: Mapping[str, int],
                  *, basis: str = "gross") -> dict[str, dict[int, float | None]]:
-    """Per configuration and round: the mean J per generated token of the run's valid repeats.
+    """Per configuration and round: the mean J per generated token of the round's valid repeats.
 
     `repeats`/`runs` are the analysis' repeats.csv and runs.csv (formats.md §5); a run counts
     when its `request` phase is valid. `round_of_run[run_id]` is the campaign's round of each
     run: rounds come from the campaign, not from the runs' order, because adaptive rounds
-    measure only some configurations. A run with no round, or an invalid one, gives None.
+    measure only some configurations. A round with a re-measured run (host/campaign/
+    remeasure.py) holds several runs of one configuration: its value is the mean over the
+    repeats of its valid runs — the rule the analysis' paired intervals use
+    (host.analysis.paired: a round's value is the mean of its valid repeats). A round with no
+    valid run gives None; a run with no round is left out.
     """
     ok = set(runs[(runs["phase"] == "request") & runs["valid"].astype(bool)]["run_id"])
     rows = repeats[(repeats["scope"] == "all") & (repeats["phase"] == "request")
                    & (repeats["unit"] == "generated") & (repeats["basis"] == basis)]
-    out: dict[str, dict[int, float | None]] = {}
+    valid: dict[tuple[str, int], list[float]] = {}
     for (cfg, run_id), g in rows.groupby(["config", "run_id"], sort=False):
         k = round_of_run.get(str(run_id))
         if k is None:
             continue
         v = pd.to_numeric(g["j_per_token"], errors="coerce").to_numpy(np.float64)
-        good = run_id in ok and len(v) > 0 and bool(np.isfinite(v).all())
-        out.setdefault(str(cfg), {})[int(k)] = float(v.mean()) if good else None
+        key = (str(cfg), int(k))
+        got = valid.setdefault(key, [])
+        if run_id in ok and len(v) > 0 and bool(np.isfinite(v).all()):
+            got.extend(v.tolist())
+    out: dict[str, dict[int, float | None]] = {}
+    for (cfg, k), v in valid.items():
+        out.setdefault(cfg, {})[k] = float(np.mean(v)) if v else None
     return out
 
 
@@ -311,4 +324,8 @@ def plan_lines(rules: DecisionRules, spread_pct: float, spread_basis: str) -> li
              f"worth resolving {rules.margin_pct:g} % of J/token; "
              f"{100 * (1 - rules.alpha):g} % anytime-valid confidence sequence per comparison "
              "(Lai 1976; docs/analysis.md)"]
+    if rules.remeasure:
+        lines.append(f"re-measure: a run refused only for its repeat spread or meter faults is "
+                     f"measured again at once, up to {rules.remeasure} time(s) in its round, "
+                     "while its configuration has no valid run (docs/campaign.md)")
     return lines + power_lines(rules, spread_pct, spread_basis)

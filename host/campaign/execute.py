@@ -59,6 +59,7 @@ from host.campaign.plan import (
     trace_dirs,
 )
 from host.campaign.progress import Progress
+from host.campaign.remeasure import Remeasurer, add_recorded_takes, check_run
 from host.campaign.specs import (
     AccuracyArgs,
     DataArgs,
@@ -412,6 +413,15 @@ class Campaign:
             urls.append(url)
         return urls
 
+    def remeasurer(self) -> Remeasurer:
+        """The rule that measures a refused run's configuration again (host/campaign/
+        remeasure.py): [decide] remeasure, checked on this campaign's trace."""
+        dec = self.study.decide
+        opts = self.study.analysis.options(None)
+        return Remeasurer(self.layout.root, self.plan, dec.rules.remeasure if dec else 0,
+                          dec.rules.time_budget_s if dec else None,
+                          lambda d: check_run(d, self.trace_dir(), opts))
+
     # -- the whole campaign
     def run(self) -> Path:
         try:
@@ -424,6 +434,7 @@ class Campaign:
     def _run(self) -> Path:
         with campaign_lock(self.layout.root):
             state = self.journal.read()
+            add_recorded_takes(self.plan, [*state.done, *state.attempts])
             for line in resume_lines(self.plan, state, self.layout):
                 self.echo(line)
             for line in verify_done(self.plan, state, self.layout):
@@ -448,20 +459,28 @@ class Campaign:
             with ExitStack() as daemons:
                 if needs_meter:
                     self.meter_urls = self._start_meters(daemons, progress)
+
+                def run_one(step: Step) -> None:  # a run the plan did not hold at the start
+                    progress.start(step)
+                    result, settled = self.run_step(step, state, progress)
+                    progress.finish(step, summary(step, result, settled))
+                    remeasure.run_takes(step, state, run_one, progress.line)
+
+                remeasure = self.remeasurer()
+                if needs_meter:
+                    remeasure.catch_up(state, run_one, progress.line)
                 for step in todo:
                     if step.kind in IN_PROCESS:
                         continue  # after the daemon has stopped and flushed its trace
+                    if step.step_id in state.done:
+                        continue  # a re-measure the catch-up ran
                     if step.kind == "accuracy" and not projected:
                         self.project_accuracy(state, progress)
                         projected = True
                     progress.start(step)
                     result, settled = self.run_step(step, state, progress)
                     progress.finish(step, summary(step, result, settled))
-
-                def run_one(step: Step) -> None:  # an adaptive round's run (adaptive_loop.py)
-                    progress.start(step)
-                    result, settled = self.run_step(step, state, progress)
-                    progress.finish(step, summary(step, result, settled))
+                    remeasure.run_takes(step, state, run_one, progress.line)
 
                 run_adaptive_rounds(self, state, run_one, progress.line)
             for step in todo:
@@ -522,6 +541,7 @@ def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool =
         proj = accuracy_projection.measured_or_assumed(study, models, len(plan0.configs))
     plan = build_plan(study, proj)
     state = Journal(study.out).read()
+    add_recorded_takes(plan, [*state.done, *state.attempts])
     for line in resume_lines(plan, state, Layout(study.out)):
         echo(line)
     for line in verify_done(plan, state, Layout(study.out)):

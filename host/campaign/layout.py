@@ -38,4 +38,8 @@ class Layout:
         return self.root / "steps" / step_id.replace(":", "_").replace("/", "_")
 
     def run_dir(self, step: Step, attempt: int) -> Path:
-        return self.root / "runs" / str(step.config) / f"round{step.round}-attempt{attempt}"
+        """runs/<config>/round<k>-attempt<j>, or round<k>-take<t>-attempt<j> for a run that
+        re-measures a refused one (host/campaign/remeasure.py)."""
+        take = f"-take{step.take}" if step.take > 1 else ""
+        return (self.root / "runs" / str(step.config)
+                / f"round{step.round}{take}-attempt{attempt}")

@@ -42,6 +42,7 @@ class Step:
     estimate_s: float = 0.0
     detail: str = ""
     estimate_known: bool = True  # False: no basis for a figure (estimate_s is 0), said so
+    take: int = 1  # a run step's take in its round: > 1 re-measures a refused run
 
 
 @dataclass

@@ -20,7 +20,7 @@ from epi.core.errors import UserError
 from epi.core.limits import DAY_S, MAX_SEED, MAX_THREADS
 from epi.formats.fields import check_id, read_toml_file
 from host.analysis.model import Options
-from host.campaign.adaptive import TARGETS, DecisionRules
+from host.campaign.adaptive import MAX_REMEASURE, TARGETS, DecisionRules
 from host.campaign.meter import ACTIVITIES
 
 T = TypeVar("T")
@@ -554,11 +554,13 @@ def _decide(path: Path, doc: dict[str, object], repeats_given: bool) -> DecideSp
     margin = r.real("margin_pct", 2.0, 0.0, high=100.0)
     alpha = r.real("alpha", 0.05, 0.0, strict=True, high=0.5)
     spread = r.real("assumed_spread_pct", 3.0, 0.0, strict=True, high=100.0)
+    remeasure = r.integer("remeasure", 0, 0, high=MAX_REMEASURE)
     r.finish()
     if repeats_given:
         raise UserError(f"{path}: field 'study.repeats': with [decide] the rounds are "
                         "decide.min_rounds to decide.max_rounds; remove study.repeats")
     rules = DecisionRules(targets=tuple(dict.fromkeys(compare)), min_rounds=min_rounds,
                           max_rounds=max_rounds, margin_pct=margin, alpha=alpha,
-                          time_budget_s=None if budget_min is None else budget_min * 60.0)
+                          time_budget_s=None if budget_min is None else budget_min * 60.0,
+                          remeasure=remeasure)
     return DecideSpec(rules, spread)
