@@ -21,7 +21,9 @@ keep N cores busy — issue 28's "one core kept busy by an unrelated load". Figu
   without the rounds they would need (analysis/decisions.json: "gives no round count", or
   still "undecided so far").
 
-Every run's net and gross repeat CV (request phase) and reasons are printed too.
+Every run's net and gross repeat CV (request phase) and reasons are printed too, and the
+re-measures the campaign made of refused runs (`[decide] remeasure`, docs/campaign.md: their
+directories `runs/<config>/round<k>-take<t>-attempt<j>`; the refused runs stay counted above).
 
 Usage: `python bench/bench_demo.py [--busy-cores 1] [--max-rounds N] [--keep]`;
 `--from DIR/demo` prints the figures of a kept run's campaign directory (the `demo` folder
@@ -144,6 +146,10 @@ def report(out: Path, note: str) -> int:
         match = [v for k, v in cvs.items() if k.startswith(rid)]
         extra = f"  [net CV {match[0][0]:.2%}, gross CV {match[0][1]:.2%}]" if match else ""
         print(line + extra)
+    takes = sorted(str(p.relative_to(out)) for p in (out / "runs").glob("*/round*-take*")
+                   if p.is_dir() and not p.name.endswith(".interrupted"))
+    print(f"re-measures of refused runs ([decide] remeasure): {len(takes)}"
+          + (f" ({', '.join(takes)})" if takes else ""))
     n_bad, dlines = undecided_without_count(out / "analysis" / "decisions.json")
     print("decisions:" if dlines else "decisions: none recorded (no [decide] in the study)")
     for x in dlines:
