@@ -201,6 +201,13 @@ GOALS: dict[str, dict[str, Any]] = {
         "text": "the same for CPU s per decode token: the machine's own floor under the demo's "
                 "valid runs, with no meter in the way",
     },
+    "remeasure-demo-miss-prob": {
+        "goal": 0.05, "op": "<=", "unit": "fraction",
+        "text": "simulated demos (the demo study's plan through host/campaign/remeasure.py, each "
+                "run valid with the idle pass probability on record) that end with a "
+                "configuration without a valid run, with remeasure = 4; a simulation, labelled "
+                "so (bench_remeasure.py)",
+    },
     "demo-configs-valid-frac": {
         "goal": 1.0, "op": ">=", "unit": "fraction",
         "text": "configurations of that demo with a valid figure in every phase (for each of "
