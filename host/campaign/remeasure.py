@@ -188,7 +188,8 @@ class Remeasurer:
             spent_s, n = measured_so_far(self.root, self.plan, state)
             if n and spent_s + spent_s / n > self.time_budget_s:
                 return None
-        take = take_step(step, step.take + 1, "the last run was refused by chance")
+        take = take_step(step, step.take + 1, "the run before was refused for its repeat "
+                         "spread or meter faults")
         line = (f"re-measuring {step.config} in round {step.round} (take {take.take}): its run "
                 f"was refused for what a next run can avoid ({found.why}) and {step.config} "
                 "has no valid run yet")
