@@ -17,8 +17,8 @@ comparison is taken as still undecided, as in every demo run on record). Figures
   re-measuring (`remeasure = 0`) is printed beside it, with both Wilson 95 % intervals.
 
 Usage: `python bench/bench_remeasure.py [--pass-prob 0.44] [--demos 2000]` (the default pass
-probability: the idle demo runs on record in docs/bench.md, 31 of 70 runs valid in every
-phase).
+probability: the idle demo runs in docs/bench.md up to the first with re-measuring, 31 of 70
+runs valid in every phase).
 """
 
 from __future__ import annotations
