@@ -245,9 +245,12 @@ def test_hung_worker_hits_the_stall_timeout(tiny_model: Path, tmp_path: Path, tw
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps(PROMPTS))
 
+    frozen: list[str] = []  # the stall must come from the frozen worker, not the model load
+
     def freeze_first_worker(kind: str, payload) -> None:
-        if kind == "idle":
+        if kind == "idle" and not frozen:
             os.kill(two_workers[0].proc.pid, signal.SIGSTOP)
+            frozen.append(kind)
 
     with pytest.raises(RunFailed, match="no progress from the inference process for 2 s"):
         run(
@@ -261,6 +264,7 @@ def test_hung_worker_hits_the_stall_timeout(tiny_model: Path, tmp_path: Path, tw
             echo=lambda line: None,
             on_message=freeze_first_worker,
         )
+    assert frozen, "the run stalled before any worker was frozen (during the model load?)"
     assert read_token_log(tmp_path / "rpc").header["status"] == "failed"
 
 
