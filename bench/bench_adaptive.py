@@ -149,7 +149,8 @@ def _run_events(camp: Path) -> list[tuple[str, int, int, int]]:
         if ev["event"] == "started":
             started[step] = int(ev["t_real_ns"])
         elif ev["event"] == "done" and step in started:
-            _, cfg, k = step.rsplit(":", 2)
+            parts = step.split(":")  # run:<config>:<round>, or …:take<t> (a re-measure)
+            cfg, k = parts[1], parts[2]
             out.append((cfg, int(k), started[step], int(ev["t_real_ns"])))
     return sorted(out, key=lambda x: x[2])
 

@@ -5,7 +5,7 @@ The demo's idle runs are refused by the 3 % repeat-CV gate about half the time o
 (its speed wanders: bench_cpu_steadiness.py), independently of the map. Whether every
 configuration ends with a valid run is then a matter of chance, which one demo run cannot
 show; this bench draws it many times. Each simulated demo runs the demo study's plan
-(examples/study-demo.toml: 4 configurations, rounds 3–6, 15 min of measuring at ~40 s a run)
+(examples/study-demo.toml: 4 configurations, rounds 3–6, its measuring budget at ~40 s a run)
 through the real rule of host/campaign/remeasure.py (`Remeasurer.run_takes`, its
 time-budget check fed the simulated measuring time): every run is valid with probability
 `--pass-prob`, else refused for its repeat spread; rounds after the third start only when

@@ -70,24 +70,23 @@ def time_cv_note(r: pd.DataFrame) -> str:
 
 SPREAD_REASON_HEAD = "repeat CV "  # the repeat-spread reason: "repeat CV 4.1% of net J/token
 SPREAD_REASON_MID = " above "      # above 3.0% (time per token varied 4.0%)"
-FAULTS_REASON_MID = " window(s) cross faults/gaps "  # "2 of 6 decode window(s) cross …"
 REASON_SEP = "; "                  # how a phase's reasons are joined in runs.csv `reasons`
 
 
 def worth_measuring_again(reasons: str) -> bool:
-    """Whether a refused phase's `reasons` (runs.csv) are all of the kind a next run can avoid:
-    its repeat spread, or windows that cross meter faults/gaps.
+    """Whether a refused phase's `reasons` (runs.csv) are its repeat spread and nothing else.
 
     Such a refusal is a matter of when the run happened — on a machine whose speed wanders,
-    whether two repeats agree; on a bus, whether a glitch fell inside a window — so measuring
-    the run again can give a valid one (host/campaign/remeasure.py). Every other reason (too
-    few samples, saturation, clock, lag, counter resolution, a failed run, null repeats)
-    would refuse the next run the same way, so it is not.
+    whether its repeats agree — so measuring the run again can give a valid one
+    (host/campaign/remeasure.py). Every other reason would refuse the next run the same way
+    (too few samples, saturation, clock, lag, counter resolution, a failed run, null repeats)
+    or cannot be told from one that would: a window crossing faults/gaps may be a passing bus
+    glitch, a dead channel or a daemon that keeps skipping sweeps, and re-measuring the last
+    two would spend the budget on runs refused the same way.
     """
     parts = [p for p in reasons.split(REASON_SEP) if p]
-    return bool(parts) and all(
-        (p.startswith(SPREAD_REASON_HEAD) and SPREAD_REASON_MID in p)
-        or FAULTS_REASON_MID in p for p in parts)
+    return bool(parts) and all(p.startswith(SPREAD_REASON_HEAD) and SPREAD_REASON_MID in p
+                               for p in parts)
 
 
 def repeat_cv_problem(rep: pd.DataFrame, run_id: str, phase: str, opts: Options,
@@ -137,8 +136,8 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
             # faults and trace edges invalidate only the phases whose windows they touch
             faults = pw[pw["reason_code"] == REASON_CODES[INVALID_DATA]]
             if len(faults):
-                reasons.append(f"{len(faults)} of {len(pw)} {phase}{FAULTS_REASON_MID}"
-                               f"({which_windows(faults)}, first: {faults['reason'].iloc[0]})")
+                reasons.append(f"{len(faults)} of {len(pw)} {phase} window(s) cross faults/gaps "
+                               f"({which_windows(faults)}; first: {faults['reason'].iloc[0]})")
             outside = pw[pw["reason_code"] == REASON_CODES[OUTSIDE]]
             if len(outside):
                 reasons.append(f"{len(outside)} of {len(pw)} {phase} window(s) reach outside "

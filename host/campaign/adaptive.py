@@ -325,7 +325,8 @@ def plan_lines(rules: DecisionRules, spread_pct: float, spread_basis: str) -> li
              f"{100 * (1 - rules.alpha):g} % anytime-valid confidence sequence per comparison "
              "(Lai 1976; docs/analysis.md)"]
     if rules.remeasure:
-        lines.append(f"re-measure: a run refused only for its repeat spread or meter faults is "
-                     f"measured again at once, up to {rules.remeasure} time(s) in its round, "
-                     "while its configuration has no valid run (docs/campaign.md)")
+        lines.append(f"re-measure: a run refused only for its repeat spread is measured again "
+                     f"at once, up to {rules.remeasure} time(s) in its round, while its "
+                     "configuration has no valid run; each re-measure counts against the "
+                     "budget (docs/campaign.md)")
     return lines + power_lines(rules, spread_pct, spread_basis)

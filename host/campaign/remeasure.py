@@ -2,16 +2,16 @@
 
 A run whose repeats disagree by more than the repeat-CV gate is refused by the analysis
 (host/analysis/verdicts.py), rightly: on a machine whose speed wanders from one ten-second
-stretch to the next, whether a run's two repeats agree is a matter of when it ran (as is
-whether a meter glitch fell inside one of its windows). A
+stretch to the next, whether a run's two repeats agree is a matter of when it ran. A
 configuration all of whose runs were refused has no figure at all, and its comparisons have
 no paired round, so nothing else the campaign could measure next is worth more than that
 configuration again. With `[decide] remeasure = N` the campaign therefore checks every finished
 run at once (the analysis of that one run on the live trace, ~0.4 s) and, when
 
-- the run is refused, and only for its repeat spread in every refused phase (any other reason —
-  too few samples, saturation, clock, lag, faults, a failed run — would refuse the next run
-  the same way or points at the chain: `host.analysis.verdicts.worth_measuring_again`),
+- the run is refused, and every refused phase only for its repeat spread (any other reason —
+  too few samples, saturation, clock, lag, counter resolution, a failed run — would refuse the
+  next run the same way, and a window crossing faults/gaps cannot be told from a dead channel
+  or a daemon that keeps skipping sweeps: `host.analysis.verdicts.worth_measuring_again`),
 - its configuration has no valid run yet (every phase valid, by the same check), and
 - the time budget still holds one more run at the mean run duration so far,
 
@@ -97,7 +97,7 @@ class RunCheck:
     """One finished run's validity by the analysis of that run alone."""
 
     valid: bool  # every phase valid
-    transient: bool  # refused, only for its repeat spread or faults (worth measuring again)
+    transient: bool  # refused, and only for its repeat spread (worth measuring again)
     why: str  # the refused phases and their reasons ("" when valid)
 
 
@@ -188,11 +188,10 @@ class Remeasurer:
             spent_s, n = measured_so_far(self.root, self.plan, state)
             if n and spent_s + spent_s / n > self.time_budget_s:
                 return None
-        take = take_step(step, step.take + 1, "the run before was refused for its repeat "
-                         "spread or meter faults")
+        take = take_step(step, step.take + 1, "the run before was refused for its repeat spread")
         line = (f"re-measuring {step.config} in round {step.round} (take {take.take}): its run "
-                f"was refused for what a next run can avoid ({found.why}) and {step.config} "
-                "has no valid run yet")
+                f"was refused for its repeat spread only ({found.why}) and {step.config} has no "
+                "valid run yet")
         return take, line
 
     def run_takes(self, step: Step, state: JournalState, run: Callable[[Step], None],
@@ -210,12 +209,18 @@ class Remeasurer:
 
     def catch_up(self, state: JournalState, run: Callable[[Step], None],
                  say: Callable[[str], None]) -> None:
-        """A resumed campaign: the re-measures its finished runs still ask for (an interruption
-        between a refused run and its re-measure), before anything else is measured."""
+        """A resumed campaign: the re-measures its last round measured so far still asks for
+        (an interruption between a refused run and its re-measure), before anything else is
+        measured. Earlier rounds are not revisited: their runs were measured, and decided on,
+        long ago (a re-measure now would pair with them in name only)."""
         if self.remeasure <= 0:
             return
+        done = [s for s in self.plan.run_steps if s.step_id in state.done and s.round]
+        if not done:
+            return
+        last_round = max(s.round or 0 for s in done)
         for s in list(self.plan.run_steps):
             last = not any(o.config == s.config and o.round == s.round and o.take > s.take
                            for o in self.plan.run_steps)
-            if last and s.step_id in state.done:
+            if last and s.round == last_round and s.step_id in state.done:
                 self.run_takes(s, state, run, say)

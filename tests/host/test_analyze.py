@@ -124,8 +124,9 @@ def test_fault_inside_a_window_invalidates_only_the_phases_it_touches(synth_run,
     where = f"request {r['request_id']} (repeat {r['repeat']})"
     assert "1 of 6 decode window(s) cross faults/gaps" in v.loc["decode", "reasons"]
     assert where in v.loc["decode", "reasons"] and where in v.loc["request", "reasons"]
-    # a glitch inside a window is a matter of when the run ran: a campaign may measure again
-    assert worth_measuring_again(v.loc["decode", "reasons"]), v.loc["decode", "reasons"]
+    # a faults/gaps crossing cannot be told from a dead channel: a campaign does not measure
+    # the run again for it (host/campaign/remeasure.py), only for its repeat spread
+    assert not worth_measuring_again(v.loc["decode", "reasons"]), v.loc["decode", "reasons"]
     # invalid runs are not averaged in: the configuration's figures are null with the reason
     res = a.results[(a.results["scope"] == "all") & (a.results["phase"] == "decode")]
     assert res["j_per_token_median"].isna().all() and "no valid runs" in res["reason"].iloc[0]

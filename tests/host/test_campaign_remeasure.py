@@ -36,16 +36,18 @@ def _cv_reason(values: list[float]) -> list[str]:
     return reasons
 
 
-def test_only_refusals_a_next_run_can_avoid_are_worth_measuring_again() -> None:
+def test_only_a_refusal_for_the_repeat_spread_alone_is_worth_measuring_again() -> None:
     spread = _cv_reason([1.0, 1.1])  # CV 6.7 % > 3 %
     assert len(spread) == 1 and worth_measuring_again("; ".join(spread))
     assert _cv_reason([1.0, 1.001]) == []  # under the gate: no reason at all
     null = _cv_reason([float("nan"), float("nan")])
     assert null and not worth_measuring_again("; ".join(null))  # null repeats: not spread
-    # as the analysis words it (tests/host/test_analyze.py checks the real one)
-    faults = ("1 of 6 decode window(s) cross faults/gaps (request 4 (repeat 1), first: "
+    # a faults/gaps crossing cannot be told from a dead channel (tests/host/test_analyze.py
+    # checks the analysis' real faults reason)
+    faults = ("1 of 6 decode window(s) cross faults/gaps (request 4 (repeat 1); first: "
               "bus_error: no answer)")
-    assert worth_measuring_again(faults) and worth_measuring_again("; ".join([*spread, faults]))
+    assert not worth_measuring_again(faults)
+    assert not worth_measuring_again("; ".join([*spread, faults]))
     saturated = "meter saturated: 3 reading(s) at full scale"
     assert not worth_measuring_again("; ".join([*spread, saturated]))
     assert not worth_measuring_again(saturated)
@@ -118,7 +120,7 @@ def test_the_rule_re_measures_only_a_spread_refusal_of_a_configuration_without_a
     assert got is not None
     take, line = got
     assert take.step_id == "run:uniform_q8:1:take2" and take.round == 1 and take.take == 2
-    assert "refused for what a next run can avoid" in line and "no valid run yet" in line
+    assert "refused for its repeat spread only" in line and "no valid run yet" in line
     # another reason: measuring again would be refused the same way
     o = f.step("mix_high_early", 1)
     f.finish(o, OTHER)
@@ -152,6 +154,22 @@ def test_the_rule_stops_at_its_limit_and_at_the_time_budget(tmp_path: Path) -> N
     for cfg in ("uniform_q8", "mix_high_early", "mix_high_late"):
         h.finish(h.step(cfg, 1), SPREAD)
     assert h.r.next_take(h.step("mix_high_late", 1), h.state) is None
+
+
+def test_a_resume_catches_up_only_its_last_round(tmp_path: Path) -> None:
+    """An earlier round's refused run is not re-measured on resume (it was decided on long
+    ago); the last round's is."""
+    f = _Fake(tmp_path)
+    f.finish(f.step("uniform_q8", 1), SPREAD)
+    f.finish(f.step("mix_high_early", 2), SPREAD)
+    ran: list[str] = []
+
+    def run(s: Step) -> None:
+        ran.append(s.step_id)
+        f.finish(s, VALID)
+
+    f.r.catch_up(f.state, run, lambda line: None)
+    assert ran == ["run:mix_high_early:2:take2"]
 
 
 def test_recorded_re_measures_are_planned_after_their_round(tmp_path: Path) -> None:
@@ -313,8 +331,8 @@ def test_the_dry_run_states_the_re_measure_rule(tmp_path: Path) -> None:
     p = write_study(tmp_path, "[decide]\nremeasure = 3")
     r = CliRunner().invoke(cli, ["campaign", str(p), "--dry-run"])
     assert r.exit_code == 0, r.output
-    assert "re-measure: a run refused only for its repeat spread or meter faults is measured " \
-           "again at once, up to 3 time(s)" in r.output
+    assert "re-measure: a run refused only for its repeat spread is measured again at once, " \
+           "up to 3 time(s)" in r.output
     (tmp_path / "p").mkdir()
     plain = CliRunner().invoke(cli, ["campaign", str(write_study(tmp_path / "p", "[decide]")),
                                      "--dry-run"])
