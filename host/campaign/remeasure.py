@@ -13,7 +13,9 @@ run at once (the analysis of that one run on the live trace, ~0.4 s) and, when
   next run the same way, and a window crossing faults/gaps cannot be told from a dead channel
   or a daemon that keeps skipping sweeps: `host.analysis.verdicts.worth_measuring_again`),
 - its configuration has no valid run yet (every phase valid, by the same check), and
-- the time budget still holds one more run at the mean run duration so far,
+- the time budget still holds one more run at the mean run duration so far, beside the runs
+  the plan still holds (the minimum rounds run whatever the budget, so a re-measure must not
+  take their time),
 
 measures the same configuration again in the same round: step `run:<config>:<k>:take<t>`, run
 directory `runs/<config>/round<k>-take<t>-attempt<j>`, up to N re-measures per round.
@@ -185,8 +187,11 @@ class Remeasurer:
             if d is not None and d != run_dir and self.check(d).valid:
                 return None  # the configuration has a valid run: its figure exists
         if self.time_budget_s is not None:
+            # the runs the plan still holds (the minimum rounds run whatever the budget) keep
+            # their share: a re-measure only takes time the budget has beyond them
             spent_s, n = measured_so_far(self.root, self.plan, state)
-            if n and spent_s + spent_s / n > self.time_budget_s:
+            left = sum(1 for s in self.plan.run_steps if s.step_id not in state.done)
+            if n and spent_s + spent_s / n * (1 + left) > self.time_budget_s:
                 return None
         take = take_step(step, step.take + 1, "the run before was refused for its repeat spread")
         line = (f"re-measuring {step.config} in round {step.round} (take {take.take}): its run "

@@ -145,12 +145,14 @@ def test_the_rule_stops_at_its_limit_and_at_the_time_budget(tmp_path: Path) -> N
     f.finish(t3, SPREAD)
     assert f.r.next_take(t2, f.state) is not None  # take 3 is within remeasure = 2
     assert f.r.next_take(t3, f.state) is None  # a fourth run would be a third re-measure
-    # budget: 3 runs of 40 s measured; one more fits in 160 s, not in 159 s
-    g = _Fake(tmp_path / "budget", budget_s=160.0)
+    # budget: 3 runs of 40 s measured and 9 planned runs left (rounds 1-3 of 4 maps), which
+    # run whatever the budget: a re-measure fits in (3 + 9 + 1) × 40 = 520 s, not in 519 s
+    g = _Fake(tmp_path / "budget", budget_s=520.0)
     for cfg in ("uniform_q8", "mix_high_early", "mix_high_late"):
         g.finish(g.step(cfg, 1), SPREAD)
+    assert len([s for s in g.plan.run_steps if s.step_id not in g.state.done]) == 9
     assert g.r.next_take(g.step("mix_high_late", 1), g.state) is not None
-    h = _Fake(tmp_path / "budget2", budget_s=159.0)
+    h = _Fake(tmp_path / "budget2", budget_s=519.0)
     for cfg in ("uniform_q8", "mix_high_early", "mix_high_late"):
         h.finish(h.step(cfg, 1), SPREAD)
     assert h.r.next_take(h.step("mix_high_late", 1), h.state) is None
