@@ -56,6 +56,7 @@ def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
 def one_demo(rng: random.Random, base: Plan, pass_prob: float, remeasure: int) -> bool:
     """One simulated demo of `base` (the demo study's plan, copied); True when some
     configuration ends without a valid run."""
+    from host.campaign import adaptive_loop
     from host.campaign import remeasure as rm
     from host.campaign.adaptive_loop import round_steps
     from host.campaign.journal import Done, JournalState
@@ -77,8 +78,8 @@ def one_demo(rng: random.Random, base: Plan, pass_prob: float, remeasure: int) -
         checks[root / step.step_id] = rm.RunCheck(ok, not ok, "" if ok else "repeat CV")
         spent[0] += 1
 
-    real_measured = rm.measured_so_far
-    rm.measured_so_far = lambda *_: (spent[0] * RUN_S, spent[0])
+    real_measured = adaptive_loop.runs_so_far
+    adaptive_loop.runs_so_far = lambda *_: ({}, spent[0] * RUN_S, spent[0])
     try:
         r = rm.Remeasurer(root, plan, remeasure, budget_s, lambda d: checks[d])
         k = 0
@@ -95,7 +96,7 @@ def one_demo(rng: random.Random, base: Plan, pass_prob: float, remeasure: int) -
                 run(s)
                 r.run_takes(s, state, run, lambda line: None)
     finally:
-        rm.measured_so_far = real_measured
+        adaptive_loop.runs_so_far = real_measured
     valid = {s.config for s in plan.run_steps
              if s.step_id in state.done and checks[root / s.step_id].valid}
     return len(valid) < len(configs)

@@ -62,16 +62,19 @@ class CampaignLike(Protocol):
     def merge_accuracy(self, state: JournalState) -> None: ...
 
 
-def _runs_so_far(c: CampaignLike, state: JournalState) -> tuple[dict[str, int], float, int]:
-    """(run_id → round, measuring seconds so far, runs) of the finished runs."""
+def runs_so_far(root: Path, plan: Plan, state: JournalState
+                ) -> tuple[dict[str, int], float, int]:
+    """(run_id → round, measuring seconds so far, runs) of the finished runs of `plan` (their
+    run.json under the campaign directory `root`): what the time budget counts, here and in
+    host/campaign/remeasure.py."""
     rounds: dict[str, int] = {}
     total_s, n = 0.0, 0
-    for s in c.plan.run_steps:
+    for s in plan.run_steps:
         ev = state.done.get(s.step_id)
         if ev is None or "run_dir" not in ev.result or s.round is None:
             continue
         try:
-            doc = json.loads((c.layout.root / ev.result["run_dir"] / "run.json").read_text())
+            doc = json.loads((root / ev.result["run_dir"] / "run.json").read_text())
         except (OSError, ValueError):
             continue
         rounds[str(doc.get("run_id"))] = s.round
@@ -89,7 +92,7 @@ def assess(c: CampaignLike, state: JournalState, round_k: int) -> RoundDecision:
     assert c.study.decide is not None
     rules = c.study.decide.rules
     adir = assess_dir(c.layout.root, round_k)
-    rounds, measured_s, n_runs = _runs_so_far(c, state)
+    rounds, measured_s, n_runs = runs_so_far(c.layout.root, c.plan, state)
     if not (adir / DECISIONS_JSON).is_file():
         c.merge_accuracy(state)
         acc = c.layout.accuracy if c.layout.accuracy.is_file() else None

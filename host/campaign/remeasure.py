@@ -36,7 +36,6 @@ an interruption between a refused run and its re-measure loses nothing.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -45,6 +44,7 @@ from pathlib import Path
 from epi.core.errors import UserError
 from host.analysis.model import Options
 from host.analysis.verdicts import worth_measuring_again
+from host.campaign import adaptive_loop
 from host.campaign.journal import JournalState
 from host.campaign.plan import Plan, Step
 
@@ -124,25 +124,6 @@ def check_run(run_dir: Path, trace: Path | list[Path], opts: Options) -> RunChec
     return RunCheck(False, all(worth_measuring_again(r) for r in reasons), why)
 
 
-def measured_so_far(root: Path, plan: Plan, state: JournalState) -> tuple[float, int]:
-    """(seconds measured, runs) over the finished runs (their run.json), as the time budget
-    counts them (host/campaign/adaptive_loop.py)."""
-    total_s, n = 0.0, 0
-    for s in plan.run_steps:
-        ev = state.done.get(s.step_id)
-        if ev is None or "run_dir" not in ev.result:
-            continue
-        try:
-            doc = json.loads((root / ev.result["run_dir"] / "run.json").read_text())
-        except (OSError, ValueError):
-            continue
-        t0, t1 = doc.get("started_mono_ns"), doc.get("ended_mono_ns")
-        if isinstance(t0, int) and isinstance(t1, int) and t1 > t0:
-            total_s += (t1 - t0) / 1e9
-            n += 1
-    return total_s, n
-
-
 class Remeasurer:
     """Decides, after each finished run, whether its configuration is measured again at once.
 
@@ -189,7 +170,7 @@ class Remeasurer:
         if self.time_budget_s is not None:
             # the runs the plan still holds (the minimum rounds run whatever the budget) keep
             # their share: a re-measure only takes time the budget has beyond them
-            spent_s, n = measured_so_far(self.root, self.plan, state)
+            _, spent_s, n = adaptive_loop.runs_so_far(self.root, self.plan, state)
             left = sum(1 for s in self.plan.run_steps if s.step_id not in state.done)
             if n and spent_s + spent_s / n * (1 + left) > self.time_budget_s:
                 return None
