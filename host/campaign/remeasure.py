@@ -30,8 +30,9 @@ estimate spans every run), so a run this check passed can still be refused there
 way round; the check only decides whether to measure again.
 
 A resumed campaign plans the re-measures its journal names (`add_recorded_takes`) and checks
-its finished runs again before going on (the check is a function of the run and the trace), so
-an interruption between a refused run and its re-measure loses nothing.
+the finished runs of its last round again before going on (the check is a function of the run
+and the trace), so an interruption between a refused run and its re-measure loses nothing;
+earlier rounds are not revisited.
 """
 
 from __future__ import annotations
