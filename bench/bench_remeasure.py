@@ -35,22 +35,12 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from benchlib import emit, machine_line  # noqa: E402
 
+from host.accuracy.stats import wilson_interval  # noqa: E402
 from host.campaign.plan import Plan, Step, build_plan  # noqa: E402
 from host.campaign.study import load_study  # noqa: E402
 
 STUDY = REPO / "examples" / "study-demo.toml"
 RUN_S = 40.0  # a demo run's measured duration (run.json), idle 2-core VM
-
-
-def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson score 95 % interval of a proportion k/n."""
-    if n == 0:
-        return math.nan, math.nan
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return max(c - h, 0.0), min(c + h, 1.0)
 
 
 def one_demo(rng: random.Random, base: Plan, pass_prob: float, remeasure: int) -> bool:
@@ -117,7 +107,7 @@ def main() -> int:
     for n in (0, 4):
         rng = random.Random(f"{args.seed}:{n}")
         k = sum(one_demo(rng, base, args.pass_prob, n) for _ in range(args.demos))
-        lo, hi = wilson(k, args.demos)
+        lo, hi = wilson_interval(k, args.demos)
         miss[n] = k / args.demos
         print(f"remeasure = {n}: {k} of {args.demos} simulated demos end with a configuration "
               f"without a valid run: {k / args.demos:.4f} [{lo:.4f}, {hi:.4f}] (Wilson 95 %), "
