@@ -37,6 +37,9 @@ def _study(d: Path, section: str, key: str, value: object, *, extra: str = "") -
     (d / "base.gguf").write_bytes(b"GGUF")
     tables: dict[str, dict[str, object]] = {"study": {"repeats": 2}, "run": {},
                                              "meter": {"emulate": True}, "thermal": {}}
+    if section == "decide":  # [decide] takes the rounds from itself: no study.repeats
+        tables["study"] = {}
+        tables["decide"] = {}
     if section in tables:
         tables[section][key] = value
     text = "".join(f"[{name}]\n" + "".join(f"{k} = {_val(v)}\n" for k, v in body.items())
@@ -74,6 +77,9 @@ def _load_or_one_line(p: Path) -> str | None:
     ("run", "cooldown_s", math.inf, "run.cooldown_s"),
     ("thermal", "wait_s", math.inf, "thermal.wait_s"),
     ("thermal", "timeout_s", math.inf, "thermal.timeout_s"),
+    ("decide", "remeasure", 2**63 - 1, "decide.remeasure"),
+    ("decide", "remeasure", -1, "decide.remeasure"),
+    ("decide", "remeasure", math.nan, "decide.remeasure"),
 ])
 def test_named_hostile_values_are_refused_in_one_line(tmp_path: Path, section: str, key: str,
                                                       value: object, field: str) -> None:
@@ -113,7 +119,10 @@ def test_two_models_with_one_name_are_refused(tmp_path: Path) -> None:
                               ("run", "idle_s"), ("run", "cooldown_s"),
                               ("run", "repeats_per_run"), ("thermal", "wait_s"),
                               ("thermal", "timeout_s"), ("thermal", "poll_s"),
-                              ("thermal", "window_s"), ("meter", "rate_hz")]),
+                              ("thermal", "window_s"), ("meter", "rate_hz"),
+                              ("decide", "remeasure"), ("decide", "min_rounds"),
+                              ("decide", "max_rounds"), ("decide", "time_budget_min"),
+                              ("decide", "margin_pct"), ("decide", "alpha")]),
        value=st.one_of(st.integers(-2**64, 2**64 - 1).filter(lambda i: -2**63 <= i < 2**63),
                        st.sampled_from([2**63 - 1, -2**63, 2**31, 10**12]),
                        st.floats(allow_nan=True, allow_infinity=True),
