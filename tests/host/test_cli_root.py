@@ -77,7 +77,8 @@ def _doctor(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     import os
 
     return subprocess.run([sys.executable, "-m", "epi", "doctor", *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=60, env={**os.environ, "EPI_HOME": str(home)})
+                          text=True, cwd=REPO, timeout=60,
+                          env={**os.environ, "EPI_HOME": str(home)})
 
 
 def test_doctor_exits_non_zero_when_the_role_needs_what_is_missing(tmp_path: Path) -> None:
