@@ -58,6 +58,8 @@ from host.campaign.plan import (
     rounds_text,
     trace_dirs,
 )
+from host.campaign.preflight import lines as preflight_lines
+from host.campaign.preflight import preflight, require
 from host.campaign.progress import Progress
 from host.campaign.remeasure import Remeasurer, add_recorded_takes, check_run
 from host.campaign.specs import (
@@ -450,6 +452,10 @@ class Campaign:
             if not todo:
                 self.echo("every step is finished; nothing to do")
                 return self.layout.report_html
+            findings = preflight(self.study)
+            for line in preflight_lines(findings):
+                self.echo(line)
+            require(findings)
             progress = Progress(self.plan.steps, done, stream=self.stream)
             dec = self.study.decide
             needs_meter = any(s.kind == "run" for s in todo) or (
@@ -542,6 +548,8 @@ def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool =
     plan = build_plan(study, proj)
     state = Journal(study.out).read()
     add_recorded_takes(plan, [*state.done, *state.attempts])
+    for line in preflight_lines(preflight(study)):
+        echo(line)
     for line in resume_lines(plan, state, Layout(study.out)):
         echo(line)
     for line in verify_done(plan, state, Layout(study.out)):
