@@ -181,7 +181,9 @@ class Campaign:
             a = st.accuracy
             return AccuracyArgs(model=str(cfg.gguf), benchmarks=dict(a.benchmarks), ppl=a.ppl,
                                 ppl_windows=a.ppl_windows, threads=a.threads, seed=a.seed,
-                                out=str(lay.root / "accuracy" / f"{cfg.config_id}.json")), None
+                                out=str(lay.root / "accuracy" / f"{cfg.config_id}.json"),
+                                cluster=a.cluster,
+                                store=str(a.store.resolve()) if a.store else None), None
         if step.kind == "run":
             assert cfg is not None
             r = st.run
