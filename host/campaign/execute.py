@@ -536,7 +536,7 @@ def summary(step: Step, r: StepResult, s: Settle | None = None) -> str:
 
 
 def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool = False,
-            accuracy_workers: int | None = None) -> None:
+            accuracy_workers: int | None = None, as_json: bool = False) -> None:
     """Print the plan and the estimate; touch nothing. The accuracy figure is one measured
     earlier in this campaign directory, or (`probe_accuracy`) measured now with a short probe
     where a model file is on this host, or else the study file's assumption, said as such."""
@@ -550,7 +550,15 @@ def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool =
     plan = build_plan(study, proj)
     state = Journal(study.out).read()
     add_recorded_takes(plan, [*state.done, *state.attempts])
-    for line in preflight_lines(preflight(study)):
+    findings = preflight(study)
+    if as_json:
+        import json
+
+        from host.campaign.plan_json import plan_document
+
+        echo(json.dumps(plan_document(plan, set(state.done), findings), indent=1))
+        return
+    for line in preflight_lines(findings):
         echo(line)
     for line in resume_lines(plan, state, Layout(study.out)):
         echo(line)

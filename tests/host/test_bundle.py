@@ -294,6 +294,9 @@ def test_compare_refuses_a_net_and_a_gross_analysis_unless_told(
     code, stdout, err = _compare(monkeypatch, capsys, str(a), str(b), "--mixed-basis", "--json")
     assert code == 3, err
     doc = json.loads(stdout)
+    from tests.test_json_outputs import validate
+
+    validate(doc, "epi-compare")
     assert {u["aspect"] for u in doc["unfair"]} == {"energy basis"}
     assert [x["energy_basis"] for x in doc["bundles"]] == ["gross", "net"]
     # each bundle's figure is its own analysis's headline row on its own basis, read here
