@@ -8,6 +8,7 @@ import importlib.util
 import platform
 import sys
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from epi.core.errors import UserError
 from epi.formats.fields import read_json_object
@@ -327,3 +328,42 @@ def _bridge_checks() -> list[Check]:
     except ImportError as exc:  # pyserial missing
         return [Check("meter", "bridge port", None, f"not checked ({exc})", "pip install pyserial")]
     return [Check("meter", item, ok, detail, fix) for item, ok, detail, fix in doctor_rows()]
+
+
+#: what a machine is for: `epi doctor --role` checks that what the role needs is there
+Role = Literal["host", "worker", "meter", "analysis", "all"]
+ROLES: tuple[Role, ...] = get_args(Role)
+ROLE_HELP = {
+    "host": "runs inference, accuracy and campaigns (llama.cpp, models, evaluation data)",
+    "worker": "serves layers to a host as a llama.cpp RPC worker (ggml-rpc-server)",
+    "meter": "reads the epi-meter board (SPI or the MCU bridge, its Python modules)",
+    "analysis": "analyses traces and token logs only (nothing here is required)",
+    "all": "every role above",
+}
+#: llama.cpp items an RPC worker needs; the host needs every llama.cpp item but CPU features
+_WORKER_ITEMS = frozenset({"llama-cpp-python", "build flags", "RPC backend", "ggml-rpc-server"})
+#: meter items that are a property of the board or a running daemon, needed where found
+_METER_NEEDED_PREFIXES = ("python: ", "CT orientation", "load resolution")
+
+
+def needed_by(check: Check) -> frozenset[Role]:
+    """The roles for which a failed `check` is a missing requirement, not advice.
+
+    CPU features that a portable build leaves out cost speed, not correctness, so no role
+    needs them; power counters are component power, never the wall figure, so none needs
+    them either."""
+    if check.area == "llama.cpp":
+        if check.item == "CPU features":
+            return frozenset()
+        return frozenset({"host", "worker"} if check.item in _WORKER_ITEMS else {"host"})
+    if check.area in ("models", "eval data"):
+        return frozenset({"host"})
+    if check.area == "meter" and check.item.startswith(_METER_NEEDED_PREFIXES):
+        return frozenset({"meter"})
+    return frozenset()
+
+
+def missing_for(checks: list[Check], role: Role) -> list[Check]:
+    """The failed checks that `role` needs (every failed one that any role needs for "all")."""
+    return [c for c in checks if c.ok is False
+            and (needed_by(c) if role == "all" else role in needed_by(c))]

@@ -25,8 +25,11 @@ from host.campaign.study import load_study
                    "workers (epi accuracy --cluster), beside the metered runs.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False),
               help="Campaign directory [default: the study file's `out`].")
+@click.option("--json", "as_json", is_flag=True,
+              help="With --dry-run: print the plan, estimate and preflight as one JSON "
+                   "document (docs/campaign.md).")
 def campaign(study_file: Path, dry_run: bool, probe_accuracy: bool,
-             accuracy_workers: int | None, out: Path | None) -> None:
+             accuracy_workers: int | None, out: Path | None, as_json: bool) -> None:
     """Quantize, score, measure (interleaved, resumable), analyse and report a study."""
     study = load_study(study_file)
     if out is not None:
@@ -38,9 +41,15 @@ def campaign(study_file: Path, dry_run: bool, probe_accuracy: bool,
                                "accuracy stage's time itself before the stage starts)")
     if accuracy_workers is not None and not dry_run:
         raise click.UsageError("--accuracy-workers goes with --dry-run")
+    if as_json and not dry_run:
+        raise click.UsageError("--json goes with --dry-run (a campaign reports in its "
+                               "directory: report.html, analysis/results.json)")
+    if as_json and (probe_accuracy or accuracy_workers is not None):
+        raise click.UsageError("--json prints the plan alone: leave out --probe-accuracy "
+                               "and --accuracy-workers")
     if dry_run:
         print_plan(study, click.echo, probe_accuracy=probe_accuracy,
-                   accuracy_workers=accuracy_workers)
+                   accuracy_workers=accuracy_workers, as_json=as_json)
         return
     check_output_dir(study.out, "--out" if out is not None else f"{study_file}: out")
     report = Campaign(study).run()

@@ -2,17 +2,52 @@
 
 from __future__ import annotations
 
+import json
+from typing import cast
+
 import click
 
 from epi import __version__
-from host.doctor import collect_checks
+from host.doctor import ROLE_HELP, ROLES, Check, Role, collect_checks, missing_for, needed_by
+
+#: the exit status when something the chosen role needs is missing (2 is a usage error)
+EXIT_MISSING = 1
+
+
+def _document(checks: list[Check], role: Role, missing: list[Check]) -> dict[str, object]:
+    """`epi doctor --json`: every check with the roles that need it (docs/meter.md)."""
+    return {
+        "format": "epi-doctor", "format_version": 1, "epi_version": __version__,
+        "role": role,
+        "checks": [{"area": c.area, "item": c.item,
+                    "ok": c.ok, "detail": c.detail, "fix": c.fix or None,
+                    "needed_by": sorted(needed_by(c))} for c in checks],
+        "missing_for_role": [c.item for c in missing],
+    }
 
 
 @click.command()
-def doctor() -> None:
-    """Say what this machine has for epi — llama.cpp, models, data, meter hardware — and fixes."""
+@click.option("--role", type=click.Choice(ROLES), default="host", show_default=True,
+              help="What this machine is for; exit status 1 when something it needs is "
+                   "missing. " + "; ".join(f"{k}: {v}" for k, v in ROLE_HELP.items()) + ".")
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as one JSON document.")
+def doctor(role: str, as_json: bool) -> None:
+    """Say what this machine has for epi — llama.cpp, models, data, meter hardware — and fixes.
+
+    Exit status 1 when something the chosen --role needs is missing (default: host)."""
+    chosen = cast(Role, role)
     checks = collect_checks()
-    click.echo(f"epi {__version__} doctor")
+    missing = missing_for(checks, chosen)
+    if as_json:
+        click.echo(json.dumps(_document(checks, chosen, missing), indent=1))
+    else:
+        _print(checks, chosen, missing)
+    if missing:
+        raise SystemExit(EXIT_MISSING)
+
+
+def _print(checks: list[Check], role: Role, missing: list[Check]) -> None:
+    click.echo(f"epi {__version__} doctor (role: {role})")
     width = max(len(c.item) for c in checks)
     area = None
     for c in checks:
@@ -23,7 +58,9 @@ def doctor() -> None:
         click.echo(f"  {mark:7} {c.item:{width}}  {c.detail}")
         if c.fix and c.ok is not True:
             click.echo(f"  {'':7} {'':{width}}  fix: {c.fix}")
-    missing = [c for c in checks if c.ok is False]
-    click.echo(
-        f"\n{len(missing)} missing" + (": " + ", ".join(c.item for c in missing) if missing else "")
-    )
+    advice = [c for c in checks if c.ok is False and c not in missing]
+    click.echo(f"\n{len(missing)} missing for the {role} role"
+               + (": " + ", ".join(c.item for c in missing) if missing else ""))
+    if advice:
+        click.echo(f"{len(advice)} more not needed for it: "
+                   + ", ".join(c.item for c in advice))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from epi.commands.aliases import prefer_alias, renamed_option
 from epi.commands.params import BoundedInt, FiniteFloat, check_output_file
 from epi.core.errors import UserError
 from meter.board import save_calibration_file
@@ -55,8 +56,10 @@ def _pct(measured: float, reference: float | None) -> str:
 @click.option("--readings", type=BoundedInt(1, 100), default=5, show_default=True,
               help="Readings averaged for voltage and current.")
 @click.option("--zero", is_flag=True, help="Offsets instead: NO load current flowing.")
-@click.option("--output", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--out", "output", type=click.Path(path_type=Path, dir_okay=False),
+              callback=prefer_alias("--out"),
               help="Where to save the calibration [default: the channel's file].")
+@renamed_option("--output", "--out")
 def calibrate(channel: str, board_path: Path | None, emulate: bool, emulate_gain_error: float,
               emulate_offset_ma: float, emulate_offset_w: float, volts: float | None,
               amps: float | None, watts: float | None, seconds: float, readings: int,
@@ -85,7 +88,7 @@ def calibrate(channel: str, board_path: Path | None, emulate: bool, emulate_gain
         emulate_offset_w=emulate_offset_w)
     # where the result goes is checked before any calibration starts
     if output is not None:
-        check_output_file(output, "--output", make_parents=True)
+        check_output_file(output, "--out", make_parents=True)
     else:
         own = channel_file(req)
         if own is not None:
@@ -95,7 +98,7 @@ def calibrate(channel: str, board_path: Path | None, emulate: bool, emulate_gain
         click.echo(line)
     target = output or done.channel_file
     if target is None:
-        click.echo("not saved: this channel has no calibration file (pass --output FILE)")
+        click.echo("not saved: this channel has no calibration file (pass --out FILE)")
         return
     save_calibration_file(Path(target), done.report.calibration)
     click.echo(f"saved {target}")

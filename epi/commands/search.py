@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from epi.commands.aliases import prefer_alias, renamed_option
 from epi.commands.params import SEED, THREADS, BoundedInt, FiniteFloat, check_output_dir
 from host.search.app import SearchRequest, check_request, parse_types, result_lines, run
 from host.search.optimizer import Budget
@@ -43,9 +44,11 @@ from host.search.optimizer import Budget
               help="Tokens per held-out window.")
 @click.option("--meter", "meter_url", default=None,
               help="A running meter daemon's URL (default: the campaign starts the emulator).")
-@click.option("--meter-trace", type=click.Path(path_type=Path), default=None,
+@click.option("--trace", "meter_trace", type=click.Path(path_type=Path), default=None,
+              callback=prefer_alias("--trace"),
               help="With --meter: the directory where this host reads that daemon's trace "
                    "(a copy or a network mount); the campaign needs it to cut the runs.")
+@renamed_option("--meter-trace", "--trace")
 @click.option("--meter-rate-hz", type=FiniteFloat(0.0, 1000.0, lo_open=True), default=None,
               help="Sample rate of the emulated meter (default: the campaign's, 20 Hz).")
 @click.option("--lag", type=click.Choice(["none", "auto"]), default=None,

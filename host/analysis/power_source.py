@@ -21,6 +21,8 @@ MODEL_NAMES = {
     "activity": "ActivityModel: this machine's CPU activity mapped to power",
     "activity_process_tree": "ActivityModel: the inference process tree's CPU time mapped "
                              "to power",
+    "activity_registered_tree": "ActivityModel: the whole machine's CPU time until a run "
+                                "registered, then that run's process tree, mapped to power",
     "scripted": "scripted profile",
     "constant": "constant power",
 }
@@ -32,7 +34,8 @@ def model_label(model: object) -> str:
     if kind is None:
         return "modelled (emulated chip, model not recorded)"
     name = MODEL_NAMES.get(str(kind), str(kind))
-    short = {"activity": "ActivityModel", "activity_process_tree": "ActivityModel, process tree"}
+    short = {"activity": "ActivityModel", "activity_process_tree": "ActivityModel, process tree",
+             "activity_registered_tree": "ActivityModel, registered run's process tree"}
     return f"modelled ({short.get(str(kind), name)})"
 
 

@@ -11,6 +11,13 @@ from epi.core.text import format_table
 from host.analysis import components
 from host.analysis.intervals import format_interval, pct
 from host.analysis.model import Analysis
+from host.analysis.verdicts import worth_measuring_again
+
+#: what to change when a phase was refused for its repeat spread alone
+SPREAD_FIX = ("  what to change (repeat spread): longer repeats (--tokens), more of them "
+              "(--repeats), a quieter machine, or measure the run again (a campaign's "
+              "[decide] remeasure); when the time per token varied as much, the machine's own "
+              "speed did, not the meter")
 
 
 def _num(x: float | None, fmt: str = ".4g") -> str:
@@ -243,6 +250,8 @@ def summary_text(a: Analysis) -> str:
         for _, r in bad.iterrows():
             out.append(f"  {r['config']} (run {r['run_id'][:12]}) {r['phase']}: "
                        f"INVALID — {r['reasons']}")
+        if any(worth_measuring_again(str(x)) for x in bad["reasons"]):
+            out.append(SPREAD_FIX)
     for note in a.notes:
         out.append(f"note: {note}")
     return "\n".join(out)

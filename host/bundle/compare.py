@@ -14,7 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from epi.core.errors import UserError
 from host.bundle.facts import ASPECTS, FLAG_ASPECTS, Config, Facts
+
+#: `epi compare`'s exit status when a difference makes the comparison unfair (the report
+#: is still printed and written): 1 is an internal error and 2 a usage error in epi
+EXIT_UNFAIR = 3
+#: the JSON document's format name and version (`epi compare --json`)
+COMPARE_FORMAT, COMPARE_VERSION = "epi-compare", 1
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,45 @@ def shown_values(d: Difference) -> tuple[str, ...]:
                  + more for v in d.values)
 
 
+def check_bases(all_facts: Sequence[Facts], labels: Sequence[str], mixed: bool) -> None:
+    """Refuse to set gross figures beside net ones unless told: the two differ by the idle
+    draw, so a table of both reads as a difference in the configurations."""
+    bases = {f.energy_basis for f in all_facts}
+    if len(bases) > 1 and not mixed:
+        shown = ", ".join(f"{label}: {f.energy_basis}"
+                          for label, f in zip(labels, all_facts, strict=True))
+        raise UserError(f"the bundles report different energy bases ({shown}); compare "
+                        "analyses on one basis (epi analyze --energy-basis), or pass "
+                        "--mixed-basis to show each on its own, flagged")
+
+
+def _keys(all_facts: Sequence[Facts]) -> list[tuple[str | None, str | None]]:
+    keys: list[tuple[str | None, str | None]] = []
+    for f in all_facts:
+        keys += [k for k in f.configs if k not in keys]
+    return keys
+
+
+def document(all_facts: Sequence[Facts]) -> dict[str, object]:
+    """The comparison as one JSON document (`epi compare --json`; docs/bundle.md)."""
+    keys = _keys(all_facts)
+    diffs = differences(all_facts)
+    return {
+        "format": COMPARE_FORMAT, "format_version": COMPARE_VERSION,
+        "bundles": [{"label": f.label, "energy_basis": f.energy_basis} for f in all_facts],
+        "configurations": [
+            {"model_sha256": k[0], "map_sha256": k[1],
+             "figures": [None if (c := f.configs.get(k)) is None else {
+                 "config": c.config, "j_per_token": c.j_per_token, "accuracy": c.accuracy,
+                 "epi": c.epi, "power_source": c.power_source, "reason": c.reason}
+                 for f in all_facts]}
+            for k in keys],
+        "unfair": [{"aspect": d.aspect, "meaning": d.meaning, "values": list(d.values)}
+                   for d in diffs],
+        "fair": not diffs,
+    }
+
+
 def _fmt(v: float | None, digits: int = 4) -> str:
     return "—" if v is None else f"{v:.{digits}g}"
 
@@ -58,14 +104,17 @@ def report(all_facts: Sequence[Facts]) -> list[str]:
     letters = [chr(ord("A") + i) if i < 26 else f"B{i}" for i in range(len(all_facts))]
     lines = ["# Comparison of bundles", ""]
     lines += [f"- {k}: {f.label}" for k, f in zip(letters, all_facts, strict=True)]
-    keys: list[tuple[str | None, str | None]] = []
-    for f in all_facts:
-        keys += [k for k in f.configs if k not in keys]
+    keys = _keys(all_facts)
     shared = [k for k in keys if all(k in f.configs for f in all_facts)]
     lines += ["", f"Joined on model sha256 + map sha256: {len(shared)} configuration(s) in "
               f"every bundle, {len(keys) - len(shared)} in some only.", ""]
     head = ["config", "model sha256", "map sha256"]
-    for title, attr in (("gross J per generated token", "j_per_token"),
+    bases = sorted({f.energy_basis for f in all_facts})
+    energy_title = (f"{bases[0]} J per generated token" if len(bases) == 1 else
+                    "J per generated token, each bundle on its own basis ("
+                    + ", ".join(f"{k}: {f.energy_basis}"
+                                for k, f in zip(letters, all_facts, strict=True)) + ")")
+    for title, attr in ((energy_title, "j_per_token"),
                         ("accuracy", "accuracy"), ("EPI", "epi")):
         lines += [f"## {title}", "", "| " + " | ".join(head + letters) + " |",
                   "|" + "---|" * (len(head) + len(letters))]

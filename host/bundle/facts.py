@@ -25,12 +25,32 @@ ASPECTS = {
     "calibration": "different calibration or CTs scale energy differently",
     "accuracy item sets": "accuracy on different items (or a different seed) differs by chance",
     "accuracy metric": "a different accuracy metric or weighting changes EPI",
+    "accuracy protocol": "a different shot count or prompt template changes accuracy",
+    "energy basis": "gross and net J/token differ by the idle draw: never compare them",
+    "validity thresholds": "different gates accept different runs, so the figures are of "
+                           "different populations",
+    "analysis method": "a different edge model, energy method or lag correction changes "
+                       "each window's energy",
+    "run protocol": "different tokens per request, repeats, warm-ups or prompts change "
+                    "J/token",
 }
+#: results.json `options` that decide which runs are valid (the validity gates)
+THRESHOLD_OPTIONS = ("cv_threshold", "max_offset_frac", "min_samples", "max_gap_periods",
+                     "max_resolution_frac", "max_instrument_u_pct", "max_lag_error_frac",
+                     "single_sync_drift_ppm", "ci_level")
+#: results.json `options` that decide how a window's energy is computed
+METHOD_OPTIONS = ("edge", "energy_method", "lag")
+#: run.json `settings` that make up a run's protocol
+RUN_SETTINGS = ("tokens_per_request", "repeats", "warmups", "prompts_sha256", "n_ctx",
+                "sampling")
+#: the per-benchmark keys of accuracy.json that make up the scoring protocol
+ACCURACY_PROTOCOL_KEYS = ("shots", "shot_seed", "template_version", "fewshot_split")
 
 
 @dataclass(frozen=True)
 class Config:
-    """One configuration's headline figures (gross J per generated token, whole requests)."""
+    """One configuration's headline figures (J per generated token on the analysis's own
+    basis, whole requests)."""
 
     config: str
     model_sha256: str | None
@@ -45,6 +65,7 @@ class Config:
 @dataclass
 class Facts:
     label: str
+    energy_basis: str = "gross"  # the basis the analysis reports (results.json options)
     configs: dict[tuple[str | None, str | None], Config] = field(default_factory=dict)
     aspects: dict[str, str] = field(default_factory=dict)  # aspect → canonical value text
 
@@ -120,9 +141,10 @@ def _calibration(bundle: Bundle) -> str:
 
 def _accuracy_aspects(bundle: Bundle) -> dict[str, str]:
     if "accuracy/accuracy.json" not in bundle.members:
-        return {"accuracy item sets": "(no accuracy file)", "accuracy metric": "(none)"}
+        return {"accuracy item sets": "(no accuracy file)", "accuracy metric": "(none)",
+                "accuracy protocol": "(no accuracy file)"}
     doc = _obj(bundle, "accuracy/accuracy.json")
-    items, metrics = set(), set()
+    items, metrics, protocol = set(), set(), set()
     for m in _dicts(doc.get("models")):
         benches = m.get("benchmarks")
         for bench, res in (benches.items() if isinstance(benches, dict) else []):
@@ -130,36 +152,63 @@ def _accuracy_aspects(bundle: Bundle) -> dict[str, str]:
             if isinstance(sub, dict):
                 items.add(f"{bench}: n={sub.get('n')} seed={sub.get('seed')} items "
                           f"{str(sub.get('items_sha256'))[:16]}")
+            if isinstance(res, dict):
+                # an accuracy file without a shot count was scored zero-shot (the only
+                # protocol epi had before shots were recorded)
+                stated = {k: res[k] for k in ACCURACY_PROTOCOL_KEYS if k in res}
+                protocol.add(f"{bench}: " + (json.dumps(stated, sort_keys=True)
+                                             if stated else "zero-shot (no shots recorded)"))
         comp = m.get("composite")
         if isinstance(comp, dict):
             metrics.add(f"{comp.get('metric')} weights "
                         f"{json.dumps(comp.get('weights'), sort_keys=True)}")
-    return {"accuracy item sets": _text(items), "accuracy metric": _text(metrics)}
+    return {"accuracy item sets": _text(items), "accuracy metric": _text(metrics),
+            "accuracy protocol": _text(protocol)}
 
 
-def _headline(bundle: Bundle) -> dict[str, dict[str, str]]:
-    """config → its gross J per generated token row of results.csv (whole requests)."""
+def _options(bundle: Bundle) -> dict[str, object]:
+    """The analysis options results.json records (empty when it records none)."""
+    options = _obj(bundle, "analysis/results.json").get("options")
+    return options if isinstance(options, dict) else {}
+
+
+def _settings_text(options: dict[str, object], keys: tuple[str, ...]) -> str:
+    return json.dumps({k: options.get(k) for k in keys}, sort_keys=True)
+
+
+def _run_protocol(runs: list[dict[str, object]]) -> str:
+    seen = set()
+    for r in runs:
+        settings = r.get("settings")
+        if isinstance(settings, dict):
+            seen.add(_settings_text(settings, RUN_SETTINGS))
+    return _text(seen)
+
+
+def _headline(bundle: Bundle, basis: str) -> dict[str, dict[str, str]]:
+    """config → its J per generated token row of results.csv (whole requests) on `basis`."""
     if "analysis/results.csv" not in bundle.members:
         return {}
     text = bundle.members["analysis/results.csv"].decode("utf-8", "replace")
     out = {}
     for row in csv.DictReader(io.StringIO(text)):
         if (row.get("scope"), row.get("phase"), row.get("unit"), row.get("basis")) == (
-                "all", "request", "generated", "gross"):
+                "all", "request", "generated", basis):
             out[row.get("config") or ""] = row
     return out
 
 
 def facts(bundle: Bundle) -> Facts:
     """The comparison facts of one verified bundle."""
-    out = Facts(label=bundle.path.name)
+    options = _options(bundle)
+    out = Facts(label=bundle.path.name, energy_basis=str(options.get("energy_basis", "gross")))
     runs = _runs(bundle)
     models: dict[str, dict[str, object]] = {}
     for r in runs:
         model = r.get("model")
         if isinstance(model, dict) and model.get("map_id"):
             models.setdefault(str(model["map_id"]), model)
-    for config, row in _headline(bundle).items():
+    for config, row in _headline(bundle, out.energy_basis).items():
         model = models.get(config, {})
         sha = str(model["sha256"]) if model.get("sha256") else None
         key = (sha, _map_sha(bundle, config))
@@ -173,4 +222,10 @@ def facts(bundle: Bundle) -> Facts:
     out.aspects["power source"] = _text(labels)
     out.aspects["calibration"] = _calibration(bundle)
     out.aspects.update(_accuracy_aspects(bundle))
+    out.aspects["energy basis"] = out.energy_basis
+    out.aspects["validity thresholds"] = (_settings_text(options, THRESHOLD_OPTIONS)
+                                          if options else "(not recorded)")
+    out.aspects["analysis method"] = (_settings_text(options, METHOD_OPTIONS)
+                                      if options else "(not recorded)")
+    out.aspects["run protocol"] = _run_protocol(runs)
     return out

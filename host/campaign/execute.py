@@ -58,6 +58,8 @@ from host.campaign.plan import (
     rounds_text,
     trace_dirs,
 )
+from host.campaign.preflight import lines as preflight_lines
+from host.campaign.preflight import preflight, require
 from host.campaign.progress import Progress
 from host.campaign.remeasure import Remeasurer, add_recorded_takes, check_run
 from host.campaign.specs import (
@@ -179,7 +181,9 @@ class Campaign:
             a = st.accuracy
             return AccuracyArgs(model=str(cfg.gguf), benchmarks=dict(a.benchmarks), ppl=a.ppl,
                                 ppl_windows=a.ppl_windows, threads=a.threads, seed=a.seed,
-                                out=str(lay.root / "accuracy" / f"{cfg.config_id}.json")), None
+                                out=str(lay.root / "accuracy" / f"{cfg.config_id}.json"),
+                                cluster=a.cluster,
+                                store=str(a.store.resolve()) if a.store else None), None
         if step.kind == "run":
             assert cfg is not None
             r = st.run
@@ -450,6 +454,10 @@ class Campaign:
             if not todo:
                 self.echo("every step is finished; nothing to do")
                 return self.layout.report_html
+            findings = preflight(self.study)
+            for line in preflight_lines(findings):
+                self.echo(line)
+            require(findings)
             progress = Progress(self.plan.steps, done, stream=self.stream)
             dec = self.study.decide
             needs_meter = any(s.kind == "run" for s in todo) or (
@@ -528,7 +536,7 @@ def summary(step: Step, r: StepResult, s: Settle | None = None) -> str:
 
 
 def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool = False,
-            accuracy_workers: int | None = None) -> None:
+            accuracy_workers: int | None = None, as_json: bool = False) -> None:
     """Print the plan and the estimate; touch nothing. The accuracy figure is one measured
     earlier in this campaign directory, or (`probe_accuracy`) measured now with a short probe
     where a model file is on this host, or else the study file's assumption, said as such."""
@@ -542,6 +550,16 @@ def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool =
     plan = build_plan(study, proj)
     state = Journal(study.out).read()
     add_recorded_takes(plan, [*state.done, *state.attempts])
+    findings = preflight(study)
+    if as_json:
+        import json
+
+        from host.campaign.plan_json import plan_document
+
+        echo(json.dumps(plan_document(plan, set(state.done), findings), indent=1))
+        return
+    for line in preflight_lines(findings):
+        echo(line)
     for line in resume_lines(plan, state, Layout(study.out)):
         echo(line)
     for line in verify_done(plan, state, Layout(study.out)):

@@ -39,7 +39,7 @@ from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.core.net import free_port
 from host.campaign import procs
-from meter.emulation.power_models import FOLLOW_ENV
+from meter.emulation.power_models import ACTIVITY_ENV, FOLLOW_ENV
 
 DAEMON_JSON = "daemon.json"
 FOLLOW_PIDS = "follow.pids"
@@ -107,7 +107,7 @@ def follow_env(campaign_dir: Path, activity: str) -> dict[str, str]:
         raise UserError(f"meter activity must be one of {', '.join(ACTIVITIES)}, "
                         f"got {activity!r}")
     if activity == "machine":
-        return {}
+        return {ACTIVITY_ENV: "machine"}
     path = campaign_dir / FOLLOW_PIDS
     path.write_text(f"{os.getpid()}\n")
     return {FOLLOW_ENV: str(path.resolve())}

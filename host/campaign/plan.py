@@ -60,6 +60,17 @@ class Plan:
         return [s for s in self.steps if s.kind == "run"]
 
 
+def scoring_workers(cluster: str | None, stated: int | None) -> int | None:
+    """How many workers score accuracy: N for `local:N`, the study's `cluster_workers` for a
+    scheduler address (its workers are not known until connected), None without a cluster.
+    The accuracy stage's items split evenly over them (host/accuracy/distributed.py)."""
+    if cluster is None:
+        return None
+    if cluster.startswith("local:"):
+        return int(cluster.removeprefix("local:"))
+    return stated
+
+
 def base_path(study: Study, model_name: str) -> Path:
     """The base GGUF of a [[models]] entry (a prepared model's path when no path is given)."""
     spec = next(m for m in study.models if m.name == model_name)
@@ -168,10 +179,15 @@ def build_plan(study: Study, accuracy: AccuracyProjection | None = None) -> Plan
     a = study.accuracy
     if a.benchmarks or a.ppl:
         steps.append(Step("data", "data", estimate_s=5.0, detail="evaluation data (offline)"))
+        workers = scoring_workers(a.cluster, a.cluster_workers)
+        where = "" if a.cluster is None else (
+            f"; on {workers} Dask worker(s) ({a.cluster})" if workers
+            else f"; on {a.cluster} (time not divided: set [accuracy] cluster_workers)")
         for c in configs:
             steps.append(Step(f"accuracy:{c.config_id}", "accuracy", c.config_id,
-                              estimate_s=acc.seconds,
-                              detail=", ".join(f"{b} {n}" for b, n in a.benchmarks.items())))
+                              estimate_s=acc.seconds / (workers or 1),
+                              detail=", ".join(f"{b} {n}" for b, n in a.benchmarks.items())
+                              + where))
     per_run = run_seconds(study, n_prompts, prompt_tokens) + settle_seconds(study)
     all_ids = tuple(c.config_id for c in configs)
     rounds = [(k, all_ids, f"round {k}/{rounds_text(study)}")

@@ -26,7 +26,7 @@ class DataArgs(TypedDict):
     texts: list[str]
 
 
-class AccuracyArgs(TypedDict):
+class _AccuracyArgsCore(TypedDict):
     model: str
     benchmarks: dict[str, int]  # name → items
     ppl: str | None
@@ -34,6 +34,13 @@ class AccuracyArgs(TypedDict):
     threads: int
     seed: int
     out: str
+
+
+class AccuracyArgs(_AccuracyArgsCore, total=False):
+    """An accuracy step's arguments; `cluster` and `store` are absent in older specs."""
+
+    cluster: str | None  # score on Dask workers: "tcp://HOST:PORT" or "local:N"
+    store: str | None  # the shared accuracy store (EPI_ACCURACY_STORE)
 
 
 class RunArgs(TypedDict):

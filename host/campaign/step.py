@@ -9,6 +9,7 @@ step killed half-way leaves no result, so it is never counted.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -65,6 +66,12 @@ def do_accuracy(a: AccuracyArgs) -> StepResult:
     from host.accuracy.results import write_results
 
     model = Path(a["model"])
+    if a.get("store"):
+        from host.accuracy import store
+
+        # every scorer of this step (this process, local Dask workers it starts) shares it
+        os.environ[store.ENV] = str(a.get("store"))
+    cluster = a.get("cluster")
     by_n: dict[int, list[str]] = {}
     for bench, n in a["benchmarks"].items():
         by_n.setdefault(int(n), []).append(bench)
@@ -76,7 +83,12 @@ def do_accuracy(a: AccuracyArgs) -> StepResult:
                      ppl_file=ppl_file if i == 0 else None, ppl_name=ppl_name,
                      ppl_windows=a["ppl_windows"],
                      weights={b: 1.0 for b in a["benchmarks"]} or {"mmlu": 1.0})
-        part = evaluate([model], s, echo=_echo)
+        if cluster:
+            from host.accuracy.distributed import evaluate_on_cluster, parse_cluster
+
+            part = evaluate_on_cluster([model], s, parse_cluster(cluster), echo=_echo)
+        else:
+            part = evaluate([model], s, echo=_echo)
         if doc is None:
             doc = part
             doc["settings"]["n"] = dict(a["benchmarks"])

@@ -73,6 +73,9 @@ class AccuracySpec:
     ppl_windows: int | None = 10
     threads: int = 1
     seed: int = 0
+    cluster: str | None = None  # score on Dask workers: "tcp://HOST:PORT" or "local:N"
+    cluster_workers: int | None = None  # a scheduler's worker count, for the time estimate
+    store: Path | None = None  # the accuracy store every scorer shares (EPI_ACCURACY_STORE)
 
 
 @dataclass(frozen=True)
@@ -493,7 +496,15 @@ def load_study(path: Path | str) -> Study:
                             ppl_windows=a.integer("ppl_windows", 10, 1,
                                                  high=100_000),
                             threads=a.integer("threads", 1, 1, high=MAX_THREADS),
-                            seed=a.integer("seed", 0, 0, high=MAX_SEED))
+                            seed=a.integer("seed", 0, 0, high=MAX_SEED),
+                            cluster=_cluster(a),
+                            cluster_workers=a.integer("cluster_workers", None, 1,
+                                                      high=100_000),
+                            store=_store(path, a))
+    if accuracy.cluster_workers is not None and not (accuracy.cluster or "").startswith(
+            "tcp://"):
+        raise a.fail("cluster_workers", "only with cluster = \"tcp://HOST:PORT\" (local:N "
+                     "names its own count)")
     a.finish()
 
     t = _table(path, doc, "thermal")
@@ -564,3 +575,27 @@ def _decide(path: Path, doc: dict[str, object], repeats_given: bool) -> DecideSp
                           time_budget_s=None if budget_min is None else budget_min * 60.0,
                           remeasure=remeasure)
     return DecideSpec(rules, spread)
+
+
+def _cluster(a: _Reader) -> str | None:
+    """`[accuracy] cluster`, checked by the rule `epi accuracy --cluster` uses."""
+    text = a.get("cluster", str)
+    if text is None:
+        return None
+    from host.accuracy.distributed import parse_cluster
+
+    try:
+        parse_cluster(text)
+    except UserError as exc:
+        raise a.fail("cluster", str(exc).removeprefix("--cluster: ")) from None
+    return text
+
+
+def _store(path: Path, a: _Reader) -> Path | None:
+    """`[accuracy] store`: a directory every scorer shares (relative to the study file)."""
+    text = a.get("store", str)
+    if text is None:
+        return None
+    if not text.strip():
+        raise a.fail("store", "an empty path")
+    return path.parent / text

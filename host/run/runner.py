@@ -38,6 +38,7 @@ from host.cluster.rpc import Endpoint, parse_workers, probe
 from host.errors import RunFailed
 from host.quant.model_info import ModelFacts, model_facts
 from host.run.child import LLAMA_LOG, Job, LoadedMessage, RequestMessage
+from host.run.meter_follow import MeterFollow
 from host.run.prompts import PromptSet, load_prompt_set, prompt_tokens
 from host.run.tokenlog import RUN_JSON, RunHeader, boot_id, host_name
 
@@ -370,6 +371,8 @@ def run(
     header = RunHeader.create(settings.out, _header_fields(plan))
     for entry in start_syncs:
         header.add_clock_sync(entry, "start")
+    follow = MeterFollow(meters, echo)
+    follow.start()
     try:
         if power is not None:
             power.start(header.run_dir / "power", header.text("node"))
@@ -387,6 +390,8 @@ def run(
     except Exception as exc:  # e.g. a clock sync that fails mid-run: the log says why
         header.finish("failed", str(exc) if isinstance(exc, UserError) else repr(exc))
         raise
+    finally:
+        follow.stop()
 
 
 def _open_power(settings: RunSettings, echo: Callable[[str], None]

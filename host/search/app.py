@@ -85,7 +85,7 @@ def check_meter_options(meter_url: str | None, meter_trace: Path | None,
     """Refuse meter options the campaign would refuse, before any probe or round runs."""
     if meter_url is None:
         if meter_trace is not None:
-            raise UserError("--meter-trace: only with --meter URL (the emulated meter's trace "
+            raise UserError("--trace: only with --meter URL (the emulated meter's trace "
                             "is the campaign's own)")
         return
     parsed = urlparse(meter_url)
@@ -96,10 +96,10 @@ def check_meter_options(meter_url: str | None, meter_trace: Path | None,
         raise UserError("--meter-rate-hz: only for the emulated meter (a real meter's rate is "
                         "its board's); leave it out with --meter")
     if meter_trace is None:
-        raise UserError("--meter: also give --meter-trace DIR, where this host reads that "
+        raise UserError("--meter: also give --trace DIR, where this host reads that "
                         "daemon's trace (the campaign cuts each run from it)")
     if not meter_trace.is_dir():
-        raise UserError(f"--meter-trace: {meter_trace}: no such directory")
+        raise UserError(f"--trace: {meter_trace}: no such directory")
 
 
 def check_request(req: SearchRequest) -> None:

@@ -603,9 +603,88 @@ class ProcessTreeActivityModel(ActivityModel):
         }
 
 
+class RegisteredTreeActivityModel(ProcessTreeActivityModel):
+    """The whole machine's CPU activity until a run registers, then that run's process tree
+    — modelled.
+
+    An emulated daemon started by hand has nobody to name the inference's PIDs at start, so
+    it follows the whole machine (as `ActivityModel`) while its follow file is empty; `epi run
+    --meter URL` on the same machine (same boot id) writes its own PID into the follow file
+    that the daemon's /status names, and from the next reading on the busy fraction counts
+    only that run's process tree (as `ProcessTreeActivityModel`). A hand-run then meters the
+    run alone, as a campaign's daemon does, with no environment to export.
+
+    Both modes share one denominator, the machine's elapsed CPU time (CPUs × wall time), so
+    the busy count is one cumulative series: when the mode changes (a run registers, or its
+    file is emptied) the reading that sees it takes a new baseline and counts nothing of
+    that interval (one update period, 10 ms), never a jump between the two counters.
+    """
+
+    kind = "activity_registered_tree"
+
+    def __init__(self, clock: Clock, follow_file: str | Path, *,
+                 proc_root: str | Path = "/proc", exclude_pid: int | None = None,
+                 **kwargs: float) -> None:
+        self._machine_stat = Path(proc_root) / "stat"
+        self._following: bool | None = None
+        self._prev_count = 0.0
+        self._busy_count = 0.0
+        super().__init__(clock, follow_file, proc_root=proc_root, exclude_pid=exclude_pid,
+                         **kwargs)
+
+    @property
+    def following(self) -> bool:
+        """True once a run has registered (the follow file names a PID)."""
+        return bool(self._tree.roots)
+
+    def _read(self, t_mono_ns: int) -> tuple[float, float]:
+        tree_ticks = float(self._tree())  # also re-reads the follow file
+        following = self.following
+        count = tree_ticks if following else float(read_cpu_times(self._machine_stat)[0])
+        if following != self._following:
+            self._following = following
+            self._prev_count = count  # a new baseline: nothing of the switch counts
+        self._busy_count += max(count - self._prev_count, 0.0)
+        self._prev_count = count
+        return self._busy_count, t_mono_ns * self._machine_ticks_per_ns
+
+    def describe(self) -> dict:
+        return {
+            **super().describe(),
+            "reads": ("the whole machine's CPU time (/proc/stat) until a run registers its "
+                      "PID in the follow file (epi run --meter does, on the same machine), "
+                      "then the CPU time of that run's process tree (each thread's schedstat "
+                      "run time where the kernel gives it, else utime + stime), the meter "
+                      "daemon excluded; the machine's elapsed CPU time (CPUs × wall time) as "
+                      "the denominator"),
+            "mapping": "idle_w + (max_w - idle_w) * cpu_time / machine_cpu_time",
+        }
+
+
+#: forces the whole-machine model (a campaign's `activity = "machine"`)
+ACTIVITY_ENV = "EPI_METER_ACTIVITY"
+
+
+def _private_follow_file() -> Path:
+    """An empty follow file in a directory only this user can write, removed at exit."""
+    import atexit
+    import shutil
+    import tempfile
+
+    directory = Path(tempfile.mkdtemp(prefix="epi-meter-follow-"))
+    atexit.register(shutil.rmtree, directory, True)
+    path = directory / "follow.pids"
+    path.touch(mode=0o600)
+    return path
+
+
 def default_activity_model(clock: Clock) -> ActivityModel:
-    """Channel 0's model: the process tree when `EPI_METER_FOLLOW` names a follow file."""
+    """Channel 0's model: the process tree when `EPI_METER_FOLLOW` names a follow file; the
+    whole machine when `EPI_METER_ACTIVITY=machine`; else the whole machine until a run
+    registers (`RegisteredTreeActivityModel`)."""
     follow = os.environ.get(FOLLOW_ENV)
     if follow:
         return ProcessTreeActivityModel(clock, follow)
-    return ActivityModel(clock)
+    if os.environ.get(ACTIVITY_ENV) == "machine":
+        return ActivityModel(clock)
+    return RegisteredTreeActivityModel(clock, _private_follow_file())

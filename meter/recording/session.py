@@ -196,6 +196,9 @@ class RecordingSession:
             "bridged": bool(written.get("bridged")),
             "power_model_kind": power_model.get("kind") if isinstance(power_model, dict)
             else None,
+            # where `epi run --meter` on this machine registers its PID for the emulated
+            # power model to follow (null when no model follows a registered run)
+            "follow_file": registered_follow_file(power_model),
             "clock_kind": clock_info.get("kind", "system") if isinstance(clock_info, dict)
             else "system",
             "segment": writer.segment,
@@ -293,3 +296,18 @@ class RecordingSession:
             if self.server is not None:
                 self.server.stop()
             self.lock.release()
+
+
+def registered_follow_file(power_model: object) -> str | None:
+    """The follow file of the model that follows a registered run (kind
+    `activity_registered_tree`), whole or one channel's, from a meta's `power_model`."""
+    if not isinstance(power_model, dict):
+        return None
+    per = power_model.get("channels")
+    models = list(per.values()) if power_model.get("kind") == "per_channel" and isinstance(
+        per, dict) else [power_model]
+    for m in models:
+        if isinstance(m, dict) and m.get("kind") == "activity_registered_tree":
+            path = m.get("follow_file")
+            return str(path) if path else None
+    return None

@@ -29,10 +29,11 @@ SYNTH = SimpleNamespace(Steps=Steps, make_schedule=make_schedule, write_trace=wr
 ITEMS = {"arc_challenge": "e" * 64, "hellaswag": "f" * 64}
 
 
-def _accuracy(path: Path, items: dict[str, str]) -> Path:
+def _accuracy(path: Path, items: dict[str, str], shots: dict[str, int] | None = None) -> Path:
     models = [{"path": f"{m}.gguf", "sha256": s * 64, "map_id": m,
                "perplexity": None, "benchmarks": {
-                   b: {"subset": {"n": 10, "seed": 0, "items_sha256": h}}
+                   b: {"subset": {"n": 10, "seed": 0, "items_sha256": h},
+                       **({"shots": shots[b]} if shots and b in shots else {})}
                    for b, h in items.items()},
                "composite": {"accuracy": a, "ci95": [a - 0.05, a + 0.05],
                              "weights": {"arc_challenge": 1.0}, "metric": "accuracy_norm"}}
@@ -43,7 +44,8 @@ def _accuracy(path: Path, items: dict[str, str]) -> Path:
 
 
 def _study(root: Path, t: SimpleNamespace, *, build_flags: str = "-DGGML_NATIVE=OFF",
-           measured: bool = False, items: dict[str, str] = ITEMS) -> Path:
+           measured: bool = False, items: dict[str, str] = ITEMS,
+           options: Options | None = None, shots: dict[str, int] | None = None) -> Path:
     """Two configurations in one trace (q8 draws 1.5× q4's power), analysed into root/out;
     each model has a quantization manifest beside it (its map's sha256)."""
     s1 = t.make_schedule(500 * NS, seed=1)
@@ -77,7 +79,8 @@ def _study(root: Path, t: SimpleNamespace, *, build_flags: str = "-DGGML_NATIVE=
              "inputs": {"map_sha256": name * 32}}))
         runs.append(run)
     out = root / "out"
-    analyze_to(out, runs, tdir, Options(), _accuracy(root / "acc.json", items))
+    analyze_to(out, runs, tdir, options or Options(),
+               _accuracy(root / "acc.json", items, shots))
     return out
 
 
@@ -148,7 +151,7 @@ def test_compare_joins_on_hashes_and_flags_injected_differences(
     b = _bundle(monkeypatch, capsys, other, tmp_path / "b.tar.gz")
     code, stdout, err = run_epi(monkeypatch, capsys, "compare", str(a), str(b), "--out",
                                 str(tmp_path / "cmp.md"))
-    assert code == 0, err
+    assert code == 3, err  # unfair: the documented exit status
     flagged = {d.aspect for d in differences([facts(archive.read(p)) for p in (a, b)])}
     assert flagged == {"llama.cpp build flags", "power source"}
     assert "UNFAIR: llama.cpp build flags differ" in stdout
@@ -269,3 +272,66 @@ def test_bundle_of_a_bad_analysis_directory_is_one_line(
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and message in lines[0], err
         assert not out.exists()
+
+
+def _compare(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+             *args: str) -> tuple[int, str, str]:
+    return run_epi(monkeypatch, capsys, "compare", *args)
+
+
+def test_compare_refuses_a_net_and_a_gross_analysis_unless_told(
+        study: tuple[Path, SimpleNamespace], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    analysis, t = study
+    a = _bundle(monkeypatch, capsys, analysis, tmp_path / "a.tar.gz")
+    net = _study(tmp_path / "n", t, options=Options(energy_basis="net"))
+    b = _bundle(monkeypatch, capsys, net, tmp_path / "n.tar.gz")
+    code, stdout, err = _compare(monkeypatch, capsys, str(a), str(b))
+    assert code == 2 and stdout == ""
+    assert "different energy bases" in err and "gross" in err and "net" in err
+    assert len(err.strip().splitlines()) == 1
+
+    code, stdout, err = _compare(monkeypatch, capsys, str(a), str(b), "--mixed-basis", "--json")
+    assert code == 3, err
+    doc = json.loads(stdout)
+    from tests.test_json_outputs import validate
+
+    validate(doc, "epi-compare")
+    assert {u["aspect"] for u in doc["unfair"]} == {"energy basis"}
+    assert [x["energy_basis"] for x in doc["bundles"]] == ["gross", "net"]
+    # each bundle's figure is its own analysis's headline row on its own basis, read here
+    # independently from results.csv
+    for col, out_dir in ((0, analysis), (1, net)):
+        rows = pd.read_csv(out_dir / "results.csv")
+        basis = ("gross", "net")[col]
+        want = rows[(rows["scope"] == "all") & (rows["phase"] == "request")
+                    & (rows["unit"] == "generated") & (rows["basis"] == basis)]
+        got = {c["figures"][col]["config"]: c["figures"][col]["j_per_token"]
+               for c in doc["configurations"]}
+        assert got == pytest.approx(dict(zip(want["config"], want["j_per_token_median"],
+                                             strict=True)))
+    # net is below gross by the idle draw: the two figures are not the same number
+    first = doc["configurations"][0]["figures"]
+    assert first[1]["j_per_token"] < first[0]["j_per_token"]
+
+
+@pytest.mark.parametrize(("kind", "aspect"), [
+    ("thresholds", "validity thresholds"), ("shots", "accuracy protocol"),
+    ("lag", "analysis method")])
+def test_compare_flags_a_differing_protocol_with_a_non_zero_exit(
+        study: tuple[Path, SimpleNamespace], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], kind: str, aspect: str) -> None:
+    analysis, t = study
+    a = _bundle(monkeypatch, capsys, analysis, tmp_path / "a.tar.gz")
+    other = {"thresholds": lambda: _study(tmp_path / "o", t, options=Options(cv_threshold=0.5)),
+             "shots": lambda: _study(tmp_path / "o", t,
+                                     shots={"arc_challenge": 25, "hellaswag": 10}),
+             "lag": lambda: _study(tmp_path / "o", t, options=Options(edge="linear"))}[kind]()
+    b = _bundle(monkeypatch, capsys, other, tmp_path / "o.tar.gz")
+    code, stdout, err = _compare(monkeypatch, capsys, str(a), str(b), "--json")
+    assert code == 3, err
+    doc = json.loads(stdout)
+    assert doc["fair"] is False
+    assert aspect in {u["aspect"] for u in doc["unfair"]}
+    code, stdout, _ = _compare(monkeypatch, capsys, str(a), str(b))
+    assert code == 3 and f"UNFAIR: {aspect} differ" in stdout

@@ -257,6 +257,9 @@ def _fake_campaign(monkeypatch: pytest.MonkeyPatch, ran: list[str]) -> None:
 
     monkeypatch.setattr(Campaign, "run_step", fake_run_step)
     monkeypatch.setattr(execute, "check_run", fake_check)
+    # the study's meter URL is a stand-in nothing listens on (the steps are faked): the
+    # preflight that would refuse it has tests of its own (test_campaign_preflight.py)
+    monkeypatch.setattr(execute, "preflight", lambda study: [])
     monkeypatch.setattr(host.analysis.output, "analyze_to", fake_analyze_to)
 
 

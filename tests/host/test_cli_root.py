@@ -40,8 +40,9 @@ def test_meter_commands_import_nothing_from_host() -> None:
 
 
 def test_doctor_reports_every_area() -> None:
-    proc = subprocess.run([sys.executable, "-m", "epi", "doctor"], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+    # the analysis role needs nothing, so the exit status says nothing about this machine
+    proc = subprocess.run([sys.executable, "-m", "epi", "doctor", "--role", "analysis"],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
     assert proc.returncode == 0, proc.stderr
     for area in ("llama.cpp", "models", "eval data", "meter", "power"):
         assert f"\n{area}\n" in proc.stdout
@@ -70,3 +71,32 @@ def test_model_prepare_is_idempotent() -> None:
     assert first.license == "Apache-2.0"
     on_disk = json.loads(model_path("smollm2").with_suffix(".manifest.json").read_text())
     assert on_disk["sha256"] == first.sha256
+
+
+def _doctor(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "epi", "doctor", *args], capture_output=True,
+                          text=True, cwd=REPO, timeout=60,
+                          env={**os.environ, "EPI_HOME": str(home)})
+
+
+def test_doctor_exits_non_zero_when_the_role_needs_what_is_missing(tmp_path: Path) -> None:
+    # an empty epi home: no model prepared, no evaluation data, which a host needs
+    proc = _doctor(tmp_path, "--role", "host")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    last = proc.stdout.strip().splitlines()
+    assert any(line.startswith("2 missing for the host role: smollm2, benchmarks")
+               for line in last), last
+    assert "Traceback" not in proc.stderr
+    # a worker serves layers over RPC: models and data are another machine's business
+    worker = _doctor(tmp_path, "--role", "worker", "--json")
+    doc = json.loads(worker.stdout)
+    assert doc["role"] == "worker"
+    assert "smollm2" not in doc["missing_for_role"]
+    by_item = {c["item"]: c for c in doc["checks"]}
+    assert by_item["smollm2"]["ok"] is False and by_item["smollm2"]["needed_by"] == ["host"]
+    assert worker.returncode == (1 if doc["missing_for_role"] else 0)
+    assert _doctor(tmp_path, "--role", "analysis").returncode == 0
+    bad = _doctor(tmp_path, "--role", "toaster")
+    assert bad.returncode == 2 and "--role: 'toaster' is not one of" in bad.stderr

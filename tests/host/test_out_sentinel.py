@@ -45,7 +45,7 @@ CASES: dict[str, Case] = {
     "compare": lambda o, m, _: [str(m), str(m), "--out", str(o)],
     "demo": lambda o, m, _: ["--out", str(o), "--study", str(m)],
     "maps import": lambda o, m, _: [str(m), "--out", str(o)],
-    "meter calibrate": lambda o, m, _: ["0", "--emulate", "--output", str(o)],
+    "meter calibrate": lambda o, m, _: ["0", "--emulate", "--out", str(o)],
     "meter firmware build": lambda o, m, _: ["--out", str(o)],
     "meter qualify": lambda o, m, _: ["--board", str(m), "--out", str(o)],
     "meter run": lambda o, m, _: ["--emulate", "--duration", "1", "--listen", "127.0.0.1:0",

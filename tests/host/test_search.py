@@ -510,7 +510,7 @@ def test_meter_options_are_refused_before_any_work(tmp_path: Path) -> None:
     from epi.commands.search import search
     from host.search.app import check_meter_options
 
-    with pytest.raises(UserError, match="--meter-trace DIR"):
+    with pytest.raises(UserError, match="--trace DIR"):
         check_meter_options("http://meter:8757", None, None)
     with pytest.raises(UserError, match="no such directory"):
         check_meter_options("http://meter:8757", tmp_path / "nope", None)
@@ -525,7 +525,7 @@ def test_meter_options_are_refused_before_any_work(tmp_path: Path) -> None:
     # through the command: refused before the model is even read (the base does not exist)
     result = CliRunner().invoke(search, [str(tmp_path / "missing.gguf"), "--out",
                                          str(tmp_path / "o"), "--meter", "http://m:8757"])
-    assert result.exit_code != 0 and "--meter-trace" in str(result.exception or result.output)
+    assert result.exit_code != 0 and "--trace" in str(result.exception or result.output)
     assert not (tmp_path / "o").exists()
 
 

@@ -79,7 +79,7 @@ def test_calibrate_emulated_channel_and_save(tmp_path: Path) -> None:
     target = tmp_path / "cal" / "ch1.json"
     result = CliRunner().invoke(meter, [
         "calibrate", "ch1", "--emulate", "--volts", "230", "--amps", "0.05", "--watts", "9.2",
-        "--emulate-gain-error", "0.04", "--output", str(target),
+        "--emulate-gain-error", "0.04", "--out", str(target),
     ])
     assert result.exit_code == 0, result.output
     assert "Ugain     0x6720 -> 0x" in result.output
@@ -103,7 +103,7 @@ def test_calibrate_a_board_channel_by_name_emulated(tmp_path: Path) -> None:
     target = tmp_path / "node2.json"
     result = CliRunner().invoke(meter, [
         "calibrate", "node2", "--board", str(REPO / "hardware/epi-meter.toml"), "--emulate",
-        "--volts", "229.5", "--amps", "0.04", "--output", str(target),
+        "--volts", "229.5", "--amps", "0.04", "--out", str(target),
     ])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("channel 2 (node2) [emulated chip]")

@@ -302,9 +302,9 @@ def test_calibrate_refuses_an_unusable_output_before_calibrating(
     (tmp_path / "file").write_text("")
     out = tmp_path if kind == "directory" else tmp_path / "file" / "cal.json"
     code, err = _epi(["meter", "calibrate", "0", "--emulate", "--volts", "230", "--amps", "1",
-                      "--output", str(out)], monkeypatch, capsys)
+                      "--out", str(out)], monkeypatch, capsys)
     assert code == 2 and err.count("\n") == 1, err
-    assert err.startswith("epi: error: --output") and str(out) in err
+    assert err.startswith("epi: error: --out") and str(out) in err
 
 
 def test_calibrate_creates_missing_output_directories(
@@ -312,7 +312,7 @@ def test_calibrate_creates_missing_output_directories(
 ) -> None:
     out = tmp_path / "new" / "dir" / "cal.json"
     code, err = _epi(["meter", "calibrate", "0", "--emulate", "--volts", "230", "--amps", "1",
-                      "--readings", "1", "--output", str(out)], monkeypatch, capsys)
+                      "--readings", "1", "--out", str(out)], monkeypatch, capsys)
     assert code == 0, err
     assert load_calibration_file(out).meter_constant_imp_per_kwh > 0
 

@@ -125,6 +125,7 @@ def test_default_model_follows_the_environment(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     clock = SystemClock()
     monkeypatch.delenv(pm.FOLLOW_ENV, raising=False)
+    monkeypatch.setenv(pm.ACTIVITY_ENV, "machine")
     whole = default_activity_model(clock)
     assert type(whole) is ActivityModel and whole.describe()["kind"] == "activity"
     monkeypatch.setenv(pm.FOLLOW_ENV, str(tmp_path / "follow.pids"))

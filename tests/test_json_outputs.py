@@ -1,0 +1,59 @@
+"""Every reporting command's `--json` output validates against its documented schema
+(docs/schemas/), and says what the text output says."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is in the dev extra")
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMAS = REPO / "docs" / "schemas"
+
+
+def validate(doc: object, name: str) -> None:
+    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate(doc, schema)
+
+
+def _epi(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "epi", *args], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+
+
+def test_doctor_json_validates_and_agrees_with_the_text() -> None:
+    doc = json.loads(_epi("doctor", "--role", "all", "--json").stdout)
+    validate(doc, "epi-doctor")
+    text = _epi("doctor", "--role", "all").stdout
+    missing = [c["item"] for c in doc["checks"] if c["ok"] is False and c["needed_by"]]
+    assert doc["missing_for_role"] == missing
+    assert f"{len(missing)} missing for the all role" in text
+
+
+def test_campaign_plan_json_validates_and_agrees_with_the_text() -> None:
+    study = str(REPO / "examples" / "study-demo.toml")
+    proc = _epi("campaign", study, "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    validate(doc, "epi-campaign-plan")
+    text = _epi("campaign", study, "--dry-run").stdout
+    step_lines = [line for line in text.splitlines() if line[:6].strip().rstrip(".").isdigit()]
+    assert len(step_lines) == len(doc["steps"])
+    for line, step in zip(step_lines, doc["steps"], strict=True):
+        assert step["step_id"] in line
+    assert doc["estimate_left_s"] == pytest.approx(
+        sum(s["estimate_s"] or 0.0 for s in doc["steps"] if not s["done"]))
+
+
+def test_a_schema_refuses_what_it_should() -> None:
+    """Break it once: a document the schema must refuse is refused."""
+    doc = json.loads(_epi("doctor", "--role", "analysis", "--json").stdout)
+    doc["role"] = "toaster"
+    with pytest.raises(jsonschema.ValidationError):
+        validate(doc, "epi-doctor")
