@@ -57,3 +57,4 @@ def test_a_schema_refuses_what_it_should() -> None:
     doc["role"] = "toaster"
     with pytest.raises(jsonschema.ValidationError):
         validate(doc, "epi-doctor")
+

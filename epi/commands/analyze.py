@@ -139,13 +139,16 @@ FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
               "J/token figure; above it the figure's reason says so (docs/analysis.md).")
 @click.option("--manifest-dir", type=click.Path(path_type=Path),
               help="Where the quantization manifests are (default: next to the model).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the summary as one JSON document instead of tables (the files in "
+                   "--out are the same).")
 def analyze(run_dirs: tuple[Path, ...], trace_dirs: tuple[Path, ...], accuracy_file: Path | None,
             accuracy_value: tuple[str, ...], accuracy_metric: str, baseline: str | None,
             channels: str | None, out_dir: Path, energy_basis: str, edge: str,
             energy_method: str, max_resolution_frac: float,
             cv_threshold: float, max_offset_frac: float, min_samples: int, ppl_tolerance: float,
             time_share: bool, lag: str, max_lag_error_frac: float,
-            max_instrument_u_pct: float, manifest_dir: Path | None) -> None:
+            max_instrument_u_pct: float, manifest_dir: Path | None, as_json: bool) -> None:
     """Joules per token by phase and node, EPI with CIs, and validity verdicts."""
     check_output_dir(out_dir, "--out")
     opts = Options(edge=edge, energy_method=energy_method,
@@ -161,5 +164,12 @@ def analyze(run_dirs: tuple[Path, ...], trace_dirs: tuple[Path, ...], accuracy_f
     traces = trace_list(trace_dirs)
     a = analyze_to(out_dir, list(run_dirs), traces if len(traces) > 1 else traces[0], opts,
                    accuracy_file)
+    if as_json:
+        import json
+
+        from host.analysis.summary_json import summary_document
+
+        click.echo(json.dumps(summary_document(a, str(out_dir)), indent=1))
+        return
     click.echo(summary_text(a))
     click.echo(f"\nwrote {out_dir}/" + ", ".join(RESULT_FILES))

@@ -307,7 +307,8 @@ def _check_files(files: object, where: str) -> None:
 
 
 def missing_files(root: Path, entry: BenchmarkEntry | TextEntry) -> list[str]:
-    """Files of a (checked) manifest entry that are gone or have another size."""
+    """Files of a (checked) manifest entry that are gone, have another size, or another
+    sha256 (a file corrupted in place keeps its size: only its hash tells)."""
     out = []
     for f in entry.get("files") or []:
         p = root / f["path"]
@@ -315,6 +316,8 @@ def missing_files(root: Path, entry: BenchmarkEntry | TextEntry) -> list[str]:
             out.append(f"{p} missing")
         elif p.stat().st_size != f["bytes"]:
             out.append(f"{p} changed ({p.stat().st_size} bytes, manifest says {f['bytes']})")
+        elif file_sha256(p) != f["sha256"]:
+            out.append(f"{p} changed (same size, sha256 differs from the manifest's)")
     return out
 
 

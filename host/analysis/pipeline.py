@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
-from host.analysis import components, instrument
+from host.analysis import components, instrument, run_notes
 from host.analysis.accuracy_file import load_accuracy
 from host.analysis.figures import (
     comparisons,
@@ -92,9 +92,12 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path | Sequence[str
     infos: list[RunInfo] = []
     frames = []
     measurable = []
+    per_run: list[tuple[str, str]] = []
+    for run in runs:
+        per_run += [(run.path.name, n) for n in run.notes]
+        per_run += [(run.path.name, n) for n in cpu_feature_notes(run.header)]
+    notes += run_notes.collect(per_run)
     for run, cfg in zip(runs, configs, strict=True):
-        notes += [f"{run.path.name}: {n}" for n in run.notes]
-        notes += [f"{run.path.name}: {n}" for n in cpu_feature_notes(run.header)]
         if not run.placement or not (run.requests["warmup"] == 0).any():
             # No finished non-warm-up request (zero requests, or none generated a token):
             # no J/token to compute, whatever the idle windows hold.

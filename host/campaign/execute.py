@@ -566,6 +566,10 @@ def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool =
         echo(line)
     for line in plan_text(plan, set(state.done)):
         echo(line)
+    from host.campaign.shorten import shorten_lines
+
+    for line in shorten_lines(plan, set(state.done)):
+        echo(line)
     if accuracy_workers and plan.accuracy is not None:
         left = [s for s in plan.steps if s.step_id not in state.done]
         for line in accuracy_projection.offload_lines(

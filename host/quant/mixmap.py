@@ -170,10 +170,13 @@ def _parse_layers(path: Path, where: str, value: object) -> tuple[int, ...]:
     for item in value:
         if isinstance(item, str):
             m = _RANGE_RE.fullmatch(item)
-            if not m or int(m.group(1)) > int(m.group(2)):
-                raise _fail(
-                    path, where, f"bad layer range {item!r:.40} (expected 'a-b' with a <= b)"
-                )
+            if not m:
+                raise _fail(path, where, f"bad layer range {item!r:.40} (expected 'a-b', two "
+                                         "whole numbers of up to 6 digits)")
+            if int(m.group(1)) > int(m.group(2)):
+                raise _fail(path, where, f"bad layer range {item!r:.40}: it runs backwards "
+                                         f"({m.group(1)} > {m.group(2)}; write 'a-b' with "
+                                         "a <= b)")
             lo, hi = int(m.group(1)), int(m.group(2))
             if hi >= MAX_LAYERS:
                 raise _fail(path, where, f"range {item!r} goes beyond layer {MAX_LAYERS - 1}")

