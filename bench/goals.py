@@ -12,6 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 GOALS: dict[str, dict[str, Any]] = {
+    "fewshot-25-vs-zeroshot-per-item": {
+        "goal": 1.3, "op": "<=", "unit": "ratio",
+        "text": "ARC-Challenge 25-shot s/item (prefix decoded once, shared through the KV "
+                "cache) / zero-shot s/item, same model and context, one run",
+    },
+    "fewshot-shared-vs-recomputed": {
+        "goal": 5.0, "op": ">=", "unit": "x",
+        "text": "25-shot s/item recomputing the prefix per item / with the prefix shared",
+    },
     "mc_scoring_vs_llama_perplexity": {  # issue 33: "should reach <= 0.8x by batching"
         "goal": 0.8, "op": "<=", "unit": "ratio",
         "text": "HellaSwag scoring, epi s/item / llama-perplexity s/item (same threads; both "

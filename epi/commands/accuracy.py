@@ -20,6 +20,7 @@ from epi.commands.params import (
 from epi.core.errors import UserError
 from host.accuracy.evaldata import resolve_ppl
 from host.accuracy.evaluate import COMPOSITE_METRICS, DEFAULT_BENCHES, Settings, evaluate
+from host.accuracy.fewshot import DEFAULT_SHOT_SEED, parse_shots
 from host.accuracy.items import BENCHMARKS
 from host.accuracy.results import write_results
 
@@ -143,12 +144,19 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
 @click.option("--cluster", default=None, metavar="ADDRESS",
               help="Score benchmark items on a Dask cluster: tcp://HOST:PORT or local:N "
                    "(docs/accuracy.md); --threads is then per worker.")
+@click.option("--shots", default="0", show_default=True, metavar="SPEC",
+              help="Few-shot examples per benchmark: 0 (zero-shot), one count for every "
+                   "benchmark, NAME=K,... per benchmark, or 'study' (mmlu=5, "
+                   "arc_challenge=25, hellaswag=10). lm-evaluation-harness's templates "
+                   "(docs/accuracy.md).")
+@click.option("--shot-seed", default=DEFAULT_SHOT_SEED, show_default=True, type=SEED,
+              help="Seed that draws the ARC and HellaSwag shots.")
 @click.option("--out", default="accuracy.json", show_default=True,
               type=click.Path(path_type=Path), help="Results file (epi-accuracy JSON).")
 def accuracy(models: tuple[Path, ...], bench: str, n: int, seed: int, ppl: str | None,
              ctx: int, stride: int | None, ppl_windows: int, weights: str, metric: str,
              threads: int | None, data_dir: Path | None, crosscheck: bool, no_cache: bool,
-             cluster: str | None, out: Path) -> None:
+             cluster: str | None, shots: str, shot_seed: int, out: Path) -> None:
     """Perplexity and multiple-choice accuracy of each MODEL (GGUF), cached, into --out."""
     if n < 0:
         raise UserError(f"--n: subset size must be 0 (all) or positive, got {n}")
@@ -162,6 +170,8 @@ def accuracy(models: tuple[Path, ...], bench: str, n: int, seed: int, ppl: str |
         weights=parse_weights(weights), metric=metric, data_dir=data_dir,
         crosscheck=crosscheck, use_cache=not no_cache,
     )
+    settings.shots = parse_shots(shots, list(settings.benches))
+    settings.shot_seed = shot_seed
     if threads is not None:
         settings.threads = threads
 

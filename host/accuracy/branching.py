@@ -104,6 +104,41 @@ class BranchingContext:
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model)))
         self._mem = llama_cpp.llama_get_memory(self.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq_max)
+        # a resident prefix (a few-shot context) in the last sequence id, kept between items
+        self._prefix: tuple[int, ...] = ()
+
+    @property
+    def prefix_seq(self) -> int:
+        """The sequence id that holds the resident prefix."""
+        return self.n_seq_max - 1
+
+    @property
+    def prefix(self) -> tuple[int, ...]:
+        return self._prefix
+
+    def load_prefix(self, tokens: Sequence[int]) -> None:
+        """Decode `tokens` once into the reserved sequence; every later group whose
+        sequences start with them copies its cells (llama_memory_seq_cp) instead of
+        decoding them again. An empty prefix drops the resident one."""
+        self._lc.llama_memory_clear(self._mem, True)
+        self._prefix = ()
+        if not tokens:
+            return
+        if len(tokens) >= self.n_ctx:
+            raise UserError(f"{self.label}: a shared prefix of {len(tokens)} tokens does not "
+                            f"fit the context of {self.n_ctx}")
+        entries: list[Entry] = [(t, p, (self.prefix_seq,), None) for p, t in enumerate(tokens)]
+        for lo in range(0, len(entries), self.n_batch):
+            self._decode(entries[lo:lo + self.n_batch])
+        self._prefix = tuple(tokens)
+
+    def _resident(self, group: Group) -> int:
+        """How many leading tokens of `group` the resident prefix holds (0: none)."""
+        n = len(self._prefix)
+        if n and n < min(group.starts) and n <= group.prefix_len and all(
+                tuple(seq[:n]) == self._prefix for seq in group.seqs):
+            return n
+        return 0
 
     def close(self) -> None:
         """Free the batch and the context."""
@@ -121,15 +156,19 @@ class BranchingContext:
         entries: list[Entry] = []
         out: list[list[np.ndarray]] = []
         seq_base = 0
+        seq_limit = self.n_seq_max - (1 if self._prefix else 0)
+        copies: list[tuple[int, int]] = []  # (sequence id, resident tokens copied into it)
         for g, group in enumerate(groups):
             n = len(group.seqs)
-            if seq_base + n > self.n_seq_max:
+            if seq_base + n > seq_limit:
                 raise ValueError("more sequences than the context holds")
             c = group.prefix_len
             ids = tuple(range(seq_base, seq_base + n))
             first = group.seqs[0]
             last_needed = c == min(group.starts)
-            for p in range(c):
+            resident = self._resident(group)
+            copies += [(i, resident) for i in ids if resident]
+            for p in range(resident, c):
                 want = p == c - 1 and last_needed
                 entries.append((first[p], p, ids, (g, -1, p) if want else None))
             for k, seq in enumerate(group.seqs):
@@ -142,22 +181,35 @@ class BranchingContext:
             out.append([np.empty(len(seq) - group.starts[k]) for k, seq in
                         enumerate(group.seqs)])
             seq_base += n
-        if len(entries) > self.n_ctx:
+        if len(entries) + len(self._prefix) > self.n_ctx:
             raise ValueError("groups do not fit the context")
-        self._lc.llama_memory_clear(self._mem, True)
+        self._clear_items(seq_base)
         try:
+            for seq_id, n_resident in copies:
+                self._lc.llama_memory_seq_cp(self._mem, self.prefix_seq, seq_id, 0, n_resident)
             for lo in range(0, len(entries), self.n_batch):
                 chunk = entries[lo:lo + self.n_batch]
                 self._decode(chunk)
                 self._collect(chunk, groups, out)
         finally:
-            self._lc.llama_memory_clear(self._mem, True)
+            self._clear_items(seq_base)
         return out
 
+    def _clear_items(self, n_seqs: int) -> None:
+        """Drop the items' cells; a resident prefix stays (its cells are shared, so only the
+        items' own sequence ids leave them)."""
+        if not self._prefix:
+            self._lc.llama_memory_clear(self._mem, True)
+            return
+        for seq in range(n_seqs):
+            self._lc.llama_memory_seq_rm(self._mem, seq, -1, -1)
+
     def fits(self, groups: Sequence[Group]) -> bool:
-        """True when the groups' tokens and sequences fit one KV cache together."""
-        return (sum(g.n_tokens for g in groups) <= self.n_ctx
-                and sum(len(g.seqs) for g in groups) <= self.n_seq_max)
+        """True when the groups' tokens and sequences fit one KV cache together (beside a
+        resident prefix, stored once)."""
+        seqs = self.n_seq_max - (1 if self._prefix else 0)
+        return (sum(g.n_tokens - self._resident(g) for g in groups) + len(self._prefix)
+                <= self.n_ctx and sum(len(g.seqs) for g in groups) <= seqs)
 
     def _decode(self, chunk: Sequence[Entry]) -> None:
         b = self._batch

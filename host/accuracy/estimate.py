@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict
 
+from host.accuracy import fewshot
 from host.accuracy import multiple_choice as mc
 from host.accuracy.items import Item
 from host.accuracy.scorer import Scorer
@@ -75,6 +76,8 @@ def projected_seconds(
     seed: int = 0,
     probe_items: int = PROBE_ITEMS,
     data_dir: Path | None = None,
+    shots: Mapping[str, int] | None = None,
+    shot_seed: int = fewshot.DEFAULT_SHOT_SEED,
 ) -> Projection:
     """Projected seconds to score `n_items` of every benchmark (int, or per benchmark) on `model`.
 
@@ -95,10 +98,16 @@ def projected_seconds(
             n = n_items[bench] if isinstance(n_items, Mapping) else n_items
             files, _ = evaldata.benchmark_files(root, bench)
             all_items = load_items(bench, files)
-            items = take_subset(all_items, n, seed, bench)
-            probe = take_subset(all_items, min(probe_items + 1, len(all_items)), seed + 1, bench)
+            k = int((shots or {}).get(bench, 0))
+            groups = fewshot.choose(bench, all_items, k, shot_seed)
+            pool = fewshot.without_shots(all_items, groups)
+            items = fewshot.with_shots(bench, take_subset(pool, n, seed, bench), groups)
+            probe = take_subset(pool, min(probe_items + 1, len(pool)), seed + 1, bench)
             rate = probe_seconds_per_token(scorer, probe)
-            tokens = sum(item_kv_tokens(scorer, it) for it in items)
+            # a few-shot prefix is decoded once per group and shared by its items
+            prefix = {g.prefix: len(scorer.tokenize(g.prefix)) for g in groups}
+            tokens = (sum(item_kv_tokens(scorer, it) - prefix.get(it.shared_prefix, 0)
+                          for it in items) + sum(prefix.values()))
             benches_out[bench] = {"n": len(items), "kv_tokens": tokens,
                                   "s_per_token": rate, "seconds": rate * tokens}
     finally:

@@ -20,7 +20,7 @@ from epi import __version__
 from epi.core.errors import UserError
 from epi.formats.json_types import JSON
 from epi.formats.manifests import quant_manifest_beside
-from host.accuracy import cache, crosscheck
+from host.accuracy import cache, crosscheck, fewshot
 from host.accuracy import multiple_choice as mc
 from host.accuracy import perplexity as ppl
 from host.accuracy.items import BENCHMARKS, FORMAT, Item, items_sha256
@@ -69,9 +69,18 @@ class Settings:
     data_dir: Path | None = None
     crosscheck: bool = False
     use_cache: bool = True
+    # shots per benchmark (absent: 0, zero-shot) and the seed that draws them (fewshot.py)
+    shots: dict[str, int] = field(default_factory=dict)
+    shot_seed: int = fewshot.DEFAULT_SHOT_SEED
+
+    def shots_for(self, bench: str) -> int:
+        return int(self.shots.get(bench, 0))
 
     def describe(self) -> dict[str, object]:
         return {
+            "shots": {b: self.shots_for(b) for b in self.benches},
+            "shot_seed": self.shot_seed,
+            "template_version": fewshot.TEMPLATE_VERSION,
             "benchmarks": list(self.benches),
             "n": self.n or None,
             "seed": self.seed,
@@ -108,6 +117,15 @@ class DataFacts(TypedDict):
     sha256: list[str]
 
 
+class Protocol(TypedDict):
+    """`benchmarks.NAME` protocol fields of the results file: how the prompts were built."""
+
+    shots: int
+    shot_seed: int | None  # None: zero-shot (no shots drawn)
+    template_version: str
+    fewshot_split: str | None
+
+
 @dataclass
 class BenchData:
     """A benchmark's seeded subset and what the results file says about its data."""
@@ -116,6 +134,9 @@ class BenchData:
     items: list[Item]
     subset: Subset
     data: DataFacts
+    protocol: Protocol = field(default_factory=lambda: Protocol(
+        shots=0, shot_seed=None, template_version=fewshot.TEMPLATE_VERSION,
+        fewshot_split=None))
 
 
 def load_benchmarks(settings: Settings) -> dict[str, BenchData]:
@@ -127,17 +148,24 @@ def load_benchmarks(settings: Settings) -> dict[str, BenchData]:
     for bench in settings.benches:
         files, entry = evaldata.benchmark_files(root, bench)
         all_items = load_items(bench, files)
-        items = take_subset(all_items, settings.n, settings.seed, f"{bench}")
+        k = settings.shots_for(bench)
+        groups = fewshot.choose(bench, all_items, k, settings.shot_seed)
+        pool = fewshot.without_shots(all_items, groups)  # no item is scored with itself
+        items = fewshot.with_shots(bench, take_subset(pool, settings.n, settings.seed,
+                                                      f"{bench}"), groups)
         source = entry["source"]
         out[bench] = BenchData(
             bench,
             items,
-            {"n": len(items), "seed": settings.seed, "of": len(all_items), "method": METHOD,
+            {"n": len(items), "seed": settings.seed, "of": len(pool), "method": METHOD,
              "items_sha256": items_sha256(items)},
             {"split": entry.get("split"), "license": entry["license"],
              "source": source.get("package", source.get("path")),
              "source_version": source.get("version"),
              "sha256": [f["sha256"] for f in entry["files"]]},
+            Protocol(shots=k, shot_seed=settings.shot_seed if k else None,
+                     template_version=fewshot.TEMPLATE_VERSION,
+                     fewshot_split=fewshot.FEWSHOT_SPLIT.get(bench) if k else None),
         )
     return out
 
@@ -180,10 +208,12 @@ class _Models:
 
 
 def _mc_context(models: _Models, items: Sequence[Item], ctx: int) -> int:
-    """Context size that holds the longest choice of `items` (at least `ctx`)."""
+    """Context size that holds the largest item with all its choices at once (its shared
+    tokens once: a few-shot prefix and the question, then every ending), at least `ctx`, so
+    each item is scored as one prefix-sharing group."""
     scorer = models.get(ctx)
-    longest = max(len(scorer.tokenize(t)) for it in items for t in it.texts())
-    return max(ctx, -(-longest // 256) * 256)
+    largest = max(mc.group_cells(scorer, it) for it in items)
+    return max(ctx, -(-largest // 256) * 256)
 
 
 def benchmark_key(sha: str, bd: BenchData, settings: Settings) -> dict[str, JSON]:
@@ -191,6 +221,8 @@ def benchmark_key(sha: str, bd: BenchData, settings: Settings) -> dict[str, JSON
     return {"kind": "benchmark", "benchmark": bd.name, "model_sha256": sha,
             "items_sha256": bd.subset["items_sha256"], "n": bd.subset["n"],
             "seed": settings.seed, "ctx": settings.ctx, "format": FORMAT,
+            "shots": bd.protocol["shots"], "shot_seed": bd.protocol["shot_seed"],
+            "template_version": bd.protocol["template_version"],
             "scorer_version": cache.SCORER_VERSION, "llama_cpp_python": _llama_version()}
 
 
@@ -213,6 +245,7 @@ def evaluate_benchmark(models: _Models, sha: str, bd: BenchData, settings: Setti
     result = mc.summarize(stored["records"])
     result["items"] = item_outcomes(stored["records"])  # per-item outcomes: paired comparisons
     result.update(
+        **bd.protocol,
         subset=bd.subset,
         data=bd.data,
         settings={"format": FORMAT, "n_ctx": stored["n_ctx"],

@@ -39,6 +39,9 @@ class Item:
     continuations: tuple[str, ...]
     gold: int
     partial: bool = False
+    # the few-shot prefix every context starts with (host/accuracy/fewshot.py): scored items
+    # with one prefix share its KV cells, decoded once
+    shared_prefix: str = ""
 
     @property
     def n_choices(self) -> int:
@@ -147,7 +150,9 @@ def mmlu_item(rec: Mapping[str, object], row: int) -> Item:
     else:
         gold = _int_label(answer, "answer")
     subject = rec.get("subject") or "mmlu"
-    return shared_item(f"{subject}/row{row}", question_context(question), list(choices), gold)
+    # lm-eval's cloze MMLU (mmlu/continuation) writes `question.strip()`
+    return shared_item(f"{subject}/row{row}", question_context(question.strip()),
+                       list(choices), gold)
 
 
 def winogrande_item(rec: Mapping[str, object], row: int) -> Item:

@@ -21,6 +21,7 @@ host/accuracy/branching.py; docs/accuracy.md states the logit differences this c
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TypedDict
 
@@ -50,8 +51,32 @@ def score_starts(scorer: Scorer, item: Item, seqs: Sequence[Sequence[int]]) -> l
     return [s] * len(seqs)
 
 
+#: per scorer and few-shot prefix: its tokens as they start every item's text, and the text
+#: they cover (None: the split could not be confirmed, tokenize whole texts)
+_HEADS: weakref.WeakKeyDictionary[Scorer, dict[str, tuple[list[int], str] | None]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _head(scorer: Scorer, item: Item) -> tuple[list[int], str] | None:
+    heads = _HEADS.setdefault(scorer, {})
+    if item.shared_prefix not in heads:
+        tokens = prefix_tokens(scorer, item.shared_prefix, item)
+        covered = scorer.llm.detokenize(tokens[1:] if tokens[:1] == scorer.tokenize("")[:1]
+                                        else tokens).decode("utf-8", "replace")
+        head = (tokens, covered) if item.shared_prefix.startswith(covered) else None
+        # confirmed on this item's every choice, or not used at all
+        if head is not None and any(scorer.tokenize_after(head, t) != scorer.tokenize(t)
+                                    for t in item.texts()):
+            head = None
+        heads[item.shared_prefix] = head
+    return heads[item.shared_prefix]
+
+
 def item_tokens(scorer: Scorer, item: Item) -> list[list[int]]:
-    """Token sequence of every choice's full text."""
+    """Token sequence of every choice's full text (a few-shot prefix tokenized once)."""
+    if item.shared_prefix:
+        head = _head(scorer, item)
+        return [scorer.tokenize_after(head, t) for t in item.texts()]
     return [scorer.tokenize(t) for t in item.texts()]
 
 
@@ -59,6 +84,12 @@ def item_group(scorer: Scorer, item: Item) -> list[tuple[list[int], int]]:
     """(token sequence, first scored index) of every choice."""
     seqs = item_tokens(scorer, item)
     return list(zip(seqs, score_starts(scorer, item, seqs), strict=True))
+
+
+def group_cells(scorer: Scorer, item: Item) -> int:
+    """KV cells the item takes scored as one group: its shared tokens once, every tail."""
+    pairs = item_group(scorer, item)
+    return Group(tuple(tuple(q) for q, _ in pairs), tuple(s for _, s in pairs)).n_tokens
 
 
 def item_groups(scorer: Scorer, item: Item) -> list[Group]:
@@ -115,6 +146,53 @@ def score_items(
     one batch while their tokens and choices fit the context (measured slower on the CPU, and
     an item's figures then depend slightly on its neighbours: off by default).
     """
+    if any(it.shared_prefix for it in items):
+        return _score_by_prefix(scorer, items, progress, pack)
+    return _score_in_order(scorer, items, progress, pack)
+
+
+def _score_by_prefix(scorer: Scorer, items: Sequence[Item],
+                     progress: Callable[[int], None] | None, pack: bool) -> list[ItemRecord]:
+    """Items grouped by their few-shot prefix: each prefix decoded once into the KV cache
+    and shared by every item of its group; the records come back in the items' order."""
+    ctx = scorer.branching()
+    by_prefix: dict[str, list[int]] = {}
+    for i, it in enumerate(items):
+        by_prefix.setdefault(it.shared_prefix, []).append(i)
+    records: dict[int, ItemRecord] = {}
+
+    def score(idx: list[int]) -> None:
+        for i, rec in zip(idx, _score_in_order(scorer, [items[i] for i in idx], progress,
+                                               pack), strict=True):
+            records[i] = rec
+
+    try:
+        for prefix, idx in by_prefix.items():
+            tokens = prefix_tokens(scorer, prefix, items[idx[0]]) if prefix else []
+            sharing = [i for i in idx if tokens and all(
+                seq[:len(tokens)] == tokens for seq in item_tokens(scorer, items[i]))]
+            ctx.load_prefix(tokens if sharing else [])
+            score(sharing)
+            rest = [i for i in idx if i not in set(sharing)]
+            if rest:  # a tokenizer boundary that differs: these items decode in full
+                ctx.load_prefix([])
+                score(rest)
+    finally:
+        ctx.load_prefix([])
+    return [records[i] for i in range(len(items))]
+
+
+def prefix_tokens(scorer: Scorer, prefix: str, item: Item) -> list[int]:
+    """The tokens of `prefix` as they appear inside an item's text: a tokenizer may split the
+    prefix's end differently when text follows it (GPT-2-style pre-tokenizers turn a final
+    "\n\n" into "\n" + "\n" before a word), so the shared tokens are the common part of
+    the prefix alone and of the prefix followed by the item."""
+    alone = scorer.tokenize(prefix)
+    return alone[:common_prefix_len(alone, scorer.tokenize(item.texts()[0]))]
+
+
+def _score_in_order(scorer: Scorer, items: Sequence[Item],
+                    progress: Callable[[int], None] | None, pack: bool) -> list[ItemRecord]:
     records: list[ItemRecord] = []
     if not pack:
         for item in items:

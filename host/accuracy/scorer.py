@@ -93,6 +93,16 @@ class Scorer:
         """Tokens of `text` with BOS when the model adds one (llama.cpp's common_tokenize)."""
         return self.llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
 
+    def tokenize_after(self, head: tuple[list[int], str] | None, text: str) -> list[int]:
+        """`tokenize(text)` for a text that starts with a known head: the head's tokens
+        (`head` = (tokens, the text they cover), checked by the caller to equal the full
+        tokenization's start) and the rest tokenized alone — a long few-shot prefix is then
+        tokenized once, not once per choice of every item."""
+        if head is None or not text.startswith(head[1]):
+            return self.tokenize(text)
+        tail = text[len(head[1]):].encode("utf-8")
+        return head[0] + self.llm.tokenize(tail, add_bos=False, special=False)
+
     def piece_bytes(self, token: int) -> int:
         """UTF-8 byte length of one token's text."""
         n = self._piece_len.get(token)

@@ -58,7 +58,8 @@ def settings_key(study: Study) -> dict[str, Any]:
     """What a measured projection depends on (a change makes it stale)."""
     a = study.accuracy
     return {"benchmarks": dict(a.benchmarks), "ppl": a.ppl, "ppl_windows": a.ppl_windows,
-            "threads": a.threads, "seed": a.seed}
+            "threads": a.threads, "seed": a.seed, "shots": dict(a.shots),
+            "shot_seed": a.shot_seed}
 
 
 def assumed(study: Study, why_not_measured: str = "") -> AccuracyProjection:
@@ -90,7 +91,8 @@ def measure(study: Study, model: Path, n_configs: int) -> AccuracyProjection:
     n_probe = probe_items(study, n_configs)
     t0 = time.monotonic()
     p = projected_seconds(model, list(a.benchmarks), dict(a.benchmarks),
-                          a.threads or 1, seed=a.seed, probe_items=n_probe)
+                          a.threads or 1, seed=a.seed, probe_items=n_probe,
+                          shots=a.shots, shot_seed=a.shot_seed)
     took = time.monotonic() - t0
     seconds = float(p["seconds"])
     parts = ", ".join(f"{b} {v['n']} items {v['seconds']:.0f} s"
@@ -98,6 +100,11 @@ def measure(study: Study, model: Path, n_configs: int) -> AccuracyProjection:
     basis = (f"MEASURED on this machine: a {n_probe}-item probe per benchmark on "
              f"{model.name}, {p['threads']} threads, took {took:.0f} s (load "
              f"{p['load_s']:.1f} s, {parts})")
+    if any(a.shots.values()):
+        basis += (f"; few-shot prompts ({', '.join(f'{b} {k}' for b, k in a.shots.items())} "
+                  "shots): each shot prefix counted once, shared by its items (the longer "
+                  "attention over it is not in the per-token rate: 1.6× per item measured at "
+                  "25 shots, docs/accuracy.md)")
     windows = _ppl_windows(study)
     if windows:
         seconds += windows * study.estimate.accuracy_s_per_item

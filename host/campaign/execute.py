@@ -182,7 +182,8 @@ class Campaign:
             return AccuracyArgs(model=str(cfg.gguf), benchmarks=dict(a.benchmarks), ppl=a.ppl,
                                 ppl_windows=a.ppl_windows, threads=a.threads, seed=a.seed,
                                 out=str(lay.root / "accuracy" / f"{cfg.config_id}.json"),
-                                cluster=a.cluster,
+                                cluster=a.cluster, shots=dict(a.shots),
+                                shot_seed=a.shot_seed,
                                 store=str(a.store.resolve()) if a.store else None), None
         if step.kind == "run":
             assert cfg is not None

@@ -37,10 +37,13 @@ class _AccuracyArgsCore(TypedDict):
 
 
 class AccuracyArgs(_AccuracyArgsCore, total=False):
-    """An accuracy step's arguments; `cluster` and `store` are absent in older specs."""
+    """An accuracy step's arguments; `cluster`, `store` and `shots` are absent in older
+    specs."""
 
     cluster: str | None  # score on Dask workers: "tcp://HOST:PORT" or "local:N"
     store: str | None  # the shared accuracy store (EPI_ACCURACY_STORE)
+    shots: dict[str, int]  # few-shot examples per benchmark (absent: zero-shot)
+    shot_seed: int
 
 
 class RunArgs(TypedDict):

@@ -82,7 +82,9 @@ def do_accuracy(a: AccuracyArgs) -> StepResult:
         s = Settings(benches=benches, n=n, seed=a["seed"], threads=a["threads"],
                      ppl_file=ppl_file if i == 0 else None, ppl_name=ppl_name,
                      ppl_windows=a["ppl_windows"],
-                     weights={b: 1.0 for b in a["benchmarks"]} or {"mmlu": 1.0})
+                     weights={b: 1.0 for b in a["benchmarks"]} or {"mmlu": 1.0},
+                     shots={b: k for b, k in a.get("shots", {}).items() if b in benches},
+                     shot_seed=a.get("shot_seed", 1234))
         if cluster:
             from host.accuracy.distributed import evaluate_on_cluster, parse_cluster
 

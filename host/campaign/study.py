@@ -73,6 +73,9 @@ class AccuracySpec:
     ppl_windows: int | None = 10
     threads: int = 1
     seed: int = 0
+    # few-shot examples per benchmark (a study file without `shots` gets the study's counts)
+    shots: dict[str, int] = field(default_factory=dict)
+    shot_seed: int = 1234
     cluster: str | None = None  # score on Dask workers: "tcp://HOST:PORT" or "local:N"
     cluster_workers: int | None = None  # a scheduler's worker count, for the time estimate
     store: Path | None = None  # the accuracy store every scorer shares (EPI_ACCURACY_STORE)
@@ -497,6 +500,8 @@ def load_study(path: Path | str) -> Study:
                                                  high=100_000),
                             threads=a.integer("threads", 1, 1, high=MAX_THREADS),
                             seed=a.integer("seed", 0, 0, high=MAX_SEED),
+                            shots=_shots(a, benches),
+                            shot_seed=a.integer("shot_seed", 1234, 0, high=MAX_SEED),
                             cluster=_cluster(a),
                             cluster_workers=a.integer("cluster_workers", None, 1,
                                                       high=100_000),
@@ -599,3 +604,26 @@ def _store(path: Path, a: _Reader) -> Path | None:
     if not text.strip():
         raise a.fail("store", "an empty path")
     return path.parent / text
+
+
+def _shots(a: _Reader, benches: dict[str, int]) -> dict[str, int]:
+    """`[accuracy] shots = { mmlu = 5, ... }` (absent: the study's MMLU 5, ARC-Challenge 25,
+    HellaSwag 10 for the benchmarks scored; 0 for the others)."""
+    from host.accuracy.fewshot import STUDY_SHOTS, check_shots
+
+    given = a.get("shots", dict)
+    if given is None:
+        return {b: STUDY_SHOTS.get(b, 0) for b in benches}
+    out = {}
+    for b, k in given.items():
+        if b not in benches:
+            raise a.fail(f"shots.{b}", f"not among the benchmarks scored "
+                         f"({', '.join(benches) or 'none'})")
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise a.fail(f"shots.{b}", f"expected a whole number of shots, got {k!r}")
+        try:
+            check_shots(b, k)
+        except UserError as exc:
+            raise a.fail(f"shots.{b}", str(exc)) from None
+        out[b] = k
+    return out

@@ -51,6 +51,7 @@ emulate = true
 
 [accuracy]
 benchmarks = {{ arc_challenge = 20, mmlu = 30 }}
+shots = {{}}  # zero-shot (few-shot studies: tests/host/accuracy/test_campaign_cluster.py)
 {extra}
 """)
     return p

@@ -69,6 +69,7 @@ rate_hz = 40
 
 [accuracy]
 benchmarks = {{ arc_challenge = 10 }}
+shots = {{}}  # zero-shot: resuming is under test
 
 [analysis]
 lag = "auto"

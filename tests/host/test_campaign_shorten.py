@@ -28,8 +28,9 @@ def test_each_saving_is_the_plans_own_estimate_worked_out() -> None:
     saved = {re.sub(r":.*", "", line.strip()): line for line in lines[1:]}
     want = {"[accuracy] cluster with 8 Dask workers (local": acc * 7 / 8,
             "[accuracy] cluster with 4 Dask workers (local": acc * 3 / 4,
-            "half the items (mmlu = 500, arc_challenge = 500, hellaswag = 500; wider "
-            "accuracy intervals, by about √2)": acc / 2,
+            "half the items (" + ", ".join(f"{b} = {n // 2}" for b, n in
+                                           study.accuracy.benchmarks.items())
+            + "; wider accuracy intervals, by about √2)": acc / 2,
             "one round fewer (2 instead of 3": one_round}
     for head, seconds in want.items():
         assert f"saves ~{format_duration(seconds)}" in saved[head], saved[head]

@@ -243,7 +243,10 @@ def test_data_show_reports_a_deleted_data_file(monkeypatch, capsys, tmp_path):
     (root / "hellaswag").mkdir(parents=True)
     f = root / "hellaswag" / "a.jsonl"
     f.write_text("{}\n")
-    entry = {"files": [{"path": "hellaswag/a.jsonl", "sha256": "c" * 64, "bytes": 3}],
+    import hashlib
+
+    sha = hashlib.sha256(b"{}\n").hexdigest()  # the file's own: `data show` checks it
+    entry = {"files": [{"path": "hellaswag/a.jsonl", "sha256": sha, "bytes": 3}],
              "n_items": 1, "split": "validation", "license": "MIT",
              "source": {"kind": "user-file", "path": "x"}}
     (root / "manifest.json").write_text(json.dumps(

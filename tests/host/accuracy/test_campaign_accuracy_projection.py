@@ -39,6 +39,7 @@ emulate = true
 
 [accuracy]
 benchmarks = {{ hellaswag = {hellaswag} }}
+shots = {{}}  # zero-shot: the probe is under test, and the fake data holds 12 items
 threads = 2
 
 [estimate]

