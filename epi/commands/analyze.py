@@ -139,6 +139,9 @@ FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
               "J/token figure; above it the figure's reason says so (docs/analysis.md).")
 @click.option("--manifest-dir", type=click.Path(path_type=Path),
               help="Where the quantization manifests are (default: next to the model).")
+@click.option("--reference-map", default=None, metavar="CONFIG",
+              help="The report's size reference for the EPI-optimal configuration when the "
+                   "study has no uniform_q4km (RQ4, docs/report.md).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the summary as one JSON document instead of tables (the files in "
                    "--out are the same).")
@@ -148,7 +151,8 @@ def analyze(run_dirs: tuple[Path, ...], trace_dirs: tuple[Path, ...], accuracy_f
             energy_method: str, max_resolution_frac: float,
             cv_threshold: float, max_offset_frac: float, min_samples: int, ppl_tolerance: float,
             time_share: bool, lag: str, max_lag_error_frac: float,
-            max_instrument_u_pct: float, manifest_dir: Path | None, as_json: bool) -> None:
+            max_instrument_u_pct: float, manifest_dir: Path | None, reference_map: str | None,
+            as_json: bool) -> None:
     """Joules per token by phase and node, EPI with CIs, and validity verdicts."""
     check_output_dir(out_dir, "--out")
     opts = Options(edge=edge, energy_method=energy_method,
@@ -160,7 +164,8 @@ def analyze(run_dirs: tuple[Path, ...], trace_dirs: tuple[Path, ...], accuracy_f
                    accuracy_values=parse_accuracy_values(accuracy_value),
                    ppl_tolerance=ppl_tolerance, baseline=baseline, time_share=time_share,
                    lag=lag, max_lag_error_frac=max_lag_error_frac,
-                   max_instrument_u_pct=max_instrument_u_pct, manifest_dir=manifest_dir)
+                   max_instrument_u_pct=max_instrument_u_pct, manifest_dir=manifest_dir,
+                   reference_map=reference_map)
     traces = trace_list(trace_dirs)
     a = analyze_to(out_dir, list(run_dirs), traces if len(traces) > 1 else traces[0], opts,
                    accuracy_file)

@@ -133,6 +133,12 @@ def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Seq
     # "notes": what could not be compared (e.g. "frontier neighbours: no pair to compare")
     write_json_atomic(saved, {"rounds_done": rounds_done,
                               "lines": [s.text() for s in found], "notes": list(notes),
+                              # the same verdicts as records: the report's one verdict per
+                              # comparison, wherever a comparison of these two appears
+                              "comparisons": [{"kind": s.comparison.kind,
+                                               "a": s.comparison.a, "b": s.comparison.b,
+                                               "state": s.verdict.state, "text": s.text()}
+                                              for s in found],
                               "next_configs": list(decision.next_configs),
                               "states": states, "budget_spent": spent,
                               "method": ad.sequential.METHOD,

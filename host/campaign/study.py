@@ -124,6 +124,7 @@ class AnalysisSpec:
     ppl_tolerance: float | None = None
     max_resolution_frac: float | None = None
     min_samples: int | None = None
+    reference_map: str | None = None
 
     def given(self) -> dict[str, str | float | int]:
         """The fields the study file sets."""
@@ -142,7 +143,8 @@ class AnalysisSpec:
             max_lag_error_frac=_or(self.max_lag_error_frac, d.max_lag_error_frac),
             ppl_tolerance=_or(self.ppl_tolerance, d.ppl_tolerance),
             max_resolution_frac=_or(self.max_resolution_frac, d.max_resolution_frac),
-            min_samples=_or(self.min_samples, d.min_samples))
+            min_samples=_or(self.min_samples, d.min_samples),
+            reference_map=self.reference_map)
 
 
 def _or(value: T | None, default: T) -> T:
@@ -539,7 +541,10 @@ def load_study(path: Path | str) -> Study:
                             fracs["cv_threshold"], fracs["max_offset_frac"],
                             fracs["max_lag_error_frac"], fracs["ppl_tolerance"],
                             fracs["max_resolution_frac"],
-                            an.integer("min_samples", None, 2, high=1_000_000))
+                            an.integer("min_samples", None, 2, high=1_000_000),
+                            an.get("reference_map", str))
+    if analysis.reference_map is not None:
+        check_id(analysis.reference_map, f"{path}: [analysis] reference_map")
     an.finish()
 
     e = _table(path, doc, "estimate")

@@ -1,8 +1,11 @@
-"""The answer block at the top of the report: the study's three questions answered in words.
+"""The answer block at the top of the report: the study's five questions answered in words.
 
-1. Which configurations are on the accuracy–J/token frontier?
-2. Which ones would perplexity-only evaluation miss (same perplexity, different joules)?
+1. Which configurations would perplexity-only evaluation miss (same perplexity, different
+   joules)?
+2. Which configurations are on the accuracy–J/token frontier?
 3. Which layer groups are most sensitive to quantization depth in energy terms?
+4. Is the EPI-optimal mix smaller or larger than uniform Q4_K_M? (host/report/work_answers.py)
+5. Does the energy benefit come from bandwidth, compute or both? (the same module)
 
 Each answer names the configurations, the figure, its interval (with coverage and n) and
 whether the paired comparison behind it is *decided* (its interval excludes 0) or not. The
@@ -14,7 +17,6 @@ entry says plainly what the study cannot tell.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -22,34 +24,29 @@ import pandas as pd
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import format_interval, number, pct
 from host.report import instrument
+from host.report.answer_model import (
+    DECIDED,
+    PARTLY,
+    UNANSWERABLE,
+    UNDECIDED,
+    Answer,
+    AnswerBlock,
+)
 from host.report.data import ReportData
 from host.report.sequential import limit_line, load_decisions
-
-DECIDED = "decided"
-UNDECIDED = "undecided"
-PARTLY = "partly decided"
-UNANSWERABLE = "cannot be answered from this study"
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One research question with its answer in words and its decided/undecided status."""
-
-    key: str
-    question: str
-    text: str
-    status: str
-
-
-@dataclass(frozen=True)
-class AnswerBlock:
-    answers: list[Answer]
-    limits: list[str]  # what this study cannot tell
+from host.report.work_answers import size_answer, work_answer
 
 
 def _rows(doc: Mapping[str, object], key: str) -> list[dict[str, object]]:
     value = doc.get(key)
     return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+
+
+def _sequential(rd: ReportData, a: str, b: str) -> tuple[str, str] | None:
+    """The campaign's anytime-valid (state, line) for the comparison of `a` and `b`: when
+    the campaign decided adaptively, that is the one verdict of the comparison everywhere."""
+    decisions = load_decisions(rd.analysis_dir)
+    return decisions.verdict(a, b) if decisions is not None else None
 
 
 def _combine(statuses: list[str]) -> str:
@@ -99,6 +96,11 @@ def frontier_answer(rd: ReportData) -> Answer:
                                 n=r.get("n_pairs") or None, fmt="+.3g")
         energy = ("told apart on energy" if e is True else "not told apart on energy"
                   if e is False else "no energy interval")
+        seq = _sequential(rd, a, b)
+        if seq is not None:  # the campaign's sequential verdict is the verdict
+            e = seq[0] == DECIDED
+            energy = (f"energy {seq[0]} by the campaign's sequential test (the fixed-sample "
+                      "Δ is descriptive)")
         accuracy = ("told apart on accuracy" if acc_d is True else "not told apart on accuracy"
                     if acc_d is False else "accuracy not compared per item")
         text += f" {a} → {b}: Δ J/token {delta}, {energy}; {accuracy}."
@@ -134,6 +136,11 @@ def perplexity_answer(rd: ReportData) -> Answer:
         verdict = ("decided: different joules" if dist is True else
                    "undecided: the interval holds 0" if dist is False else
                    f"undecided: no interval ({p.get('reason') or 'too few repeats'})")
+        seq = _sequential(rd, str(p.get("cheaper")), str(p.get("dearer")))
+        if seq is not None:  # the campaign's sequential verdict is the verdict
+            dist = seq[0] == DECIDED
+            verdict = (f"{seq[0]} by the campaign's sequential test (the saving's "
+                       "fixed-sample interval is descriptive)")
         parts.append(f"{p.get('cheaper')} (perplexity {_num(p.get('ppl_cheaper'))}) vs "
                      f"{p.get('dearer')} ({_num(p.get('ppl_dearer'))}): saving {saving} "
                      f"(percent of {p.get('dearer')}'s {rd.basis} J/token) — {verdict}")
@@ -171,14 +178,26 @@ def layer_group_answer(rd: ReportData) -> Answer:
         state = ("decided (interval excludes 0)" if dist is True else
                  "undecided (interval holds 0)" if dist is False else
                  f"undecided (no interval: {r.get('reason') or 'too few repeats'})")
-        parts.append(f"{r['group']}: {str(r['type_a']).split(' ')[0]}→"
+        seq = _sequential(rd, str(r["config_a"]), str(r["config_b"]))
+        if seq is not None:  # the campaign's sequential verdict is the verdict
+            dist = seq[0] == DECIDED
+            state = (f"{seq[0]} by the campaign's sequential test (the fixed-sample interval "
+                     "is descriptive)")
+        # a map's only group "all" is the whole model, not a layer group to rank
+        name = "the whole model" if r["group"] == "all" else str(r["group"])
+        parts.append(f"{name}: {str(r['type_a']).split(' ')[0]}→"
                      f"{str(r['type_b']).split(' ')[0]} ({r['config_a']} vs {r['config_b']}) "
                      f"changes J/token by {d} — {state}")
         statuses.append(DECIDED if dist is True else UNDECIDED)
     top = best.iloc[0]
-    lead = (f"Largest effect: the {top['group']} group. " if len(best) > 1 else
-            f"Only the {top['group']} group is varied by maps that differ in one group; "
-            "which group is most sensitive needs maps varying the others too. ")
+    if len(best) == 1 and top["group"] == "all":
+        lead = ("No layer group is varied on its own: the maps that differ in one group "
+                "differ in the whole model (their only group), which says nothing about "
+                "which layers are sensitive. ")
+    else:
+        lead = (f"Largest effect: the {top['group']} group. " if len(best) > 1 else
+                f"Only the {top['group']} group is varied by maps that differ in one group; "
+                "which group is most sensitive needs maps varying the others too. ")
     text = lead + "; ".join(parts) + "."
     if len(best) > 1:
         first, second = (_abs_range(best.iloc[i]) for i in (0, 1))
@@ -218,8 +237,8 @@ def limits(rd: ReportData) -> list[str]:
                        "few items were scored, so accuracy differences smaller than that "
                        "cannot be told apart.")
     comps = _rows(rd.doc, "comparisons")
-    undecided = [r for r in comps if r.get("energy_distinguishable") is not True]
-    if comps:
+    if decisions is None and comps:  # with decisions, the sequential line above counts
+        undecided = [r for r in comps if r.get("energy_distinguishable") is not True]
         out.append(f"{len(undecided)} of {len(comps)} paired energy comparisons are "
                    "undecided (their interval holds 0, or there is none).")
     if len(rd.per_run):
@@ -232,5 +251,8 @@ def limits(rd: ReportData) -> list[str]:
 
 
 def build(rd: ReportData) -> AnswerBlock:
-    return AnswerBlock([frontier_answer(rd), perplexity_answer(rd), layer_group_answer(rd)],
-                       limits(rd))
+    """The study's five questions in its order (RQ1 same perplexity, different joules; RQ2
+    the frontier; RQ3 layer groups; RQ4 size against uniform Q4_K_M; RQ5 bandwidth or
+    compute), each with one status."""
+    return AnswerBlock([perplexity_answer(rd), frontier_answer(rd), layer_group_answer(rd),
+                        size_answer(rd), work_answer(rd)], limits(rd))

@@ -10,7 +10,7 @@ beside them and says which to trust; a damaged file is refused in one line, neve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from epi.core.errors import UserError
@@ -30,6 +30,12 @@ class SequentialDecisions:
     budget_spent: bool
     method: str
     alpha: float
+    # (config a, config b) → (state, line): the one verdict of each comparison, either order
+    by_pair: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+
+    def verdict(self, a: str, b: str) -> tuple[str, str] | None:
+        """The sequential (state, line) of the comparison of `a` and `b`, in either order."""
+        return self.by_pair.get((a, b)) or self.by_pair.get((b, a))
 
 
 def load_decisions(analysis_dir: Path) -> SequentialDecisions | None:
@@ -65,7 +71,17 @@ def load_decisions(analysis_dir: Path) -> SequentialDecisions | None:
     if sum(states.values()) != len(lines):
         raise UserError(f"{path}: states count {sum(states.values())} comparisons but "
                         f"lines hold {len(lines)}")
-    return SequentialDecisions(rounds, list(lines), dict(states), spent, method, float(alpha))
+    by_pair: dict[tuple[str, str], tuple[str, str]] = {}
+    records = doc.get("comparisons", [])  # absent in decisions written before it existed
+    if not isinstance(records, list):
+        raise bad("comparisons", "a list of records")
+    for i, r in enumerate(records):
+        if not (isinstance(r, dict) and all(isinstance(r.get(k), str) and r.get(k)
+                                            for k in ("a", "b", "state", "text"))):
+            raise bad(f"comparisons[{i}]", "a record with a, b, state and text")
+        by_pair[(str(r["a"]), str(r["b"]))] = (str(r["state"]), str(r["text"]))
+    return SequentialDecisions(rounds, list(lines), dict(states), spent, method, float(alpha),
+                               by_pair)
 
 
 def limit_line(dec: SequentialDecisions) -> str:
