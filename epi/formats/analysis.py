@@ -19,7 +19,8 @@ WINDOW_COLUMNS = (
     "t0_local_ns", "t1_local_ns", "t0_meter_ns", "t1_meter_ns", "duration_s",
     "n_prompt_tokens", "n_generated_tokens", "n_samples", "energy_j", "energy_method",
     "energy_net_j", "energy_trapezoid_j", "energy_counter_j", "counter_minus_trapezoid_j",
-    "counter_resolution_j", "power_w", "lag_correction_ms", "request_method", "reason_code",
+    "counter_resolution_j", "power_w", "lag_correction_ms", "lag_energy_moved_j",
+    "request_method", "reason_code",
     "reason", "counter_reason", "net_reason",
 )
 RESULT_COLUMNS = (

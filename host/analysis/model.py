@@ -86,6 +86,8 @@ class RunInfo:
     offset_uncertainty_ns: float
     lag: dict = field(default_factory=dict)  # channel → lag.LagEstimate
     lag_applied_ms: dict = field(default_factory=dict)  # channel → shift applied (--lag auto)
+    # channel → why an estimated lag was not applied (--lag auto that would move nothing)
+    lag_not_applied: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -138,8 +138,10 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path | Sequence[str
             pre, dec = request_edges(run.requests, clock.to_meter)
             info.lag = {ch: estimate_lag(trace.series(ch, boot), pre, dec) for ch in chans}
             if opts.lag == "auto":
+                # only a resolved lag (its interval excludes 0) is a correction to make
                 info.lag_applied_ms = {ch: est.lag_ms for ch, est in info.lag.items()
-                                       if np.isfinite(est.lag_ms) and not est.reason}
+                                       if np.isfinite(est.lag_ms) and not est.reason
+                                       and est.resolved}
         frames.append(measure_run(info, trace, opts))
         infos.append(info)
     check_overlaps(infos)

@@ -49,9 +49,13 @@ def lag_problem(info: RunInfo, phase: str, pw: pd.DataFrame, opts: Options) -> s
         return ""
     lags = ", ".join(f"ch{e.channel} {e.lag_ms:+.1f} ms [{e.ci_lo_ms:+.1f}, {e.ci_hi_ms:+.1f}]"
                      for e in ests)
+    why_not = "; ".join(f"ch{ch}: --lag auto not applied ({why})"
+                        for ch, why in sorted(info.lag_not_applied.items()))
+    fix = (why_not + "; sample faster (epi meter run --rate) or check the meter timing"
+           if why_not else "rerun with --lag auto or check the meter timing")
     return (f"load lag ({lags}) × the power steps moves ~{err:.3g} J across each {phase} "
             f"window's edges, {err / med:.1%} of its median energy (budget "
-            f"{opts.max_lag_error_frac:.1%}): rerun with --lag auto or check the meter timing")
+            f"{opts.max_lag_error_frac:.1%}): {fix}")
 
 
 def time_cv_note(r: pd.DataFrame) -> str:

@@ -212,6 +212,7 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
     per_channel = {ch: window_energy(trace.series(ch, info.boot_id), t0 + shift[ch],
                                      t1 + shift[ch], edge=opts.edge,
                                      min_samples=opts.min_samples) for ch in chans}
+    moved = _lag_moved(info, trace, opts, t0, t1, shift, per_channel)
     resolution = {ch: trace.channels[ch].counter_resolution_j for ch in chans}
     phase_rows = _phase_rows(w)
     frames = []
@@ -224,6 +225,10 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
         f["power_source"] = scope_source[scope]
         f["lag_correction_ms"] = float(np.mean([info.lag_applied_ms.get(c, 0.0)
                                                 for c in scope_chans]))
+        # what the correction moved: this window's energy shifted minus unshifted (0: none)
+        f["lag_energy_moved_j"] = np.sum([moved[c] for c in scope_chans if c in moved],
+                                         axis=0) if any(c in moved for c in scope_chans) \
+            else 0.0
         for col in ("energy_j", "energy_method", "energy_trapezoid_j", "energy_counter_j",
                     "counter_resolution_j"):
             f[col] = comb[col]
@@ -237,6 +242,40 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
             f["request_method"] = comb["request_method"]
         frames.append(f)
     return pd.concat(frames, ignore_index=True)
+
+
+def _lag_moved(info: RunInfo, trace: Trace, opts: Options, t0: np.ndarray, t1: np.ndarray,
+               shift: Mapping[int, int], per_channel: Mapping[int, Any]
+               ) -> dict[int, np.ndarray]:
+    """Per channel with a lag shift, each window's energy with the shift minus without it.
+
+    A shift that moves no window's energy (one that falls between the samples the edge
+    model reads) corrects nothing: its channel leaves `info.lag_applied_ms`, so the figure is
+    not labelled corrected and the lag gate judges it as uncorrected."""
+    out: dict[int, np.ndarray] = {}
+    for ch, ns in shift.items():
+        if not ns:
+            continue
+        plain = window_energy(trace.series(ch, info.boot_id), t0, t1, edge=opts.edge,
+                              min_samples=opts.min_samples)
+        diff = _primary(per_channel[ch], opts) - _primary(plain, opts)
+        if not np.any(np.isfinite(diff) & (diff != 0.0)):
+            info.lag_applied_ms.pop(ch, None)
+            info.lag_not_applied[ch] = ("the shift moves no window's energy at this sample "
+                                        "period and edge model")
+            continue
+        out[ch] = np.where(np.isfinite(diff), diff, 0.0)
+    return out
+
+
+def _primary(e: Any, opts: Options) -> np.ndarray:
+    """A channel's figure as the analysis takes it: the counter's where it covers the window
+    (energy method "counter"), the trapezoid's otherwise."""
+    trap = np.asarray(e.energy_j, dtype=np.float64)
+    if opts.energy_method != "counter":
+        return trap
+    counter = np.asarray(e.energy_counter_j, dtype=np.float64)
+    return np.where(np.isfinite(counter), counter, trap)
 
 
 def _phase_rows(w: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

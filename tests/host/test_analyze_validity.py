@@ -341,3 +341,52 @@ def test_configurations_that_cannot_be_told_apart_are_said_to(tmp_path, interlea
     c = a.comparisons.set_index("comparison").loc["savings vs baseline"]
     assert c["accuracy_delta"] == 0.0 and not c["accuracy_distinguishable"]
     assert "cannot be told apart on accuracy" in c["verdict"]
+
+
+@pytest.mark.parametrize("period_s", [0.1, 0.05])
+@pytest.mark.parametrize("method", ["counter", "trapezoid"])
+def test_lag_auto_corrects_a_30ms_lag_to_the_closed_form(tmp_path, synth_tools, period_s,
+                                                        method):
+    """A load 30 ms behind its token stamps, sampled at 10 and 20 Hz: after --lag auto each
+    prefill window's energy is the profile's own over the lagged window (closed form, from
+    the profile, not the analysis), within 1 %, labelled corrected, and the windows record
+    the energy the shift moved."""
+    sched = synth_tools.make_schedule(500 * NS, n_repeats=3, prompts=3)
+    sh = 30_000_000
+    late = synth_tools.Schedule(sched.idle, [
+        {**r, "start": r["start"] + sh, "first": r["first"] + sh, "end": r["end"] + sh}
+        for r in sched.requests])
+    prof = late.profile(idle_w=3.0, prefill_w=8.0, decode_w=6.0)
+    tdir = synth_tools.write_trace(tmp_path / "trace", {0: prof}, 498 * NS,
+                                   sched.requests[-1]["end"] + 3 * NS, period_s=period_s)
+    rdir = synth_tools.write_run(tmp_path / "run", sched)
+    a = analyze([rdir], tdir, Options(lag="auto", energy_method=method))
+    w = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] == "prefill")]
+    truth = np.array([prof.energy(r["start"] + sh, r["first"] + sh)
+                      for r in sched.requests if not r["warmup"]])
+    np.testing.assert_allclose(w["energy_j"], truth, rtol=0.01)
+    assert a.results["lag_correction"].str.startswith("auto: ch0 +").all()
+    assert (w["lag_energy_moved_j"].abs() > 1e-9).any()  # what the shift moved, recorded
+    assert a.verdicts.set_index("phase").loc["prefill", "valid"]
+
+
+def test_a_shift_that_moves_no_energy_is_not_called_a_correction(monkeypatch, lagged_40ms):
+    """Break the shift on purpose (an edge model blind to it): the analysis must not label
+    the figures corrected, and the lag gate refuses the prefill as uncorrected, saying why."""
+    from host.analysis import windows as win_mod
+
+    real = win_mod.window_energy
+    first_edges: dict[int, tuple[object, object]] = {}
+
+    def blind(series, t0, t1, **kw):  # every call measures the first edges it was given
+        key = id(series)
+        first_edges.setdefault(key, (t0.copy(), t1.copy()))
+        return real(series, *first_edges[key], **kw)
+
+    monkeypatch.setattr(win_mod, "window_energy", blind)
+    a = analyze([lagged_40ms.rdir], lagged_40ms.tdir, Options(lag="auto"))
+    assert not a.results["lag_correction"].str.startswith("auto: ch0 +").any()
+    v = a.verdicts.set_index("phase")
+    assert not v.loc["prefill", "valid"]
+    assert "--lag auto not applied (the shift moves no window's energy" in \
+        v.loc["prefill", "reasons"]

@@ -9,6 +9,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from host.report.build import write_report
 from tests.host.report_fixtures import answered  # noqa: F401  (a fixture: its own copy)
 
@@ -42,6 +44,7 @@ def _decisions(state: str) -> dict[str, object]:
                              "text": line}]}
 
 
+@pytest.mark.long  # two reports written: over 1.5 s on an idle 2-core machine
 def test_a_pair_the_campaign_left_undecided_is_nowhere_called_decided(
         answered: Path, tmp_path: Path) -> None:  # noqa: F811
     # the fixed-sample figures alone call the pair decided: the check must see that
