@@ -27,6 +27,7 @@ def test_the_page_walks_every_stage() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_every_command_of_the_paper_walk_runs_on_the_tiny_model(tiny_model: Path,
                                                                 tmp_path: Path) -> None:
     maps = tmp_path / "maps"
