@@ -322,7 +322,7 @@ def _orientation_checks(url: str) -> list[Check]:
 
 
 def _bridge_checks() -> list[Check]:
-    """The board's MCU over its UART (issue 14): the port and the firmware version it answers."""
+    """The board's MCU over its UART: the port and the firmware version it answers."""
     try:
         from meter.bridge.probe import doctor_rows
     except ImportError as exc:  # pyserial missing

@@ -155,7 +155,7 @@ def open_channels(
     A real chip that does not answer is a UserError naming the board file and channel, and
     what to check.
     """
-    if board.bridge is not None:  # issue 14: the chips answer the MCU, not this machine
+    if board.bridge is not None:  # the chips answer the MCU, not this machine
         raise UserError(f"{board.path}: bus = \"bridge\": the chips are read by the board's MCU; "
                         "use `epi meter run` or `epi meter firmware console`")
     if chips is None and board.emulated:

@@ -150,7 +150,7 @@ def load_board(path: str | Path) -> BoardConfig:
     if bus not in ("spi", "bridge"):
         raise _err(path, "bus", f"{bus!r}: expected \"spi\" (the Pi reads the chips) or "
                    "\"bridge\" (the board's MCU does)")
-    if bus == "bridge":  # issue 14: the chips sit behind the board's MCU
+    if bus == "bridge":  # the chips sit behind the board's MCU
         return load_bridge_board(data, path)
     if "bridge" in data:
         raise _err(path, "bridge", "a [bridge] table needs bus = \"bridge\"")
@@ -270,7 +270,7 @@ def _parse_channel(table: Table, i: int, frontend: dict[str, float], path: Path
 
 
 def _expected_load(value: object, where: str, path: Path) -> tuple[float, float] | None:
-    """`expected_load_w = [MIN, MAX]` (W at the wall, 0 < MIN <= MAX; issue 27), or None."""
+    """`expected_load_w = [MIN, MAX]` (W at the wall, 0 < MIN <= MAX), or None."""
     if value is None:
         return None
     key = where + "expected_load_w"
@@ -316,7 +316,7 @@ def _ct_frontend(ct: Table, frontend: dict[str, float], where: str, path: Path
     """The board's front end with V_L from the channel's CT ratio and burden, when given."""
     out = dict(frontend)
     ratio, burden = ct.get("ratio"), ct.get("burden_ohm")
-    # issue 27: the feed looped `turns` times through the clamp; V_L (hence the PL constant)
+    # the feed looped `turns` times through the clamp; V_L (hence the PL constant)
     # includes them, so the chip meters the conductor's own energy (docs/meter.md)
     turns = _positive(ct.get("turns", 1), path, where + "ct.turns")
     if turns != int(turns):

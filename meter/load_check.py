@@ -1,4 +1,4 @@
-"""Does each channel's chain resolve the load it is expected to carry? (issue 27)
+"""Does each channel's chain resolve the load it is expected to carry?
 
 A channel whose board-file table records `expected_load_w = [MIN, MAX]` (watts at the wall)
 is run through `meter.plan` at that load; every problem the plan finds (below the start-up

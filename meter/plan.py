@@ -1,4 +1,4 @@
-"""What a channel's measurement chain resolves at a given load: `epi meter plan` (issue 27).
+"""What a channel's measurement chain resolves at a given load: `epi meter plan`.
 
 From the board file (CT ratio, burden, turns of the feed through the clamp, PGA gain, meter
 constant, front end, sample period) and the datasheet figures collected in docs/atm90e26.md,

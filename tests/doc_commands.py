@@ -4,7 +4,7 @@ Every ```console block of the page is read; each `$ ` line (with `\\` continuati
 command, the lines after it up to the next command are what the page says it prints. The
 commands run in one scratch directory, in page order, as argv lists (never a shell):
 
-- `epi …` runs this checkout's epi (`python -m epi`);
+- `epi …` runs this checkout's epi (`python -m epi`), `dask …` the installed Dask CLI;
 - `VAR=value` words before the command are its environment;
 - a command ending in ` &` starts in the background (a daemon, a worker) and is stopped at
   the end; when it names a `--listen HOST:PORT` or `--port PORT`, the next command waits
@@ -105,7 +105,8 @@ def run_page(page: Path, workdir: Path, subs: dict[str, str]) -> list[str]:
             while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
                 k, v = words.pop(0).split("=", 1)
                 env[k] = v
-            argv = [sys.executable, "-m", "epi", *words[1:]] if words[0] == "epi" else words
+            argv = ([sys.executable, "-m", words[0], *words[1:]]
+                    if words[0] in ("epi", "dask") else words)
             env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
             transcript.append(f"$ {line}")
             if bg:

@@ -26,6 +26,7 @@ def test_the_page_has_the_ten_steps_and_their_commands() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_every_command_of_the_first_day_runs_against_the_emulator(tmp_path: Path) -> None:
     from host.quant.models import prepare_model
 

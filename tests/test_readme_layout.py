@@ -1,5 +1,6 @@
-"""The README's layout table matches the tree: every package and top-level module of the
-library has a row, and every path a row names exists."""
+"""The layout table (docs/development.md, "Layout"; the README links to it) matches the
+tree: every package and top-level module of the library has a row, and every path a row
+names exists."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _layout_paths() -> set[str]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
     table = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
     first_cells = [line.split("|")[1] for line in table.splitlines()
                    if line.startswith("| `")]
@@ -32,11 +33,11 @@ def _library_rooms() -> set[str]:
 
 def test_every_library_room_has_a_row() -> None:
     missing = sorted(_library_rooms() - _layout_paths())
-    assert missing == [], f"README layout table lacks rows for {missing}"
+    assert missing == [], f"the layout table lacks rows for {missing}"
 
 
 def test_every_row_names_a_path_that_exists() -> None:
     gone = sorted(p for p in _layout_paths()
                   if "/" in p or p.endswith((".py", ".toml", ".md"))
                   if not (REPO / p).exists())
-    assert gone == [], f"README layout table names paths that do not exist: {gone}"
+    assert gone == [], f"the layout table names paths that do not exist: {gone}"

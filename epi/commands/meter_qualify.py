@@ -1,4 +1,4 @@
-"""`epi meter qualify`: a guided qualification of a board against a reference (issue 27).
+"""`epi meter qualify`: a guided qualification of a board against a reference.
 
 Every channel idle, then each loaded alone (PF 1, then a low PF), measured against what the
 user has: a plug-in energy meter's reading typed in, a known resistive load, or a second CT

@@ -33,6 +33,6 @@ RESULT_COLUMNS = (
     "epi_ci_coverage", "epi_energy_basis", "epi_reason", "perplexity", "pareto",
     "prefill_regression_j_per_token", "prefill_regression_ci_lo", "prefill_regression_ci_hi",
     "prefill_regression_method", "lag_correction", "energy_method", "edge_model", "reason",
-    # issue 27: the instrument term beside the repeat interval, and the board's qualification
+    # the instrument term beside the repeat interval, and the board's qualification
     "instrument_u_pct", "instrument_u_basis", "board_qualification",
 )

@@ -57,13 +57,13 @@ EVENT_COLUMNS: tuple[str, ...] = ("t_mono_ns", "t_real_ns", "channel", "kind", "
 # Info events say how the daemon ran; fault events invalidate the time around them.
 INFO_EVENTS: frozenset[str] = frozenset(
     {"start", "stop", "late", "skipped", "signal", "counter_wrap", "misread",
-     # the chain's self-check disagrees beyond its allowance (issue 27): the analysis flags
+     # the chain's self-check disagrees beyond its allowance: the analysis flags
      # the windows it falls in, it does not invalidate them
      "chain_disagreement"})
 FAULT_EVENTS: frozenset[str] = frozenset(
     {"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "gap", "implausible",
      "disk_full",
-     # reverse active energy on a wall-meter channel (a reversed CT, or export; issue 27)
+     # reverse active energy on a wall-meter channel (a reversed CT, or export)
      "reverse_energy",
      # software power sources (meter/sources, docs/sources.md)
      "counter_backwards", "counter_frozen", "permission_denied", "read_error"})

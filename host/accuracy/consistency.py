@@ -1,4 +1,4 @@
-"""Cross-field consistency of an accuracy results file (issue 31).
+"""Cross-field consistency of an accuracy results file.
 
 Each field of a model entry can be well-formed while the entry contradicts itself, and the EPI
 analysis would then use whichever figure it reads first: a composite that is not the weighted

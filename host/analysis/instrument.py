@@ -1,5 +1,5 @@
-"""The instrument part of a J/token figure's uncertainty, and whether the board was qualified
-(issue 27).
+"""The instrument part of a J/token figure's uncertainty, and whether the board was
+qualified.
 
 The repeat interval covers repeat-to-repeat variation only. The meter chain adds its own,
 separate term, from the closed forms of `meter.plan` (docs/atm90e26.md §3):

@@ -64,7 +64,7 @@ class Options:
     manifest_dir: Path | None = None
     lag: str = "none"  # "auto": shift each channel's windows by its estimated load lag
     max_lag_error_frac: float = 0.01
-    max_instrument_u_pct: float = 2.0  # issue 27: a figure's instrument term above it: reason
+    max_instrument_u_pct: float = 2.0  # a figure's instrument term above it: reason
     # RQ4's reference map when the study has no uniform_q4km (the study file's
     # [analysis] reference_map); the report compares the EPI optimum's size with it
     reference_map: str | None = None

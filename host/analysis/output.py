@@ -127,7 +127,7 @@ def build_outputs(a: Analysis, inputs: Inputs) -> dict[str, bytes]:
             "time_share_estimate": a.time_share,
         },
         "notes": a.notes,
-        "instrument": instrument_record(a),  # issue 27: per-channel terms, qualification
+        "instrument": instrument_record(a),  # per-channel terms, qualification
         "components": components.records(a),  # software power sources (docs/sources.md)
     }
     return {

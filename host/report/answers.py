@@ -225,7 +225,7 @@ def limits(rd: ReportData) -> list[str]:
     if lab.power_source == "modelled":
         out.append("The power is modelled, not measured: these figures show what the "
                    "pipeline computes, not what real hardware draws.")
-    out += instrument.limit_lines(rd)  # from the analysis's data (issue 27), not a fixed line
+    out += instrument.limit_lines(rd)  # from the analysis's data, not a fixed line
     decisions = load_decisions(rd.analysis_dir)
     if decisions is not None:
         out.append(limit_line(decisions))

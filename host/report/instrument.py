@@ -1,4 +1,4 @@
-"""The report's instrument uncertainty and board qualification (issue 27), read from the
+"""The report's instrument uncertainty and board qualification, read from the
 analysis: results.csv's `instrument_u_pct` / `instrument_u_basis` per figure and results.json's
 `instrument` record (host.analysis.instrument writes both).
 

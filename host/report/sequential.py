@@ -1,4 +1,4 @@
-"""The campaign's sequential verdicts in the report (issue 28 ↔ 29).
+"""The campaign's sequential verdicts in the report.
 
 An adaptive campaign (`[decide]` in the study file) decides its comparisons with an
 anytime-valid confidence sequence after each round and writes the last decision to

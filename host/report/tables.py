@@ -131,7 +131,7 @@ def results_table(rd: ReportData) -> Table:
             (num(np.nanmedian(tok_s), ".1f") + mark) if tok_s.notna().any() else "null",
             (num(np.nanmedian(power), ".2f") + mark) if power.notna().any() else "null",
             f"{len(valid)}/{len(req)}",
-            instrument.figure_cell(r),  # the instrument term of J/Token (issue 27)
+            instrument.figure_cell(r),  # the instrument term of J/Token
         ])
         classes.append("" if len(valid) else "invalid")
     cap = (f"The study's results table. J/Token: {rd.basis} J per generated token over the "

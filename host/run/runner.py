@@ -76,14 +76,14 @@ class RunSettings:
     workers: str | None = None
     split: str | None = None
     meter: str | None = None  # one meter daemon (the shorthand of `meters`)
-    meters: tuple[str, ...] = ()  # every meter daemon, in order (several meters, issue 32)
+    meters: tuple[str, ...] = ()  # every meter daemon, in order (several meters: docs/analysis.md)
     idle_s: float = DEFAULT_IDLE_S
     cooldown_s: float = DEFAULT_COOLDOWN_S
     seed: int = 0
     map_id: str | None = None
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     node: str | None = None  # this host's node name in placement (default: hostname)
-    power: str | None = None  # software power sources to record into RUN_DIR/power (issue 17)
+    power: str | None = None  # software power sources to record into RUN_DIR/power
 
 
 @dataclass

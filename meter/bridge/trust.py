@@ -1,4 +1,4 @@
-"""Checks that keep a sweep line from the MCU from becoming energy it cannot be (issue 30).
+"""Checks that keep a sweep line from the MCU from becoming energy it cannot be.
 
 The bridge's host side treats every MCU line as untrusted input: a line that passed its CRC
 can still come from buggy or corrupt firmware. These checks say why a sweep, or one channel

@@ -31,7 +31,7 @@ class _ChannelState:
     up: bool = False
     samples_total: int = 0
     faults: dict[str, int] = field(default_factory=dict)
-    chain_disagreement: bool = False  # the self-check's verdict now (issue 27)
+    chain_disagreement: bool = False  # the self-check's verdict now
     chain_ratio: float | None = None  # |counter − integral| / allowance; None: no full window
 
 

@@ -37,7 +37,7 @@ class DaemonOptions:
     extra_meta: dict[str, object] = field(default_factory=dict)
     sources: Sequence[PowerSource] = ()  # opened software sources, recorded beside the board
     source_node: str | None = None  # node of the software channels (default: hostname)
-    emulate_bridge: bool = False  # issue 14: the board's MCU firmware emulated, over a pty
+    emulate_bridge: bool = False  # the board's MCU firmware emulated, over a pty
 
 
 @dataclass

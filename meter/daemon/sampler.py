@@ -236,7 +236,7 @@ class Sampler:
         self._held: list[tuple[str, str]] = []
         # unmetered intervals the drivers reported before this run are not this trace's
         self._unmetered_seen = {ch.index: len(_unmetered(ch.driver)) for ch in self.channels}
-        # issue 27: the chain checks itself (counter vs integral of Pmean, P vs U·I·PF)
+        # the chain checks itself (counter vs integral of Pmean, P vs U·I·PF)
         self._checks = {ch.index: _self_check(ch.driver, period_s) for ch in self.channels}
 
     # -- control ------------------------------------------------------------------------------

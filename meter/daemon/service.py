@@ -261,7 +261,7 @@ class MeterDaemon:
             injector = FaultInjector(plan.specs, channels, sched0) if plan.specs else None
             self.injector = injector
             meta = self._meta(board, channels, period_s, injector, budget, sched0)
-            recorder = _source_recorder(o, channels, clock)  # software sources: issue 17
+            recorder = _source_recorder(o, channels, clock)  # software sources: docs/sources.md
             if recorder is not None:
                 meta["channels"] = [*channels_meta(channels), *recorder.channel_meta()]
             emulated = any(ch.emulator is not None for ch in channels)
@@ -288,7 +288,7 @@ class MeterDaemon:
                 f"(bus limit {budget.max_rate_hz:.1f} Hz) into {o.out_dir} segment "
                 f"{writer.segment}" + (f"; serving {url}" if url else "")
             )
-            for finding in load_findings(board):  # issue 27: an expected load unresolved
+            for finding in load_findings(board):  # an expected load unresolved
                 if finding.ok is False:
                     self.log(f"epi meter: WARNING {finding.item}: {finding.detail}; "
                              f"fix: {finding.fix}")

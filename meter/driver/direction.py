@@ -1,4 +1,4 @@
-"""The `epi doctor`-style finding for energy that flowed the wrong way (issue 27).
+"""The `epi doctor`-style finding for energy that flowed the wrong way.
 
 A channel whose chip metered reverse active energy (ANenergy; the driver keeps it apart in
 `reverse_energy_j`, never in `energy_j`) has its CT clamped the wrong way round — or its node

@@ -1,4 +1,4 @@
-"""A channel's measurement chain checking itself while it runs (issue 27), pure.
+"""A channel's measurement chain checking itself while it runs, pure.
 
 Two independent paths of the ATM90E26 must agree: the energy **counter** (metering block: PL
 constant, Lgain) and the **integral of Pmean** (measurement block: Ugain, Igain, offsets); and
@@ -70,7 +70,7 @@ class ChainSelfCheck:
     `add` costs O(1) amortised whatever the window holds (at 50 sweeps/s a 30 s window is
     1 500 readings a channel, on the daemon's sweep path): the integral, the count of P vs
     U·I·PF failures and the window's lowest and highest power (monotonic queues) are kept up
-    to date as readings enter and leave, instead of recomputed over the window (issue 33).
+    to date as readings enter and leave, instead of recomputed over the window.
     """
 
     def __init__(self, cfg: SelfCheckConfig) -> None:

@@ -241,7 +241,7 @@ class EmulatedChip:
         """Bring energy up to now, applying any scheduled reset on the way.
 
         Runs on every register access, mostly with the clock where the last one left it: that
-        case costs one clock read and one comparison (issue 33).
+        case costs one clock read and one comparison.
         """
         now = self.clock.monotonic_ns()
         while self._scheduled_resets and self._scheduled_resets[0] <= now:
@@ -558,7 +558,7 @@ class EmulatedChip:
         if self.partial_frame_rate and self._rng.random() < self.partial_frame_rate:
             cycles = self._rng.randint(1, 23)
         # Copy (and pad) the frame only where MOSI errors may flip it or it is not 3 bytes:
-        # the sampler's millions of clean frames take no copies and no calls (issue 33).
+        # the sampler's millions of clean frames take no copies and no calls.
         frame: bytes | bytearray = mosi
         if n != 3 or self.mosi_bit_error_rate > 0:
             copy = bytearray(mosi[:3]) + bytearray(max(0, 3 - n))

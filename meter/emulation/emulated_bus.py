@@ -57,7 +57,7 @@ class EmulatedSpiBus(SpiFrameBus):
                 # to every frame, which no real SPI transfer has. The wait ends while half a
                 # batch is still queued (as a driver refills its transfer queue before it
                 # drains): waking when the wire is already free left it idle for every
-                # wake-up's latency, an emulator cost the sweep rate was charged (issue 33).
+                # wake-up's latency, an emulator cost the sweep rate was charged.
                 now = clock.monotonic_ns()
                 self._wire_free_ns = max(self._wire_free_ns, now) + self.frame_time_ns
                 if self._wire_free_ns - now > BATCH_NS:

@@ -45,7 +45,7 @@ from meter.emulation.power_models import ConstantPower
 LOADS_W = (3.0, 4.0, 5.0, 6.0)
 POWER_FACTOR = 0.8
 VOLTAGE_V = 230.0
-# bit errors at the emulator's default rate (0.001 per bit) and twice it (issue 30)
+# bit errors at the emulator's default rate (0.001 per bit) and twice it
 FAULT_KINDS = ("reset", "checksum", "absent", "stuck", "bit-errors", "partial-frames",
                "bit-errors=0.002")
 ENERGY_TOLERANCE = 0.002
@@ -289,7 +289,7 @@ def run_fault_soak(out: Path, duration_s: float, clock: Clock | None = None,
 
     ``bridge``: the same chips behind the emulated board's MCU (the real firmware on CPython,
     read through an ``emumcu://`` port by the bridge recorder), the same faults applied to
-    the chips the firmware reads, the same checks (issue 30: the bridge path held to the
+    the chips the firmware reads, the same checks (the bridge path held to the
     direct path's standard). The truth is then the power models' exact integrals."""
     clock = clock or SystemClock()
     models = [ConstantPower(p, power_factor=POWER_FACTOR, voltage_v=VOLTAGE_V) for p in LOADS_W]

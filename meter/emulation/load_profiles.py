@@ -1,4 +1,4 @@
-"""Fast-changing load profiles for the emulator (issue 27): square waves, ramps, bursts.
+"""Fast-changing load profiles for the emulator: square waves, ramps, bursts.
 
 A real chip refreshes its measurement registers once per metering cycle, averaged over it,
 while a sweep reads them one after another: a load that changes within a cycle or between two

@@ -3,7 +3,7 @@
 The chip reads back its own CS1/CS2 computation and a running 8765H check compares it with
 the value written (docs/atm90e26.md, reference §3). The emulator consults that verdict on
 every register access, and summing the 22 + 20 bytes each time was about a quarter of a
-simulated sampler run (issue 33). The words only change when a register is assigned, so
+simulated sampler run. The words only change when a register is assigned, so
 `RegisterFile` keeps each block's checksum until an assignment to a register that block
 covers (21H..2BH for CS1, 31H..3AH for CS2) drops it; any other mutation (never used by the
 emulator, kept safe all the same) drops both. A new `RegisterFile` (power-on, soft reset,

@@ -1,4 +1,4 @@
-"""An emulated board to qualify, with faults a qualification must find (issue 27).
+"""An emulated board to qualify, with faults a qualification must find.
 
 Each channel has a true load (`SwitchedLoad`, what a reference would measure) and a chip that
 sees it through its CT, with injectable faults: a gain error (`energy_l`), a phase error

@@ -111,6 +111,7 @@ def _wait_for_url(log: Path, proc: subprocess.Popen[bytes], timeout_s: float = 6
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_the_hand_run_recipe_gives_valid_figures_or_says_what_to_change(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/runner.md's recipe, verbatim but for paths and a free port: nothing exported."""
@@ -131,6 +132,7 @@ def test_the_hand_run_recipe_gives_valid_figures_or_says_what_to_change(
         run = subprocess.run(
             [sys.executable, "-m", "epi", "run", str(model), "--out", str(tmp_path / "run"),
              "--tokens", "128", "--repeats", "3", "--warmups", "1", "--threads", "1",
+             "--idle-s", "2", "--cooldown-s", "0.5",
              "--prompts", str(REPO / "examples" / "prompts-demo-long.json"),
              "--meter", url], cwd=REPO, capture_output=True, text=True, env=env, timeout=900)
         assert run.returncode == 0, run.stderr

@@ -145,6 +145,7 @@ def test_mmlu_prompts_are_lm_evals_cloze_mmlu_byte_for_byte(real_data: Path) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
 def test_smollm2_chooses_as_lm_evals_loglikelihood_rule_on_the_same_prompts(
         real_data: Path) -> None:
     """lm-eval's `acc` picks argmax of each choice's summed log-likelihood; epi's raw
