@@ -438,3 +438,31 @@ def render(plans: list[ChannelPlan], opts: PlanOptions) -> str:
             out.extend(f"    - {x}" for x in p.remedies)
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+PLAN_FORMAT, PLAN_VERSION = "epi-meter-plan", 1
+
+
+def _json_safe(value: object) -> object:
+    """A plan's fields as JSON: tuples as lists, non-finite numbers as null (never NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def plan_document(plans: list[ChannelPlan], opts: PlanOptions) -> dict[str, object]:
+    """`epi meter plan --json`: the options and, per channel, its chain, its figures at each
+    load, the problems and the remedies (the same fields the text prints)."""
+    from dataclasses import asdict
+
+    channels = []
+    for p in plans:
+        fields = _json_safe(asdict(p))
+        assert isinstance(fields, dict)  # asdict of a dataclass
+        channels.append({**fields, "resolves": p.resolves})
+    return {"format": PLAN_FORMAT, "format_version": PLAN_VERSION,
+            "options": _json_safe(asdict(opts)), "channels": channels}

@@ -58,3 +58,27 @@ def test_a_schema_refuses_what_it_should() -> None:
     with pytest.raises(jsonschema.ValidationError):
         validate(doc, "epi-doctor")
 
+
+
+def test_meter_plan_json_validates_and_agrees_with_the_text() -> None:
+    board = str(REPO / "hardware" / "epi-meter.toml")
+    proc = _epi("meter", "plan", board, "--load-w", "2.7..9.5", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    validate(doc, "epi-meter-plan")
+    text = _epi("meter", "plan", board, "--load-w", "2.7..9.5").stdout
+    for ch in doc["channels"]:
+        assert f"channel {ch['chain']['name']}:" in text
+        for load in ch["loads"]:
+            assert f"at {load['load_w']:g} W" in text
+
+
+def test_meter_qualify_json_is_the_saved_document(tmp_path: Path) -> None:
+    out = tmp_path / "q.json"
+    proc = _epi("meter", "qualify", "--emulate", "--channels", "2", "--step-s", "2",
+                "--inject", "gain:1=0.03", "--out", str(out), "--json")
+    doc = json.loads(proc.stdout)
+    validate(doc, "epi-meter-qualification")
+    assert doc == json.loads(out.read_text())
+    assert proc.returncode == (0 if doc["passed"] else 1)
+    assert [c["passed"] for c in doc["channels"]] == [True, False]  # the injected 3 % gain

@@ -52,8 +52,12 @@ def parse_load_range(text: str) -> tuple[float, float]:
               help="Accuracy of the calibration reference (%).")
 @click.option("--uncalibrated", is_flag=True,
               help="Gains not calibrated against a reference: the CT class counts instead.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the plan as one JSON document (docs/meter.md, schema in "
+                   "docs/schemas/).")
 def plan(board_path: Path, load_w: str, volts: float | None, power_factor: float,
-         prefill_s: float, decode_s: float, reference_pct: float, uncalibrated: bool) -> None:
+         prefill_s: float, decode_s: float, reference_pct: float, uncalibrated: bool,
+         as_json: bool) -> None:
     """What each channel of BOARD_PATH resolves at the load, and what to change if not."""
     from meter.board_file import load_board
     from meter.plan import PlanError, PlanOptions, plan_board, render
@@ -66,4 +70,11 @@ def plan(board_path: Path, load_w: str, volts: float | None, power_factor: float
         plans = plan_board(board, opts)
     except PlanError as exc:
         raise UserError(f"{board_path}: {exc}") from None
+    if as_json:
+        import json
+
+        from meter.plan import plan_document
+
+        click.echo(json.dumps(plan_document(plans, opts), indent=1, allow_nan=False))
+        return
     click.echo(render(plans, opts), nl=False)

@@ -75,10 +75,13 @@ def parse_injection(text: str, n_channels: int) -> tuple[int, str, float, int | 
 @click.option("--out", "out_path", type=click.Path(path_type=Path, dir_okay=False),
               default=None, help="Where to save the result [default: qualification.json beside "
               "the board's calibration files].")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as the qualification document (the saved file's JSON) "
+                   "instead of the table.")
 def qualify(board_path: Path | None, emulate: bool, n_channels: int, inject: tuple[str, ...],
             reference: str, reference_pct: float, resistive_ohm: float | None,
             reference_channel: int | None, class_pct: float, step_s: float, load_w: float,
-            no_low_pf: bool, out_path: Path | None) -> None:
+            no_low_pf: bool, out_path: Path | None, as_json: bool) -> None:
     """Qualify each channel against a reference; exit 1 when a channel fails."""
     from meter.qualify.report import record, render, save
     from meter.qualify.session import QualifyOptions
@@ -109,9 +112,15 @@ def qualify(board_path: Path | None, emulate: bool, n_channels: int, inject: tup
         results, ref_text, out = _real(board_path, reference, reference_pct, resistive_ohm,
                                        reference_channel, opts, out_path)
         board_text = str(board_path)
-    click.echo(render(results, ref_text), nl=False)
-    save(out, record(results, ref_text, board_text, emulate))
-    click.echo(f"saved {out}")
+    doc = record(results, ref_text, board_text, emulate)
+    save(out, doc)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(doc, indent=1))
+    else:
+        click.echo(render(results, ref_text), nl=False)
+        click.echo(f"saved {out}")
     if not all(q.passed for q in results):
         raise SystemExit(1)  # a failed qualification is a result, not an error
 
