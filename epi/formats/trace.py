@@ -368,9 +368,14 @@ def _read_complete_lines(path: Path) -> tuple[list[str], int]:
 
 
 class _RowError(Exception):
-    def __init__(self, index: int, message: str) -> None:
+    """A bad sample row. `torn`: what a write cut by a crash leaves (too few fields, text
+    where a number belongs); a whole number out of its range (an int64 overflow) is not
+    torn: it is a wrong value, named as such even in the final line."""
+
+    def __init__(self, index: int, message: str, *, torn: bool = True) -> None:
         super().__init__(message)
         self.index = index
+        self.torn = torn
 
 
 def _int_col(values: list[str], name: str, lo: int, hi: int, nullable: bool
@@ -392,7 +397,8 @@ def _int_col(values: list[str], name: str, lo: int, hi: int, nullable: bool
             what = "empty" if not v else f"{v[:30]!r}"
             raise _RowError(i, f"column {name} is {what}, expected an integer") from None
         if not lo <= x <= hi:
-            raise _RowError(i, f"column {name} is {x}, expected an integer in [{lo}, {hi}]")
+            raise _RowError(i, f"column {name} is {x}, expected an integer in [{lo}, {hi}]",
+                            torn=False)
         out.append(x)
     return out
 
@@ -519,7 +525,7 @@ def parse_samples(path: Path, channels: set[int] | None = None
             cols = _sample_columns(rows, channels, out_of_range)
             return cols, dropped, [(i + 2, name, x) for i, name, x in out_of_range]
         except _RowError as exc:
-            if exc.index == len(rows) - 1:  # a damaged final record: the crash cut it
+            if exc.index == len(rows) - 1 and exc.torn:  # a torn final record: a crash cut it
                 rows.pop()
                 dropped += 1
                 continue

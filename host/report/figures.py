@@ -60,23 +60,28 @@ class Figure:
     alt: str = ""
 
 
-def _stamp(ax: plt.Axes, rd: ReportData) -> None:
-    """A corner label on the plot itself: modelled power can never be mistaken for measured."""
+def _stamp(ax: plt.Axes, rd: ReportData, basis: str | None = None) -> None:
+    """A corner label on the plot itself: modelled power can never be mistaken for measured.
+    `basis`: the figure's own energy basis where it is not the analysis's (one basis a
+    figure)."""
     text = ("MODELLED POWER (emulator)" if rd.labels.power_source == "modelled"
             else "measured power")
     if COMPONENT in rd.labels.power_detail:
         text += f" · {COMPONENT.upper()}"
-    ax.text(0.99, 0.01, f"{text} · {rd.basis}", transform=ax.transAxes, ha="right",
+    ax.text(0.99, 0.01, f"{text} · {basis or rd.basis}", transform=ax.transAxes, ha="right",
             va="bottom", fontsize=7, color=MODELLED_COLOR
             if rd.labels.power_source == "modelled" else "#333333", alpha=0.85, zorder=10,
             bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5})
 
 
-def _caption(rd: ReportData, what: str, differs: str = "") -> str:
+def _caption(rd: ReportData, what: str, differs: str = "", basis: str | None = None) -> str:
     """A figure's short caption: what it shows, what differs from the measurement block,
-    and the power tag."""
+    and the power tag (with the figure's own energy basis where it is not the analysis's)."""
+    tag = rd.labels.tag()
+    if basis is not None:
+        tag = tag.replace(f"{rd.labels.energy_basis} energy", f"{basis} energy")
     return what + (f" Differs from the block above: {differs}." if differs else "") + \
-        f" [{rd.labels.tag()}]"
+        f" [{tag}]"
 
 
 def _run_points(rd: ReportData, phase: str = "request") -> pd.DataFrame:
@@ -283,17 +288,17 @@ def phase_energy(rd: ReportData) -> Figure:
                     fontsize=7, color=MODELLED_COLOR)
     if len(d):
         ax.set_xticks(x, d["config"], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel(f"energy per request, J ({rd.basis if rd.basis == 'gross' else 'gross'})")
+    ax.set_ylabel("energy per request, J (gross)")
     ax.set_title("Per-phase energy per request")
     if len(d):
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)
-    _stamp(ax, rd)
+    _stamp(ax, rd, basis="gross")  # the stacked phases are gross, whatever the headline's
     cap = _caption(rd, "Median energy per request (J) split into prefill and decode (stacked); "
                    "the hatched bar is the part the idle machine would have drawn anyway "
                    "(idle baseline power × request duration). Faded bars marked 'invalid "
                    "runs' come from invalid runs only.",
-                   "always gross energy; no intervals (medians per request)")
+                   "always gross energy; no intervals (medians per request)", basis="gross")
     alt = ("Stacked bar chart of energy per request in joules, prefill below decode, with the "
            "idle share hatched: " + "; ".join(
                f"{r['config']}: prefill {_g(r['prefill'])} J, decode {_g(r['decode'])} J, "

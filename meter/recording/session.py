@@ -157,6 +157,29 @@ class RecordingSession:
     def now(self) -> tuple[int, int]:
         return self.clock.monotonic_ns(), self.clock.realtime_ns()
 
+    def warn_damaged_trace(self) -> None:
+        """Say so before appending a segment to a trace whose earlier segments its own reader
+        refuses: the new segment is written beside them (nothing is lost or overwritten), and
+        `epi analyze` will name the damage until it is repaired."""
+        from epi.core.errors import UserError
+        from epi.formats.fields import read_json_object
+        from epi.formats.trace import check_meta, existing_segments, segment_paths
+
+        if not self.out_dir.is_dir():
+            return
+        # each segment's meta.json, checked by the reader's own rule (the samples are not
+        # re-read: a long trace would delay the restart, and its gap, by minutes)
+        try:
+            for n in existing_segments(self.out_dir):
+                meta_path = segment_paths(self.out_dir, n)[0]
+                if meta_path.exists():
+                    check_meta(meta_path, read_json_object(meta_path, "segment meta"), n)
+        except UserError as exc:
+            self.log(f"epi meter: warning: the trace in {self.out_dir} already holds a segment "
+                     f"its reader refuses ({exc}); the new segment is appended beside it, "
+                     "and `epi analyze` will refuse the trace until that segment is repaired "
+                     "or moved out")
+
     def common_meta(self, started: tuple[int, int]) -> dict[str, object]:
         """The meta.json keys every segment has, whatever feeds it."""
         return {
@@ -179,6 +202,7 @@ class RecordingSession:
         continues an earlier segment, and the ``start`` event."""
         started = started if started is not None else self.now()
         self.started = started
+        self.warn_damaged_trace()
         full = {**self.common_meta(started), **meta}
         writer = TraceWriter(self.out_dir, full, lock=self.lock)
         self.writer = writer

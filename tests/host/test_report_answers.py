@@ -261,3 +261,18 @@ def test_report_page_in_headless_chromium_shows_answers_and_alt_text(
     assert page.console_errors == []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "report-answers-screenshot.png").write_bytes(page.screenshot_png)
+
+
+def test_the_per_phase_figure_states_one_basis_under_a_net_analysis(
+        answered_shared: Path) -> None:  # noqa: F811
+    """The stacked phases are gross energy; a net analysis must not stamp or caption the same
+    figure 'net' beside its gross axis."""
+    import dataclasses
+
+    rd = report_data.load(answered_shared)
+    rd = dataclasses.replace(rd, labels=dataclasses.replace(rd.labels, energy_basis="net"))
+    f = report_figures.phase_energy(rd)
+    ax = f.fig.axes[0]
+    texts = [ax.get_ylabel(), f.caption, *(t.get_text() for t in ax.texts)]
+    assert all("net" not in t.replace("net request", "") for t in texts), texts
+    assert "gross" in ax.get_ylabel() and "gross energy]" in f.caption

@@ -55,3 +55,25 @@ def test_segments_of_one_boot_overlapping_in_one_channel_are_refused(tmp_path: P
     _segment(tmp_path, 2, [(1, 380), (0, 390), (1, 480), (0, 490)])
     with pytest.raises(UserError, match="segment 2 channel 0 t_mono_ns 390 is not after"):
         read_trace(tmp_path)
+
+
+def test_an_int64_overflow_in_the_final_row_is_named_not_called_truncated(
+        synth_run: object) -> None:
+    """A complete final line whose time overflows int64 is a wrong value, not a crash cut:
+    one line naming the column and the range, never 'dropped a truncated final line'."""
+    import pytest as _pytest
+
+    from epi.core.errors import UserError
+    from epi.formats.trace import read_trace
+
+    tdir, _, _, _ = synth_run()  # type: ignore[operator]  # the fixture's factory
+    (samples,) = sorted(tdir.glob("seg-*.samples.csv"))
+    lines = samples.read_text().splitlines()
+    fields = lines[-1].split(",")
+    fields[0] = str(2**63)  # one past int64
+    samples.write_text("\n".join([*lines[:-1], ",".join(fields)]) + "\n")
+    with _pytest.raises(UserError) as info:
+        read_trace(tdir)
+    message = str(info.value)
+    assert "is 9223372036854775808, expected an integer in [0, 9223372036854775807]" in message
+    assert "truncated" not in message and "\n" not in message
