@@ -169,6 +169,10 @@ def layer_group_answer(rd: ReportData) -> Answer:
         return Answer("layer_groups", q, "Maps differing in one group exist, but none has a "
                       "Δ J/token (no valid runs on one side).", UNANSWERABLE)
     diff = diff.assign(size=diff["delta_j_per_token"].astype(float).abs())
+    # a map's only group "all" is the whole model: reported, never ranked among layer groups
+    whole = diff[diff["group"] == "all"]
+    if len(whole) < len(diff):
+        diff = diff[diff["group"] != "all"]
     best = diff.sort_values("size", ascending=False).groupby("group", sort=False).head(1)
     parts, statuses = [], []
     for r in best.to_dict("records"):
@@ -190,7 +194,7 @@ def layer_group_answer(rd: ReportData) -> Answer:
                      f"changes J/token by {d} — {state}")
         statuses.append(DECIDED if dist is True else UNDECIDED)
     top = best.iloc[0]
-    if len(best) == 1 and top["group"] == "all":
+    if len(best) == 1 and top["group"] == "all" and len(whole) == len(best):
         lead = ("No layer group is varied on its own: the maps that differ in one group "
                 "differ in the whole model (their only group), which says nothing about "
                 "which layers are sensitive. ")

@@ -276,3 +276,20 @@ def test_the_per_phase_figure_states_one_basis_under_a_net_analysis(
     texts = [ax.get_ylabel(), f.caption, *(t.get_text() for t in ax.texts)]
     assert all("net" not in t.replace("net request", "") for t in texts), texts
     assert "gross" in ax.get_ylabel() and "gross energy]" in f.caption
+
+
+def test_the_whole_model_is_never_ranked_as_a_layer_group(answered_shared: Path) -> None:  # noqa: F811
+    """A map whose only group is `all` differs from another in the whole model: the answer
+    must not call it a layer group, nor rank it beside one."""
+    from host.report import answers as answers_mod
+
+    rd = report_data.load(answered_shared)
+    diff = rd.doc["layer_groups"]["differential"]
+    whole = {**diff[0], "group": "all", "delta_j_per_token": 10 * diff[0]["delta_j_per_token"]}
+    rd.doc["layer_groups"]["differential"] = [whole, *diff]
+    text = answers_mod.layer_group_answer(rd).text
+    assert "all group" not in text and "Largest effect: the all" not in text
+    assert "late" in text
+    rd.doc["layer_groups"]["differential"] = [whole]
+    only = answers_mod.layer_group_answer(rd)
+    assert "No layer group is varied on its own" in only.text
