@@ -191,6 +191,7 @@ def test_an_unwritable_out_is_one_line_and_exit_2(
 
 
 @pytest.mark.serial  # Chromium uses both cores
+@pytest.mark.long
 def test_site_renders_both_labs_and_its_filters_work_in_chromium(
         community: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
