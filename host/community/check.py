@@ -18,11 +18,12 @@ import math
 import tempfile
 from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Any
 
 from epi.core.errors import UserError
 from host.bundle import archive
 from host.community.make import board_of, figures, protocol
-from host.community.record import Board, Submission, missing_hardware
+from host.community.record import Board, ConfigFigures, Submission, missing_hardware
 
 SUMMARY = "summary.json"
 #: relative tolerance for a recomputed figure (the analysis is deterministic; this is
@@ -34,7 +35,7 @@ def _close(a: object, b: object) -> bool:
     if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
         return math.isclose(a, float(b), rel_tol=RTOL, abs_tol=1e-12)
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return all(_close(x, y) for x, y in zip(a, b))
+        return all(_close(x, y) for x, y in zip(a, b, strict=True))
     return a == b
 
 
@@ -51,7 +52,7 @@ def _recompute(bundle: archive.Bundle, tmp: Path) -> str:
     opts = bundle.json("analysis/results.json")
     recorded = opts.get("options") if isinstance(opts, dict) else None
     known = {f.name for f in fields(Options)}
-    kwargs = {k: v for k, v in (recorded or {}).items()
+    kwargs: dict[str, Any] = {k: v for k, v in (recorded or {}).items()
               if k in known and (v is None or isinstance(v, (int, float, str)))
               and not str(k).endswith(("_dir", "_file", "_path"))}
     try:
@@ -120,7 +121,7 @@ def check(directory: Path, *, board: Board | None = None) -> list[str]:
     return problems
 
 
-def _compare_figures(path: Path, sub: Submission, again: list) -> list[str]:
+def _compare_figures(path: Path, sub: Submission, again: list[ConfigFigures]) -> list[str]:
     out = []
     mine = {c.config: c for c in sub.configs}
     theirs = {c.config: c for c in again}

@@ -90,7 +90,8 @@ def protocol(bundle: Bundle) -> Protocol:
     items: dict[str, int] = {}
     shots: set[str] = set()
     if "accuracy/accuracy.json" in bundle.members:
-        for m in _obj(bundle, "accuracy/accuracy.json").get("models") or []:
+        models = _obj(bundle, "accuracy/accuracy.json").get("models")
+        for m in models if isinstance(models, list) else []:
             benches = m.get("benchmarks") if isinstance(m, dict) else None
             for name, res in (benches.items() if isinstance(benches, dict) else []):
                 sub = res.get("subset") if isinstance(res, dict) else None
@@ -112,7 +113,8 @@ def recorded_hardware(bundle: Bundle) -> dict[str, object]:
     """What the runs themselves record: the nodes and the llama.cpp build flags."""
     nodes, flags = set(), set()
     for r in _runs(bundle):
-        for p in r.get("placement") or []:
+        placement = r.get("placement")
+        for p in placement if isinstance(placement, list) else []:
             if isinstance(p, dict) and p.get("node"):
                 nodes.add(str(p["node"]))
         llama = r.get("llama_cpp")
@@ -152,9 +154,9 @@ def read_hardware(path: Path, bundle: Bundle) -> Hardware:
     extra = sorted(set(merged) - set(HARDWARE_FIELDS))
     if extra:
         raise UserError(f"--hardware: {path}: unknown field {extra[0]!r}")
-    return Hardware(board=str(merged["board"]), nodes=list(merged["nodes"]),  # type: ignore[arg-type]
+    return Hardware(board=str(merged["board"]), nodes=list(merged["nodes"]),
                     cpu=str(merged["cpu"]), memory_gb=float(mem), os=str(merged["os"]),
-                    llama_cpp_build_flags=list(merged["llama_cpp_build_flags"]),  # type: ignore[arg-type]
+                    llama_cpp_build_flags=list(merged["llama_cpp_build_flags"]),
                     thermal=str(merged["thermal"]))
 
 

@@ -42,7 +42,7 @@ def _fmt(v: float | None, digits: int = 4) -> str:
 
 
 def _ci(ci: list[float | None], coverage: float | None) -> str:
-    lo, hi = (ci + [None, None])[:2]
+    lo, hi = [*ci, None, None][:2]
     if lo is None or hi is None:
         return "no interval"
     cov = f" ({coverage:.0%})" if coverage is not None else ""
@@ -59,7 +59,8 @@ td,th{border:1px solid #bbb;padding:.25em .5em}th{cursor:pointer;background:#eee
 
 _SCRIPT = """
 function applyFilters(){
-  var f={}; document.querySelectorAll('select.filter').forEach(function(s){f[s.dataset.key]=s.value;});
+  var f={};
+  document.querySelectorAll('select.filter').forEach(function(s){f[s.dataset.key]=s.value;});
   var text=document.getElementById('q').value.toLowerCase(); var shown=0;
   document.querySelectorAll('#board tbody tr').forEach(function(r){
     var ok=r.textContent.toLowerCase().indexOf(text)>=0;
@@ -149,7 +150,7 @@ def _comparisons(entries: list[Entry]) -> list[str]:
                        "accuracy items and metric.</p>")
         for d in diffs:
             vals = "".join(f"<li>{_E(e.sub.lab)}/{_E(e.sub.study)}: {_E(v)}</li>"
-                           for (e, _), v in zip(members, shown_values(d)))
+                           for (e, _), v in zip(members, shown_values(d), strict=True))
             out.append(f"<p><b>UNFAIR: {_E(d.aspect)} differ</b> ({_E(d.meaning)})</p>"
                        f"<ul>{vals}</ul>")
     return out if len(out) > 1 else [*out, "<p>No model and map shared by two labs.</p>"]

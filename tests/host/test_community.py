@@ -168,8 +168,8 @@ def test_submit_refuses_a_hardware_file_without_a_field(
         capsys: pytest.CaptureFixture[str]) -> None:
     hw = tmp_path / "hw.json"
     hw.write_text(json.dumps({"board": "b", "cpu": "c", "memory_gb": 4, "os": "Linux"}))
-    code, out, err = run_epi(monkeypatch, capsys, "submit", str(labs["A"]), "--out",
-                             str(tmp_path / "sub"), "--hardware", str(hw))
+    code, _, err = run_epi(monkeypatch, capsys, "submit", str(labs["A"]), "--out",
+                           str(tmp_path / "sub"), "--hardware", str(hw))
     assert code == 2
     assert err.strip().count("\n") == 0 and "'thermal' missing" in err
     assert not any((tmp_path / "sub").glob("*"))  # nothing half-written stays
