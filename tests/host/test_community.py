@@ -264,3 +264,29 @@ def test_site_renders_both_labs_and_its_filters_work_in_chromium(
                              str(tmp_path / "site2"))
     assert code == 0, err
     assert "1 submission(s)" in out and out.count("left out:") == 2
+
+
+def test_checker_recomputes_from_the_trace_even_when_every_hash_is_redone(
+        community: Path, tmp_path: Path) -> None:
+    """A trace with its energies scaled by 1.1 and the bundle re-hashed throughout (members,
+    bundle.json, the summary's bundle_sha256): only the recomputation can tell, and it does,
+    for every configuration."""
+    from host.bundle import archive
+
+    d = _copy(community, "B", tmp_path)
+    path = d / "s1.epi-bundle.tar.gz"
+    b = archive.read(path)
+    files = dict(b.members)
+    for name in [n for n in files if n.endswith(".samples.csv")]:
+        frame = pd.read_csv(io.BytesIO(files[name]))
+        frame["energy_j"] *= 1.1
+        frame["power_w"] *= 1.1
+        files[name] = frame.to_csv(index=False).encode()
+    manifest = {k: v for k, v in b.manifest.items()
+                if k not in ("format", "format_version", "members")}
+    archive.write(path, files, manifest)
+    _edit(d, lambda doc: doc.update(bundle_sha256=archive.sha256_bytes(path.read_bytes())))
+    problems = check(d)
+    assert any("configs[q4].j_per_token: summary says" in p for p in problems), problems
+    assert any("configs[q8].j_per_token: summary says" in p for p in problems), problems
+    assert not any("sha256" in p for p in problems), problems
