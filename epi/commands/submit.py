@@ -15,6 +15,11 @@ from epi import __version__
 from epi.commands.params import check_output_dir
 from epi.core.errors import UserError
 
+
+def _g(v: float | None) -> str:
+    return "—" if v is None else f"{v:.4g}"
+
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -68,7 +73,7 @@ def submit(analysis: Path, out: Path, hardware_file: Path, lab: str | None,
             leftover.unlink(missing_ok=True)
         raise
     for c in summary.configs:
-        click.echo(f"{c.config}: {c.j_per_token} J/token, EPI {c.epi} ({c.power_source}; "
+        click.echo(f"{c.config}: {_g(c.j_per_token)} J/token, EPI {_g(c.epi)} ({c.power_source}; "
                    f"{c.n_runs_valid} of {c.n_runs} runs valid)")
     click.echo(f"board: {summary.board}")
     click.echo(f"wrote {out / name} and {out / SUMMARY}")
