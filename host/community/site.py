@@ -194,7 +194,12 @@ def build(root: Path, out: Path) -> tuple[list[Entry], list[str]]:
             continue
         sub = Submission.from_json((d / SUMMARY).read_text(encoding="utf-8"), str(d))
         entries.append(Entry(d, sub, f"submissions/{sub.lab}--{sub.study}.html"))
-    rows = [(e, c) for e in entries for c in e.sub.configs]
+    # a configuration without a figure (no valid run) is not ranked; it is named below
+    rows = [(e, c) for e in entries for c in e.sub.configs if c.j_per_token is not None]
+    unranked = "".join(f"<li>{_E(e.sub.lab)}/{_E(e.sub.study)} {_E(c.config)}: "
+                       f"{_E(c.reason or 'no figure')} ({c.n_runs_valid} of {c.n_runs} runs "
+                       "valid)</li>" for e in entries for c in e.sub.configs
+                       if c.j_per_token is None) or "<li>none</li>"
     head = ("<tr><th>submission</th><th>config</th><th>model sha256</th><th>map sha256</th>"
             "<th>hardware class</th><th>power</th><th>J/token</th><th>J/token interval</th>"
             "<th>EPI</th><th>EPI interval</th><th>accuracy</th><th>valid runs</th></tr>")
@@ -212,6 +217,7 @@ def build(root: Path, out: Path) -> tuple[list[Entry], list[str]]:
         + '<span id="shown"></span> row(s) shown</p>',
         f'<table id="board"><thead>{head}</thead><tbody>',
         *(_row(e, c) for e, c in rows), "</tbody></table>",
+        f"<h2>Configurations not ranked (no valid run)</h2><ul>{unranked}</ul>",
         *_comparisons(entries),
         f"<h2>Left out (refused by the checker)</h2><ul>{left}</ul>",
         f"<script>{_SCRIPT}</script>"])

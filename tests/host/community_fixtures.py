@@ -18,8 +18,10 @@ from tests.host.test_bundle import ITEMS, _accuracy
 NS = 1_000_000_000
 
 
-def lab_study(root: Path, *, seed: int, board: str, measured: bool) -> Path:
-    """One lab's analysis directory (q4 and q8 on the same model files as every lab)."""
+def lab_study(root: Path, *, seed: int, board: str, measured: bool,
+              q8_status: str = "completed") -> Path:
+    """One lab's analysis directory (q4 and q8 on the same model files as every lab);
+    `q8_status` other than completed makes q8's run one the analysis must not count."""
     s1 = make_schedule(500 * NS, seed=seed)
     s2 = make_schedule(s1.requests[-1]["end"] + 5 * NS, seed=seed + 1)
     p1, p2 = s1.profile(**LEVELS), s2.profile(idle_w=3.0, prefill_w=12.0, decode_w=9.0)
@@ -37,7 +39,8 @@ def lab_study(root: Path, *, seed: int, board: str, measured: bool) -> Path:
     runs = []
     for name, sched, sha in (("q4", s1, "1"), ("q8", s2, "2")):
         run = write_run(root / f"r_{name}", sched, offset_ns=7 * NS, map_id=name,
-                        sha256=sha * 64)
+                        sha256=sha * 64,
+                        status=q8_status if name == "q8" else "completed")
         header = json.loads((run / "run.json").read_text())
         header["model"]["path"] = str(models / f"{name}.gguf")
         header["llama_cpp"]["build_flags"] = ["-DGGML_NATIVE=OFF"]

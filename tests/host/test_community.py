@@ -290,3 +290,36 @@ def test_checker_recomputes_from_the_trace_even_when_every_hash_is_redone(
     assert any("configs[q4].j_per_token: summary says" in p for p in problems), problems
     assert any("configs[q8].j_per_token: summary says" in p for p in problems), problems
     assert not any("sha256" in p for p in problems), problems
+
+
+def test_an_invalid_run_is_not_counted_and_cannot_be_claimed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """q8's only run failed: the submission carries no q8 figure (0 of 1 runs valid, the
+    reason given), the checker accepts that, refuses a summary that claims the run, and the
+    site ranks q4 only."""
+    analysis = lab_study(tmp_path / "c", seed=31, board="pi5-cluster", measured=False,
+                         q8_status="failed")
+    hw = hardware_file(tmp_path / "hw.json", "pi5-cluster")
+    sub = tmp_path / "data" / "labC" / "s1"
+    code, _, err = run_epi(monkeypatch, capsys, "submit", str(analysis), "--out", str(sub),
+                           "--hardware", str(hw))
+    assert code == 0, err
+    doc = json.loads((sub / "summary.json").read_text())
+    q8 = next(c for c in doc["configs"] if c["config"] == "q8")
+    assert (q8["n_runs"], q8["n_runs_valid"], q8["j_per_token"], q8["epi"]) == (1, 0, None,
+                                                                                  None)
+    assert "no valid runs" in q8["reason"]
+    assert check(sub) == []
+    code, _, err = run_epi(monkeypatch, capsys, "site", str(tmp_path / "data"), "--out",
+                           str(tmp_path / "site"))
+    assert code == 0, err
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert page.count("<tr data-model=") == 1 and "not ranked" in page
+    claimed = tmp_path / "claimed"
+    shutil.copytree(sub, claimed)
+    _edit(claimed, lambda d: next(c for c in d["configs"] if c["config"] == "q8").update(
+        n_runs_valid=1, j_per_token=1.3, reason=None))
+    problems = check(claimed)
+    assert any("configs[q8].n_runs_valid: summary says 1" in p for p in problems), problems
+    assert any("configs[q8].j_per_token: summary says 1.3" in p for p in problems), problems
