@@ -25,7 +25,8 @@ def check_submission(paths: tuple[Path, ...], board: str) -> None:
         if p.is_file() and p.name == SUMMARY:
             p = p.parent
         if not (p / SUMMARY).is_file():
-            raise UserError(f"{p}: no {SUMMARY} (a submission directory is expected)")
+            shown = str(p) if str(p).isprintable() else repr(str(p))  # one line, always
+            raise UserError(f"{shown}: no {SUMMARY} (a submission directory is expected)")
         dirs.append(p)
     failed = 0
     for d in dirs:

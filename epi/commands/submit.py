@@ -4,7 +4,6 @@ the bundle and its summary (docs/community.md)."""
 from __future__ import annotations
 
 import os
-import re
 import socket
 import time
 from pathlib import Path
@@ -20,7 +19,6 @@ def _g(v: float | None) -> str:
     return "—" if v is None else f"{v:.4g}"
 
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 @click.command("submit")
@@ -40,12 +38,13 @@ def submit(analysis: Path, out: Path, hardware_file: Path, lab: str | None,
     from host.bundle.collect import collect, manifest_note
     from host.community.check import SUMMARY
     from host.community.make import read_hardware, summarize
+    from host.community.record import NAME
 
     out = Path(out)
     lab = lab or out.resolve().parent.name
     study = study or out.resolve().name
     for option, value in (("--lab", lab), ("--study", study)):
-        if not _NAME.fullmatch(value):
+        if not NAME.fullmatch(value):
             raise UserError(f"{option}: {value[:80]!r}: use letters, digits, '.', '_', '-'")
     check_output_dir(out, "--out")
     if out.exists() and any(out.iterdir()):

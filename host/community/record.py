@@ -8,6 +8,7 @@ never trusts the file: a missing or mistyped field is one `UserError` line namin
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -17,6 +18,8 @@ from epi.core.errors import UserError
 FORMAT = "epi-community-submission"
 FORMAT_VERSION = 1
 SCHEMA = Path(__file__).with_name("submission.schema.json")
+#: a lab or study name: it becomes a file name on the site, so plain characters only
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 Board = Literal["measured", "modelled"]
 BOARDS: tuple[Board, ...] = ("measured", "modelled")
 #: hardware fields a submission must state (the checker names each one missing)
@@ -113,6 +116,10 @@ class Submission:
         top.update(hardware=hw, protocol=proto, configs=figures)
         top.pop("format"), top.pop("format_version")
         sub = _build(cls, top, where, nested=("hardware", "protocol", "configs"))
+        for key, value in (("lab", sub.lab), ("study", sub.study)):
+            if not NAME.fullmatch(value):
+                raise UserError(f"{where}: {key}: {value[:80]!r}: use letters, digits, '.', "
+                                "'_', '-' (at most 64)")
         if sub.board not in BOARDS:
             raise UserError(f"{where}: board: {sub.board!r} is not one of {', '.join(BOARDS)}")
         return sub

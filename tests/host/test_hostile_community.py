@@ -154,3 +154,23 @@ def test_site_of_a_hostile_tree_is_one_line_per_left_out_submission(
     code, _, err = run_epi(monkeypatch, capsys, "site", str(tmp_path / "nope"), "--out",
                            str(tmp_path / "site"))
     assert code == 2 and err.strip().count("\n") == 0
+
+
+@FUZZ
+@given(name=st.text(min_size=1, max_size=20).filter(lambda s: "\x00" not in s))
+def test_check_submission_of_a_path_that_is_no_submission_is_one_line(
+        tmp_path_factory, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], name: str) -> None:
+    d = tmp_path_factory.mktemp("none")
+    code, _, err = run_epi(monkeypatch, capsys, "check-submission", str(d / name))
+    assert code == 2
+    assert err.strip() and err.strip().count("\n") == 0
+
+
+def test_a_summary_whose_lab_is_a_path_is_refused(community: Path) -> None:  # noqa: F811
+    """The lab and study name the site's page files: a path in them is refused."""
+    doc = json.loads(_valid(community))
+    for bad in ("../../x", "a/b", ".hidden", ""):
+        doc["lab"] = bad
+        with pytest.raises(UserError, match="lab: "):
+            Submission.from_json(json.dumps(doc), "s.json")
