@@ -21,7 +21,8 @@ def site(root: Path, out: Path) -> None:
     from host.community.site import build
 
     if not root.is_dir():
-        raise UserError(f"{root}: not a directory (data/community is expected)")
+        shown = str(root) if str(root).isprintable() else repr(str(root))
+        raise UserError(f"{shown}: not a directory (data/community is expected)")
     check_output_dir(out, "--out")
     try:
         entries, refused = build(root, out)

@@ -22,7 +22,7 @@ from typing import Any
 
 from epi.core.errors import UserError
 from host.bundle import archive
-from host.community.make import board_of, figures, protocol
+from host.community.make import board_of, figures, protocol, recorded_hardware
 from host.community.record import Board, ConfigFigures, Submission, missing_hardware
 
 SUMMARY = "summary.json"
@@ -106,6 +106,10 @@ def check(directory: Path, *, board: Board | None = None) -> list[str]:
     except UserError as exc:
         return [*problems, f"{bundle_path}: cannot recompute: {exc}"]
     problems += _compare_figures(path, sub, again)
+    for key, value in recorded_hardware(bundle).items():
+        if value and getattr(sub.hardware, key) != value:
+            problems.append(f"{path}: hardware.{key}: says {getattr(sub.hardware, key)}, the "
+                            f"bundle's runs record {value}")
     if asdict(sub.protocol) != asdict(protocol(bundle)):
         problems.append(f"{path}: protocol: not the one the bundle records "
                         f"({json.dumps(asdict(protocol(bundle)), sort_keys=True)})")

@@ -126,7 +126,8 @@ def recorded_hardware(bundle: Bundle) -> dict[str, object]:
 
 def read_hardware(path: Path, bundle: Bundle) -> Hardware:
     """The lab's hardware file (JSON: board, cpu, memory_gb, os, thermal) with the nodes and
-    build flags the runs record; one line naming the file and the field when one is missing."""
+    build flags the runs record (the file states them only where the runs do not); one line
+    naming the file and the field when one is missing."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -136,7 +137,12 @@ def read_hardware(path: Path, bundle: Bundle) -> Hardware:
                         f"({exc.__class__.__name__})") from None
     if not isinstance(doc, dict):
         raise UserError(f"--hardware: {path}: expected a JSON object")
-    merged = {**recorded_hardware(bundle), **doc}
+    recorded = recorded_hardware(bundle)
+    for f, v in recorded.items():
+        if v and f in doc and doc[f] != v:
+            raise UserError(f"--hardware: {path}: field {f!r}: the runs record {v}; a "
+                            "hardware file may state it only where the runs do not")
+    merged = {**doc, **{f: v for f, v in recorded.items() if v}}
     for f in HARDWARE_FIELDS:
         if merged.get(f) in (None, "", []):
             raise UserError(f"--hardware: {path}: field {f!r} missing (every hardware field "

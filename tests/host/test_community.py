@@ -292,6 +292,7 @@ def test_checker_recomputes_from_the_trace_even_when_every_hash_is_redone(
     assert not any("sha256" in p for p in problems), problems
 
 
+@pytest.mark.long  # a third lab's study, submitted and built into a site
 def test_an_invalid_run_is_not_counted_and_cannot_be_claimed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -323,3 +324,15 @@ def test_an_invalid_run_is_not_counted_and_cannot_be_claimed(
     problems = check(claimed)
     assert any("configs[q8].n_runs_valid: summary says 1" in p for p in problems), problems
     assert any("configs[q8].j_per_token: summary says 1.3" in p for p in problems), problems
+
+
+def test_checker_refuses_hardware_the_runs_contradict(
+        community: Path, tmp_path: Path) -> None:
+    """Build flags and nodes are what the bundle's runs record, not what a summary says."""
+    d = _copy(community, "A", tmp_path)
+    _edit(d, lambda doc: doc["hardware"].update(llama_cpp_build_flags=["-DGGML_NATIVE=ON"],
+                                                nodes=["n0", "n1"]))
+    problems = check(d)
+    assert any("hardware.llama_cpp_build_flags: says ['-DGGML_NATIVE=ON'], the bundle's runs "
+               "record ['-DGGML_NATIVE=OFF']" in p for p in problems), problems
+    assert any("hardware.nodes: says ['n0', 'n1']" in p for p in problems), problems
