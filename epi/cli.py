@@ -34,6 +34,9 @@ COMMANDS: dict[str, str] = {
     "report": "epi.commands.report:report",
     "bundle": "epi.commands.bundle:bundle",
     "compare": "epi.commands.compare:compare",
+    "submit": "epi.commands.submit:submit",
+    "check-submission": "epi.commands.check_submission:check_submission",
+    "site": "epi.commands.site:site",
 }
 
 HELP = {
@@ -53,6 +56,9 @@ HELP = {
     "report": "HTML + Markdown report with figures from an analysis directory.",
     "bundle": "One archive of an analysis and all behind it, hashed (or --unpack one).",
     "compare": "Bundles side by side; unfair differences (build, power, items) flagged.",
+    "submit": "One community submission: the bundle and its checked summary.",
+    "check-submission": "Recompute every figure of submissions from their bundles.",
+    "site": "Static leaderboard site from data/community submissions.",
 }
 
 

@@ -54,6 +54,8 @@ CASES: dict[str, Case] = {
     "report": lambda o, m, s: [str(s["analysis"]), "--out", str(o)],
     "run": lambda o, m, _: [str(m), "--out", str(o)],
     "search": lambda o, m, _: [str(m), "--out", str(o)],
+    "site": lambda o, m, _: [str(m), "--out", str(o)],
+    "submit": lambda o, m, _: [str(m), "--out", str(o), "--hardware", str(m)],
 }
 WRITES = {"analyze", "report", "meter run", "meter firmware build"}  # do their whole work
 
