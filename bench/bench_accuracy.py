@@ -99,8 +99,8 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=4, help="perplexity windows W (and 2W)")
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--ppl-batch", type=int, default=None,
-                    help="perplexity tokens per decode for both tools (default: "
-                    "llama-perplexity's own default, 2048)")
+                    help="perplexity tokens per decode for both tools (default: each "
+                    "tool's own: epi one window per decode, llama-perplexity 2048)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="rounds (median and spread)")
     ap.add_argument("--only", choices=("mc", "ppl"), help="time one of the two (default both)")
@@ -133,7 +133,7 @@ def main() -> None:
                 tokens = scorer.tokenize(ppl.read_text(text_path))
                 return ppl.perplexity_tokens(scorer, tokens, args.ctx, args.ctx,
                                              k * args.windows,
-                                             batch_tokens=args.ppl_batch or 2048)
+                                             batch_tokens=args.ppl_batch)
 
         def theirs_ppl(k: int) -> dict:
             # at llama-perplexity's own default batch (2048: n_batch / n_ctx chunks per

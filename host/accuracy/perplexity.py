@@ -10,11 +10,13 @@ with `stride ≤ n_ctx/2` it is the usual sliding window, every token after the 
 scored once with at least `n_ctx − stride` tokens before it.
 
 Windows are evaluated `n_seq = max(1, batch_tokens // n_ctx)` at a time, each under its own
-sequence id with its own KV stream, in one llama.cpp decode call (llama-perplexity's rule,
-with its default batch of 2048 tokens): bigger matrix products per weight read and fewer
-calls. Logits are requested only for the rows that predict a scored token, as
-llama-perplexity requests them; the KV cache is cleared before each batch of windows, as
-llama-perplexity clears it per batch of chunks.
+sequence id with its own KV stream, in one llama.cpp decode call (llama-perplexity's rule;
+its default batch is 2048 tokens). The default here is one window per call: packing gives
+bit-identical perplexity but measured no faster on the 2-core VM (CPU time 1.06-1.14x of one
+window per call, 2026-11-28, load 2.4-3.7; docs/bench.md), since llama.cpp still splits the
+batch into micro-batches of 512 tokens, one window each. Logits are requested only for the
+rows that predict a scored token, as llama-perplexity requests them; the KV cache is cleared
+before each batch of windows, as llama-perplexity clears it per batch of chunks.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from epi.core.errors import UserError
 from host.accuracy.branching import Group
 from host.accuracy.scorer import Scorer
 from host.accuracy.stats import perplexity_stats
-from host.accuracy.window_context import DEFAULT_BATCH_TOKENS, windows_per_decode
+from host.accuracy.window_context import windows_per_decode
 
 
 def read_text(path: Path) -> str:
@@ -76,18 +78,19 @@ def perplexity_tokens(
     stride: int,
     max_windows: int | None,
     progress: Callable[[int], None] | None = None,
-    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    batch_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Perplexity and its standard error over the windows of `tokens`.
 
-    `batch_tokens` sets how many windows share one decode call (llama-perplexity's `-b`);
-    a value below `n_ctx` means one window per call."""
+    `batch_tokens` sets how many windows share one decode call (llama-perplexity's `-b`,
+    whose default is window_context.DEFAULT_BATCH_TOKENS); None or a value below `n_ctx`
+    means one window per call."""
     m = scored_per_window(n_ctx, stride)
     nll_sum = 0.0
     nll2_sum = 0.0
     count = 0
     starts = window_starts(len(tokens), n_ctx, stride, max_windows)
-    n_seq = min(windows_per_decode(n_ctx, batch_tokens), len(starts))
+    n_seq = min(windows_per_decode(n_ctx, batch_tokens or n_ctx), len(starts))
     ctx = scorer.window_context(n_ctx, n_seq)
     try:
         for lo in range(0, len(starts), n_seq):

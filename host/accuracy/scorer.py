@@ -21,6 +21,7 @@ import numpy as np
 
 from epi.core.errors import UserError
 from host.accuracy.branching import BranchingContext
+from host.accuracy.llama_load import import_llama_cpp
 from host.accuracy.window_context import WindowContext
 from host.gguf_io.file import check_gguf
 
@@ -64,7 +65,7 @@ class Scorer:
         self.threads = threads
         self._branching: BranchingContext | None = None
         try:
-            import llama_cpp
+            llama_cpp = import_llama_cpp()  # OpenMP threads that sleep under contention
         except ImportError as exc:
             raise UserError(f"llama-cpp-python is not installed ({exc}); run `make setup`") from exc
         self._llama_cpp = llama_cpp
