@@ -98,6 +98,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=16, help="HellaSwag items N (also timed at 2N)")
     ap.add_argument("--windows", type=int, default=4, help="perplexity windows W (and 2W)")
     ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--ppl-batch", type=int, default=None,
+                    help="perplexity tokens per decode for both tools (default: each "
+                    "tool's own: epi one window per decode, llama-perplexity 2048)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="rounds (median and spread)")
     ap.add_argument("--only", choices=("mc", "ppl"), help="time one of the two (default both)")
@@ -129,11 +132,14 @@ def main() -> None:
             with Scorer(model, args.ctx, args.threads) as scorer:
                 tokens = scorer.tokenize(ppl.read_text(text_path))
                 return ppl.perplexity_tokens(scorer, tokens, args.ctx, args.ctx,
-                                             k * args.windows)
+                                             k * args.windows,
+                                             batch_tokens=args.ppl_batch)
 
         def theirs_ppl(k: int) -> dict:
+            # at llama-perplexity's own default batch (2048: n_batch / n_ctx chunks per
+            # decode) unless --ppl-batch names one
             out = crosscheck.perplexity(model, text_path, args.ctx, k * args.windows,
-                                        args.threads)
+                                        args.threads, batch=args.ppl_batch)
             if not out.get("ok"):
                 sys.exit(f"llama-perplexity failed: {out.get('reason')}")
             return out

@@ -36,9 +36,10 @@ GOALS: dict[str, dict[str, Any]] = {
         "text": "|epi accuracy_token_norm - llama-perplexity accuracy| on the same 2N items "
                 "(one item in 200)",
     },
-    "ppl_window_vs_llama_perplexity": {
-        "goal": 1.0, "op": "<=", "unit": "ratio",
-        "text": "perplexity, epi s/window / llama-perplexity s/window (same basis as above)",
+    "ppl_window_vs_llama_perplexity": {  # performance round 4: <= 0.9x at its defaults
+        "goal": 0.9, "op": "<=", "unit": "ratio",
+        "text": "perplexity, epi s/window / llama-perplexity s/window at llama-perplexity's "
+                "default batch (2048: n_batch / n_ctx windows per decode), same basis as above",
     },
     "aligner_vs_numpy_pass": {
         "goal": 3.0, "op": "<=", "unit": "ratio",

@@ -102,10 +102,14 @@ def _failure(output: str, rc: int, attempts: int = 1) -> ToolRun:
 
 
 def perplexity(model: Path, text: Path, n_ctx: int, max_windows: int | None,
-               threads: int) -> ToolRun:
-    """llama-perplexity's perplexity of `text` (non-overlapping chunks of n_ctx)."""
-    args = ["-f", str(text), "-c", str(n_ctx), "-b", str(n_ctx),
-            "--chunks", str(max_windows or -1)]
+               threads: int, batch: int | None = -1) -> ToolRun:
+    """llama-perplexity's perplexity of `text` (non-overlapping chunks of n_ctx).
+
+    `batch` is its `-b`: -1 (the default here) one chunk per decode (`-b n_ctx`), None its
+    own default (2048, so n_batch / n_ctx chunks per decode), else that many tokens."""
+    args = ["-f", str(text), "-c", str(n_ctx), "--chunks", str(max_windows or -1)]
+    if batch is not None:
+        args += ["-b", str(n_ctx if batch == -1 else batch)]
     out, seconds, rc, attempts = _run(args, model, threads, lambda o: bool(_PPL_RE.search(o)))
     m = _PPL_RE.search(out)
     if rc != 0 or not m:

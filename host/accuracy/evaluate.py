@@ -179,7 +179,9 @@ def read_map_id(model: Path) -> str | None:
 
 def _llama_version() -> str:
     try:
-        import llama_cpp
+        from host.accuracy.llama_load import import_llama_cpp
+
+        llama_cpp = import_llama_cpp()
 
         return str(getattr(llama_cpp, "__version__", "unknown"))
     except ImportError:

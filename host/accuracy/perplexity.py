@@ -9,10 +9,14 @@ chunks, second half scored, so every scored token sees at least n_ctx/2 tokens o
 with `stride ≤ n_ctx/2` it is the usual sliding window, every token after the first window
 scored once with at least `n_ctx − stride` tokens before it.
 
-Each window is one llama.cpp decode on the scorer's branching context with logits requested
-only for the rows that predict a scored token, as llama-perplexity requests them — not every
-row's logits copied into Python and most of them discarded; the KV cache is cleared before
-each window, as llama-perplexity clears it per chunk.
+Windows are evaluated `n_seq = max(1, batch_tokens // n_ctx)` at a time, each under its own
+sequence id with its own KV stream, in one llama.cpp decode call (llama-perplexity's rule;
+its default batch is 2048 tokens). The default here is one window per call: packing gives
+bit-identical perplexity but measured no faster on the 2-core VM (CPU time 1.06-1.14x of one
+window per call, 2026-11-28, load 2.4-3.7; docs/bench.md), since llama.cpp still splits the
+batch into micro-batches of 512 tokens, one window each. Logits are requested only for the
+rows that predict a scored token, as llama-perplexity requests them; the KV cache is cleared
+before each batch of windows, as llama-perplexity clears it per batch of chunks.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from epi.core.errors import UserError
 from host.accuracy.branching import Group
 from host.accuracy.scorer import Scorer
 from host.accuracy.stats import perplexity_stats
+from host.accuracy.window_context import windows_per_decode
 
 
 def read_text(path: Path) -> str:
@@ -73,28 +78,38 @@ def perplexity_tokens(
     stride: int,
     max_windows: int | None,
     progress: Callable[[int], None] | None = None,
+    batch_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """Perplexity and its standard error over the windows of `tokens`."""
+    """Perplexity and its standard error over the windows of `tokens`.
+
+    `batch_tokens` sets how many windows share one decode call (llama-perplexity's `-b`,
+    whose default is window_context.DEFAULT_BATCH_TOKENS); None or a value below `n_ctx`
+    means one window per call."""
     m = scored_per_window(n_ctx, stride)
     nll_sum = 0.0
     nll2_sum = 0.0
     count = 0
     starts = window_starts(len(tokens), n_ctx, stride, max_windows)
-    ctx = scorer.branching()
-    if n_ctx > ctx.n_ctx:
-        raise UserError(f"{scorer.path}: a window of {n_ctx} tokens does not fit the context "
-                        f"of {ctx.n_ctx}")
-    for s in starts:
-        window = list(tokens[s : s + n_ctx])
-        if scorer.add_bos:
-            window[0] = scorer.bos
-        # each window from scratch (score clears the KV cache), as llama-perplexity does
-        nll = -ctx.score([Group((tuple(window),), (n_ctx - m,))])[0][0]
-        nll_sum += float(nll.sum())
-        nll2_sum += float(np.square(nll).sum())
-        count += len(nll)
-        if progress is not None:
-            progress(1)
+    n_seq = min(windows_per_decode(n_ctx, batch_tokens or n_ctx), len(starts))
+    ctx = scorer.window_context(n_ctx, n_seq)
+    try:
+        for lo in range(0, len(starts), n_seq):
+            groups = []
+            for s in starts[lo:lo + n_seq]:
+                window = list(tokens[s : s + n_ctx])
+                if scorer.add_bos:
+                    window[0] = scorer.bos
+                groups.append(Group((tuple(window),), (n_ctx - m,)))
+            # each batch of windows from scratch (score clears the KV cache)
+            for scored in ctx.score(groups):
+                nll = -scored[0]
+                nll_sum += float(nll.sum())
+                nll2_sum += float(np.square(nll).sum())
+                count += len(nll)
+            if progress is not None:
+                progress(len(groups))
+    finally:
+        ctx.close()
     out = perplexity_stats(nll_sum, nll2_sum, count)
     out.update(n_tokens_scored=count, n_windows=len(starts))
     return out

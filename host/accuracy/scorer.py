@@ -21,6 +21,8 @@ import numpy as np
 
 from epi.core.errors import UserError
 from host.accuracy.branching import BranchingContext
+from host.accuracy.llama_load import import_llama_cpp
+from host.accuracy.window_context import WindowContext
 from host.gguf_io.file import check_gguf
 
 GPU_LAYERS_ENV = "EPI_GPU_LAYERS"
@@ -63,7 +65,7 @@ class Scorer:
         self.threads = threads
         self._branching: BranchingContext | None = None
         try:
-            import llama_cpp
+            llama_cpp = import_llama_cpp()  # OpenMP threads that sleep under contention
         except ImportError as exc:
             raise UserError(f"llama-cpp-python is not installed ({exc}); run `make setup`") from exc
         self._llama_cpp = llama_cpp
@@ -154,6 +156,12 @@ class Scorer:
             self._branching = BranchingContext(self._llama_cpp, self.llm.model, self.n_ctx,
                                                self.threads, label=str(self.path))
         return self._branching
+
+    def window_context(self, window: int, n_seq: int) -> WindowContext:
+        """A context evaluating `n_seq` perplexity windows of `window` tokens per decode call
+        (the caller closes it)."""
+        return WindowContext(self._llama_cpp, self.llm.model, window, n_seq, self.threads,
+                             label=str(self.path))
 
     def close(self) -> None:
         """Free the model and contexts now (instead of at garbage collection)."""

@@ -66,7 +66,9 @@ def build_identity() -> dict[str, JSON]:
     from host.llama.install import build_flags
 
     try:
-        import llama_cpp
+        from host.accuracy.llama_load import import_llama_cpp
+
+        llama_cpp = import_llama_cpp()
 
         version = str(getattr(llama_cpp, "__version__", "unknown"))
     except ImportError:

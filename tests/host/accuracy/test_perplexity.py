@@ -26,15 +26,25 @@ class RecordingScorer:
         self.add_bos = add_bos
         self.bos = 1
         self.calls: list[tuple[list[int], int]] = []
+        self.decodes: list[int] = []  # windows per decode call
+        self.n_seq = 0
 
-    def branching(self) -> RecordingScorer:
+    def window_context(self, window: int, n_seq: int) -> RecordingScorer:
+        self.n_seq = n_seq
         return self
 
+    def close(self) -> None:
+        pass
+
     def score(self, groups: Sequence[Group]) -> list[list[np.ndarray]]:
-        (group,) = groups  # one window per decode
-        ((seq,), (start,)) = group.seqs, group.starts
-        self.calls.append((list(seq), start))
-        return [[-np.ones(len(seq) - start)]]
+        assert 1 <= len(groups) <= self.n_seq
+        self.decodes.append(len(groups))
+        out = []
+        for group in groups:  # one sequence per window
+            ((seq,), (start,)) = group.seqs, group.starts
+            self.calls.append((list(seq), start))
+            out.append([-np.ones(len(seq) - start)])
+        return out
 
 
 def test_llama_perplexity_chunk_rule() -> None:
@@ -44,12 +54,26 @@ def test_llama_perplexity_chunk_rule() -> None:
     assert ppl.window_starts(1000, 256, 64, None) == list(range(0, 1000 - 256 + 1, 64))
     tokens = list(range(100, 1100))
     s = RecordingScorer(add_bos=True)
-    out = ppl.perplexity_tokens(s, tokens, 256, 256, None)
+    out = ppl.perplexity_tokens(s, tokens, 256, 256, None, batch_tokens=2048)
     assert out["n_windows"] == 3 and out["n_tokens_scored"] == 3 * 127
     for k, (window, start) in enumerate(s.calls):
         assert window[0] == s.bos and window[1:] == tokens[k * 256 + 1 : (k + 1) * 256]
         assert start == 129  # second half: logits from position 128 predict token 129 on
     assert out["ppl"] == pytest.approx(math.e) and out["ppl_se"] is None  # zero variance
+    assert s.decodes == [3]  # 2048 // 256 = 8 windows fit one decode: all three go together
+
+
+def test_windows_per_decode_follows_llama_perplexity() -> None:
+    # llama-perplexity: n_seq = max(1, n_batch / n_ctx)
+    assert [ppl.windows_per_decode(c, 2048) for c in (512, 256, 700, 2048, 4096)] == [4, 8, 2,
+                                                                                         1, 1]
+    s = RecordingScorer(add_bos=False)
+    ppl.perplexity_tokens(s, list(range(5000)), 512, 512, None, batch_tokens=1024)
+    assert s.decodes == [2, 2, 2, 2, 1]  # 9 windows, two per decode
+    for batch in (100, None):  # below one window, or the default: one window per decode
+        s = RecordingScorer(add_bos=False)
+        ppl.perplexity_tokens(s, list(range(5000)), 512, 512, None, batch_tokens=batch)
+        assert s.decodes == [1] * 9
 
 
 def test_sliding_window_scores_every_token_once() -> None:
@@ -96,6 +120,9 @@ def test_perplexity_matches_an_independent_computation(tiny_model: Path, ppl_tex
     with Scorer(tiny_model, 128, 2) as scorer:
         tokens = scorer.tokenize(ppl.read_text(ppl_text))
         out = ppl.perplexity_tokens(scorer, tokens, 128, 128, n_windows)
+        # both windows in one decode, separate sequence ids and KV streams (llama-perplexity's
+        # n_batch / n_ctx rule): checked against the same independent reference below
+        packed = ppl.perplexity_tokens(scorer, tokens, 128, 128, n_windows, batch_tokens=256)
         assert scorer.add_bos
     llm = llama_cpp.Llama(str(tiny_model), n_ctx=128, logits_all=True, n_threads=2,
                           verbose=False)
@@ -114,6 +141,8 @@ def test_perplexity_matches_an_independent_computation(tiny_model: Path, ppl_tex
     # float32, ~1e-8 relative (measured 3.5e-9 on this model); a real change is far larger.
     assert out["nll_mean"] == pytest.approx(float(np.mean(nll)), rel=1e-7)
     assert out["ppl"] == pytest.approx(math.exp(np.mean(nll)), rel=1e-7)
+    assert packed["n_tokens_scored"] == len(nll)
+    assert packed["ppl"] == pytest.approx(math.exp(np.mean(nll)), rel=1e-7)
 
 
 @pytest.mark.slow
