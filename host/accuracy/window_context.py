@@ -52,3 +52,4 @@ class WindowContext(BranchingContext):
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model)))
         self._mem = llama_cpp.llama_get_memory(self.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq)
+        self._prefix: tuple[int, ...] = ()  # no resident prefix: each window is its own
