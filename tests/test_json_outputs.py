@@ -37,13 +37,17 @@ def test_doctor_json_validates_and_agrees_with_the_text() -> None:
 
 
 def test_campaign_plan_json_validates_and_agrees_with_the_text() -> None:
+    import re
+    import tempfile
+
     study = str(REPO / "examples" / "study-demo.toml")
-    proc = _epi("campaign", study, "--dry-run", "--json")
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
+    with tempfile.TemporaryDirectory() as out:  # a fresh campaign directory: nothing done yet
+        proc = _epi("campaign", study, "--dry-run", "--json", "--out", out)
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads(proc.stdout)
+        text = _epi("campaign", study, "--dry-run", "--out", out).stdout
     validate(doc, "epi-campaign-plan")
-    text = _epi("campaign", study, "--dry-run").stdout
-    step_lines = [line for line in text.splitlines() if line[:6].strip().rstrip(".").isdigit()]
+    step_lines = [line for line in text.splitlines() if re.match(r"^ [ *]\s*\d+\. ", line)]
     assert len(step_lines) == len(doc["steps"])
     for line, step in zip(step_lines, doc["steps"], strict=True):
         assert step["step_id"] in line

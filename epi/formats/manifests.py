@@ -88,7 +88,8 @@ class LayerGroup:
             n_weights=check_int(g.get("n_weights"), f"{at}.n_weights", lo=0),
             bits_per_weight=_bpw(g.get("bits_per_weight"), f"{at}.bits_per_weight"),
             map_type=map_type,
-            effective_types={k: check_int(c, f"{at}.effective_types.{k}", lo=0)
+            # a type name from the file goes into a message: repr keeps it on one line
+            effective_types={k: check_int(c, f"{at}.effective_types[{k!r}]", lo=0)
                              for k, c in eff.items()},
             layers_text=text,
         )

@@ -323,3 +323,11 @@ def test_contradictory_ci_is_a_fixed_one_line_error(tmp_path: Path, key: str) ->
         read_results(p)
     msg = str(info.value)
     assert "\n" not in msg and str(p) in msg and key.rsplit(".", 1)[-1] in msg
+
+
+def test_a_type_name_with_a_newline_stays_on_one_line() -> None:
+    """Found by the fuzz above: a manifest's effective_types key holding a newline went into
+    the refusal's field name and broke it over two lines."""
+    doc = _quant_manifest()
+    doc["layer_groups"][0]["effective_types"] = {"Q4_0\n": -1}
+    assert _load_quant_manifest(json.dumps(doc).encode()) is None  # refused, one line
