@@ -57,6 +57,9 @@ from host.search.optimizer import Budget
 @click.option("--cv-threshold", type=FiniteFloat(0.0, 1.0, lo_open=True), default=None,
               help="The analysis' repeat-CV limit for a valid run (`epi analyze "
                    "--cv-threshold`; default: the campaign's, 0.03).")
+@click.option("--max-resolution-frac", type=FiniteFloat(0.0, 1.0, lo_open=True), default=None,
+              help="The analysis' limit on the energy counter's step as a fraction of a "
+                   "request's energy (`epi analyze --max-resolution-frac`; default 0.005).")
 @click.option("--prompts", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Prompts file for the measured runs (default: the runner's own prompts).")
 @click.option("--tokens", type=BoundedInt(1, 4096), default=256, show_default=True,
@@ -91,7 +94,8 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
            candidates: int, per_round: int, objective: str, text: str, kl_windows: int,
            kl_ctx: int, meter_url: str | None, meter_trace: Path | None,
            meter_rate_hz: float | None,
-           lag: str | None, cv_threshold: float | None, prompts: Path | None, tokens: int,
+           lag: str | None, cv_threshold: float | None, max_resolution_frac: float | None,
+           prompts: Path | None, tokens: int,
            repeats: int, cooldown_s: float | None, idle_s: float | None, min_rounds: int,
            max_rounds: int, margin_pct: float, items: int,
            threads: int | None, run_threads: int | None, seed: int) -> None:
@@ -109,7 +113,8 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
         budget=Budget(max_bpw, max_size_mb, min_accuracy), candidates=candidates,
         per_round=per_round, objective=objective, text=text, kl_windows=kl_windows,
         kl_ctx=kl_ctx, meter_url=meter_url, meter_trace=meter_trace,
-        meter_rate_hz=meter_rate_hz, lag=lag, cv_threshold=cv_threshold, prompts=prompts,
+        meter_rate_hz=meter_rate_hz, lag=lag, cv_threshold=cv_threshold,
+        max_resolution_frac=max_resolution_frac, prompts=prompts,
         tokens=tokens, repeats=repeats, cooldown_s=cooldown_s, idle_s=idle_s,
         min_rounds=min_rounds, max_rounds=max_rounds,
         margin_pct=margin_pct, items=items, threads=threads,

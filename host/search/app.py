@@ -49,6 +49,7 @@ class SearchRequest:
     meter_rate_hz: float | None = None
     lag: str | None = None
     cv_threshold: float | None = None
+    max_resolution_frac: float | None = None
     prompts: Path | None = None
     tokens: int = 256
     repeats: int = 3  # round 0's fixed rounds of the hand-made maps
@@ -131,7 +132,8 @@ def bound_options(req: SearchRequest, types: list[str] | tuple[str, ...],
             "run_threads": run_threads, "seed": req.seed,
             # bound only when given, so a state written before these options existed (the
             # campaign's defaults) still resumes
-            **{k: v for k, v in (("cooldown_s", req.cooldown_s), ("idle_s", req.idle_s))
+            **{k: v for k, v in (("cooldown_s", req.cooldown_s), ("idle_s", req.idle_s),
+                                 ("max_resolution_frac", req.max_resolution_frac))
                if v is not None}}
 
 
@@ -184,7 +186,8 @@ def run(req: SearchRequest, echo: Echo) -> SearchOutcome:
     campaign = CampaignSettings(
         base=req.base, emulate=req.meter_url is None, meter_url=req.meter_url,
         meter_trace=req.meter_trace, rate_hz=req.meter_rate_hz, lag=req.lag,
-        cv_threshold=req.cv_threshold, repeats=req.repeats, prompts=req.prompts,
+        cv_threshold=req.cv_threshold, max_resolution_frac=req.max_resolution_frac,
+        repeats=req.repeats, prompts=req.prompts,
         cooldown_s=req.cooldown_s, idle_s=req.idle_s,
         tokens=req.tokens, threads=run_threads, seed=req.seed,
         benchmarks={"mmlu": req.items, "arc_challenge": req.items, "hellaswag": req.items},

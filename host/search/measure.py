@@ -134,6 +134,7 @@ class CampaignSettings:
     seed: int = 0
     lag: str | None = None  # the analysis' meter-lag handling ("auto"); None: the campaign's
     cv_threshold: float | None = None  # the analysis' repeat-CV limit; None: the campaign's
+    max_resolution_frac: float | None = None  # the counter-resolution limit; None: default
     # the candidate rounds' [decide] table (docs/campaign.md): rounds per campaign, and the
     # smallest difference worth resolving (% of J/token); round 0 uses `repeats` fixed rounds
     min_rounds: int = 3
@@ -197,6 +198,8 @@ def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out:
         analysis.append(f"lag = {_toml_value(settings.lag)}")
     if settings.cv_threshold is not None:
         analysis.append(f"cv_threshold = {_toml_value(settings.cv_threshold)}")
+    if settings.max_resolution_frac is not None:
+        analysis.append(f"max_resolution_frac = {_toml_value(settings.max_resolution_frac)}")
     if analysis:
         lines += ["", "[analysis]", *analysis]
     if baseline is not None:

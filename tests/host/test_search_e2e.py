@@ -75,7 +75,12 @@ def _search(model: Path, out: Path, text: Path) -> subprocess.CompletedProcess[s
             # (tested in tests/host/test_analyze*.py): the modelled power follows the whole
             # machine's CPU, whose load a shared 2-core CI machine does not hold to the 3 %
             # repeat CV the analysis asks by default, so the limit is raised for this test
-            "--cv-threshold", "0.5"]
+            "--cv-threshold", "0.5",
+            # the tiny model's 432-token request draws 0.71-0.91 J by the machine's speed,
+            # at the 0.72 J the default 0.5 % resolution limit needs: the search's flow is
+            # under test, not the counter's step (the gate keeps its default in the e2e
+            # analysis tests)
+            "--max-resolution-frac", "0.01"]
     return subprocess.run(argv, capture_output=True, text=True, timeout=1500, cwd=REPO)
 
 
