@@ -34,7 +34,7 @@ class RecordingScorer:
         return self
 
     def close(self) -> None:
-        pass
+        """Nothing to free: a stand-in for the scorer's window context."""
 
     def score(self, groups: Sequence[Group]) -> list[list[np.ndarray]]:
         assert 1 <= len(groups) <= self.n_seq
