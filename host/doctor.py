@@ -13,6 +13,7 @@ from typing import Literal, get_args
 from epi.core.errors import UserError
 from epi.formats.fields import read_json_object
 from epi.formats.manifests import read_model_manifest
+from epi.formats.trace import EventKind
 
 
 @dataclass
@@ -310,7 +311,7 @@ def _orientation_checks(url: str) -> list[Check]:
         if not isinstance(ch, dict):
             continue
         faults = ch.get("faults")
-        n = faults.get("reverse_energy", 0) if isinstance(faults, dict) else 0
+        n = faults.get(EventKind.REVERSE_ENERGY, 0) if isinstance(faults, dict) else 0
         item = f"CT orientation {ch.get('name', '?')}"
         if isinstance(n, int) and n > 0:
             checks.append(Check("meter", item, False,

@@ -22,6 +22,13 @@ from epi.formats.analysis import RESULT_FILES
 from host.analysis.model import Options
 from host.analysis.output import analyze_to
 from host.analysis.summary import summary_text
+from host.analysis.vocabulary import (
+    COMPOSITE_METRIC,
+    EdgeModel,
+    EnergyBasis,
+    EnergyMethod,
+    LagMode,
+)
 
 
 def parse_channels(spec: str | None) -> dict[str, list[int]] | None:
@@ -102,18 +109,20 @@ FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
               help="Accuracy results file (epi accuracy), joined on model sha256.")
 @click.option("--accuracy-value", multiple=True, metavar="CONFIG=ACC",
               help="Accuracy in (0, 1] for a configuration, given by hand (repeatable).")
-@click.option("--accuracy-metric", default="composite", show_default=True,
+@click.option("--accuracy-metric", default=COMPOSITE_METRIC, show_default=True,
               help="'composite' or a benchmark name from the accuracy file.")
 @click.option("--baseline", help="Configuration the savings table compares against.")
 @click.option("--channels", help="Node → meter channels, e.g. node0=0,node1=1+2 "
               "(default: the trace's channel map).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("analysis"),
               show_default=True, help="Output directory (results.csv/json, runs, windows).")
-@click.option("--energy-basis", type=click.Choice(["gross", "net"]), default="gross",
+@click.option("--energy-basis", type=click.Choice(EnergyBasis.values()),
+              default=EnergyBasis.GROSS.value,
               show_default=True, help="Energy basis of EPI, Pareto and savings.")
-@click.option("--edge", type=click.Choice(["step", "linear"]), default="step",
+@click.option("--edge", type=click.Choice(EdgeModel.values()), default=EdgeModel.STEP.value,
               show_default=True, help="Window-edge model (see docs/analysis.md).")
-@click.option("--energy-method", type=click.Choice(["counter", "trapezoid"]), default="counter",
+@click.option("--energy-method", type=click.Choice(EnergyMethod.values()),
+              default=EnergyMethod.COUNTER.value,
               show_default=True, help="Primary energy: the chip's energy counter (trapezoid "
               "where the counter does not cover a window) or the integral of power readings.")
 @click.option("--max-resolution-frac", type=FRACTION, default=0.005, show_default=True,
@@ -128,7 +137,8 @@ FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
               help="Relative perplexity tolerance of matched pairs.")
 @click.option("--time-share", is_flag=True,
               help="Also split node energy over its layer groups by weight bytes (estimate).")
-@click.option("--lag", type=click.Choice(["none", "auto"]), default="none", show_default=True,
+@click.option("--lag", type=click.Choice(LagMode.values()), default=LagMode.NONE.value,
+              show_default=True,
               help="auto: shift each channel's windows by the load lag estimated from the "
               "trace (labelled in the output); none: report the lag and flag it only.")
 @click.option("--max-lag-error-frac", type=FRACTION, default=0.01, show_default=True,
@@ -155,15 +165,16 @@ def analyze(run_dirs: tuple[Path, ...], trace_dirs: tuple[Path, ...], accuracy_f
             as_json: bool) -> None:
     """Joules per token by phase and node, EPI with CIs, and validity verdicts."""
     check_output_dir(out_dir, "--out")
-    opts = Options(edge=edge, energy_method=energy_method,
+    opts = Options(edge=EdgeModel(edge), energy_method=EnergyMethod(energy_method),
                    max_resolution_frac=max_resolution_frac,
                    min_samples=min_samples, cv_threshold=cv_threshold,
                    max_offset_frac=max_offset_frac,
-                   channels=parse_channels(channels), energy_basis=energy_basis,
+                   channels=parse_channels(channels),
+                   energy_basis=EnergyBasis(energy_basis),
                    accuracy_metric=accuracy_metric,
                    accuracy_values=parse_accuracy_values(accuracy_value),
                    ppl_tolerance=ppl_tolerance, baseline=baseline, time_share=time_share,
-                   lag=lag, max_lag_error_frac=max_lag_error_frac,
+                   lag=LagMode(lag), max_lag_error_frac=max_lag_error_frac,
                    max_instrument_u_pct=max_instrument_u_pct, manifest_dir=manifest_dir,
                    reference_map=reference_map)
     traces = trace_list(trace_dirs)

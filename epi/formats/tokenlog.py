@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from epi.core.errors import UserError
+from epi.core.vocabulary import Word
 from epi.formats.fields import (
     INT64_MAX,
     check_float,
@@ -58,10 +59,38 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "request_id", "repeat", "warmup", "prompt_id", "n_prompt_tokens", "n_generated_tokens",
     "t_start_mono_ns", "t_first_token_mono_ns", "t_end_mono_ns", "node",
 )
-EVENT_KINDS = frozenset({"idle_start", "idle_end", "request_start", "token", "request_end"})
-REQUEST_EVENTS = frozenset({"request_start", "token", "request_end"})
-STATUSES = ("running", "completed", "failed")
-CLOCK_SYNC_WHEN = ("start", "end", "during")
+
+
+class TokenEvent(Word):
+    """A token log event row's kind: an idle window's edges, or a request's start, tokens, end."""
+
+    IDLE_START = "idle_start"
+    IDLE_END = "idle_end"
+    REQUEST_START = "request_start"
+    TOKEN = "token"
+    REQUEST_END = "request_end"
+
+
+class RunStatus(Word):
+    """A run's status in its header: written "running" first, then how it ended."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class ClockSyncWhen(Word):
+    """When a run's clock sync with a meter daemon was taken."""
+
+    START = "start"
+    END = "end"
+    DURING = "during"
+
+
+EVENT_KINDS: frozenset[str] = frozenset(TokenEvent.values())
+REQUEST_EVENTS = frozenset({TokenEvent.REQUEST_START, TokenEvent.TOKEN, TokenEvent.REQUEST_END})
+STATUSES = RunStatus.values()
+CLOCK_SYNC_WHEN = ClockSyncWhen.values()
 
 # Valid ranges (docs/formats.md §2 states the same).
 MAX_TOKENS = 10_000_000  # prompt or generated tokens of one request
@@ -133,7 +162,7 @@ def _check_placement(h: dict[str, object], path: Path, status: str) -> None:
     placement = h.get("placement")
     if not isinstance(placement, list):
         raise UserError(f"{path}: field placement: expected a list, got {placement!r}")
-    if not placement and status == "completed":
+    if not placement and status == RunStatus.COMPLETED:
         raise UserError(f"{path}: field placement is empty (no node holds the layers)")
     seen: set[str] = set()
     for i, p in enumerate(placement):
@@ -312,14 +341,14 @@ def parse_events(path: Path) -> tuple[EventColumns, int]:
         if kind in REQUEST_EVENTS and rid is None:
             raise UserError(f"{path}: line {line}: column request_id is empty on a {kind} "
                             "event")
-        if kind == "token" and tok is None:
+        if kind == TokenEvent.TOKEN and tok is None:
             raise UserError(f"{path}: line {line}: column token_index is empty on a token "
                             "event")
         if prev is not None and t < prev:
             raise UserError(f"{path}: line {line}: t_mono_ns goes backwards ({t} after "
                             f"{prev}): events are not in time order")
         prev = t
-        if kind == "token" and rid is not None and tok is not None:  # both checked above
+        if kind == TokenEvent.TOKEN and rid is not None and tok is not None:  # both checked above
             tokens.setdefault(rid, []).append((tok, t, i))
     # Token times strictly increase within a request, in token_index order.
     for rid, toks in tokens.items():
@@ -373,9 +402,9 @@ def _from_events(ev: EventColumns) -> dict[int, dict[str, int]]:
         if rid is None:
             continue
         d = out.setdefault(rid, {"n_tokens": 0})
-        if kind == "request_start":
+        if kind == TokenEvent.REQUEST_START:
             d["start"] = min(t, d.get("start", t))
-        elif kind == "token":
+        elif kind == TokenEvent.TOKEN:
             d["n_tokens"] += 1
             d["last"] = max(t, d.get("last", t))
             if tok == 0:
@@ -405,7 +434,7 @@ def _cross_check(rq: RequestColumns, ev: EventColumns, rq_path: Path,
     if orphans:
         text = (f"request(s) {', '.join(map(str, orphans[:5]))}"
                 + (f" and {len(orphans) - 5} more" if len(orphans) > 5 else ""))
-        if status == "completed":
+        if status == RunStatus.COMPLETED:
             raise UserError(f"{rq_path}: no row for {text} of {ev_path.name}: the run is "
                             "marked completed, so its requests.csv is incomplete")
         notes.append(f"{rq_path.name}: no row for {text} of {ev_path.name} (the run stopped "
@@ -417,12 +446,12 @@ def _idle_windows(ev: EventColumns, path: Path, notes: list[str]
     windows: list[tuple[int, int]] = []
     open_t: int | None = None
     for kind, t in zip(ev["event"], ev["t_mono_ns"], strict=True):
-        if kind == "idle_start":
+        if kind == TokenEvent.IDLE_START:
             if open_t is not None:
                 raise UserError(f"{path}: idle_start at {t} while the idle window opened at "
                                 f"{open_t} is not closed")
             open_t = t
-        elif kind == "idle_end":
+        elif kind == TokenEvent.IDLE_END:
             if open_t is None:
                 raise UserError(f"{path}: idle_end at {t} without an idle_start")
             windows.append((open_t, t))

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from epi.core.errors import UserError
+from epi.core.vocabulary import Word
 from epi.formats.fields import (
     INT64_MAX,
     check_float,
@@ -54,22 +55,46 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
     "power_factor", "frequency_hz", "energy_j", "status",
 )
 EVENT_COLUMNS: tuple[str, ...] = ("t_mono_ns", "t_real_ns", "channel", "kind", "detail")
+class EventKind(Word):
+    """What an event row says happened (the meter's MicroPython code writes the same words)."""
+
+    # info: how the daemon ran
+    START = "start"
+    STOP = "stop"
+    LATE = "late"
+    SKIPPED = "skipped"
+    SIGNAL = "signal"
+    COUNTER_WRAP = "counter_wrap"
+    MISREAD = "misread"
+    # the chain's self-check disagrees beyond its allowance: the analysis flags the windows it
+    # falls in, it does not invalidate them
+    CHAIN_DISAGREEMENT = "chain_disagreement"
+    # faults: they invalidate the time around them
+    BUS_ERROR = "bus_error"
+    CHIP_RESET = "chip_reset"
+    REINIT = "reinit"
+    ABSENT = "absent"
+    CHECKSUM_ERROR = "checksum_error"
+    GAP = "gap"
+    IMPLAUSIBLE = "implausible"
+    DISK_FULL = "disk_full"
+    # reverse active energy on a wall-meter channel (a reversed CT, or export)
+    REVERSE_ENERGY = "reverse_energy"
+    # software power sources (meter/sources, docs/sources.md)
+    COUNTER_BACKWARDS = "counter_backwards"
+    COUNTER_FROZEN = "counter_frozen"
+    PERMISSION_DENIED = "permission_denied"
+    READ_ERROR = "read_error"
+
+
 # Info events say how the daemon ran; fault events invalidate the time around them.
-INFO_EVENTS: frozenset[str] = frozenset(
-    {"start", "stop", "late", "skipped", "signal", "counter_wrap", "misread",
-     # the chain's self-check disagrees beyond its allowance: the analysis flags
-     # the windows it falls in, it does not invalidate them
-     "chain_disagreement"})
-FAULT_EVENTS: frozenset[str] = frozenset(
-    {"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "gap", "implausible",
-     "disk_full",
-     # reverse active energy on a wall-meter channel (a reversed CT, or export)
-     "reverse_energy",
-     # software power sources (meter/sources, docs/sources.md)
-     "counter_backwards", "counter_frozen", "permission_denied", "read_error"})
+INFO_EVENTS: frozenset[EventKind] = frozenset(
+    {EventKind.START, EventKind.STOP, EventKind.LATE, EventKind.SKIPPED, EventKind.SIGNAL,
+     EventKind.COUNTER_WRAP, EventKind.MISREAD, EventKind.CHAIN_DISAGREEMENT})
+FAULT_EVENTS: frozenset[EventKind] = frozenset(EventKind) - INFO_EVENTS
 # Software power sources a channel may name (docs/sources.md); absent: a wall-meter channel.
 SOFTWARE_SOURCES: frozenset[str] = frozenset({"rapl", "hwmon", "nvml", "pmic"})
-EVENT_KINDS: frozenset[str] = INFO_EVENTS | FAULT_EVENTS
+EVENT_KINDS: frozenset[str] = frozenset(EventKind.values())
 
 # Valid ranges of every sample field (docs/formats.md §1 states the same).
 MAX_CHANNEL = 255
@@ -556,7 +581,7 @@ def _event_row(rec: list[str], channels: set[int] | None) -> dict[str, Any]:
         raise ValueError(f"column kind is {kind[:30]!r}, expected a lower-case word")
     row["kind"] = kind
     row["detail"] = detail
-    if kind == "gap":
+    if kind == EventKind.GAP:
         parse_gap_detail(detail)  # ValueError names a malformed end
     return row
 
@@ -708,7 +733,7 @@ def _event_gaps(segments: list[Segment]) -> list[Gap]:
     gaps: list[Gap] = []
     for seg in segments:
         for ev in seg.events:
-            if ev["kind"] != "gap":
+            if ev["kind"] != EventKind.GAP:
                 continue
             end_mono, end_real, reason = parse_gap_detail(ev["detail"])
             gaps.append(Gap(ev["channel"], ev["t_mono_ns"], end_mono, ev["t_real_ns"], end_real,

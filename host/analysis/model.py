@@ -15,29 +15,38 @@ from host.analysis.align import (
 )
 from host.analysis.tokenlog_reader import RunLog
 from host.analysis.traces import Trace
+from host.analysis.vocabulary import (
+    COMPOSITE_METRIC,
+    EdgeModel,
+    EnergyBasis,
+    EnergyMethod,
+    LagMode,
+    Phase,
+    TokenUnit,
+)
 
 NS = 1_000_000_000
 
 
 # (phase, token unit) pairs reported per configuration.
-FIGURES: tuple[tuple[str, str], ...] = (
-    ("prefill", "prompt"),
-    ("decode", "generated"),
-    ("request", "generated"),
-    ("request", "total"),
+FIGURES: tuple[tuple[Phase, TokenUnit], ...] = (
+    (Phase.PREFILL, TokenUnit.PROMPT),
+    (Phase.DECODE, TokenUnit.GENERATED),
+    (Phase.REQUEST, TokenUnit.GENERATED),
+    (Phase.REQUEST, TokenUnit.TOTAL),
 )
 
 
-PHASES = ("prefill", "decode", "request")
+PHASES: tuple[Phase, ...] = tuple(Phase)
 
 
 CODE_NAMES = np.array([REASON_CODES[k] for k in sorted(REASON_CODES)], dtype=object)
 
 
-UNIT_TEXT = {
-    "prompt": "J per prompt token",
-    "generated": "J per generated token",
-    "total": "J per total (prompt + generated) token",
+UNIT_TEXT: dict[str, str] = {
+    TokenUnit.PROMPT: "J per prompt token",
+    TokenUnit.GENERATED: "J per generated token",
+    TokenUnit.TOTAL: "J per total (prompt + generated) token",
 }
 
 
@@ -45,29 +54,37 @@ UNIT_TEXT = {
 class Options:
     """Analysis settings (CLI flags map one to one)."""
 
-    edge: str = "step"
+    edge: EdgeModel = EdgeModel.STEP
     min_samples: int = 2
     cv_threshold: float = 0.03
     max_offset_frac: float = 0.01
     single_sync_drift_ppm: float = 100.0
     ci_level: float = 0.95
     channels: dict[str, list[int]] | None = None
-    energy_basis: str = "gross"
-    energy_method: str = "counter"
+    energy_basis: EnergyBasis = EnergyBasis.GROSS
+    energy_method: EnergyMethod = EnergyMethod.COUNTER
     max_resolution_frac: float = 0.005
     max_gap_periods: float = 3.0
-    accuracy_metric: str = "composite"
+    accuracy_metric: str = COMPOSITE_METRIC  # or a benchmark name (an open set)
     accuracy_values: dict[str, float] = field(default_factory=dict)
     ppl_tolerance: float = 0.01
     baseline: str | None = None
     time_share: bool = False
     manifest_dir: Path | None = None
-    lag: str = "none"  # "auto": shift each channel's windows by its estimated load lag
+    lag: LagMode = LagMode.NONE  # AUTO: shift each channel's windows by its estimated load lag
     max_lag_error_frac: float = 0.01
     max_instrument_u_pct: float = 2.0  # a figure's instrument term above it: reason
     # RQ4's reference map when the study has no uniform_q4km (the study file's
     # [analysis] reference_map); the report compares the EPI optimum's size with it
     reference_map: str | None = None
+
+    def __post_init__(self) -> None:
+        # options rebuilt from a results file or a study carry plain strings: make them words
+        # (ValueError for a word outside the vocabulary, as for any bad option value)
+        self.edge = EdgeModel(self.edge)
+        self.energy_basis = EnergyBasis(self.energy_basis)
+        self.energy_method = EnergyMethod(self.energy_method)
+        self.lag = LagMode(self.lag)
 
 
 @dataclass

@@ -28,7 +28,7 @@ import pandas as pd
 
 from epi.core.errors import UserError
 from epi.formats import trace as fmt
-from epi.formats.trace import FAULT_EVENTS, INFO_EVENTS, Segment
+from epi.formats.trace import FAULT_EVENTS, INFO_EVENTS, EventKind, Segment
 from epi.formats.trace import ChannelMeta as ChannelInfo
 from host.analysis.align import INT64_MAX, INT64_MIN, ChannelSeries, Intervals
 from host.analysis.trace_cache import CachedSamplesReader, ParquetColumns, host_columns
@@ -284,7 +284,7 @@ def _boot_key(boot_id: str | None) -> str:
 
 def _gap_end(kind: str, detail: str) -> int:
     """End of a `gap` event given as `end_mono_ns=N end_real_ns=M; reason` (else INT64_MIN)."""
-    if kind != "gap":
+    if kind != EventKind.GAP:
         return INT64_MIN
     end, _, _ = fmt.parse_gap_detail(detail)
     return INT64_MIN if end is None else end

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
+from epi.formats.tokenlog import TokenEvent
 from host.analysis.align import (
     window_energy,
 )
@@ -93,7 +94,7 @@ def idle_repeats(run: RunLog) -> np.ndarray:
     out = pd.array([pd.NA] * len(starts), dtype="Int64")
     if "repeat" not in ev.columns or not len(starts):
         return out
-    ev = ev[ev["event"] == "idle_start"]
+    ev = ev[ev["event"] == TokenEvent.IDLE_START]
     rep = pd.Series(ev["repeat"].to_numpy(), index=ev["t_mono_ns"].to_numpy(np.int64))
     rep = rep[~rep.index.duplicated()]
     return pd.array(rep.reindex(starts).to_numpy(), dtype="Int64")

@@ -36,7 +36,7 @@ from host.campaign.adaptive_round import (
 )
 from host.campaign.journal import JournalState
 from host.campaign.layout import Layout
-from host.campaign.plan import Plan, Step
+from host.campaign.plan import CLOSING_STEPS, Plan, Step, StepKind
 from host.campaign.study import Study
 
 
@@ -45,7 +45,7 @@ def round_steps(round_k: int, configs: tuple[str, ...], seed: int, estimate_s: f
     """The run steps of one adaptive round, in its seeded order."""
     why = ("adaptive" if n_comparisons_left is None
            else f"adaptive: {n_comparisons_left} comparison(s) undecided")
-    return [Step(f"run:{cid}:{round_k}", "run", cid, round_k, estimate_s=estimate_s,
+    return [Step(f"run:{cid}:{round_k}", StepKind.RUN, cid, round_k, estimate_s=estimate_s,
                  detail=f"round {round_k} ({why})")
             for cid in round_order(configs, seed, round_k)]
 
@@ -133,7 +133,7 @@ def run_adaptive_rounds(c: CampaignLike, state: JournalState,
         per_run = next((s.estimate_s for s in c.plan.run_steps), 0.0)
         steps = round_steps(k, d.next_configs, c.study.seed, per_run,
                             d.states.get("undecided", 0))
-        at = next((i for i, s in enumerate(c.plan.steps) if s.kind in ("analysis", "report")),
+        at = next((i for i, s in enumerate(c.plan.steps) if s.kind in CLOSING_STEPS),
                   len(c.plan.steps))
         known = {s.step_id for s in c.plan.steps}
         c.plan.steps[at:at] = [s for s in steps if s.step_id not in known]

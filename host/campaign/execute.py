@@ -49,8 +49,10 @@ from host.campaign.journal import (
 from host.campaign.layout import Layout
 from host.campaign.meter import ACTIVITY_TEXT, emulated_daemon, stop_stale_daemon, trace_nodes
 from host.campaign.plan import (
+    CLOSING_STEPS,
     Plan,
     Step,
+    StepKind,
     base_path,
     build_plan,
     format_duration,
@@ -76,7 +78,7 @@ from host.campaign.verify import verify_done
 from host.errors import StepFailed
 
 LOCK = ".campaign.lock"
-IN_PROCESS = ("analysis", "report")  # library calls, not step processes
+IN_PROCESS = CLOSING_STEPS  # library calls, not step processes
 
 
 @contextmanager
@@ -165,18 +167,18 @@ class Campaign:
     # -- step arguments (the spec a step process reads)
     def _args(self, step: Step, state: JournalState) -> tuple[StepArgs, Path | None]:
         st, lay = self.study, self.layout
-        if step.kind == "prepare":
+        if step.kind == StepKind.PREPARE:
             return PrepareArgs(name=step.detail), None
         cfg = self.plan.config(step.config) if step.config else None
-        if step.kind == "quantize":
+        if step.kind == StepKind.QUANTIZE:
             assert cfg is not None and cfg.map_path is not None
             return QuantizeArgs(map=str(cfg.map_path), base=str(base_path(st, cfg.model)),
                                 out_dir=str(cfg.gguf.parent), threads=st.run.threads), None
-        if step.kind == "data":
+        if step.kind == StepKind.DATA:
             return DataArgs(benchmarks=list(st.accuracy.benchmarks),
                             texts=[st.accuracy.ppl] if st.accuracy.ppl == "lambada" else []
                             ), None
-        if step.kind == "accuracy":
+        if step.kind == StepKind.ACCURACY:
             assert cfg is not None
             a = st.accuracy
             return AccuracyArgs(model=str(cfg.gguf), benchmarks=dict(a.benchmarks), ppl=a.ppl,
@@ -185,7 +187,7 @@ class Campaign:
                                 cluster=a.cluster, shots=dict(a.shots),
                                 shot_seed=a.shot_seed,
                                 store=str(a.store.resolve()) if a.store else None), None
-        if step.kind == "run":
+        if step.kind == StepKind.RUN:
             assert cfg is not None
             r = st.run
             run_dir = lay.run_dir(step, state.attempts.get(step.step_id, 0) + 1)
@@ -243,7 +245,7 @@ class Campaign:
         docs = []
         for s in self.plan.steps:
             ev = state.done.get(s.step_id)
-            if s.kind == "accuracy" and ev is not None and "out" in ev.result:
+            if s.kind == StepKind.ACCURACY and ev is not None and "out" in ev.result:
                 docs.append(read_results(self.layout.root / ev.result["out"]))
         if not docs:
             return
@@ -290,7 +292,7 @@ class Campaign:
                             ) from None
         attempt = state.attempts.get(step.step_id, 0) + 1
         log = sdir / f"attempt{attempt}.log"
-        settled = settle(self.study.thermal, self.meter_urls) if step.kind == "run" else None
+        settled = settle(self.study.thermal, self.meter_urls) if step.kind == StepKind.RUN else None
         if step.kind in IN_PROCESS:
             state.attempts[step.step_id] = attempt
             self.journal.append(Started(step.step_id, attempt, log=str(log)))
@@ -313,7 +315,7 @@ class Campaign:
                     ) -> tuple[StepResult, int, bool]:
         with open(log, "a") as fh:
             try:
-                result = self.analyse(state, fh) if step.kind == "analysis" else \
+                result = self.analyse(state, fh) if step.kind == StepKind.ANALYSIS else \
                     self.write_report(fh)
             except UserError as exc:
                 fh.write(f"epi: error: {exc}\n")
@@ -348,7 +350,7 @@ class Campaign:
         rc = proc.returncode
         if rc == 0 and result_path.is_file():
             return json.loads(result_path.read_text()), rc, True
-        if step.kind == "run" and rc == 1 and run_dir is not None and run_dir.exists():
+        if step.kind == StepKind.RUN and rc == 1 and run_dir is not None and run_dir.exists():
             # The run started and failed (its token log says why): a finished step whose
             # verdict the analysis reports; running it again would not be the same run.
             return {"run_dir": str(run_dir), "failed": True}, rc, True
@@ -372,7 +374,8 @@ class Campaign:
         first configuration's model, host.campaign.accuracy_projection) unless a measured
         figure for these settings is already kept or the stage is too small for a probe to
         be worth its cost; print it, and let the ETA use it."""
-        left = [s for s in self.plan.steps if s.kind == "accuracy" and s.step_id not in state.done]
+        left = [s for s in self.plan.steps
+                if s.kind == StepKind.ACCURACY and s.step_id not in state.done]
         if not left:
             return
         proj = self.plan.accuracy
@@ -461,7 +464,7 @@ class Campaign:
             require(findings)
             progress = Progress(self.plan.steps, done, stream=self.stream)
             dec = self.study.decide
-            needs_meter = any(s.kind == "run" for s in todo) or (
+            needs_meter = any(s.kind == StepKind.RUN for s in todo) or (
                 dec is not None and not adaptive_finished(self.layout.root, dec.rules.min_rounds))
             t0 = time.monotonic()
             projected = False
@@ -483,7 +486,7 @@ class Campaign:
                         continue  # after the daemon has stopped and flushed its trace
                     if step.step_id in state.done:
                         continue  # a re-measure the catch-up ran
-                    if step.kind == "accuracy" and not projected:
+                    if step.kind == StepKind.ACCURACY and not projected:
                         self.project_accuracy(state, progress)
                         projected = True
                     progress.start(step)
@@ -510,16 +513,16 @@ def _field(k: int, many: bool, name: str) -> str:
 
 def summary(step: Step, r: StepResult, s: Settle | None = None) -> str:
     """The one line printed when a step finishes."""
-    if step.kind == "quantize":
+    if step.kind == StepKind.QUANTIZE:
         state = "up to date, skipped" if r.get("skipped") else "quantized"
         return (f"{Path(r.get('output', '?')).name} {state} "
                 f"({(r.get('size_bytes') or 0) / 1e6:.1f} MB, {r.get('bits_per_weight')} "
                 "bits/weight)")
-    if step.kind == "accuracy":
+    if step.kind == StepKind.ACCURACY:
         comp = r.get("composite")
         return (f"composite accuracy {comp:.3f}" if comp is not None else "composite null") + (
             " (cached)" if r.get("cached") else "")
-    if step.kind == "run":
+    if step.kind == StepKind.RUN:
         s = s or {}
         how = (f"settled ({s.get('rule')}, {s.get('waited_s', 0):.1f} s)" if s.get("settled")
                else f"NOT settled after {s.get('waited_s', 0):.1f} s")
@@ -529,9 +532,9 @@ def summary(step: Step, r: StepResult, s: Settle | None = None) -> str:
         dec = r.get("decode_tok_s_median")
         return (f"{r.get('n_measured')} measured requests, decode "
                 f"{dec:.1f} tok/s; {how}; {run_dir}" if dec else f"{run_dir}; {how}")
-    if step.kind == "data":
+    if step.kind == StepKind.DATA:
         return "prepared " + (", ".join(r.get("prepared", [])) or "nothing (already there)")
-    if step.kind == "prepare":
+    if step.kind == StepKind.PREPARE:
         return r.get("path") or ""
     return r.get("out", "")
 
@@ -574,7 +577,7 @@ def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool =
     if accuracy_workers and plan.accuracy is not None:
         left = [s for s in plan.steps if s.step_id not in state.done]
         for line in accuracy_projection.offload_lines(
-                plan.accuracy, sum(s.estimate_s for s in left if s.kind == "accuracy"),
-                sum(s.estimate_s for s in left if s.kind == "run"),
+                plan.accuracy, sum(s.estimate_s for s in left if s.kind == StepKind.ACCURACY),
+                sum(s.estimate_s for s in left if s.kind == StepKind.RUN),
                 sum(s.estimate_s for s in left), accuracy_workers):
             echo(line)

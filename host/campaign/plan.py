@@ -17,6 +17,7 @@ from pathlib import Path
 
 from epi.core.errors import UserError
 from epi.core.text import format_duration
+from epi.core.vocabulary import Word
 from host.campaign.accuracy_projection import AccuracyProjection, assumed
 from host.campaign.adaptive import plan_lines, round_order, spread_from_analysis
 from host.campaign.adaptive_round import decided_rounds
@@ -33,10 +34,26 @@ class Config:
     gguf: Path  # where the measured model file is (or will be)
 
 
+class StepKind(Word):
+    """What a campaign step does (a run step settles the node first, then measures)."""
+
+    PREPARE = "prepare"
+    QUANTIZE = "quantize"
+    DATA = "data"
+    ACCURACY = "accuracy"
+    RUN = "run"
+    ANALYSIS = "analysis"
+    REPORT = "report"
+
+
+# the steps that close a campaign from what its other steps left: run in-process, in this order
+CLOSING_STEPS = (StepKind.ANALYSIS, StepKind.REPORT)
+
+
 @dataclass(frozen=True)
 class Step:
     step_id: str
-    kind: str  # prepare | quantize | data | accuracy | settle+run | analysis | report
+    kind: StepKind
     config: str | None = None
     round: int | None = None
     estimate_s: float = 0.0
@@ -57,7 +74,7 @@ class Plan:
 
     @property
     def run_steps(self) -> list[Step]:
-        return [s for s in self.steps if s.kind == "run"]
+        return [s for s in self.steps if s.kind == StepKind.RUN]
 
 
 def scoring_workers(cluster: str | None, stated: int | None) -> int | None:
@@ -161,7 +178,7 @@ def build_plan(study: Study, accuracy: AccuracyProjection | None = None) -> Plan
     steps = plan.steps
     for spec in study.models:
         if spec.path is None:
-            steps.append(Step(f"prepare:{spec.name}", "prepare", detail=spec.name,
+            steps.append(Step(f"prepare:{spec.name}", StepKind.PREPARE, detail=spec.name,
                               estimate_s=30.0))
     for c in configs:
         if c.map_path is not None:
@@ -169,22 +186,23 @@ def build_plan(study: Study, accuracy: AccuracyProjection | None = None) -> Plan
             if base.is_file() or spec_prepared(study, c.model):
                 # a prepared model's file appears with its `prepare` step: size unknown yet
                 size_mb = base.stat().st_size / 1e6 if base.is_file() else 0.0
-                steps.append(Step(f"quantize:{c.config_id}", "quantize", c.config_id,
+                steps.append(Step(f"quantize:{c.config_id}", StepKind.QUANTIZE, c.config_id,
                                   estimate_s=size_mb / e.quantize_mb_s + 1.0,
                                   detail=c.map_path.name))
             else:  # no size to scale by: say so instead of a made-up 1 s
-                steps.append(Step(f"quantize:{c.config_id}", "quantize", c.config_id,
+                steps.append(Step(f"quantize:{c.config_id}", StepKind.QUANTIZE, c.config_id,
                                   detail=f"{c.map_path.name} (time unknown: base {base} "
                                   "not on this host)", estimate_known=False))
     a = study.accuracy
     if a.benchmarks or a.ppl:
-        steps.append(Step("data", "data", estimate_s=5.0, detail="evaluation data (offline)"))
+        steps.append(Step("data", StepKind.DATA, estimate_s=5.0,
+                          detail="evaluation data (offline)"))
         workers = scoring_workers(a.cluster, a.cluster_workers)
         where = "" if a.cluster is None else (
             f"; on {workers} Dask worker(s) ({a.cluster})" if workers
             else f"; on {a.cluster} (time not divided: set [accuracy] cluster_workers)")
         for c in configs:
-            steps.append(Step(f"accuracy:{c.config_id}", "accuracy", c.config_id,
+            steps.append(Step(f"accuracy:{c.config_id}", StepKind.ACCURACY, c.config_id,
                               estimate_s=acc.seconds / (workers or 1),
                               detail=", ".join(f"{b} {n}" for b, n in a.benchmarks.items())
                               + where))
@@ -197,10 +215,10 @@ def build_plan(study: Study, accuracy: AccuracyProjection | None = None) -> Plan
                    for k, ids in decided_rounds(study.out, study.decide.rules.min_rounds)]
     for k, ids, detail in rounds:
         for cid in round_order(ids, study.seed, k):
-            steps.append(Step(f"run:{cid}:{k}", "run", cid, k, estimate_s=per_run,
+            steps.append(Step(f"run:{cid}:{k}", StepKind.RUN, cid, k, estimate_s=per_run,
                               detail=detail))
-    steps.append(Step("analysis", "analysis", estimate_s=10.0 + 2.0 * len(plan.run_steps)))
-    steps.append(Step("report", "report", estimate_s=15.0))
+    steps.append(Step("analysis", StepKind.ANALYSIS, estimate_s=10.0 + 2.0 * len(plan.run_steps)))
+    steps.append(Step("report", StepKind.REPORT, estimate_s=15.0))
     return plan
 
 
@@ -269,7 +287,7 @@ def plan_text(plan: Plan, done: set[str] | None = None) -> list[str]:
                  + ("" if not unknown else "; NOT included: " + ", ".join(
                      f"{n} {k} step(s) ({UNKNOWN_WHY.get(k, 'no basis for an estimate')})"
                      for k, n in unknown.items())))
-    if plan.accuracy is not None and any(s.kind == "accuracy" for s in plan.steps):
+    if plan.accuracy is not None and any(s.kind == StepKind.ACCURACY for s in plan.steps):
         lines.append(f"accuracy scoring: ~{format_duration(plan.accuracy.seconds)} per "
                      f"configuration, {plan.accuracy.basis}; cached results take no time")
     t = st.thermal

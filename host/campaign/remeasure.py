@@ -47,7 +47,7 @@ from host.analysis.model import Options
 from host.analysis.verdicts import worth_measuring_again
 from host.campaign import adaptive_loop
 from host.campaign.journal import JournalState
-from host.campaign.plan import Plan, Step
+from host.campaign.plan import CLOSING_STEPS, Plan, Step, StepKind
 
 TAKE_STEP = re.compile(r"run:(?P<config>.+):(?P<round>[0-9]{1,9}):take(?P<take>[0-9]{1,9})")
 
@@ -67,10 +67,10 @@ def take_step(base: Step, take: int, why: str = "") -> Step:
 
 def insert_after_slot(plan: Plan, step: Step) -> None:
     """Put take `step` right after the last run of its configuration's round in the plan."""
-    at = max((i for i, s in enumerate(plan.steps) if s.kind == "run"
+    at = max((i for i, s in enumerate(plan.steps) if s.kind == StepKind.RUN
               and s.config == step.config and s.round == step.round), default=None)
     if at is None:
-        at = next((i for i, s in enumerate(plan.steps) if s.kind in ("analysis", "report")),
+        at = next((i for i, s in enumerate(plan.steps) if s.kind in CLOSING_STEPS),
                   len(plan.steps)) - 1
     plan.steps.insert(at + 1, step)
 
@@ -152,7 +152,7 @@ class Remeasurer:
 
     def next_take(self, step: Step, state: JournalState) -> tuple[Step, str] | None:
         """The re-measure of finished run `step` and the line that says why, or None."""
-        if (self.remeasure <= 0 or step.kind != "run" or step.config is None
+        if (self.remeasure <= 0 or step.kind != StepKind.RUN or step.config is None
                 or step.round is None or step.take > self.remeasure):
             return None
         if take_step_id(step.config, step.round, step.take + 1) in {

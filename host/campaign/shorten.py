@@ -5,7 +5,7 @@ measured or assumed, as the estimate above them)."""
 from __future__ import annotations
 
 from epi.core.text import format_duration
-from host.campaign.plan import Plan, planned_rounds
+from host.campaign.plan import Plan, StepKind, planned_rounds
 
 #: Dask worker counts the accuracy option is shown for
 WORKER_OPTIONS = (4, 8)
@@ -13,8 +13,8 @@ WORKER_OPTIONS = (4, 8)
 
 def shorten_lines(plan: Plan, done: set[str]) -> list[str]:
     left = [s for s in plan.steps if s.step_id not in done]
-    acc_s = sum(s.estimate_s for s in left if s.kind == "accuracy")
-    run_s = sum(s.estimate_s for s in left if s.kind == "run")
+    acc_s = sum(s.estimate_s for s in left if s.kind == StepKind.ACCURACY)
+    run_s = sum(s.estimate_s for s in left if s.kind == StepKind.RUN)
     total = sum(s.estimate_s for s in left)
     if total <= 0:
         return []

@@ -17,6 +17,7 @@ from typing import Any, cast
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from host.campaign.journal import StepResult
+from host.campaign.plan import StepKind
 from host.campaign.specs import AccuracyArgs, DataArgs, PrepareArgs, QuantizeArgs, RunArgs
 
 
@@ -126,15 +127,15 @@ def do_run(a: RunArgs) -> StepResult:
 
 def run_kind(kind: str, args: dict[str, object]) -> StepResult:
     """Run one step of `kind` with the arguments the campaign wrote (host.campaign.specs)."""
-    if kind == "prepare":
+    if kind == StepKind.PREPARE:
         return do_prepare(cast(PrepareArgs, args))
-    if kind == "quantize":
+    if kind == StepKind.QUANTIZE:
         return do_quantize(cast(QuantizeArgs, args))
-    if kind == "data":
+    if kind == StepKind.DATA:
         return do_data(cast(DataArgs, args))
-    if kind == "accuracy":
+    if kind == StepKind.ACCURACY:
         return do_accuracy(cast(AccuracyArgs, args))
-    if kind == "run":
+    if kind == StepKind.RUN:
         return do_run(cast(RunArgs, args))
     raise UserError(f"step kind {kind!r} is not prepare, quantize, data, accuracy or run")
 

@@ -18,8 +18,10 @@ from urllib.parse import urlsplit
 
 from epi.core.errors import UserError
 from epi.core.limits import DAY_S, MAX_SEED, MAX_THREADS
+from epi.core.vocabulary import Word, one_of
 from epi.formats.fields import check_id, read_toml_file
 from host.analysis.model import Options
+from host.analysis.vocabulary import EnergyBasis, EnergyMethod, LagMode
 from host.campaign.adaptive import MAX_REMEASURE, TARGETS, DecisionRules
 from host.campaign.meter import ACTIVITIES
 
@@ -115,9 +117,9 @@ class AnalysisSpec:
     """The [analysis] table: the analysis options a study sets (None: the analysis'
     default, host.analysis.model.Options)."""
 
-    energy_basis: str | None = None
-    energy_method: str | None = None
-    lag: str | None = None
+    energy_basis: EnergyBasis | None = None
+    energy_method: EnergyMethod | None = None
+    lag: LagMode | None = None
     cv_threshold: float | None = None
     max_offset_frac: float | None = None
     max_lag_error_frac: float | None = None
@@ -149,6 +151,20 @@ class AnalysisSpec:
 
 def _or(value: T | None, default: T) -> T:
     return default if value is None else value
+
+
+WordT = TypeVar("WordT", bound=Word)
+
+
+def _word(table: _Reader, key: str, vocab: type[WordT]) -> WordT | None:
+    """The table's `key` as a word of `vocab` (None when absent), refused outside it."""
+    text = table.get(key, str)
+    if text is None:
+        return None
+    word = vocab.parse(text)
+    if word is None:
+        raise table.fail(key, "expected " + one_of(vocab.values()))
+    return word
 
 
 @dataclass(frozen=True)
@@ -526,18 +542,11 @@ def load_study(path: Path | str) -> Study:
     t.finish()
 
     an = _table(path, doc, "analysis")
-    choices = {"energy_basis": ("gross", "net"), "energy_method": ("counter", "trapezoid"),
-               "lag": ("none", "auto")}
-    texts: dict[str, str | None] = {}
-    for key, allowed in choices.items():
-        text = an.get(key, str)
-        if text is not None and text not in allowed:
-            raise an.fail(key, "expected " + " or ".join(f'"{x}"' for x in allowed))
-        texts[key] = text
     fracs = {key: an.real(key, None, 0.0, high=1.0)  # fractions, as `epi analyze` takes them
              for key in ("cv_threshold", "max_offset_frac", "max_lag_error_frac",
                          "ppl_tolerance", "max_resolution_frac")}
-    analysis = AnalysisSpec(texts["energy_basis"], texts["energy_method"], texts["lag"],
+    analysis = AnalysisSpec(_word(an, "energy_basis", EnergyBasis),
+                            _word(an, "energy_method", EnergyMethod), _word(an, "lag", LagMode),
                             fracs["cv_threshold"], fracs["max_offset_frac"],
                             fracs["max_lag_error_frac"], fracs["ppl_tolerance"],
                             fracs["max_resolution_frac"],

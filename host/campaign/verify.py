@@ -12,24 +12,24 @@ from pathlib import Path
 
 from host.campaign.journal import Done, JournalState
 from host.campaign.layout import Layout
-from host.campaign.plan import Plan, Step
+from host.campaign.plan import CLOSING_STEPS, Plan, Step, StepKind
 
 # step kinds whose done line stands for the analysis and report made from them
-FEEDS_ANALYSIS = ("quantize", "accuracy", "run")
+FEEDS_ANALYSIS = (StepKind.QUANTIZE, StepKind.ACCURACY, StepKind.RUN)
 
 
 def expected_output(step: Step, ev: Done, layout: Layout) -> tuple[Path | None, str]:
     """(the path a finished step must have left, its result field); None: the result names
     none (or one outside the campaign)."""
     r = ev.result
-    if step.kind == "analysis":
+    if step.kind == StepKind.ANALYSIS:
         return layout.analysis / "results.json", "analysis"
-    if step.kind == "report":
+    if step.kind == StepKind.REPORT:
         return layout.report_html, "report"
-    if step.kind == "prepare":
+    if step.kind == StepKind.PREPARE:
         path = r.get("path")
         return (Path(path) if path else None), "result.path"
-    if step.kind == "data":
+    if step.kind == StepKind.DATA:
         return (Path(r["root"]) if "root" in r else None), "result.root"
     key = {"quantize": "output", "accuracy": "out", "run": "run_dir"}[step.kind]
     text = r.get(key)
@@ -50,11 +50,12 @@ def verify_done(plan: Plan, state: JournalState, layout: Layout) -> list[str]:
             why = f"its journal line names no {field} inside {layout.root}"
         elif not path.exists():
             why = f"its output {path} is missing"
-        elif step.kind in ("analysis", "report") and redo_analysis:
+        elif step.kind in CLOSING_STEPS and redo_analysis:
             why = "a step it was made from runs again"
         else:
             continue
         del state.done[step.step_id]
-        redo_analysis = redo_analysis or step.kind in FEEDS_ANALYSIS or step.kind == "analysis"
+        redo_analysis = (redo_analysis or step.kind in FEEDS_ANALYSIS
+                         or step.kind == StepKind.ANALYSIS)
         lines.append(f"  {step.step_id} was journaled done but {why}: it runs again")
     return lines

@@ -29,7 +29,7 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from epi.core.errors import UserError
-from epi.formats.tokenlog import parse_events
+from epi.formats.tokenlog import TokenEvent, parse_events
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import number, pct
 from host.analysis.paired import pairing_label
@@ -404,8 +404,8 @@ def _token_times(run_dir: Path, request_id: int) -> list[int]:
         ev, _ = parse_events(run_dir / "events.csv")
     except UserError:
         return []
-    return [t for kind, rid, t in zip(ev["event"], ev["request_id"], ev["t_mono_ns"],
-                                      strict=True) if kind == "token" and rid == request_id]
+    rows = zip(ev["event"], ev["request_id"], ev["t_mono_ns"], strict=True)
+    return [t for kind, rid, t in rows if kind == TokenEvent.TOKEN and rid == request_id]
 
 
 def layer_groups(rd: ReportData) -> Figure:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, cast
 
 from epi.core.errors import UserError
 from epi.core.text import ranges_text
+from epi.formats.tokenlog import RunStatus
 from host.cluster.placement import PlacementEntry
 from host.cluster.rpc import Endpoint, parse_workers, probe
 from host.errors import RunFailed
@@ -385,10 +386,10 @@ def run(
     except RunFailed:
         raise
     except KeyboardInterrupt:
-        header.finish("failed", "interrupted by the user")
+        header.finish(RunStatus.FAILED, "interrupted by the user")
         raise
     except Exception as exc:  # e.g. a clock sync that fails mid-run: the log says why
-        header.finish("failed", str(exc) if isinstance(exc, UserError) else repr(exc))
+        header.finish(RunStatus.FAILED, str(exc) if isinstance(exc, UserError) else repr(exc))
         raise
     finally:
         follow.stop()
@@ -507,9 +508,9 @@ def _supervise(
                 error = f"end-of-run clock sync failed: {exc}"
     header.update(ended_mono_ns=time.monotonic_ns(), ended_real_ns=time.time_ns())
     if error is not None:
-        header.finish("failed", error)
+        header.finish(RunStatus.FAILED, error)
         raise RunFailed(f"{error} (token log {header.run_dir}: status failed)")
-    header.finish("completed")
+    header.finish(RunStatus.COMPLETED)
     prefill = [m["prefill_ms"] for m in measured]
     decode = [
         (m["n_generated_tokens"] - 1) / (m["decode_ns"] / 1e9)

@@ -22,6 +22,7 @@ from pathlib import Path
 from epi.core.errors import UserError
 from epi.core.files import read_boot_id, write_json_atomic
 from epi.formats.tokenlog import (
+    CLOCK_SYNC_WHEN,
     EVENT_COLUMNS,
     EVENTS_CSV,
     FORMAT,
@@ -29,6 +30,8 @@ from epi.formats.tokenlog import (
     REQUEST_COLUMNS,
     REQUESTS_CSV,
     RUN_JSON,
+    RunStatus,
+    TokenEvent,
 )
 
 
@@ -74,15 +77,15 @@ class RequestRecord:
         w = int(self.warmup)
         head = (self.request_id, self.repeat, w, self.prompt_id)
         rows: list[tuple[int | str, ...]] = [
-            (*head, "request_start", "", "", self.t_start_mono_ns, self.t_start_real_ns)
+            (*head, TokenEvent.REQUEST_START, "", "", self.t_start_mono_ns, self.t_start_real_ns)
         ]
         rows.extend(
-            (*head, "token", i, tok, m, r)
+            (*head, TokenEvent.TOKEN, i, tok, m, r)
             for i, (tok, m, r) in enumerate(
                 zip(self.token_ids, self.token_mono_ns, self.token_real_ns, strict=True)
             )
         )
-        rows.append((*head, "request_end", "", "", self.t_end_mono_ns, self.t_end_real_ns))
+        rows.append((*head, TokenEvent.REQUEST_END, "", "", self.t_end_mono_ns, self.t_end_real_ns))
         return rows
 
     def request_row(self) -> tuple[int | str, ...]:
@@ -138,7 +141,7 @@ class RunHeader:
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "run_id": fields.pop("run_id", None) or new_run_id(),
-            "status": "running",
+            "status": RunStatus.RUNNING,
             **fields,
         }
         data.setdefault("clock_sync", [])
@@ -174,7 +177,7 @@ class RunHeader:
 
     def add_clock_sync(self, entry: Mapping[str, object], when: str) -> None:
         """Append one clock-sync estimate (`offset_ns` = meter − local monotonic)."""
-        if when not in ("start", "end", "during"):
+        if when not in CLOCK_SYNC_WHEN:
             raise ValueError(f"clock sync 'when' must be start/end/during, not {when!r}")
         entries = self.data.setdefault("clock_sync", [])
         if not isinstance(entries, list):
@@ -188,11 +191,11 @@ class RunHeader:
             [e for e in entries if e.get("meter_url") == first])
         self.save()
 
-    def finish(self, status: str, error: str | None = None) -> None:
+    def finish(self, status: RunStatus, error: str | None = None) -> None:
         """Mark the run completed or failed (with its one-line error)."""
-        if status not in ("completed", "failed"):
+        if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
             raise ValueError(f"final status must be completed or failed, not {status!r}")
-        if status == "failed" and not error:
+        if status == RunStatus.FAILED and not error:
             raise ValueError("a failed run needs its error")
         self.data["status"] = status
         self.data["error"] = error
@@ -240,8 +243,8 @@ class CsvAppender:
         """One idle-baseline window: `start`/`end` are (t_mono_ns, t_real_ns)."""
         self._ev.writerows(
             [
-                ("", repeat, 0, "", "idle_start", "", "", start[0], start[1]),
-                ("", repeat, 0, "", "idle_end", "", "", end[0], end[1]),
+                ("", repeat, 0, "", TokenEvent.IDLE_START, "", "", start[0], start[1]),
+                ("", repeat, 0, "", TokenEvent.IDLE_END, "", "", end[0], end[1]),
             ]
         )
         self._events.flush()
