@@ -4,9 +4,11 @@
 RQ4's reference is `uniform_q4km` when the study has it, else the analysis's
 `reference_map` option (`[analysis] reference_map`). RQ5's work terms, per configuration:
 
-- bytes streamed per decoded token: the model file's size (a dense model reads every weight
-  for every token; the file's few non-weight bytes and the token embedding, of which one row
-  is read, are within it: an upper bound, stated);
+- bytes streamed per decoded token: the work account of the model file
+  (host/analysis/work_account.py: every weight once, one embedding row; for a mixture of
+  experts the shared tensors plus `n_expert_used / n_expert` of the experts, an expectation),
+  when every configuration's GGUF can be read; otherwise the model file's size (an upper
+  bound, stated);
 - compute per token: the configuration's own measured prefill seconds per prompt token on
   this node (prefill is compute-bound: its time per token is the cost of that map's kernels
   here, measured, not assumed);
@@ -16,11 +18,15 @@ and the energy figure is decode J per generated token (the memory-bound phase).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
+from epi.core.errors import UserError
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import number
 from host.analysis.questions import decompose, size_vs_reference
+from host.analysis.work_account import WorkAccount, work_account
 from host.report.answer_model import DECIDED, UNANSWERABLE, UNDECIDED, Answer
 from host.report.data import ReportData
 
@@ -76,6 +82,37 @@ def _phase_rate(windows: pd.DataFrame, phase: str, tokens: str) -> dict[str, flo
     return out
 
 
+def work_accounts(rd: ReportData) -> dict[str, WorkAccount]:
+    """Each configuration's work account, from the model file its runs name (where readable)."""
+    out: dict[str, WorkAccount] = {}
+    for run in rd.doc.get("runs") or []:
+        cfg, model = run.get("config"), run.get("model") or {}
+        path = model.get("path") if isinstance(model, dict) else None
+        if not isinstance(cfg, str) or cfg in out or not isinstance(path, str):
+            continue
+        try:
+            out[cfg] = work_account(Path(path))
+        except UserError:
+            continue  # moved or unreadable here: the file size stands in, said so
+    return out
+
+
+def bytes_per_token(rd: ReportData) -> tuple[dict[str, float], str]:
+    """(bytes streamed per decoded token per configuration, how they were counted)."""
+    sizes = {c: number(rd.models.loc[c, "size_bytes"]) for c in rd.models.index
+             if _finite(rd.models.loc[c, "size_bytes"])} if len(rd.models) else {}
+    accounts = work_accounts(rd)
+    if sizes and all(c in accounts for c in sizes):
+        moe = any(a.is_expectation for a in accounts.values())
+        how = ("bytes = weight bytes streamed per decoded token from each GGUF's tensor table "
+               "(every weight once, one embedding row" +
+               ("; mixture of experts: shared tensors plus n_expert_used/n_expert of the "
+                "experts, an expectation under uniform routing)" if moe else ")"))
+        return {c: accounts[c].bytes_per_token for c in sizes}, how
+    return sizes, ("bytes = the model file's size streamed per decoded token (the GGUF files "
+                   "could not all be read here; dense model: an upper bound)")
+
+
 def work_answer(rd: ReportData) -> Answer:
     q = ("Does the energy benefit of mixed quantization come from reduced memory bandwidth, "
          "reduced compute, or both?")
@@ -84,8 +121,7 @@ def work_answer(rd: ReportData) -> Answer:
             & (r["basis"] == rd.basis)]
     j = {str(row["config"]): number(row["j_per_token_median"]) for _, row in dec.iterrows()
          if _finite(row["j_per_token_median"])}
-    sizes = {c: number(rd.models.loc[c, "size_bytes"]) for c in rd.models.index
-             if _finite(rd.models.loc[c, "size_bytes"])} if len(rd.models) else {}
+    sizes, how = bytes_per_token(rd)
     compute = _phase_rate(rd.windows, "prefill", "n_prompt_tokens")
     d = decompose(j, sizes, compute)
     if d is None:
@@ -108,8 +144,7 @@ def work_answer(rd: ReportData) -> Answer:
                 "it: more rounds (narrower decode J/token) or more maps.")
     else:
         text = f"{d.answer.capitalize()}: decode J/token is explained by {terms}."
-    text += (" Terms: bytes = the model file's size streamed per decoded token (dense model; "
-             "an upper bound); compute = this node's measured prefill time per prompt token.")
+    text += f" Terms: {how}; compute = this node's measured prefill time per prompt token."
     status = DECIDED if d.status == "decided" else UNDECIDED
     return Answer("work", q, text, status)
 
