@@ -18,6 +18,7 @@ from pathlib import Path
 from epi.core.errors import UserError
 from epi.core.text import format_duration
 from epi.core.vocabulary import Word
+from epi.formats.fields import check_id
 from host.campaign.accuracy_projection import AccuracyProjection, assumed
 from host.campaign.adaptive import plan_lines, round_order, spread_from_analysis
 from host.campaign.adaptive_round import decided_rounds
@@ -103,14 +104,24 @@ def configurations(study: Study) -> list[Config]:
 
     configs: list[Config] = []
     seen: dict[str, str] = {}
+    maps = {spec.name: [(p, load_mixmap(p).id) for p in spec.maps] for spec in study.models}
+    # a map measured on several models (to see whether its rank transfers) is one
+    # configuration per model: MAP.MODEL, so the ids stay distinct and the analysis pairs them
+    # by the map id their manifests record
+    owners: dict[str, set[str]] = {}
+    for name, entries in maps.items():
+        for _, map_id in entries:
+            owners.setdefault(map_id, set()).add(name)
     for spec in study.models:
         models_dir = study.out / "models" / spec.name
         if spec.include_base:
             base = base_path(study, spec.name)
             configs.append(Config(base.stem, spec.name, None, base))
-        for p in spec.maps:
-            m = load_mixmap(p)
-            configs.append(Config(m.id, spec.name, p, models_dir / f"{m.id}.gguf"))
+        for p, map_id in maps[spec.name]:
+            shared = len(owners[map_id]) > 1
+            cid = check_id(f"{map_id}.{spec.name}", f"{p}: configuration id") if shared \
+                else map_id
+            configs.append(Config(cid, spec.name, p, models_dir / f"{map_id}.gguf"))
     for c in configs:
         if c.config_id in seen:
             raise UserError(f"{c.map_path or c.gguf}: configuration id {c.config_id!r} is used "

@@ -61,6 +61,9 @@ class RunArgs(TypedDict):
     idle_s: float
     cooldown_s: float
     seed: int
+    # the configuration's label when it is not the map's own id (a map measured on several
+    # models: MAP.MODEL); None: the manifest's map id labels the run
+    map_id: str | None
 
 
 StepArgs = Union[PrepareArgs, QuantizeArgs, DataArgs, AccuracyArgs, RunArgs]

@@ -34,6 +34,7 @@ from host.report.answer_model import (
 )
 from host.report.data import ReportData
 from host.report.sequential import limit_line, load_decisions
+from host.report.transfer_answer import transfer_answer
 from host.report.work_answers import size_answer, work_answer
 
 
@@ -258,5 +259,7 @@ def build(rd: ReportData) -> AnswerBlock:
     """The study's five questions in its order (RQ1 same perplexity, different joules; RQ2
     the frontier; RQ3 layer groups; RQ4 size against uniform Q4_K_M; RQ5 bandwidth or
     compute), each with one status."""
-    return AnswerBlock([perplexity_answer(rd), frontier_answer(rd), layer_group_answer(rd),
-                        size_answer(rd), work_answer(rd)], limits(rd))
+    answers = [perplexity_answer(rd), frontier_answer(rd), layer_group_answer(rd),
+               size_answer(rd), work_answer(rd)]
+    moved = transfer_answer(rd)  # studies with two or more models only
+    return AnswerBlock(answers + ([moved] if moved is not None else []), limits(rd))

@@ -383,3 +383,25 @@ def test_deeply_nested_study_is_one_line(tmp_path: Path) -> None:
     p.write_text("x = " + "[" * 100_000)
     with pytest.raises(UserError, match="not valid TOML"):
         load_study(p)
+
+
+def test_a_map_measured_on_two_models_is_one_configuration_per_model(tmp_path):
+    """The same maps on two models (to see whether their rank transfers): MAP.MODEL ids, each
+    quantized into its model's directory under the map's own id."""
+    from host.campaign.plan import configurations
+
+    p = write_study(tmp_path, maps=f'["{MAPS}/uniform_q8.json", "{MAPS}/uniform_q4km.json"]')
+    (tmp_path / "moe.gguf").write_bytes(b"GGUF")
+    text = p.read_text().replace("[run]", f"""[[models]]
+name = "moe"
+path = "moe.gguf"
+maps = ["{MAPS}/uniform_q4km.json", "{MAPS}/mix_high_late.json"]
+
+[run]""")
+    p.write_text(text)
+    configs = configurations(load_study(p))
+    ids = [c.config_id for c in configs]
+    assert ids == ["uniform_q8", "uniform_q4km.tiny", "uniform_q4km.moe", "mix_high_late"]
+    by_id = {c.config_id: c for c in configs}
+    assert by_id["uniform_q4km.moe"].gguf.name == "uniform_q4km.gguf"
+    assert by_id["uniform_q4km.moe"].gguf.parent.name == "moe"

@@ -69,5 +69,5 @@ def test_more_experts_used_stream_more_bytes(tmp_path: Path) -> None:
 def test_a_file_that_is_not_gguf_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "x.gguf"
     bad.write_bytes(b"not a model")
-    with pytest.raises(UserError, match="x.gguf"):
+    with pytest.raises(UserError, match=r"x\.gguf"):
         work_account(bad)
