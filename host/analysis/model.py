@@ -77,6 +77,10 @@ class Options:
     # RQ4's reference map when the study has no uniform_q4km (the study file's
     # [analysis] reference_map); the report compares the EPI optimum's size with it
     reference_map: str | None = None
+    # the report's guidance by use (host/analysis/guidance.py): the accuracy loss the
+    # latency and energy picks may give up, and the J/token budget of the quality pick
+    guidance_accuracy_loss: float = 0.02
+    guidance_j_budget: float = 1.10
 
     def __post_init__(self) -> None:
         # options rebuilt from a results file or a study carry plain strings: make them words
