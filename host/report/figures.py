@@ -562,7 +562,9 @@ ALL = (accuracy_vs_energy, epi_sorted, phase_energy, power_trace, layer_groups, 
 
 
 def build_all(rd: ReportData) -> list[Figure]:
+    from host.report.work_figure import energy_vs_bytes  # it draws with this module's parts
+
     with plt.rc_context():
         plt.rcParams["axes.prop_cycle"] = PALETTE_CYCLE
         plt.rcParams["text.parse_math"] = False
-        return [f(rd) for f in ALL]
+        return [f(rd) for f in (*ALL, energy_vs_bytes)]

@@ -73,13 +73,13 @@ def test_every_figure_and_table_says_power_source_basis_and_counts(
     rd = report_data.load(study_analysis_shared[0])
     assert rd.labels.power_source == "modelled"  # the synthetic trace says emulated
     for key in ("accuracy_vs_energy", "epi_sorted", "phase_energy", "power_trace",
-                "layer_groups", "energy_vs_size"):
+                "layer_groups", "energy_vs_size", "energy_vs_bytes"):
         assert f"figures/{key}.png" in files and f"figures/{key}.svg" in files
         assert files[f"figures/{key}.png"][:8] == b"\x89PNG\r\n\x1a\n"
         assert b"<svg" in files[f"figures/{key}.svg"][:2000]
     captions = re.findall(r"<figcaption>(.*?)</figcaption>", html, re.S)
     tcaps = re.findall(r'<p class="caption">(.*?)</p>', html, re.S)
-    assert len(captions) == 6 and len(tcaps) >= 4
+    assert len(captions) == 7 and len(tcaps) >= 4
     # the labels are stated once, in the "how these figures were measured" block ...
     block = re.search(r'<section class="method" id="method">(.*?)</section>', html, re.S)
     assert block is not None
@@ -102,7 +102,7 @@ def test_every_figure_and_table_says_power_source_basis_and_counts(
     assert "| Config | Early | Middle | Late | Size | Perplexity | J/Token | Accuracy | EPI |" in md
     # self-contained: no external resource, images inline
     assert not re.search(r'(src|href)="(https?:|//|file:)', html)
-    assert html.count('src="data:image/png;base64,') == 6
+    assert html.count('src="data:image/png;base64,') == 7
 
 
 def test_measured_trace_is_labelled_measured(study_analysis):  # noqa: F811
@@ -134,7 +134,7 @@ def test_cli_writes_report_atomically_and_errors_are_one_line(study_report: Repo
     # `epi report ADIR --out OUT` through the click command: study_report ran it (exit 0)
     out = study_report.out_dir
     assert (out / "report.html").is_file() and (out / "report.md").is_file()
-    assert len(list((out / "figures").glob("*.png"))) == 6
+    assert len(list((out / "figures").glob("*.png"))) == 7
     adir, _ = study_analysis
     (adir / "windows.csv").unlink()
     with pytest.raises(UserError, match=r"windows\.csv: missing"):
@@ -192,7 +192,7 @@ def test_report_in_headless_chromium(study_report: Report, browser: Browser):  #
     """The page a reader opens: every figure loads (natural size), no console errors;
     the screenshot is kept as a test artifact."""
     page = browser.check(study_report.html)
-    assert len(page.images) == 6
+    assert len(page.images) == 7
     for img in page.images:
         assert img["complete"] and img["natural_width"] > 200 and img["natural_height"] > 150, img
     assert page.console_errors == []

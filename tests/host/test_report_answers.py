@@ -214,7 +214,7 @@ def test_figures_use_the_colour_blind_safe_palette_and_carry_alt_text(
         assert len(f.alt) > 60 and ("q4" in f.alt or one) and ("q8" in f.alt or one), f.alt
     html = answered_report.html.read_text()  # render_files(answered_shared), as written
     alts = re.findall(r'<img alt="([^"]*)"', html)
-    assert len(alts) == 6 and all(len(a) > 60 for a in alts)
+    assert len(alts) == 7 and all(len(a) > 60 for a in alts)
 
 
 def test_epi_figure_uses_a_log_axis_so_a_wide_interval_leaves_others_readable(
@@ -255,7 +255,7 @@ def test_report_page_in_headless_chromium_shows_answers_and_alt_text(
         assert q in answers
     assert answers.count("decided") >= 3 and "What this study cannot tell" in answers
     assert "How these figures were measured" in page.sections.get("method", "")
-    assert len(page.images) == 6
+    assert len(page.images) == 7
     for img in page.images:
         assert img["complete"] and img["natural_width"] > 200 and len(img["alt"]) > 60, img
     assert page.console_errors == []
