@@ -116,6 +116,11 @@ def recommendations(rd: ReportData) -> list[Recommendation]:
                     told_apart=paired_verdicts(rd))
 
 
+# what a row's status is about: its pick against its rivals on this quantity only
+QUANTITY_WORDS = {"latency-sensitive": "decode time", "energy-sensitive": "energy",
+                  "quality-sensitive": "accuracy"}
+
+
 def guidance_table(rd: ReportData) -> Table:
     rows, classes = [], []
     unit = {"latency-sensitive": "s per generated token (decode)",
@@ -124,7 +129,8 @@ def guidance_table(rd: ReportData) -> Table:
         told = ("—" if rec.status == "decided" or rec.config is None else
                 ", ".join(rec.rivals) if rec.rivals else "no interval")
         rows.append([rec.use, rec.criterion, rec.config or "none qualifies",
-                     f"{_figure_text(rec)} {unit[rec.use]}", rec.status, told])
+                     f"{_figure_text(rec)} {unit[rec.use]}",
+                     f"{rec.status} on {QUANTITY_WORDS[rec.use]}", told])
         classes.append("pareto" if rec.status == "decided" else "")
     loss, budget = thresholds(rd)
     caption = (f"The configuration to pick by use. Thresholds: accuracy loss {loss:.3g} "
