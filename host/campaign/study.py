@@ -127,6 +127,8 @@ class AnalysisSpec:
     max_resolution_frac: float | None = None
     min_samples: int | None = None
     reference_map: str | None = None
+    guidance_accuracy_loss: float | None = None
+    guidance_j_budget: float | None = None
 
     def given(self) -> dict[str, str | float | int]:
         """The fields the study file sets."""
@@ -146,7 +148,9 @@ class AnalysisSpec:
             ppl_tolerance=_or(self.ppl_tolerance, d.ppl_tolerance),
             max_resolution_frac=_or(self.max_resolution_frac, d.max_resolution_frac),
             min_samples=_or(self.min_samples, d.min_samples),
-            reference_map=self.reference_map)
+            reference_map=self.reference_map,
+            guidance_accuracy_loss=_or(self.guidance_accuracy_loss, d.guidance_accuracy_loss),
+            guidance_j_budget=_or(self.guidance_j_budget, d.guidance_j_budget))
 
 
 def _or(value: T | None, default: T) -> T:
@@ -551,7 +555,11 @@ def load_study(path: Path | str) -> Study:
                             fracs["max_lag_error_frac"], fracs["ppl_tolerance"],
                             fracs["max_resolution_frac"],
                             an.integer("min_samples", None, 2, high=1_000_000),
-                            an.get("reference_map", str))
+                            an.get("reference_map", str),
+                            # an absolute accuracy loss in [0, 1]; a budget of at least the
+                            # lowest J/token itself (1×), at most 100×
+                            an.real("guidance_accuracy_loss", None, 0.0, high=1.0),
+                            an.real("guidance_j_budget", None, 1.0, high=100.0))
     if analysis.reference_map is not None:
         check_id(analysis.reference_map, f"{path}: [analysis] reference_map")
     an.finish()

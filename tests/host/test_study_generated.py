@@ -40,8 +40,7 @@ def _study(d: Path, section: str, key: str, value: object, *, extra: str = "") -
     if section == "decide":  # [decide] takes the rounds from itself: no study.repeats
         tables["study"] = {}
         tables["decide"] = {}
-    if section in tables:
-        tables[section][key] = value
+    tables.setdefault(section, {})[key] = value
     text = "".join(f"[{name}]\n" + "".join(f"{k} = {_val(v)}\n" for k, v in body.items())
                    for name, body in tables.items())
     text += f'[[models]]\nname = "m"\npath = "base.gguf"\nmaps = [{json.dumps(str(MAP))}]\n'
@@ -80,12 +79,30 @@ def _load_or_one_line(p: Path) -> str | None:
     ("decide", "remeasure", 2**63 - 1, "decide.remeasure"),
     ("decide", "remeasure", -1, "decide.remeasure"),
     ("decide", "remeasure", math.nan, "decide.remeasure"),
+    ("analysis", "guidance_accuracy_loss", 1.5, "analysis.guidance_accuracy_loss"),
+    ("analysis", "guidance_accuracy_loss", -0.1, "analysis.guidance_accuracy_loss"),
+    ("analysis", "guidance_accuracy_loss", math.nan, "analysis.guidance_accuracy_loss"),
+    ("analysis", "guidance_j_budget", 0.5, "analysis.guidance_j_budget"),
+    ("analysis", "guidance_j_budget", math.inf, "analysis.guidance_j_budget"),
+    ("analysis", "guidance_j_budget", "1.1", "analysis.guidance_j_budget"),
 ])
 def test_named_hostile_values_are_refused_in_one_line(tmp_path: Path, section: str, key: str,
                                                       value: object, field: str) -> None:
     text = _load_or_one_line(_study(tmp_path, section, key, value))
     assert text is not None, f"{field} = {value!r} was accepted"
     assert field.split(".")[-1] in text
+
+
+def test_the_guidance_thresholds_reach_the_analysis_options(tmp_path: Path) -> None:
+    p = _study(tmp_path, "analysis", "guidance_accuracy_loss", 0.05,
+               extra="")
+    p.write_text(p.read_text().replace("guidance_accuracy_loss = 0.05",
+                                       "guidance_accuracy_loss = 0.05\nguidance_j_budget = 1.3"))
+    study = load_study(p)
+    opts = study.analysis.options(None)
+    assert (opts.guidance_accuracy_loss, opts.guidance_j_budget) == (0.05, 1.3)
+    default = load_study(_study(tmp_path, "study", "repeats", 2)).analysis.options(None)
+    assert (default.guidance_accuracy_loss, default.guidance_j_budget) == (0.02, 1.10)
 
 
 def test_a_model_name_with_a_newline_is_refused(tmp_path: Path) -> None:
