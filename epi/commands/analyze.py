@@ -149,6 +149,13 @@ FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
               "J/token figure; above it the figure's reason says so (docs/analysis.md).")
 @click.option("--manifest-dir", type=click.Path(path_type=Path),
               help="Where the quantization manifests are (default: next to the model).")
+@click.option("--guidance-accuracy-loss", type=FiniteFloat(0.0, 1.0), default=0.02,
+              show_default=True,
+              help="The report's guidance by use: the accuracy (absolute) the latency and "
+              "energy picks may give up against the most accurate configuration.")
+@click.option("--guidance-j-budget", type=FiniteFloat(1.0, 100.0), default=1.10,
+              show_default=True, help="The report's guidance by use: the quality pick's "
+              "J/token budget, as a multiple of the lowest J/token.")
 @click.option("--reference-map", default=None, metavar="CONFIG",
               help="The report's size reference for the EPI-optimal configuration when the "
                    "study has no uniform_q4km (RQ4, docs/report.md).")
@@ -162,6 +169,7 @@ def analyze(run_dirs: tuple[Path, ...], trace_dirs: tuple[Path, ...], accuracy_f
             cv_threshold: float, max_offset_frac: float, min_samples: int, ppl_tolerance: float,
             time_share: bool, lag: str, max_lag_error_frac: float,
             max_instrument_u_pct: float, manifest_dir: Path | None, reference_map: str | None,
+            guidance_accuracy_loss: float, guidance_j_budget: float,
             as_json: bool) -> None:
     """Joules per token by phase and node, EPI with CIs, and validity verdicts."""
     check_output_dir(out_dir, "--out")
@@ -176,7 +184,9 @@ def analyze(run_dirs: tuple[Path, ...], trace_dirs: tuple[Path, ...], accuracy_f
                    ppl_tolerance=ppl_tolerance, baseline=baseline, time_share=time_share,
                    lag=LagMode(lag), max_lag_error_frac=max_lag_error_frac,
                    max_instrument_u_pct=max_instrument_u_pct, manifest_dir=manifest_dir,
-                   reference_map=reference_map)
+                   reference_map=reference_map,
+                   guidance_accuracy_loss=guidance_accuracy_loss,
+                   guidance_j_budget=guidance_j_budget)
     traces = trace_list(trace_dirs)
     a = analyze_to(out_dir, list(run_dirs), traces if len(traces) > 1 else traces[0], opts,
                    accuracy_file)

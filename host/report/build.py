@@ -17,7 +17,9 @@ from epi.core.errors import UserError
 from host.report import data as data_mod
 from host.report import figures as fig_mod
 from host.report import tables as table_mod
+from host.report.guidance_table import guidance_table
 from host.report.render import RenderedFigure, to_html, to_markdown
+from host.report.work_figure import energy_vs_bytes
 
 PNG_DPI = 110
 
@@ -37,7 +39,7 @@ def render_files(analysis_dir: Path, title: str | None = None) -> dict[str, byte
     title = title or f"epi report — {where.parent.name if where.name == 'analysis' else where.name}"
     files: dict[str, bytes] = {}
     rendered = []
-    for f in fig_mod.build_all(rd):
+    for f in fig_mod.build_all(rd, (energy_vs_bytes,)):
         png, svg = io.BytesIO(), io.BytesIO()
         f.fig.savefig(png, format="png", dpi=PNG_DPI, bbox_inches="tight")
         f.fig.savefig(svg, format="svg", bbox_inches="tight")
@@ -46,6 +48,7 @@ def render_files(analysis_dir: Path, title: str | None = None) -> dict[str, byte
         files[f"figures/{f.key}.svg"] = svg.getvalue()
         rendered.append(RenderedFigure(f.key, f.title, f.caption, png.getvalue(), f.alt))
     tables = table_mod.build_all(rd)
+    tables.insert(1, guidance_table(rd))  # after the results table
     files["report.html"] = to_html(rd, title, rendered, tables).encode()
     files["report.md"] = to_markdown(rd, title, rendered, tables).encode()
     return files

@@ -14,6 +14,7 @@ interval or the Pareto frontier: those come from the analysis, which uses valid 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -561,10 +562,11 @@ def energy_vs_size(rd: ReportData) -> Figure:
 ALL = (accuracy_vs_energy, epi_sorted, phase_energy, power_trace, layer_groups, energy_vs_size)
 
 
-def build_all(rd: ReportData) -> list[Figure]:
-    from host.report.work_figure import energy_vs_bytes  # it draws with this module's parts
-
+def build_all(rd: ReportData, extra: tuple[Callable[[ReportData], Figure], ...] = ()
+              ) -> list[Figure]:
+    """Every figure of ALL, then `extra` (figures drawn in their own modules with this one's
+    parts, passed in by the report builder so that no module imports the other back)."""
     with plt.rc_context():
         plt.rcParams["axes.prop_cycle"] = PALETTE_CYCLE
         plt.rcParams["text.parse_math"] = False
-        return [f(rd) for f in (*ALL, energy_vs_bytes)]
+        return [f(rd) for f in (*ALL, *extra)]

@@ -319,7 +319,4 @@ def build_all(rd: ReportData) -> list[Table]:
         tables.append(comp)
     if rd.settles:
         tables.append(settle_table(rd))
-    from host.report.guidance_table import guidance_table  # it builds on this module's cells
-
-    tables.insert(1, guidance_table(rd))
     return tables

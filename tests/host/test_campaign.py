@@ -320,7 +320,8 @@ def test_every_analysis_field_reaches_the_analysis_and_is_an_epi_analyze_option(
     written = {"energy_basis": "net", "energy_method": "trapezoid", "cv_threshold": 0.05,
                "max_offset_frac": 0.02, "min_samples": 3, "lag": "auto",
                "max_lag_error_frac": 0.02, "ppl_tolerance": 0.02, "max_resolution_frac": 0.01,
-               "reference_map": "uniform_q4km"}
+               "reference_map": "uniform_q4km", "guidance_accuracy_loss": 0.05,
+               "guidance_j_budget": 1.25}
     p = write_study(tmp_path, "[analysis]\n" + "\n".join(
         f"{k} = {json.dumps(v)}" for k, v in written.items()))
     spec = load_study(p).analysis
