@@ -18,6 +18,7 @@ and the energy figure is decode J per generated token (the memory-bound phase).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +30,10 @@ from host.analysis.questions import decompose, size_vs_reference
 from host.analysis.work_account import WorkAccount, work_account
 from host.report.answer_model import DECIDED, UNANSWERABLE, UNDECIDED, Answer
 from host.report.data import ReportData
+from host.run.perf_counters import CORTEX_A76_EVENTS, GENERIC_HW_EVENTS
+from host.run.perf_log import JSON_NAME
+
+HARDWARE = {e.name for e in (*CORTEX_A76_EVENTS, *GENERIC_HW_EVENTS)}
 
 REFERENCE = "uniform_q4km"
 
@@ -113,6 +118,34 @@ def bytes_per_token(rd: ReportData) -> tuple[dict[str, float], str]:
                    "could not all be read here; dense model: an upper bound)")
 
 
+def counters_line(rd: ReportData) -> str:
+    """Which kernel counters the runs recorded (perf_counters.json beside each token log)."""
+    counted: set[str] = set()
+    missing: dict[str, str] = {}
+    seen = 0
+    for run in rd.doc.get("runs") or []:
+        path = run.get("path") if isinstance(run, dict) else None
+        info = Path(str(path)) / JSON_NAME if isinstance(path, str) else None
+        if info is None or not info.is_file():
+            continue
+        try:
+            doc = json.loads(info.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        seen += 1
+        counted.update(e for e in doc.get("events") or [] if isinstance(e, str))
+        missing.update({k: str(v) for k, v in (doc.get("unavailable") or {}).items()})
+    if not seen:
+        return " Hardware counters: none recorded with these runs; the work account stands alone."
+    hw = sorted(e for e in counted if e in HARDWARE)
+    if hw:
+        return (f" Hardware counters recorded per request and phase: {', '.join(hw)} "
+                "(perf_counters.csv beside each token log).")
+    why = sorted({missing[e] for e in missing if e in HARDWARE})
+    return (" Hardware counters: not available on these nodes (" + ("; ".join(why) or
+            "no PMU") + "); software counters only, so the work account stands alone.")
+
+
 def work_answer(rd: ReportData) -> Answer:
     q = ("Does the energy benefit of mixed quantization come from reduced memory bandwidth, "
          "reduced compute, or both?")
@@ -145,6 +178,7 @@ def work_answer(rd: ReportData) -> Answer:
     else:
         text = f"{d.answer.capitalize()}: decode J/token is explained by {terms}."
     text += f" Terms: {how}; compute = this node's measured prefill time per prompt token."
+    text += counters_line(rd)
     status = DECIDED if d.status == "decided" else UNDECIDED
     return Answer("work", q, text, status)
 

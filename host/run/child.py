@@ -117,6 +117,7 @@ def _load(job: Job, run_dir: Path) -> tuple[LoadedModel, list[PlacementEntry], i
 
 def _run(conn: Connection, job: Job, run_dir: Path) -> None:
     from host.run.engine import timed_request
+    from host.run.perf_log import PerfLog
     from host.run.tokenlog import CsvAppender, RequestRecord
 
     t0 = time.monotonic()
@@ -130,11 +131,14 @@ def _run(conn: Connection, job: Job, run_dir: Path) -> None:
     conn.send(("loaded", message))
     llm = loaded.llm
     log = CsvAppender(run_dir)
+    perf = PerfLog(run_dir)
     request_id = 0
 
     def one_request(repeat: int, warmup: bool, prompt_id: str, tokens: tuple[int, ...]) -> None:
         nonlocal request_id
-        t = timed_request(llm, list(tokens), job.tokens)
+        counters = perf.counters()
+        t = timed_request(llm, list(tokens), job.tokens, counters)
+        perf.write(request_id, counters)
         rec = RequestRecord(
             request_id=request_id,
             repeat=repeat,

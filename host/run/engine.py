@@ -24,6 +24,7 @@ from typing import Protocol
 from epi.core.errors import UserError
 from host.cluster.placement import LoadLog, parse_load_log
 from host.run.llama_log import captured_llama_log
+from host.run.perf_counters import RequestCounters
 
 
 def _llama_class() -> type:
@@ -142,14 +143,19 @@ class Timing:
     t_end_real_ns: int
 
 
-def timed_request(llm: GenerationModel, prompt: list[int], n_tokens: int) -> Timing:
-    """Generate exactly `n_tokens` tokens after `prompt` (full prefill), stamping each one."""
+def timed_request(llm: GenerationModel, prompt: list[int], n_tokens: int,
+                  counters: RequestCounters | None = None) -> Timing:
+    """Generate exactly `n_tokens` tokens after `prompt` (full prefill), stamping each one;
+    `counters` (perf events) are read just before the start and just after the first token's
+    and the end's stamps, never between a token and its stamp."""
     mono, real = time.monotonic_ns, time.time_ns
     ids = [0] * n_tokens
     monos = [0] * n_tokens
     reals = [0] * n_tokens
     llm.reset()  # n_tokens = 0: generate() re-evaluates the whole prompt (no prefix reuse)
     i = 0
+    if counters is not None:
+        counters.start()
     t0m, t0r = mono(), real()
     gen = llm.generate(prompt)
     for tok in gen:
@@ -157,9 +163,13 @@ def timed_request(llm: GenerationModel, prompt: list[int], n_tokens: int) -> Tim
         reals[i] = real()
         ids[i] = tok
         i += 1
+        if i == 1 and counters is not None:
+            counters.first_token()
         if i == n_tokens:
             break
     t1m, t1r = mono(), real()
+    if counters is not None:
+        counters.end()
     gen.close()
     if i != n_tokens:
         raise RuntimeError(f"llama.cpp stopped after {i} of {n_tokens} tokens")

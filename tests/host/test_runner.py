@@ -395,3 +395,25 @@ def test_meter_lost_mid_run_fails_the_run(tiny_model: Path, tmp_path: Path) -> N
     log = read_token_log(tmp_path / "log")
     assert log.header["status"] == "failed" and set(log.requests["repeat"]) == {0}
     assert [e["when"] for e in log.header["clock_sync"]] == ["start"]
+
+
+def test_perf_counters_per_request_and_phase(local_run) -> None:
+    """Software counters for every request's prefill and decode (this VM has no PMU: its
+    hardware events are recorded as unavailable with the kernel's reason). The CPU time a
+    phase counted cannot exceed the phase's wall time × the threads counted (one here)."""
+    from host.run.perf_log import read_perf_counters
+
+    result, log, _ = local_run
+    info = json.loads((result.run_dir / "perf_counters.json").read_text())
+    assert "task-clock" in info["events"]
+    assert set(info["events"]).isdisjoint(info["unavailable"])
+    counts = read_perf_counters(result.run_dir)
+    rq = log.requests
+    assert {rid for rid, _ in counts} == set(rq["request_id"])
+    for _, r in rq.iterrows():
+        rid = int(r["request_id"])
+        prefill_ns = int(r["t_first_token_mono_ns"]) - int(r["t_start_mono_ns"])
+        decode_ns = int(r["t_end_mono_ns"]) - int(r["t_first_token_mono_ns"])
+        for phase, wall in (("prefill", prefill_ns), ("decode", decode_ns)):
+            cpu = counts[(rid, phase)]["task-clock"]
+            assert 0 < cpu <= 1.05 * wall + 2_000_000, (rid, phase, cpu, wall)
