@@ -264,12 +264,42 @@ class Campaign:
         if not runs:
             raise StepFailed("no run finished: nothing to analyse")
         self.merge_accuracy(state)
+        if self.study.analysis.compute_probe:
+            self.probe_compute(log)
         acc = self.layout.accuracy if self.layout.accuracy.is_file() else None
         a = analyze_to(self.layout.analysis, runs, self.trace_dir(),
                        self.study.analysis.options(self.study.baseline), acc,
                        option=f"{self.layout.analysis}")
         log.write(summary_text(a) + "\n")
         return {"out": str(self.layout.analysis)}
+
+    def probe_compute(self, log: TextIO) -> None:
+        """This node's cache-resident cost per weight of every tensor type the configurations
+        use (host/run/compute_probe.py), kept in OUT/probes/compute.json for the report's
+        bandwidth-or-compute answer; measured again only when a type is missing or the build
+        or thread count changed."""
+        from host.llama.install import llama_info
+        from host.run.compute_probe import probe_compute, read_probe, weights_by_type, write_probe
+
+        types: set[str] = set()
+        for c in self.plan.configs:
+            if c.gguf.is_file():
+                types |= set(weights_by_type(c.gguf))
+        path = self.layout.root / "probes" / "compute.json"
+        threads = self.study.run.threads or 1
+        info = llama_info()
+        build = f"llama-cpp-python {info['llama_cpp_python']} ({info['build_flags']})"
+        if path.is_file():
+            old = read_probe(path)
+            if old.build == build and old.threads == threads and types <= set(old.costs):
+                return
+        def echo(line: str) -> None:
+            log.write(line + "\n")
+
+        probe = probe_compute(types, threads=threads, echo=echo)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_probe(probe, path)
+        log.write(f"compute probe: {path}\n")
 
     def write_report(self, log: TextIO) -> StepResult:
         """The HTML and Markdown report of the analysis (host.report.build)."""

@@ -112,6 +112,10 @@ class Estimate:
     accuracy_s_per_item: float = 1.0
 
 
+# [analysis] keys that are things the campaign does before analysing, not `epi analyze` options
+CAMPAIGN_ACTIONS = ("compute_probe",)
+
+
 @dataclass(frozen=True)
 class AnalysisSpec:
     """The [analysis] table: the analysis options a study sets (None: the analysis'
@@ -129,6 +133,8 @@ class AnalysisSpec:
     reference_map: str | None = None
     guidance_accuracy_loss: float | None = None
     guidance_j_budget: float | None = None
+    # measure this node's per-type compute cost before the analysis (host/run/compute_probe.py)
+    compute_probe: bool | None = None
 
     def given(self) -> dict[str, str | float | int]:
         """The fields the study file sets."""
@@ -559,7 +565,8 @@ def load_study(path: Path | str) -> Study:
                             # an absolute accuracy loss in [0, 1]; a budget of at least the
                             # lowest J/token itself (1×), at most 100×
                             an.real("guidance_accuracy_loss", None, 0.0, high=1.0),
-                            an.real("guidance_j_budget", None, 1.0, high=100.0))
+                            an.real("guidance_j_budget", None, 1.0, high=100.0),
+                            an.get("compute_probe", bool))
     if analysis.reference_map is not None:
         check_id(analysis.reference_map, f"{path}: [analysis] reference_map")
     an.finish()

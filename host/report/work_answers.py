@@ -30,6 +30,7 @@ from host.analysis.questions import decompose, size_vs_reference
 from host.analysis.work_account import WorkAccount, work_account
 from host.report.answer_model import DECIDED, UNANSWERABLE, UNDECIDED, Answer
 from host.report.data import ReportData
+from host.run.compute_probe import read_probe, weights_by_type
 from host.run.perf_counters import CORTEX_A76_EVENTS, GENERIC_HW_EVENTS
 from host.run.perf_log import JSON_NAME
 
@@ -146,6 +147,45 @@ def counters_line(rd: ReportData) -> str:
             "no PMU") + "); software counters only, so the work account stands alone.")
 
 
+def probe_path(rd: ReportData) -> Path:
+    """Where a campaign keeps its compute probe: OUT/probes/compute.json beside OUT/analysis."""
+    return Path(rd.analysis_dir).parent / "probes" / "compute.json"
+
+
+def compute_per_token(rd: ReportData) -> tuple[dict[str, float], str]:
+    """(compute seconds per decoded token per configuration, how they were counted): from the
+    node's compute probe where the campaign ran one and it covers every type, else each
+    configuration's measured prefill seconds per prompt token."""
+    fallback = (_phase_rate(rd.windows, "prefill", "n_prompt_tokens"),
+                "compute = this node's measured prefill time per prompt token (no compute "
+                "probe covers these maps: `[analysis] compute_probe = true` measures one)")
+    path = probe_path(rd)
+    if not path.is_file():
+        return fallback
+    try:
+        probe = read_probe(path)
+    except UserError:
+        return fallback
+    out: dict[str, float] = {}
+    for run in rd.doc.get("runs") or []:
+        cfg, model = run.get("config"), run.get("model") or {}
+        gguf = model.get("path") if isinstance(model, dict) else None
+        if not isinstance(cfg, str) or cfg in out or not isinstance(gguf, str):
+            continue
+        try:
+            value = probe.compute_s_per_token(weights_by_type(Path(gguf)))
+        except UserError:
+            return fallback
+        if value is None:
+            return fallback
+        out[cfg] = value
+    resident = all(c.cache_resident for c in probe.costs.values())
+    return out, ("compute = Σ block weights × this node's cost per weight of their type, "
+                 f"measured cache-resident by the compute probe ({probe.threads} thread(s), "
+                 f"{probe.build}" + ("" if resident else "; some types' working set exceeded "
+                                     "the cache, so their cost includes memory traffic") + ")")
+
+
 def work_answer(rd: ReportData) -> Answer:
     q = ("Does the energy benefit of mixed quantization come from reduced memory bandwidth, "
          "reduced compute, or both?")
@@ -155,7 +195,7 @@ def work_answer(rd: ReportData) -> Answer:
     j = {str(row["config"]): number(row["j_per_token_median"]) for _, row in dec.iterrows()
          if _finite(row["j_per_token_median"])}
     sizes, how = bytes_per_token(rd)
-    compute = _phase_rate(rd.windows, "prefill", "n_prompt_tokens")
+    compute, compute_how = compute_per_token(rd)
     d = decompose(j, sizes, compute)
     if d is None:
         have = len([c for c in j if c in sizes and c in compute])
@@ -165,7 +205,7 @@ def work_answer(rd: ReportData) -> Answer:
     lvl = f"{d.level:.0%}"
     terms = (f"bandwidth term {d.a * 1e9:+.3g} nJ per byte per token "
              f"[{d.a_ci[0] * 1e9:.3g}, {d.a_ci[1] * 1e9:.3g}], compute term "
-             f"{d.b:+.3g} J per prefill-second per token [{d.b_ci[0]:.3g}, {d.b_ci[1]:.3g}] "
+             f"{d.b:+.3g} J per compute-second per token [{d.b_ci[0]:.3g}, {d.b_ci[1]:.3g}] "
              f"({lvl} intervals, n={d.n}, R² {d.r2:.2f}, correlation of the two terms "
              f"{d.corr:+.2f}, variance inflation {d.vif:.1f})")
     if d.answer == "cannot be told apart":
@@ -177,7 +217,7 @@ def work_answer(rd: ReportData) -> Answer:
                 "it: more rounds (narrower decode J/token) or more maps.")
     else:
         text = f"{d.answer.capitalize()}: decode J/token is explained by {terms}."
-    text += f" Terms: {how}; compute = this node's measured prefill time per prompt token."
+    text += f" Terms: {how}; {compute_how}."
     text += counters_line(rd)
     status = DECIDED if d.status == "decided" else UNDECIDED
     return Answer("work", q, text, status)
