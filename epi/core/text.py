@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 
@@ -34,8 +35,19 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     return "\n".join(out)
 
 
+CENTURY_S = 100 * 365.25 * 86400
+
+
 def format_duration(seconds: float) -> str:
-    """A duration as 1h02m03s / 2m03s / 3s (whole seconds), for plans and progress lines."""
+    """A duration as 1h02m03s / 2m03s / 3s (whole seconds), for plans and progress lines.
+
+    An estimate from an absurd rate (a study's `decode_tok_s = 5e-324`) can be infinite or
+    astronomically long: it reads "more than a century" rather than failing or printing a
+    thirty-digit hour count."""
+    if math.isnan(seconds):
+        return "unknown"
+    if seconds > CENTURY_S:
+        return "more than a century"
     s = round(seconds)
     h, rem = divmod(s, 3600)
     m, s = divmod(rem, 60)

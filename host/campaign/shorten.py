@@ -4,6 +4,8 @@ measured or assumed, as the estimate above them)."""
 
 from __future__ import annotations
 
+import math
+
 from epi.core.text import format_duration
 from host.campaign.plan import Plan, StepKind, planned_rounds
 
@@ -36,6 +38,8 @@ def shorten_lines(plan: Plan, done: set[str]) -> list[str]:
                         "fewer paired rounds for every comparison)"))
     if not options:
         return []
+    if not math.isfinite(total):
+        return []  # an estimate without bound (an absurd [estimate] rate): nothing to shorten
     lines = [f"to shorten the study ({format_duration(total)} left):"]
     for saved, what in sorted(options, reverse=True):
         lines.append(f"  {what}: saves ~{format_duration(saved)} "

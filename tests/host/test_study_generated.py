@@ -243,3 +243,18 @@ def test_named_hostile_meter_lists(tmp_path: Path, meters: list[dict[str, object
     trace path missing."""
     text = _load_or_one_line(_meters_study(tmp_path, meters))
     assert text is not None and f"field '{field}'" in text, text
+
+
+def test_an_absurd_rate_gives_a_plan_not_a_crash(tmp_path: Path) -> None:
+    """`decode_tok_s = 5e-324` is a positive number, so the study loads; the plan's estimate
+    (tokens ÷ 5e-324 = inf seconds) reads as 'more than a century', never an OverflowError."""
+    from epi.core.text import format_duration
+    from host.campaign.plan import build_plan, plan_text
+
+    p = _study(tmp_path, "estimate", "decode_tok_s", 5e-324)
+    plan = build_plan(load_study(p))
+    text = "\n".join(plan_text(plan))
+    assert "more than a century" in text
+    assert format_duration(float("inf")) == "more than a century"
+    assert format_duration(float("nan")) == "unknown"
+    assert format_duration(3723) == "1h02m03s"  # closed form: 1 h, 2 min, 3 s
