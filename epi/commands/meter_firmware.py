@@ -72,7 +72,7 @@ def console_cmd(port: str | None, baud: int, sends: tuple[str, ...], seconds: fl
 
     from meter.bridge.link import SerialLink
     from meter.bridge.probe import default_port
-    from meter.bridge.protocol import LineError, command, decode_line
+    from meter.bridge.protocol import LineError, command, decode_line, seal
     from meter.errors import LinkLost
 
     port = port or default_port()
@@ -91,7 +91,13 @@ def console_cmd(port: str | None, baud: int, sends: tuple[str, ...], seconds: fl
                 obj = json.loads(text)
             except ValueError as exc:
                 raise UserError(f"--send {text!r}: not JSON: {exc}") from None
-            return command(obj.pop("cmd", ""), **obj)
+            if not isinstance(obj, dict) or not isinstance(obj.get("cmd"), str) \
+                    or not obj["cmd"]:
+                raise UserError(f"--send {text[:60]!r}: expected a JSON object with a "
+                                'non-empty string "cmd"')
+            # the command's own fields, whatever they are called ("name" included)
+            return seal(json.dumps({"cmd": obj.pop("cmd"), **obj},
+                                   separators=(",", ":")).encode())
         return command(text)
 
     for s in sends:

@@ -50,3 +50,27 @@ def test_firmware_console_refuses_a_port_the_daemon_holds(pty_port: str) -> None
     assert res.exit_code != 0
     assert isinstance(res.exception, UserError)  # epi's one-line error, never a traceback
     assert "cannot open" in str(res.exception) and "lock" in str(res.exception)
+
+
+def test_a_console_command_carries_any_field_name_to_the_wire() -> None:
+    """`--send '{"cmd": "ping", "name": 1}'` (a field called like the helper's own parameter)
+    goes out as that JSON, sealed; a JSON value that is not a command object is one line."""
+    import json
+
+    from meter.firmware.crc import unseal
+
+    master, slave = os.openpty()
+    try:
+        res = CliRunner().invoke(console_cmd, ["--port", os.ttyname(slave), "--seconds", "0.1",
+                                               "--send", '{"cmd": "ping", "name": 1}'])
+        assert res.exit_code == 0, res.output
+        wire = os.read(master, 4096)
+    finally:
+        os.close(master)
+        os.close(slave)
+    line = next(ln for ln in wire.split(b"\n") if ln.strip())
+    payload = unseal(line.strip())  # the CRC checks out, independently of the encoder
+    assert payload is not None and json.loads(payload) == {"cmd": "ping", "name": 1}
+    for bad in ('{"name": 1}', '{"cmd": 3}', '{"cmd": ""}'):
+        out = CliRunner().invoke(console_cmd, ["--port", "/nonexistent-port", "--send", bad])
+        assert out.exit_code != 0
