@@ -69,7 +69,7 @@ def test_a_console_command_carries_any_field_name_to_the_wire() -> None:
         os.close(master)
         os.close(slave)
     line = next(ln for ln in wire.split(b"\n") if ln.strip())
-    payload = unseal(line.strip())  # the CRC checks out, independently of the encoder
+    payload = unseal(line.strip())  # its CRC checks out
     assert payload is not None and json.loads(payload) == {"cmd": "ping", "name": 1}
     for bad in ('{"name": 1}', '{"cmd": 3}', '{"cmd": ""}'):
         out = CliRunner().invoke(console_cmd, ["--port", "/nonexistent-port", "--send", bad])
