@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from epi import __version__
+from epi.commands.params import check_output_dir, check_output_file
 from epi.core.errors import UserError
 
 
@@ -28,16 +29,18 @@ def bundle(source: Path, out: Path | None, unpack: bool) -> None:
     if unpack:
         if out is None:
             raise UserError("--unpack needs --out DIR (a new or empty directory)")
+        check_output_dir(out, "--out")
         written = archive.unpack(archive.read(source), out)
         click.echo(f"unpacked {len(written)} verified files into {out}")
         return
     from host.bundle.collect import collect, manifest_note
 
-    if not source.is_dir():
-        raise UserError(f"{source}: not a directory (an analysis directory is expected)")
     target = out or source.with_name(source.name + ".epi-bundle.tar.gz")
     if target.exists() and target.is_dir():
         raise UserError(f"--out: {target} is a directory")
+    check_output_file(target, "--out")
+    if not source.is_dir():
+        raise UserError(f"{source}: not a directory (an analysis directory is expected)")
     collected = collect(source)
     manifest = {"epi_version": __version__, "created_real_ns": time.time_ns(),
                 "host": socket.gethostname(), "analysis_dir": str(source),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from epi.commands.params import check_output_file
 from epi.core.errors import UserError
 
 
@@ -35,6 +36,8 @@ def compare(bundles: tuple[Path, ...], out: Path | None, as_json: bool,
 
     if len(bundles) < 2:
         raise UserError("compare needs at least two bundles")
+    if out is not None:
+        check_output_file(out, "--out")
     all_facts = [facts(archive.read(b)) for b in bundles]
     check_bases(all_facts, [b.name for b in bundles], mixed_basis)
     if as_json:

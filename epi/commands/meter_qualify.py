@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from epi.commands.params import BoundedInt, FiniteFloat
+from epi.commands.params import BoundedInt, FiniteFloat, check_output_file
 from epi.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -87,6 +87,8 @@ def qualify(board_path: Path | None, emulate: bool, n_channels: int, inject: tup
     from meter.qualify.session import QualifyOptions
     from meter.qualify.session import qualify as run_qualify
 
+    if out_path is not None:
+        check_output_file(out_path, "--out")
     opts = QualifyOptions(accuracy_class_pct=class_pct, idle_s=step_s, load_s=step_s,
                           low_power_factor=None if no_low_pf else 0.5)
     if emulate:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from epi.commands.params import FiniteFloat, SafeId
+from epi.commands.params import FiniteFloat, OutputDir, SafeId, check_output_dir
 from epi.core.errors import UserError
 from meter.daemon.http_server import DEFAULT_HOST, DEFAULT_PORT
 from meter.daemon.service import DaemonOptions, MeterDaemon
@@ -32,7 +32,7 @@ from meter.daemon.signal_relay import relayed_signals
     "serial port and the bridge recorder reads it through pyserial (docs/bridge.md).",
 )
 @click.option(
-    "--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+    "--out", "out_dir", required=True, type=OutputDir(),
     help="Trace directory; a restarted daemon adds a new segment to it.",
 )
 @click.option(
@@ -76,6 +76,7 @@ def run(
     emulate_bridge: bool,
 ) -> None:
     """Sample every channel on a steady schedule into a crash-safe trace directory."""
+    check_output_dir(out_dir, "--out")
     sources: list = []
     if source_spec is not None:
         from meter.sources.factory import open_sources

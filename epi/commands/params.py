@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,32 @@ THREADS = BoundedInt(1, MAX_THREADS)  # limits shared with the study file (epi.c
 SEED = BoundedInt(0, MAX_SEED)
 
 
+class OutputDir(click.Path):
+    """A directory an output goes to: never the empty string (which a shell passes for an
+    unset variable, and a path would read as the current directory)."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path, file_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty: give a directory (use . for the current one)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _writable_dir(directory: Path) -> str | None:
+    """None when a file can be created in `directory`, else the reason. Tried, not inferred:
+    os.access says yes to root for /proc and /sys, where nothing can be created."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".epi-write-check-", dir=directory)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(name)
+    return None
+
+
 def check_output_file(path: Path, option: str, *, make_parents: bool = False) -> Path:
     """Refuse, before any work, an output file that cannot be written: an existing directory,
     a missing or read-only parent directory. With `make_parents` (the writer creates missing
@@ -106,8 +133,9 @@ def check_output_file(path: Path, option: str, *, make_parents: bool = False) ->
         raise UserError(f"{option} {path}: {parent} is a file, not a directory")
     if not parent.is_dir():
         raise UserError(f"{option} {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UserError(f"{option} {path}: not writable")
+    why = _writable_dir(parent)
+    if why is not None or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"{option} {path}: not writable" + (f" ({why})" if why else ""))
     return path
 
 
@@ -119,6 +147,7 @@ def check_output_dir(path: Path, option: str) -> Path:
     probe = path
     while not probe.exists():
         probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK):
-        raise UserError(f"{option} {path}: {probe} is not a writable directory")
+    why = _writable_dir(probe) if probe.is_dir() else "not a directory"
+    if why is not None:
+        raise UserError(f"{option} {path}: {probe} is not a writable directory ({why})")
     return path

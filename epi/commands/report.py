@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from epi.commands.params import check_output_dir
 from host.report.build import write_report
 
 
@@ -20,6 +21,7 @@ def report(analysis_dir: Path, out_dir: Path | None, title: str | None) -> None:
 
     Only the report's own files are written into --out; anything else there is kept."""
     out_dir = out_dir or analysis_dir.parent / "report"
+    check_output_dir(out_dir, "--out")
     r = write_report(analysis_dir, out_dir, title)
     click.echo(f"wrote {r.markdown} and {len(r.figures)} figure files (PNG + SVG) in "
                f"{r.out_dir / 'figures'}")

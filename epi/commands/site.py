@@ -20,10 +20,10 @@ def site(root: Path, out: Path) -> None:
     filterable), a page per submission, cross-lab comparisons of the same model and map."""
     from host.community.site import build
 
+    check_output_dir(out, "--out")
     if not root.is_dir():
         shown = str(root) if str(root).isprintable() else repr(str(root))
         raise UserError(f"{shown}: not a directory (data/community is expected)")
-    check_output_dir(out, "--out")
     try:
         entries, refused = build(root, out)
     except OSError as exc:
