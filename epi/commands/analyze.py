@@ -20,6 +20,7 @@ from epi.commands.params import (
 from epi.core.errors import UserError
 from epi.formats.analysis import RESULT_FILES
 from host.analysis.model import Options
+from host.analysis.option_ranges import RANGES
 from host.analysis.output import analyze_to
 from host.analysis.summary import summary_text
 from host.analysis.vocabulary import (
@@ -94,7 +95,14 @@ def trace_list(given: tuple[Path, ...]) -> list[Path]:
     return out
 
 
-FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
+
+
+def _ranged(key: str) -> FiniteFloat:
+    """The option's type from the one rule set the study file also reads."""
+    r = RANGES[key]
+    return FiniteFloat(r.lo, r.hi, lo_open=r.lo_open)
+
+
 
 
 @click.command("analyze")
@@ -125,15 +133,16 @@ FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
               default=EnergyMethod.COUNTER.value,
               show_default=True, help="Primary energy: the chip's energy counter (trapezoid "
               "where the counter does not cover a window) or the integral of power readings.")
-@click.option("--max-resolution-frac", type=FRACTION, default=0.005, show_default=True,
+@click.option("--max-resolution-frac", type=_ranged("max_resolution_frac"), default=0.005,
+              show_default=True,
               help="Largest energy-counter resolution as a fraction of a repeat's phase energy.")
-@click.option("--cv-threshold", type=FRACTION, default=0.03, show_default=True,
+@click.option("--cv-threshold", type=_ranged("cv_threshold"), default=0.03, show_default=True,
               help="Largest repeat CV of a valid run.")
-@click.option("--max-offset-frac", type=FRACTION, default=0.01, show_default=True,
+@click.option("--max-offset-frac", type=_ranged("max_offset_frac"), default=0.01, show_default=True,
               help="Largest clock-offset uncertainty as a fraction of the median phase.")
 @click.option("--min-samples", type=BoundedInt(2, 1_000_000), default=2, show_default=True,
               help="Fewest meter samples inside a measured window.")
-@click.option("--ppl-tolerance", type=FiniteFloat(0.0, 1.0), default=0.01, show_default=True,
+@click.option("--ppl-tolerance", type=_ranged("ppl_tolerance"), default=0.01, show_default=True,
               help="Relative perplexity tolerance of matched pairs.")
 @click.option("--time-share", is_flag=True,
               help="Also split node energy over its layer groups by weight bytes (estimate).")
@@ -141,7 +150,8 @@ FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
               show_default=True,
               help="auto: shift each channel's windows by the load lag estimated from the "
               "trace (labelled in the output); none: report the lag and flag it only.")
-@click.option("--max-lag-error-frac", type=FRACTION, default=0.01, show_default=True,
+@click.option("--max-lag-error-frac", type=_ranged("max_lag_error_frac"), default=0.01,
+              show_default=True,
               help="Largest energy a resolved load lag may move across a phase's edges, as a "
               "fraction of its median window energy.")
 @click.option("--max-instrument-u-pct", type=FiniteFloat(0.0, 100.0), default=2.0,
@@ -149,11 +159,11 @@ FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
               "J/token figure; above it the figure's reason says so (docs/analysis.md).")
 @click.option("--manifest-dir", type=click.Path(path_type=Path),
               help="Where the quantization manifests are (default: next to the model).")
-@click.option("--guidance-accuracy-loss", type=FiniteFloat(0.0, 1.0), default=0.02,
+@click.option("--guidance-accuracy-loss", type=_ranged("guidance_accuracy_loss"), default=0.02,
               show_default=True,
               help="The report's guidance by use: the accuracy (absolute) the latency and "
               "energy picks may give up against the most accurate configuration.")
-@click.option("--guidance-j-budget", type=FiniteFloat(1.0, 100.0), default=1.10,
+@click.option("--guidance-j-budget", type=_ranged("guidance_j_budget"), default=1.10,
               show_default=True, help="The report's guidance by use: the quality pick's "
               "J/token budget, as a multiple of the lowest J/token.")
 @click.option("--reference-map", default=None, metavar="CONFIG",

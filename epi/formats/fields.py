@@ -20,7 +20,7 @@ from epi.core.errors import UserError
 # Deeper JSON than this is not a file any epi writer produces (and would exhaust the stack).
 MAX_JSON_DEPTH = 64
 # A safe file-name id: starts with a letter or digit (never '-' or '.'), then . _ - allowed.
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")  # \Z: "$" would pass "x\n"
 INT64_MAX = 2**63 - 1
 
 

@@ -99,7 +99,7 @@ MAX_REPEAT = 1_000_000
 MAX_TOKEN_ID = 2**31 - 1
 MAX_LAYER = 100_000
 MAX_ABS_DRIFT_PPM = 1e6
-_PROMPT_ID_RE = re.compile(r"^[^,\n\r\"]{0,256}$")
+_PROMPT_ID_RE = re.compile(r"^[^,\n\r\"]{0,256}\Z")
 
 
 @dataclass

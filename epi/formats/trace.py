@@ -116,7 +116,7 @@ FLOAT_RANGES: tuple[tuple[str, float, float], ...] = (
     ("energy_j", -MAX_ABS_ENERGY_J, MAX_ABS_ENERGY_J),
 )
 
-SEGMENT_RE = re.compile(r"^seg-(\d{6})\.(meta\.json|samples\.csv|events\.csv)$")
+SEGMENT_RE = re.compile(r"^seg-(\d{6})\.(meta\.json|samples\.csv|events\.csv)\Z")
 # A gap event's detail starts with the end of the gap so that it can be parsed back.
 GAP_DETAIL_RE = re.compile(r"^end_mono_ns=(-?\d*) end_real_ns=(-?\d*);\s*(.*)$", re.S)
 

@@ -21,6 +21,7 @@ from epi.core.limits import DAY_S, MAX_SEED, MAX_THREADS
 from epi.core.vocabulary import Word, one_of
 from epi.formats.fields import check_id, read_toml_file
 from host.analysis.model import Options
+from host.analysis.option_ranges import RANGES
 from host.analysis.vocabulary import EnergyBasis, EnergyMethod, LagMode
 from host.campaign.adaptive import MAX_REMEASURE, TARGETS, DecisionRules
 from host.campaign.meter import ACTIVITIES
@@ -161,6 +162,12 @@ class AnalysisSpec:
 
 def _or(value: T | None, default: T) -> T:
     return default if value is None else value
+
+
+def _ranged(table: _Reader, key: str) -> float | None:
+    """The table's `key` within the range `epi analyze` allows for its option (None: absent)."""
+    r = RANGES[key]
+    return table.real(key, None, r.lo, strict=r.lo_open, high=r.hi)
 
 
 WordT = TypeVar("WordT", bound=Word)
@@ -552,7 +559,8 @@ def load_study(path: Path | str) -> Study:
     t.finish()
 
     an = _table(path, doc, "analysis")
-    fracs = {key: an.real(key, None, 0.0, high=1.0)  # fractions, as `epi analyze` takes them
+    # the ranges of `epi analyze`'s options of the same names: one rule set for both
+    fracs = {key: _ranged(an, key)
              for key in ("cv_threshold", "max_offset_frac", "max_lag_error_frac",
                          "ppl_tolerance", "max_resolution_frac")}
     analysis = AnalysisSpec(_word(an, "energy_basis", EnergyBasis),
@@ -564,8 +572,8 @@ def load_study(path: Path | str) -> Study:
                             an.get("reference_map", str),
                             # an absolute accuracy loss in [0, 1]; a budget of at least the
                             # lowest J/token itself (1×), at most 100×
-                            an.real("guidance_accuracy_loss", None, 0.0, high=1.0),
-                            an.real("guidance_j_budget", None, 1.0, high=100.0),
+                            _ranged(an, "guidance_accuracy_loss"),
+                            _ranged(an, "guidance_j_budget"),
                             an.get("compute_probe", bool))
     if analysis.reference_map is not None:
         check_id(analysis.reference_map, f"{path}: [analysis] reference_map")

@@ -26,7 +26,7 @@ from epi.formats.fields import parse_json_bytes, read_bytes
 FORMAT = "epi-prompts"
 FORMAT_VERSION = 1
 DEFAULT_FILE = "prompts-v1.json"
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 # Valid ranges (docs/formats.md §3): a prompt is at most a context's worth of tokens.
 MAX_PROMPTS = 10_000
 MAX_PROMPT_TOKENS = 1_048_576

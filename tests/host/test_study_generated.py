@@ -258,3 +258,40 @@ def test_an_absurd_rate_gives_a_plan_not_a_crash(tmp_path: Path) -> None:
     assert format_duration(float("inf")) == "more than a century"
     assert format_duration(float("nan")) == "unknown"
     assert format_duration(3723) == "1h02m03s"  # closed form: 1 h, 2 min, 3 s
+
+
+FRACTION_KEYS = ("cv_threshold", "max_offset_frac", "max_lag_error_frac", "ppl_tolerance",
+                 "guidance_accuracy_loss", "guidance_j_budget",
+                 "max_resolution_frac")
+
+
+@pytest.mark.parametrize("key", FRACTION_KEYS)
+@pytest.mark.parametrize("value", [0.0, 1e-9, 0.5, 1.0, 1.5, -0.1, math.nan, math.inf])
+def test_an_analysis_fraction_is_refused_exactly_when_the_cli_refuses_it(
+        tmp_path: Path, key: str, value: float) -> None:
+    """One rule for the study file and `epi analyze`: the option of the same name decides."""
+    import click
+
+    from epi.commands.analyze import analyze
+
+    flag = "--" + key.replace("_", "-")
+    try:
+        analyze.make_context("analyze", ["run", "--trace", "t", flag, repr(value)])
+        cli_ok = True
+    except click.UsageError:
+        cli_ok = False
+    study_ok = _load_or_one_line(_study(tmp_path, "analysis", key, value)) is None
+    assert study_ok == cli_ok, (key, value)
+
+
+@pytest.mark.parametrize(("section", "key"), [("study", "name"), ("models", "name")])
+def test_a_name_ending_in_a_newline_is_refused(tmp_path: Path, section: str, key: str) -> None:
+    p = _study(tmp_path, "study", "repeats", 2)
+    text = p.read_text()
+    if section == "study":
+        text = text.replace("[study]\n", '[study]\nname = "demo\\n"\n')
+    else:
+        text = text.replace('name = "m"', 'name = "m\\n"')
+    p.write_text(text)
+    msg = _load_or_one_line(p)
+    assert msg is not None and "name" in msg
