@@ -407,6 +407,9 @@ def parse_bridge_table(data: Table, path: Path | None) -> BridgeConfig:
 def load_bridge_board(data: Table, path: Path | None) -> BoardConfig:
     """A BoardConfig for a bridge board: the `[bridge]` table and the MCU's channel names."""
     where = path or "board"
+    if "spi" in data:  # the Pi does not talk SPI to a bridge board's chips: never ignore it
+        raise UserError(f"{where}: spi: a [spi] table is for bus = \"spi\"; a bridge board's "
+                        "chips are read by its MCU (remove [spi], or set bus = \"spi\")")
     bridge = parse_bridge_table(data, path)
     raw = data.get("channel", [])
     if not isinstance(raw, list):

@@ -77,6 +77,13 @@ def run(
 ) -> None:
     """Sample every channel on a steady schedule into a crash-safe trace directory."""
     check_output_dir(out_dir, "--out")
+    # options that cannot apply together are refused, never one silently ignored
+    if emulate and emulate_bridge:
+        raise UserError("--emulate and --emulate-bridge: choose one (emulated chips read by "
+                        "this Pi, or an emulated MCU that reads them)")
+    if emulate_bridge and source_spec is not None:
+        raise UserError("--emulate-bridge and --source: software sources run beside chips on "
+                        "SPI, not beside a bridge; run a second daemon for them")
     sources: list = []
     if source_spec is not None:
         from meter.sources.factory import open_sources

@@ -332,3 +332,29 @@ def test_a_rate_the_bus_cannot_keep_as_driven_is_lowered_with_one_line(
     assert "--rate: 40 Hz lowered to 29 Hz" in note and "sustains 29.4" in note
     meta = read_trace(tmp_path).segments[0].meta
     assert meta["rate_note"] and result.stats.skipped_sweeps == 0
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--emulate", "--emulate-bridge"], "--emulate and --emulate-bridge"),
+    (["--emulate-bridge", "--source", "auto"], "--emulate-bridge and --source"),
+])
+def test_options_that_cannot_apply_together_are_refused(
+        args: list[str], words: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _epi(["meter", "run", *args, "--out", str(tmp_path / "t"), "--duration", "1"],
+                     monkeypatch, capsys)
+    assert code == 2 and words in err
+    assert not (tmp_path / "t").exists()  # refused before anything is written
+
+
+def test_an_spi_table_in_a_bridge_board_file_is_refused(tmp_path: Path) -> None:
+    from epi.core.errors import UserError
+    from meter.board_file import load_board
+
+    board = tmp_path / "b.toml"
+    repo = Path(__file__).resolve().parents[2]
+    text = (repo / "hardware" / "epi-meter-bridge.toml").read_text()
+    board.write_text(text + "\n[spi]\nbus = 0\n")
+    load_board(repo / "hardware" / "epi-meter-bridge.toml")  # valid without it
+    with pytest.raises(UserError, match="spi: a \\[spi\\] table is for bus"):
+        load_board(board)
