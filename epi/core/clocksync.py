@@ -139,7 +139,14 @@ def estimate_offset(url: str, *, samples: int = 16, timeout_s: float = 2.0) -> C
     try:
         _exchange(conn, path)  # warm-up: connection set-up and first-request costs
         exchanges = [_exchange(conn, path) for _ in range(samples)]
-    except (OSError, http.client.HTTPException) as exc:
+    except http.client.HTTPException as exc:
+        # something answered, but not in HTTP (another service on that port): say so, and
+        # never echo its raw bytes (NULs, carriage returns) to the terminal
+        raw = ascii(str(exc))[:60]
+        raise UserError(f"meter {url}: something answered, but not in HTTP "
+                        f"({type(exc).__name__}: {raw}); is this the epi meter daemon's "
+                        "address and port?") from None
+    except OSError as exc:
         raise UserError(f"meter {url}: cannot reach the clock-sync endpoint ({exc})") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"meter {url}: {path} did not answer like an epi meter ({exc})") from None

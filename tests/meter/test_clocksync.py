@@ -129,3 +129,34 @@ def test_combine_refuses_bounds_a_second_apart() -> None:
     b = Exchange(1000, 1_000_000_500, 1_000_000_510, 1020)  # the meter's clock jumped 1 s
     with pytest.raises(ClockJumpError):
         combine([a, b], "http://x")
+
+
+def test_a_non_http_answer_is_named_and_its_bytes_are_not_echoed() -> None:
+    """A service that answers in something other than HTTP (here: NUL and CR bytes) is said to
+    be one, not called unreachable, and its raw bytes never reach the terminal."""
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def serve() -> None:
+        for _ in range(2):
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            c.recv(1024)
+            c.sendall(b"\x00\x01garbage\r\x00\n\n")
+            c.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(UserError) as info:
+            estimate_offset(f"http://127.0.0.1:{port}", samples=1, timeout_s=2.0)
+    finally:
+        srv.close()
+    text = str(info.value)
+    assert "not in HTTP" in text and "cannot reach" not in text
+    assert "\x00" not in text and "\r" not in text and "\n" not in text
