@@ -413,11 +413,16 @@ def parse_paper_map(raw: dict, path: Path) -> MixMap:
     group_tuple = tuple(groups)
     _check_layer_overlap(path, group_tuple, "layer_groups")
     widest = max(groups, key=lambda g: len(g.layers or ()))  # first one on ties
+    # llama-quantize applies per-tensor types only under a quantized file type: when the widest
+    # group is unquantized (F16) but others are not, the umbrella is the widest quantized one
+    quantized = [g for g in groups if g.type not in UNQUANTIZED]
+    umbrella = widest if widest.type not in UNQUANTIZED or not quantized else \
+        max(quantized, key=lambda g: len(g.layers or ()))
     description = f"study paper map {map_id}" + (f" for {model}" if model else "")
     return MixMap(
         map_id,
         description,
-        _file_type_for(widest.type),
+        _file_type_for(umbrella.type),
         group_tuple,
         {"token_embd": widest.type, "output": widest.type},
         path,
@@ -508,6 +513,12 @@ def import_maps(items: list[Path], out_dir: Path, *, force: bool = False) -> lis
         raise UserError(f"{out_dir}: --out exists and is not a directory")
     targets = [out_dir / f"{m.id}.json" for m in maps]
     for m, target in zip(maps, targets, strict=True):
+        # what is written must pass the reader `epi maps check` and `epi quantize` use: a map
+        # the paper's form allows but epi's refuses (an unquantized base type) stops here
+        try:
+            parse_mixmap(m.canonical(compact_layers=True), target)
+        except UserError as exc:
+            raise UserError(f"{m.path}: cannot be imported: {exc}") from None
         if target.resolve() == m.path.resolve():
             raise UserError(f"{target}: --out would overwrite the map being imported")
         if target.exists() and not force:

@@ -659,3 +659,42 @@ def test_a_layer_range_message_names_its_real_problem(tmp_path: Path) -> None:
     raw = base_map(groups=[{"name": "a", "layers": ["1..4"], "type": "Q4_0"}])
     text = error_of(tmp_path, raw)
     assert "expected 'a-b', two whole numbers" in text and "a <= b" not in text
+
+
+def test_an_imported_paper_map_passes_the_reader_that_checks_it(tmp_path: Path) -> None:
+    """`epi maps import` never writes a map `epi maps check` refuses: generated paper-form maps
+    (any split of 30 layers, any types, F16 groups widest included) either import into a map
+    the epi-form reader accepts, or are refused in one line before anything is written."""
+    import itertools
+    import json
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from epi.core.errors import UserError
+    from host.quant.mixmap import import_maps, load_mixmap
+    from host.quant.quant_types import TENSOR_TYPES
+
+    types = sorted(t for t in TENSOR_TYPES if t != "F32")
+
+    @settings(max_examples=60, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(cuts=st.lists(st.integers(1, 29), max_size=3, unique=True),
+           picks=st.lists(st.sampled_from(types), min_size=4, max_size=4))
+    def check(cuts: list[int], picks: list[str]) -> None:
+        edges = [0, *sorted(cuts), 30]
+        groups = [{"layers": [f"{a}-{b - 1}"], "quant": picks[i]}
+                  for i, (a, b) in enumerate(itertools.pairwise(edges))]
+        n = len(list(tmp_path.iterdir()))
+        src = tmp_path / f"src{n}.json"
+        src.write_text(json.dumps({"config_id": f"m{n}", "layer_groups": groups}))
+        out = tmp_path / f"out{n}"
+        try:
+            written = import_maps([src], out)
+        except UserError as exc:
+            assert "\n" not in str(exc) and not out.exists()
+            return
+        for path in written:
+            load_mixmap(path)  # raises on a map the reader refuses
+
+    check()
