@@ -207,7 +207,7 @@ def work_answer(rd: ReportData) -> Answer:
              f"[{d.a_ci[0] * 1e9:.3g}, {d.a_ci[1] * 1e9:.3g}], compute term "
              f"{d.b:+.3g} J per compute-second per token [{d.b_ci[0]:.3g}, {d.b_ci[1]:.3g}] "
              f"({lvl} intervals, n={d.n}, R² {d.r2:.2f}, correlation of the two terms "
-             f"{d.corr:+.2f}, variance inflation {d.vif:.1f})")
+             f"{d.corr:+.2f}, variance inflation {d.vif:.3g})")
     if d.answer == "cannot be told apart":
         text = (f"Cannot be told apart: across these maps the bytes streamed and the compute "
                 f"per token move together ({terms}); what would decide it: maps that change "
