@@ -534,6 +534,10 @@ class Campaign:
             progress.close()
             self.echo(f"campaign finished in {format_duration(time.monotonic() - t0)} "
                       f"(this session)")
+            from host.campaign.console_answers import answer_lines
+
+            for line in answer_lines(self.layout.analysis):
+                self.echo(line)
             return self.layout.report_html
 
 
