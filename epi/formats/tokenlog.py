@@ -58,8 +58,12 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "request_id", "repeat", "warmup", "prompt_id", "n_prompt_tokens", "n_generated_tokens",
     "t_start_mono_ns", "t_first_token_mono_ns", "t_end_mono_ns", "node",
 )
-EVENT_KINDS = frozenset({"idle_start", "idle_end", "request_start", "token", "request_end"})
-REQUEST_EVENTS = frozenset({"request_start", "token", "request_end"})
+# handover_start/handover_end: a split configuration's sequence handover from the prefill model
+# to the decode model, between token 0 and token 1 (host/run/split.py)
+EVENT_KINDS = frozenset({"idle_start", "idle_end", "request_start", "token", "request_end",
+                         "handover_start", "handover_end"})
+REQUEST_EVENTS = frozenset({"request_start", "token", "request_end", "handover_start",
+                            "handover_end"})
 STATUSES = ("running", "completed", "failed")
 CLOCK_SYNC_WHEN = ("start", "end", "during")
 

@@ -124,10 +124,13 @@ class SplitModels:
 
 
 def load_split(prefill: Path, decode: Path, *, threads: int, n_ctx: int, seed: int = 0,
-               log_path: Path | None = None) -> SplitModels:
-    """Load both GGUFs (same n_ctx, same default KV type) after checking they share a base."""
+               log_path: Path | None = None, prefill_loaded: LoadedModel | None = None
+               ) -> SplitModels:
+    """Load both GGUFs (same n_ctx, same default KV type) after checking they share a base;
+    `prefill_loaded`: the prefill model already loaded with these settings (the runner's)."""
     check_same_base(prefill, decode)
-    a = load_model(prefill, threads=threads, n_ctx=n_ctx, seed=seed, log_path=log_path)
+    a = prefill_loaded or load_model(prefill, threads=threads, n_ctx=n_ctx, seed=seed,
+                                     log_path=log_path)
     b = load_model(decode, threads=threads, n_ctx=n_ctx, seed=seed, log_path=log_path)
     if _vocab(a.llm) != _vocab(b.llm):
         raise UserError(f"split: prefill map {prefill.name} and decode map {decode.name} are "
