@@ -113,3 +113,28 @@ def test_a_split_over_rpc_workers_is_refused(monkeypatch: pytest.MonkeyPatch,
                         str(tmp_path / "o"), "--decode-model", str(tiny_model),
                         "--workers", "a=127.0.0.1:1")
     assert code == 2 and "runs on one node only" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+@pytest.mark.shares_cpu
+def test_the_handover_cost_per_request_is_read_from_the_log(
+        tiny_model: Path, tiny_q8: Path, tmp_path: Path) -> None:
+    from epi.core.errors import UserError
+    from host.analysis.split import HandoverCost, handover_costs, median_share
+
+    run_dir = _run(tiny_model, tiny_q8, tmp_path / "split")
+    costs = handover_costs(run_dir)
+    rows = _events(run_dir)
+    # independently: the stamps of each request's events, straight from events.csv
+    for c in costs:
+        mine = {r["event"] + r["token_index"]: int(r["t_mono_ns"]) for r in rows
+                if r["request_id"] == str(c.request_id)}
+        assert c.handover_ns == mine["handover_end"] - mine["handover_start"] > 0
+        assert c.prefill_ns == mine["token0"] - mine["request_start"] > 0
+        assert HandoverCost.from_json(c.to_json()) == c
+    assert len(costs) == 2
+    share = median_share(costs)
+    assert share is not None and share > 0
+    plain = _run(tiny_model, None, tmp_path / "p" / "plain")
+    with pytest.raises(UserError, match="not a split configuration"):
+        handover_costs(plain)
