@@ -59,6 +59,15 @@ GOALS: dict[str, dict[str, Any]] = {
         "goal": 0.99, "op": ">=", "unit": "ratio",
         "text": "tokens/s of the epi runner with all logging / a bare llama-cpp-python loop",
     },
+    "split_handover_share_of_prefill_256": {
+        "goal": 0.05, "op": "<=", "unit": "ratio",
+        "text": "split configuration: sequence-state handover time / prefill time per request, "
+                "256 context tokens (SmolLM2-135M F16 prefill, Q4_1 decode)",
+    },
+    "split_handover_share_of_prefill_2048": {
+        "goal": 0.05, "op": "<=", "unit": "ratio",
+        "text": "the same at 2,048 context tokens",
+    },
     "sampler-daemon-bus-fraction": {
         "goal": 0.9, "op": ">=", "unit": "fraction",
         "text": "sweeps per second the daemon achieves on its real bus path (EmulatedSpiBus "

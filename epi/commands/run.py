@@ -131,6 +131,13 @@ from host.run.runner import (
     help="Record this machine's software power counters into OUT/power while running "
     "(component power, not wall power; no meter daemon needed). See docs/sources.md.",
 )
+@click.option(
+    "--decode-model",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A split configuration: MODEL prefills, this GGUF (another map of MODEL's base) "
+    "decodes after the sequence's state is handed over. One node only. See docs/runner.md.",
+)
 def run(
     model: Path,
     out: Path,
@@ -149,6 +156,7 @@ def run(
     stall_timeout_s: float,
     node: str | None,
     power: str | None,
+    decode_model: Path | None,
 ) -> None:
     """Run MODEL.gguf on fixed prompts and log every token's time."""
     check_output_dir(out, "--out")  # before the model loads, not after the runs
@@ -170,6 +178,7 @@ def run(
         stall_timeout_s=stall_timeout_s,
         node=node,
         power=power,
+        decode_model=decode_model,
     )
     result = run_model(settings)
     prefill = "n/a" if result.prefill_ms_median is None else f"{result.prefill_ms_median:.1f} ms"

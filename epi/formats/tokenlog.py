@@ -62,13 +62,17 @@ REQUEST_COLUMNS: tuple[str, ...] = (
 
 
 class TokenEvent(Word):
-    """A token log event row's kind: an idle window's edges, or a request's start, tokens, end."""
+    """A token log event row's kind: an idle window's edges, a request's start, tokens and end,
+    and a split configuration's sequence handover from the prefill model to the decode model,
+    between token 0 and token 1 (host/run/split.py)."""
 
     IDLE_START = "idle_start"
     IDLE_END = "idle_end"
     REQUEST_START = "request_start"
     TOKEN = "token"
     REQUEST_END = "request_end"
+    HANDOVER_START = "handover_start"
+    HANDOVER_END = "handover_end"
 
 
 class RunStatus(Word):
@@ -88,7 +92,8 @@ class ClockSyncWhen(Word):
 
 
 EVENT_KINDS: frozenset[str] = frozenset(TokenEvent.values())
-REQUEST_EVENTS = frozenset({TokenEvent.REQUEST_START, TokenEvent.TOKEN, TokenEvent.REQUEST_END})
+REQUEST_EVENTS = frozenset({TokenEvent.REQUEST_START, TokenEvent.TOKEN, TokenEvent.REQUEST_END,
+                            TokenEvent.HANDOVER_START, TokenEvent.HANDOVER_END})
 STATUSES = RunStatus.values()
 CLOCK_SYNC_WHEN = ClockSyncWhen.values()
 

@@ -29,7 +29,7 @@ from epi.core.errors import UserError
 from host.cluster.placement import PlacementEntry
 
 if TYPE_CHECKING:
-    from host.run.engine import LoadedModel
+    from host.run.engine import LoadedModel, Timing
 
 LLAMA_LOG = "llama.log"
 
@@ -41,6 +41,7 @@ class LoadedMessage(TypedDict):
     n_params: int
     eog_ids: list[int]
     load_s: float
+    resident_bytes: int  # a split configuration's two models + KV caches; 0 when unsplit
 
 
 class RequestMessage(TypedDict):
@@ -77,6 +78,7 @@ class Job:
     workers: tuple[tuple[str, int, str], ...]  # (host, port, node)
     split: tuple[float, ...]
     predicted: dict[str, list[int]]  # worker node → units llama.cpp should give it
+    decode_model: str = ""  # a split configuration's decode GGUF (host/run/split.py)
 
 
 def child_main(conn: Connection, job: Job) -> None:
@@ -122,11 +124,20 @@ def _run(conn: Connection, job: Job, run_dir: Path) -> None:
 
     t0 = time.monotonic()
     loaded, placement, n_params = _load(job, run_dir)
+    split = None
+    if job.decode_model:
+        from host.run.split import load_split
+
+        # both resident: the prefill model just loaded, the decode model beside it
+        split = load_split(Path(job.model), Path(job.decode_model), threads=job.threads,
+                           n_ctx=job.n_ctx, seed=job.seed, log_path=run_dir / LLAMA_LOG,
+                           prefill_loaded=loaded)
     message: LoadedMessage = {
         "placement": placement,
         "n_params": n_params,
         "eog_ids": loaded.eog_ids,
         "load_s": time.monotonic() - t0,
+        "resident_bytes": split.resident_bytes if split else 0,
     }
     conn.send(("loaded", message))
     llm = loaded.llm
@@ -136,8 +147,18 @@ def _run(conn: Connection, job: Job, run_dir: Path) -> None:
 
     def one_request(repeat: int, warmup: bool, prompt_id: str, tokens: tuple[int, ...]) -> None:
         nonlocal request_id
+        handover = None
+        t: Timing
         counters = perf.counters()
-        t = timed_request(llm, list(tokens), job.tokens, counters)
+        if split is not None:
+            from host.run.split import timed_split_request
+
+            st = timed_split_request(split, list(tokens), job.tokens, counters)
+            t = st
+            handover = (st.t_handover_start_mono_ns, st.t_handover_start_real_ns,
+                        st.t_handover_end_mono_ns, st.t_handover_end_real_ns)
+        else:
+            t = timed_request(llm, list(tokens), job.tokens, counters)
         perf.write(request_id, counters)
         rec = RequestRecord(
             request_id=request_id,
@@ -153,6 +174,7 @@ def _run(conn: Connection, job: Job, run_dir: Path) -> None:
             t_end_mono_ns=t.t_end_mono_ns,
             t_end_real_ns=t.t_end_real_ns,
             node=job.node,
+            handover_ns=handover,
         )
         log.write_request(rec)
         summary: RequestMessage = {

@@ -85,6 +85,7 @@ class RunSettings:
     stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     node: str | None = None  # this host's node name in placement (default: hostname)
     power: str | None = None  # software power sources to record into RUN_DIR/power
+    decode_model: Path | None = None  # a split configuration: `model` prefills, this decodes
 
 
 @dataclass
@@ -100,6 +101,7 @@ class Plan:
     endpoints: list[Endpoint] = field(default_factory=list)
     split: list[float] = field(default_factory=list)
     predicted: dict[str, list[int]] = field(default_factory=dict)
+    decode_facts: ModelFacts | None = None  # a split configuration's decode map
 
 
 def _check_numbers(s: RunSettings) -> None:
@@ -140,6 +142,13 @@ def plan_run(s: RunSettings) -> Plan:
     if (Path(s.out) / RUN_JSON).exists():
         raise UserError(f"{s.out}: already holds a token log (run.json); choose a new --out")
     facts = model_facts(s.model, s.map_id)
+    decode_facts = None
+    if s.decode_model is not None:
+        from host.run.split import check_same_base, refuse_rpc
+
+        refuse_rpc(len(endpoints))
+        check_same_base(s.model, s.decode_model)
+        decode_facts = model_facts(s.decode_model, None)
     prompt_set = load_prompt_set(s.prompts)
     longest = max(prompt_set.prompts, key=lambda p: p.n_tokens)
     needed = longest.n_tokens + s.tokens
@@ -168,6 +177,7 @@ def plan_run(s: RunSettings) -> Plan:
         endpoints=endpoints,
         split=split,
         predicted=predicted,
+        decode_facts=decode_facts,
     )
 
 
@@ -209,6 +219,7 @@ def _header_fields(plan: Plan) -> dict[str, object]:
             "workers": [{"node": ep.node, "endpoint": ep.address} for ep in plan.endpoints],
             "split": plan.split or None,
         },
+        **({} if plan.decode_facts is None else {"split": _split_header(plan)}),
         "placement": [],
         "host": host_name(),
         "node": s.node or host_name(),
@@ -218,6 +229,18 @@ def _header_fields(plan: Plan) -> dict[str, object]:
         "started_mono_ns": time.monotonic_ns(),
         "started_real_ns": time.time_ns(),
         "error": None,
+    }
+
+
+def _split_header(plan: Plan) -> dict[str, object]:
+    """run.json `split`: which GGUF ran which phase (the `model` block is the prefill one)."""
+    d = plan.decode_facts
+    assert d is not None
+    f = plan.facts
+    return {
+        "prefill": {"path": str(f.path), "sha256": f.sha256, "map_id": f.map_id},
+        "decode": {"path": str(d.path), "sha256": d.sha256, "map_id": d.map_id},
+        "handover": "llama_state_seq_get_data/llama_state_seq_set_data",
     }
 
 
@@ -431,6 +454,7 @@ def _supervise(
         workers=tuple((e.host, e.port, e.node) for e in plan.endpoints),
         split=tuple(plan.split),
         predicted=plan.predicted,
+        decode_model=str(plan.decode_facts.path) if plan.decode_facts else "",
     )
     proc, conn = _start_child(job, header.run_dir / LLAMA_LOG)
     n_prompts = len(job.prompts)
@@ -463,6 +487,12 @@ def _supervise(
                 placement = loaded["placement"]
                 settings = dict(header.settings(), eog_suppressed=loaded["eog_ids"])
                 header.update(placement=placement, settings=settings)
+                if loaded.get("resident_bytes"):  # a split: both models and KV caches resident
+                    mib = loaded["resident_bytes"] / 2**20
+                    header.update(split={**cast(dict[str, object], header.data["split"]),
+                                         "resident_mib": round(mib, 1)})
+                    echo(f"split: prefill and decode models resident together, {mib:.1f} MiB "
+                         "of weights and KV caches")
                 echo(f"loaded in {loaded['load_s']:.1f} s; placement:")
                 for line in describe_placement(placement):
                     echo(f"  {line}")

@@ -71,6 +71,9 @@ class RequestRecord:
     t_end_mono_ns: int
     t_end_real_ns: int
     node: str
+    # a split configuration's handover (start mono, start real, end mono, end real), stamped
+    # between token 0 and token 1; None for an unsplit request
+    handover_ns: tuple[int, int, int, int] | None = None
 
     def event_rows(self) -> list[tuple[int | str, ...]]:
         """The request's rows of events.csv, in time order."""
@@ -85,7 +88,12 @@ class RequestRecord:
                 zip(self.token_ids, self.token_mono_ns, self.token_real_ns, strict=True)
             )
         )
-        rows.append((*head, TokenEvent.REQUEST_END, "", "", self.t_end_mono_ns, self.t_end_real_ns))
+        if self.handover_ns is not None and rows[1:]:
+            sm, sr, em, er = self.handover_ns
+            rows[2:2] = [(*head, TokenEvent.HANDOVER_START, "", "", sm, sr),
+                         (*head, TokenEvent.HANDOVER_END, "", "", em, er)]
+        rows.append((*head, TokenEvent.REQUEST_END, "", "", self.t_end_mono_ns,
+                     self.t_end_real_ns))
         return rows
 
     def request_row(self) -> tuple[int | str, ...]:
