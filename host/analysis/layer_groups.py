@@ -10,9 +10,10 @@ import pandas as pd
 
 from epi.core.errors import UserError
 from epi.formats.manifests import LayerGroup, QuantManifest, read_any_manifest
-from host.analysis import statistics as epimod
-from host.analysis.figures import repeat_values
+from host.analysis import statistics
+from host.analysis.headline import headline_rows
 from host.analysis.model import Options, RunInfo
+from host.analysis.results import repeat_values
 from host.analysis.verdicts import valid_repeats
 
 
@@ -72,13 +73,12 @@ def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.Da
                      "differential or time-share figures for them")
     valid = valid_repeats(rep, verdicts)
     basis = opts.energy_basis
-    sel = valid[(valid["scope"] == "all") & (valid["phase"] == "request")
-                & (valid["unit"] == "generated") & (valid["basis"] == basis)]
+    sel = headline_rows(valid, basis)
     # (values, start times, runs, campaign rounds): pairs by campaign round, else by time
     values = {str(c): repeat_values(valid, str(c), basis) for c in sel["config"].unique()}
     sigs = {c: {g.name: _group_signature(g) for g in m.layer_groups}
             for c, m in manifests.items()}
-    diff = epimod.differential_groups(sigs, values, level=opts.ci_level)
+    diff = statistics.differential_groups(sigs, values, level=opts.ci_level)
     for d in diff:
         d["energy_basis"] = f"{basis} J per generated token (whole request)"
         d["method"] = "differential: runs differing only in this group's type"
@@ -99,9 +99,9 @@ def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.Da
                         continue
                     share = len(layers & held) / len(layers)
                     gbytes[lg.name] = lg.n_weights * lg.bits_per_weight / 8 * share
-                for name, val in epimod.time_share_split(node_val, gbytes).items():
+                for name, val in statistics.time_share_split(node_val, gbytes).items():
                     tshare.append({"config": cfg, "node": p.node, "group": name,
                                    "j_per_token": val, "energy_basis": f"{basis} J per "
                                    "generated token (whole request)",
-                                   "label": epimod.TIME_SHARE_LABEL})
+                                   "label": statistics.TIME_SHARE_LABEL})
     return diff, tshare, notes

@@ -29,14 +29,7 @@ import pandas as pd
 from epi.core.errors import UserError
 from host.analysis import components, instrument, run_notes
 from host.analysis.accuracy_file import load_accuracy
-from host.analysis.figures import (
-    comparisons,
-    config_results,
-    matched_pairs,
-    pareto_configs,
-    phase_breakdown,
-    savings_table,
-)
+from host.analysis.headline import headline_rows
 from host.analysis.item_outcomes import load_item_outcomes
 from host.analysis.lag import estimate_lag, lag_row, request_edges
 from host.analysis.layer_groups import layer_group_figures
@@ -45,9 +38,18 @@ from host.analysis.multi_trace import join_traces, meter_clock
 from host.analysis.paired import campaign_round
 from host.analysis.power_source import channel_sources
 from host.analysis.prefill_regression import prefill_regression
+from host.analysis.results import (
+    comparisons,
+    config_results,
+    matched_pairs,
+    pareto_configs,
+    phase_breakdown,
+    savings_table,
+)
 from host.analysis.tokenlog_reader import read_run
 from host.analysis.traces import read_trace
 from host.analysis.verdicts import check_overlaps, run_verdicts
+from host.analysis.vocabulary import EnergyBasis, Phase, TokenUnit
 from host.analysis.windows import (
     channels_of_nodes,
     clock_domain,
@@ -204,10 +206,10 @@ def _attach_regression(results: pd.DataFrame, reg: pd.DataFrame) -> None:
                 "prefill_regression_ci_hi"):
         results[col] = np.nan
     results["prefill_regression_method"] = ""
-    sel = ((results["scope"] == "all") & (results["phase"] == "prefill")
-           & (results["unit"] == "prompt") & (results["basis"] == "gross"))
+    sel = headline_rows(results, EnergyBasis.GROSS, phase=Phase.PREFILL,
+                        unit=TokenUnit.PROMPT).index
     by = reg.set_index("config")
-    for i in results.index[sel]:
+    for i in sel:
         cfg = results.at[i, "config"]
         if cfg not in by.index or not np.isfinite(by.at[cfg, "j_per_prompt_token"]):
             continue

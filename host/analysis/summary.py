@@ -9,6 +9,7 @@ import pandas as pd
 
 from epi.core.text import format_table
 from host.analysis import components
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import format_interval, pct
 from host.analysis.model import Analysis
 from host.analysis.verdicts import worth_measuring_again
@@ -231,8 +232,7 @@ def summary_text(a: Analysis) -> str:
             "duration, the part of the request's energy the idle machine would draw anyway)",
             format_table(["config", "prefill mJ", "decode mJ", "idle mJ", "request mJ",
                           "net request mJ"], brows)]
-    nodes = res[(res["scope"] != "all") & (res["phase"] == "request")
-                & (res["unit"] == "generated") & (res["basis"] == basis)]
+    nodes = headline_rows(res, basis, nodes=True)
     if nodes["scope"].nunique() > 1 or len(nodes) > len(res["config"].unique()):
         nrows = [[r["config"], r["scope"], r["layers"], r["power_source"],
                   _ci(r["j_per_token_median"], r["j_per_token_ci_lo"], r["j_per_token_ci_hi"],

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
-from host.analysis import statistics as epimod
+from host.analysis import statistics
 from host.analysis.align import (
     FEW_SAMPLES,
     INVALID_DATA,
@@ -68,7 +68,7 @@ def time_cv_note(r: pd.DataFrame) -> str:
         return ""
     s_per_token = (r["duration_per_request_s"].to_numpy(np.float64)
                    * r["n_requests"].to_numpy(np.float64) / r["tokens"].to_numpy(np.float64))
-    cv_t = epimod.cv(s_per_token)
+    cv_t = statistics.cv(s_per_token)
     return f" (time per token varied {cv_t:.1%})" if np.isfinite(cv_t) else ""
 
 
@@ -109,7 +109,7 @@ def repeat_cv_problem(rep: pd.DataFrame, run_id: str, phase: str, opts: Options,
     r = rep[(rep["run_id"] == run_id) & (rep["scope"] == "all") & (rep["phase"] == phase)
             & (rep["unit"] == unit) & (rep["basis"] == basis)]
     vals = r["j_per_token"].to_numpy(dtype=np.float64)
-    cv_val = epimod.cv(vals)
+    cv_val = statistics.cv(vals)
     if len(vals) < 2:
         reasons.append("fewer than 2 repeats: CV cannot be checked")
     elif np.isfinite(cv_val) and cv_val > opts.cv_threshold:

@@ -64,3 +64,6 @@ class TokenUnit(Word):
 
 # `--accuracy-metric`: this word, or a benchmark's name from the accuracy file (an open set)
 COMPOSITE_METRIC = "composite"
+
+# a results row's scope: this word for the whole meter (all channels), else a node's name
+SCOPE_ALL = "all"

@@ -34,6 +34,7 @@ from epi.formats.manifests import (
     manifest_beside,
     read_any_manifest,
 )
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import number, pct
 from host.analysis.power_source import COMPONENT
 from host.report import checks
@@ -109,8 +110,7 @@ class ReportData:
     def headline(self) -> pd.DataFrame:
         """One row per configuration: whole-request J per generated token, all channels."""
         r = self.results
-        h = r[(r["scope"] == "all") & (r["phase"] == "request") & (r["unit"] == "generated")
-              & (r["basis"] == self.basis)]
+        h = headline_rows(r, self.basis)
         return h.set_index("config", drop=False)
 
     def counts(self, phase: str = "request") -> str:
@@ -256,8 +256,7 @@ def ci_text(results: pd.DataFrame, basis: str = "gross") -> str:
     and n (one configuration may have 6 repeats, another 3)."""
     if not {"scope", "phase", "unit", "basis"} <= set(results.columns):
         return interval_text(results)
-    h = results[(results["scope"] == "all") & (results["phase"] == "request")
-                & (results["unit"] == "generated") & (results["basis"] == basis)]
+    h = headline_rows(results, basis)
     return interval_text(h)
 
 

@@ -30,6 +30,7 @@ from matplotlib.transforms import blended_transform_factory
 
 from epi.core.errors import UserError
 from epi.formats.tokenlog import TokenEvent, parse_events
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import number, pct
 from host.analysis.paired import pairing_label
@@ -412,8 +413,7 @@ def layer_groups(rd: ReportData) -> Figure:
     """Left: J/token per node (each node's own meter channels); right: differential."""
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2))
     r = rd.results
-    nodes = r[(r["scope"] != "all") & (r["phase"] == "request") & (r["unit"] == "generated")
-              & (r["basis"] == rd.basis)]
+    nodes = headline_rows(r, rd.basis, nodes=True)
     if nodes.empty:
         a1.text(0.5, 0.5, "no per-node figures", ha="center", transform=a1.transAxes)
     else:

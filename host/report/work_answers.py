@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import number
 from host.analysis.questions import decompose, size_vs_reference
+from host.analysis.vocabulary import Phase
 from host.report.answer_model import DECIDED, UNANSWERABLE, UNDECIDED, Answer
 from host.report.data import ReportData
 
@@ -80,8 +82,7 @@ def work_answer(rd: ReportData) -> Answer:
     q = ("Does the energy benefit of mixed quantization come from reduced memory bandwidth, "
          "reduced compute, or both?")
     r = rd.results
-    dec = r[(r["scope"] == "all") & (r["phase"] == "decode") & (r["unit"] == "generated")
-            & (r["basis"] == rd.basis)]
+    dec = headline_rows(r, rd.basis, phase=Phase.DECODE)
     j = {str(row["config"]): number(row["j_per_token_median"]) for _, row in dec.iterrows()
          if _finite(row["j_per_token_median"])}
     sizes = {c: number(rd.models.loc[c, "size_bytes"]) for c in rd.models.index

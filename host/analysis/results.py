@@ -16,8 +16,8 @@ import pandas as pd
 
 from epi.core.errors import UserError
 from epi.core.text import ranges_text
-from host.analysis import paired
-from host.analysis import statistics as epimod
+from host.analysis import paired, statistics
+from host.analysis.headline import headline_rows
 from host.analysis.instrument import ChannelInstrument, Qualification, figure_term
 from host.analysis.model import UNIT_TEXT, Options, RunInfo
 from host.analysis.power_source import combined
@@ -62,7 +62,7 @@ def repeat_values(valid: pd.DataFrame, cfg: str, basis: str, *, scope: str = "al
 
 
 def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFrame,
-                   accs: dict[str, epimod.Accuracy], opts: Options,
+                   accs: dict[str, statistics.Accuracy], opts: Options,
                    sources: dict[int, str] | None = None,
                    instrument: dict[int, ChannelInstrument] | None = None,
                    qual: Qualification | None = None) -> pd.DataFrame:
@@ -77,7 +77,7 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
         v = valid[(valid["config"] == cfg) & (valid["scope"] == scope) & (valid["phase"] == phase)
                   & (valid["unit"] == unit) & (valid["basis"] == basis)]
         cfg_runs = verdicts[(verdicts["config"] == cfg) & (verdicts["phase"] == phase)]
-        st = epimod.repeat_stats(v["j_per_token"].to_numpy(np.float64), level=opts.ci_level)
+        st = statistics.repeat_stats(v["j_per_token"].to_numpy(np.float64), level=opts.ci_level)
         reason = st.reason
         if v.empty:
             bad = cfg_runs[~cfg_runs["valid"]]
@@ -116,9 +116,9 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
         }
         if scope == "all" and phase == "request" and unit == "generated":
             acc = accs.get(cfg)
-            e, lo, hi, why = epimod.epi(st.median, st.ci_lo, st.ci_hi, acc)
+            e, lo, hi, why = statistics.epi(st.median, st.ci_lo, st.ci_hi, acc)
             row.update(epi=e, epi_ci_lo=lo, epi_ci_hi=hi, epi_reason=why,
-                       epi_ci_coverage=epimod.epi_coverage(st.ci_coverage, acc)
+                       epi_ci_coverage=statistics.epi_coverage(st.ci_coverage, acc)
                        if np.isfinite(lo) else float("nan"),
                        epi_energy_basis=f"{basis} J per generated token (whole request)")
             if acc is not None:
@@ -141,14 +141,9 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
     return res
 
 
-def _headline(results: pd.DataFrame, basis: str) -> pd.DataFrame:
-    return results[(results["scope"] == "all") & (results["phase"] == "request")
-                   & (results["unit"] == "generated") & (results["basis"] == basis)]
-
-
 def pareto_configs(results: pd.DataFrame, opts: Options) -> list[str]:
-    h = _headline(results, opts.energy_basis)
-    mask = epimod.pareto_front(h["accuracy"].to_numpy(), h["j_per_token_median"].to_numpy())
+    h = headline_rows(results, opts.energy_basis)
+    mask = statistics.pareto_front(h["accuracy"].to_numpy(), h["j_per_token_median"].to_numpy())
     front = set(h["config"].to_numpy()[mask])
     results["pareto"] = pd.array([pd.NA] * len(results), dtype="boolean")
     known = h.index[np.isfinite(h["accuracy"].to_numpy(np.float64))
@@ -159,12 +154,12 @@ def pareto_configs(results: pd.DataFrame, opts: Options) -> list[str]:
 
 def matched_pairs(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFrame,
                   ppl: dict[str, float], opts: Options) -> list[dict]:
-    h = _headline(results, opts.energy_basis)
+    h = headline_rows(results, opts.energy_basis)
     if h.empty:
         return []
     valid = valid_repeats(rep, verdicts)
     configs = list(h["config"])
-    out = epimod.perplexity_pairs(
+    out = statistics.perplexity_pairs(
         configs, np.array([ppl.get(c, np.nan) for c in configs]),
         {c: repeat_values(valid, c, opts.energy_basis) for c in configs},
         rel_tol=opts.ppl_tolerance, level=opts.ci_level)
@@ -191,7 +186,7 @@ def savings_table(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFra
     per-round pairs when repeats are interleaved, else from the means (Welch, labelled);
     `accuracy_delta` = B − A over the items both were scored on (paired).
     """
-    h = _headline(results, opts.energy_basis).set_index("config")
+    h = headline_rows(results, opts.energy_basis).set_index("config")
     if opts.baseline is None or h.empty:
         return pd.DataFrame(columns=SAVINGS_COLUMNS)
     if opts.baseline not in h.index:
@@ -277,7 +272,7 @@ def comparisons(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFrame
     Savings vs the baseline (baseline = A), perplexity-matched pairs (dearer = A) and
     neighbours on the Pareto frontier (ordered by J/token, the cheaper = A).
     """
-    h = _headline(results, opts.energy_basis).set_index("config")
+    h = headline_rows(results, opts.energy_basis).set_index("config")
     valid = valid_repeats(rep, verdicts)
     wanted: list[tuple[str, str, str]] = []
     if opts.baseline is not None and opts.baseline in h.index:
