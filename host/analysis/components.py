@@ -23,6 +23,7 @@ from epi.core.text import format_table
 from host.analysis.align import WindowEnergy, window_energy
 from host.analysis.model import Analysis, RunInfo
 from host.analysis.traces import Trace
+from host.analysis.vocabulary import EnergyMethod, WindowKind
 
 COMPONENT_LABEL = "component power, not wall power"
 WALL_LABEL = "wall power"
@@ -70,7 +71,7 @@ def main_labels(a: Analysis) -> dict[str, str]:
 
 
 def _energy(we: WindowEnergy, method: str) -> np.ndarray:
-    if method == "counter":
+    if method == EnergyMethod.COUNTER:
         return np.where(np.isfinite(we.energy_counter_j), we.energy_counter_j, we.energy_j)
     return we.energy_j
 
@@ -132,7 +133,7 @@ def _row(a: Analysis, info: RunInfo, node: str, kind: str, ch: int | None, e: np
     ci = a.trace.channels[ch] if ch is not None else None
     d = float(dur[ok].sum()) if ok.any() else float("nan")
     energy = float(e[ok].sum()) if ok.any() else float("nan")
-    tok = float(tokens[ok].sum()) if kind == "request" and ok.any() else float("nan")
+    tok = float(tokens[ok].sum()) if kind == WindowKind.REQUEST and ok.any() else float("nan")
     wall = float(wall_e[ok].sum()) if main_is_wall and ok.any() else float("nan")
     why = reason
     if not main_is_wall:

@@ -87,9 +87,8 @@ def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.Da
         for cfg, m in manifests.items():
             info = next(i for i in infos if i.config == cfg)
             for p in info.run.placement:
-                r = results[(results["config"] == cfg) & (results["scope"] == p.node)
-                            & (results["phase"] == "request") & (results["unit"] == "generated")
-                            & (results["basis"] == basis)]
+                r = headline_rows(results, basis, nodes=True)
+                r = r[(r["config"] == cfg) & (r["scope"] == p.node)]
                 node_val = float(r["j_per_token_median"].iloc[0]) if len(r) else float("nan")
                 held = set(p.layers)
                 gbytes = {}

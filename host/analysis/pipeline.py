@@ -49,7 +49,7 @@ from host.analysis.results import (
 from host.analysis.tokenlog_reader import read_run
 from host.analysis.traces import read_trace
 from host.analysis.verdicts import check_overlaps, run_verdicts
-from host.analysis.vocabulary import EnergyBasis, Phase, TokenUnit
+from host.analysis.vocabulary import EnergyBasis, LagMode, Phase, TokenUnit, WindowKind
 from host.analysis.windows import (
     channels_of_nodes,
     clock_domain,
@@ -139,7 +139,7 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path | Sequence[str
         if clock.usable:
             pre, dec = request_edges(run.requests, clock.to_meter)
             info.lag = {ch: estimate_lag(trace.series(ch, boot), pre, dec) for ch in chans}
-            if opts.lag == "auto":
+            if opts.lag == LagMode.AUTO:
                 # only a resolved lag (its interval excludes 0) is a correction to make
                 info.lag_applied_ms = {ch: est.lag_ms for ch, est in info.lag.items()
                                        if np.isfinite(est.lag_ms) and not est.reason
@@ -160,7 +160,7 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path | Sequence[str
         net[sel] = win.loc[sel, "energy_j"].to_numpy() - p_idle * win.loc[sel, "duration_s"]
         net_reason[sel] = scopes.map({k: f"net: {v}" if v else "" for k, v in why.items()}
                                      ).fillna("").to_numpy(dtype=object)
-    win["energy_net_j"] = np.where(win["kind"] == "idle", np.nan, net)
+    win["energy_net_j"] = np.where(win["kind"] == WindowKind.IDLE, np.nan, net)
     win["net_reason"] = net_reason
     win["counter_minus_trapezoid_j"] = win["energy_counter_j"] - win["energy_trapezoid_j"]
     win["power_w"] = win["energy_j"] / win["duration_s"].where(win["duration_s"] > 0)

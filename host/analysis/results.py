@@ -22,6 +22,7 @@ from host.analysis.instrument import ChannelInstrument, Qualification, figure_te
 from host.analysis.model import UNIT_TEXT, Options, RunInfo
 from host.analysis.power_source import combined
 from host.analysis.verdicts import valid_repeats
+from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis, Phase, TokenUnit
 from host.analysis.windows import methods_used
 
 
@@ -31,7 +32,7 @@ def scope_channels(infos: list[RunInfo], cfg: str, scope: str) -> list[int]:
     for i in infos:
         if i.config != cfg:
             continue
-        if scope == "all":
+        if scope == SCOPE_ALL:
             chans += [c for cs in i.node_channels.values() for c in cs]
         else:
             chans += i.node_channels.get(scope, [])
@@ -86,9 +87,9 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
         d_req = v["duration_per_request_s"].to_numpy(np.float64)
         row = {
             "config": cfg, "scope": scope,
-            "layers": ranges_text(layers.get((cfg, scope)) or ()) if scope != "all" else "",
+            "layers": ranges_text(layers.get((cfg, scope)) or ()) if scope != SCOPE_ALL else "",
             "phase": phase, "unit": unit, "basis": basis,
-            "figure": f"{basis} {UNIT_TEXT[unit]}" + (" (whole request)" if phase == "request"
+            "figure": f"{basis} {UNIT_TEXT[unit]}" + (" (whole request)" if phase == Phase.REQUEST
                                                       else f" ({phase})"),
             "n_runs": int(cfg_runs["run_id"].nunique()),
             "n_runs_valid": int(v["run_id"].nunique()),
@@ -114,7 +115,7 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
             "epi": float("nan"), "epi_ci_lo": float("nan"), "epi_ci_hi": float("nan"),
             "epi_ci_coverage": float("nan"), "epi_energy_basis": "", "epi_reason": "",
         }
-        if scope == "all" and phase == "request" and unit == "generated":
+        if scope == SCOPE_ALL and phase == Phase.REQUEST and unit == TokenUnit.GENERATED:
             acc = accs.get(cfg)
             e, lo, hi, why = statistics.epi(st.median, st.ci_lo, st.ci_hi, acc)
             row.update(epi=e, epi_ci_lo=lo, epi_ci_hi=hi, epi_reason=why,
@@ -314,9 +315,9 @@ def phase_breakdown(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFr
     rows = []
     for cfg in dict.fromkeys(i.config for i in infos):
         def med(phase: str, unit: str, col: str, cfg: str = cfg) -> float:
-            v = valid[(valid["config"] == cfg) & (valid["scope"] == "all")
+            v = valid[(valid["config"] == cfg) & (valid["scope"] == SCOPE_ALL)
                       & (valid["phase"] == phase) & (valid["unit"] == unit)
-                      & (valid["basis"] == "gross")][col].to_numpy(np.float64)
+                      & (valid["basis"] == EnergyBasis.GROSS)][col].to_numpy(np.float64)
             return float(np.median(v)) if len(v) and not np.isnan(v).any() else float("nan")
 
         idle_p = [i.idle_power_w.get("all", np.nan) for i in infos if i.config == cfg]
@@ -329,7 +330,7 @@ def phase_breakdown(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFr
         req = med("request", "generated", "energy_per_request_j")
         dur = med("request", "generated", "duration_per_request_s")
         idle_mj = p_idle * dur * 1e3
-        src = valid[(valid["config"] == cfg) & (valid["scope"] == "all")]["power_source"]
+        src = valid[(valid["config"] == cfg) & (valid["scope"] == SCOPE_ALL)]["power_source"]
         rows.append({"config": cfg, "power_source": combined(src.unique()),
                      "prefill_mj": pre * 1e3, "decode_mj": dec * 1e3,
                      "request_mj": req * 1e3, "idle_mj": idle_mj,

@@ -19,6 +19,7 @@ from host.analysis.model import CODE_NAMES, FIGURES, NS, PHASES, Options, RunInf
 from host.analysis.power_source import channel_sources, combined
 from host.analysis.tokenlog_reader import RunLog
 from host.analysis.traces import Trace
+from host.analysis.vocabulary import EnergyBasis, EnergyMethod, TokenUnit, WindowKind
 
 
 # --------------------------------------------------------------------------- runs ↔ trace
@@ -150,8 +151,8 @@ def _combine(per_channel: dict[int, Any], chans: list[int], n: int, method: str,
         we = per_channel[ch]
         trap += we.energy_j
         cnt += we.energy_counter_j
-        use_counter = np.isfinite(we.energy_counter_j) if method == "counter" else np.zeros(
-            n, dtype=bool)
+        use_counter = (np.isfinite(we.energy_counter_j) if method == EnergyMethod.COUNTER
+                       else np.zeros(n, dtype=bool))
         prim += np.where(use_counter, we.energy_counter_j, we.energy_j)
         n_counter += use_counter
         ns = np.minimum(ns, we.n_samples)
@@ -273,7 +274,7 @@ def _primary(e: Any, opts: Options) -> np.ndarray:
     """A channel's figure as the analysis takes it: the counter's where it covers the window
     (energy method "counter"), the trapezoid's otherwise."""
     trap = np.asarray(e.energy_j, dtype=np.float64)
-    if opts.energy_method != "counter":
+    if opts.energy_method != EnergyMethod.COUNTER:
         return trap
     counter = np.asarray(e.energy_counter_j, dtype=np.float64)
     return np.where(np.isfinite(counter), counter, trap)
@@ -320,8 +321,8 @@ def _request_from_phases(f: pd.DataFrame) -> pd.DataFrame:
     model's exactness and makes the phases add up to the request. `request_method` says which.
     """
     f = f.copy()
-    f["request_method"] = np.where(f["kind"] == "request", "direct", "")
-    req = f["kind"] == "request"
+    f["request_method"] = np.where(f["kind"] == WindowKind.REQUEST, "direct", "")
+    req = f["kind"] == WindowKind.REQUEST
     if not req.any():
         return f
     ph = f[f["kind"].isin(["prefill", "decode"])]
@@ -347,7 +348,7 @@ def _request_from_phases(f: pd.DataFrame) -> pd.DataFrame:
 
 def idle_power(win: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
     power, why = {}, {}
-    for scope, g in win[win["kind"] == "idle"].groupby("scope", sort=False):
+    for scope, g in win[win["kind"] == WindowKind.IDLE].groupby("scope", sort=False):
         ok = g[g["energy_j"].notna()]
         if ok.empty:
             power[scope] = float("nan")
@@ -367,12 +368,12 @@ def _tokens(w: pd.DataFrame, unit: str) -> np.ndarray:
     npr = w["n_prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
     ngen = w["n_generated_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
     kind = w["kind"].to_numpy()
-    if unit == "prompt":
+    if unit == TokenUnit.PROMPT:
         return npr
-    if unit == "total":
+    if unit == TokenUnit.TOTAL:
         return npr + ngen
     # generated: a decode window holds n_generated − 1 tokens (token 0 ends prefill)
-    return np.where(kind == "decode", ngen - 1, ngen)
+    return np.where(kind == WindowKind.DECODE, ngen - 1, ngen)
 
 
 def method_of(by_counter: np.ndarray, by_trapezoid: np.ndarray) -> np.ndarray:
@@ -420,7 +421,7 @@ def repeat_table(win: pd.DataFrame) -> pd.DataFrame:
                                                    agg["energy_sum"] / agg["n_requests"])
             agg["duration_per_request_s"] = agg["duration_s"] / agg["n_requests"]
             why = np.where(agg["bad_tokens"], f"no {unit} tokens in a {phase} window", "")
-            reason = agg["first_reason"] if basis == "gross" else agg["net_reason"].where(
+            reason = agg["first_reason"] if basis == EnergyBasis.GROSS else agg["net_reason"].where(
                 agg["net_reason"] != "", agg["first_reason"])
             why = np.where((why == "") & (agg["n_null"] > 0),
                            agg["n_null"].astype(str) + " of " + agg["n_requests"].astype(str)

@@ -23,6 +23,7 @@ import pandas as pd
 
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import format_interval, number, pct
+from host.analysis.vocabulary import WindowKind
 from host.report import instrument
 from host.report.answer_model import (
     DECIDED,
@@ -246,7 +247,7 @@ def limits(rd: ReportData) -> list[str]:
         out.append(f"{len(undecided)} of {len(comps)} paired energy comparisons are "
                    "undecided (their interval holds 0, or there is none).")
     if len(rd.per_run):
-        req = rd.per_run[rd.per_run["phase"] == "request"]
+        req = rd.per_run[rd.per_run["phase"] == WindowKind.REQUEST]
         bad = int((~req["valid"].astype(bool)).sum())
         if bad:
             out.append(f"{bad} of {len(req)} runs are invalid and left out of every median, "

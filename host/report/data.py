@@ -37,6 +37,7 @@ from epi.formats.manifests import (
 from host.analysis.headline import headline_rows
 from host.analysis.intervals import number, pct
 from host.analysis.power_source import COMPONENT
+from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis, Phase, TokenUnit
 from host.report import checks
 from host.report.layer_columns import layer_group_cells
 
@@ -121,8 +122,8 @@ class ReportData:
         reps = self.repeats
         n_rep = 0
         if len(reps):
-            unit = "prompt" if phase == "prefill" else "generated"
-            n_rep = len(reps[(reps["scope"] == "all") & (reps["phase"] == phase)
+            unit = TokenUnit.PROMPT if phase == Phase.PREFILL else TokenUnit.GENERATED
+            n_rep = len(reps[(reps["scope"] == SCOPE_ALL) & (reps["phase"] == phase)
                              & (reps["unit"] == unit) & (reps["basis"] == self.basis)])
         return (f"{len(pr)} runs ({int(pr['valid'].sum())} valid), {n_rep} repeats, "
                 f"{int(pr['n_samples'].sum())} meter samples in {phase} windows")
@@ -373,8 +374,8 @@ def per_run_figures(rd: ReportData) -> pd.DataFrame:
     rows = []
     if w.empty:
         return pd.DataFrame()
-    w = w[w["scope"] == "all"]
-    col = "energy_j" if rd.basis == "gross" else "energy_net_j"
+    w = w[w["scope"] == SCOPE_ALL]
+    col = "energy_j" if rd.basis == EnergyBasis.GROSS else "energy_net_j"
     order = {r["run_id"]: i for i, r in enumerate(rd.doc["runs"])}
     # each (run, phase)'s verdict: the first runs.csv row of that run and phase, found by one
     # pass over the table (a boolean filter per run and phase was a fifth of the load's time)

@@ -35,6 +35,7 @@ from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import number, pct
 from host.analysis.paired import pairing_label
 from host.analysis.power_source import COMPONENT
+from host.analysis.vocabulary import SCOPE_ALL, WindowKind
 from host.report.data import ReportData, interval_text
 from host.report.label_layout import PointLabel, place_labels
 
@@ -320,13 +321,14 @@ def _pick_request(rd: ReportData) -> tuple[dict, pd.DataFrame] | None:
     ordered = [r for r in runs if r["run_id"] in valid_runs] + [
         r for r in runs if r["run_id"] not in valid_runs]
     for run in ordered:
-        req = w[(w["run_id"] == run["run_id"]) & (w["kind"] == "request") & (w["scope"] == "all")
+        req = w[(w["run_id"] == run["run_id"]) & (w["kind"] == WindowKind.REQUEST)
+                & (w["scope"] == SCOPE_ALL)
                 & w["t0_meter_ns"].notna()]
         if req.empty:
             continue
         req = req.sort_values("duration_s")
         row = req.iloc[len(req) // 2]
-        parts = w[(w["run_id"] == run["run_id"]) & (w["scope"] == "all")
+        parts = w[(w["run_id"] == run["run_id"]) & (w["scope"] == SCOPE_ALL)
                   & (w["request_id"] == row["request_id"])]
         return run, parts
     return None
@@ -344,7 +346,7 @@ def power_trace(rd: ReportData) -> Figure:
     run, parts = picked
     from host.analysis.traces import read_trace
 
-    req = parts[parts["kind"] == "request"].iloc[0]
+    req = parts[parts["kind"] == WindowKind.REQUEST].iloc[0]
     t0, t1 = int(req["t0_meter_ns"]), int(req["t1_meter_ns"])
     offset = t0 - int(req["t0_local_ns"])
     pad = max(int(0.4 * (t1 - t0)), 300_000_000)

@@ -18,6 +18,7 @@ import pandas as pd
 
 from host.analysis.intervals import format_interval, number
 from host.analysis.paired import pairing_label
+from host.analysis.vocabulary import WindowKind
 from host.report import instrument
 from host.report.data import ReportData
 
@@ -81,7 +82,7 @@ def _accuracy_cell(r: dict, prefix: str = "accuracy_") -> str:
 
 def _invalid_figure(rd: ReportData, cfg: str, col: str = "j_per_token") -> str:
     pr = rd.per_run
-    sel = pr[(pr["config"] == cfg) & (pr["phase"] == "request")] if len(pr) else pr
+    sel = pr[(pr["config"] == cfg) & (pr["phase"] == WindowKind.REQUEST)] if len(pr) else pr
     vals = sel[col].dropna() if len(sel) else pd.Series(dtype=float)
     if vals.empty:
         return "null"
@@ -105,7 +106,7 @@ def results_table(rd: ReportData) -> Table:
     for cfg in rd.configs:
         r = h.loc[cfg] if cfg in h.index else None
         facts = m.loc[cfg] if len(m) and cfg in m.index else None
-        req = pr[(pr["config"] == cfg) & (pr["phase"] == "request")] if len(pr) else pr
+        req = pr[(pr["config"] == cfg) & (pr["phase"] == WindowKind.REQUEST)] if len(pr) else pr
         valid = req[req["valid"]] if len(req) else req
         use = valid if len(valid) else req
         tok_s = (use["generated_tokens"] / use["measured_duration_s"]).replace(

@@ -111,7 +111,7 @@ def work_answer(rd: ReportData) -> Answer:
         text = f"{d.answer.capitalize()}: decode J/token is explained by {terms}."
     text += (" Terms: bytes = the model file's size streamed per decoded token (dense model; "
              "an upper bound); compute = this node's measured prefill time per prompt token.")
-    status = DECIDED if d.status == "decided" else UNDECIDED
+    status = DECIDED if d.status == DECIDED else UNDECIDED
     return Answer("work", q, text, status)
 
 
