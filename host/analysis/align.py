@@ -608,7 +608,7 @@ class ClockMap:
     offset exactly 0) or "none" (no usable offset: the run is flagged and not measured).
     """
 
-    basis: str
+    basis: ClockBasis
     sync_local_ns: np.ndarray
     sync_offset_ns: np.ndarray
     uncertainty_ns: float
@@ -677,19 +677,19 @@ class ClockMap:
             note = f"measured offsets at {len(xs)} point(s) ({whens})"
             if len(xs) == 1:
                 note += "; single sync point: drift not corrected"
-            return ClockMap("clock_sync", xs, os_, u, note)
+            return ClockMap(ClockBasis.CLOCK_SYNC, xs, os_, u, note)
         if trace_clock_simulated:
             return ClockMap(
-                "none", np.zeros(0, np.int64), np.zeros(0, np.int64), float("nan"),
+                ClockBasis.NONE, np.zeros(0, np.int64), np.zeros(0, np.int64), float("nan"),
                 "run.json clock_sync has no usable offset, and the trace's clock is simulated "
                 "(not the machine's monotonic clock, whatever the boot ids say)",
             )
         if run_boot_id and trace_boot_id and run_boot_id == trace_boot_id:
             return ClockMap(
-                "same_host", np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0,
+                ClockBasis.SAME_HOST, np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0,
                 "same host (equal boot_id): token log and meter share one monotonic clock",
             )
         return ClockMap(
-            "none", np.zeros(0, np.int64), np.zeros(0, np.int64), float("nan"),
+            ClockBasis.NONE, np.zeros(0, np.int64), np.zeros(0, np.int64), float("nan"),
             "run.json clock_sync has no usable offset and the boot ids differ",
         )

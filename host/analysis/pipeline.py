@@ -49,7 +49,14 @@ from host.analysis.results import (
 from host.analysis.tokenlog_reader import read_run
 from host.analysis.traces import read_trace
 from host.analysis.verdicts import check_overlaps, run_verdicts
-from host.analysis.vocabulary import EnergyBasis, LagMode, Phase, TokenUnit, WindowKind
+from host.analysis.vocabulary import (
+    ClockBasis,
+    EnergyBasis,
+    LagMode,
+    Phase,
+    TokenUnit,
+    WindowKind,
+)
 from host.analysis.windows import (
     channels_of_nodes,
     clock_domain,
@@ -130,7 +137,7 @@ def analyze(run_dirs: Sequence[str | Path], trace_dir: str | Path | Sequence[str
                     f"{run.path}: run does not overlap the trace {trace.path} (run spans "
                     f"{span[0] / NS:.3f}–{span[1] / NS:.3f} s of meter monotonic time, trace "
                     f"covers {cov_txt})")
-            if clock.basis == "clock_sync" and len(clock.sync_local_ns) == 1:
+            if clock.basis == ClockBasis.CLOCK_SYNC and len(clock.sync_local_ns) == 1:
                 unc = (unc if np.isfinite(unc) else 0.0) + opts.single_sync_drift_ppm * 1e-6 * (
                     hi - lo)
         chans = sorted({c for cs in node_ch.values() for c in cs})

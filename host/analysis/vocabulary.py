@@ -94,3 +94,11 @@ class VerdictState(Word):
     DECIDED = "decided"
     EQUIVALENT = "equivalent"
     UNDECIDED = "undecided"
+
+
+class InvalidScope(Word):
+    """What an invalid stretch of a channel's trace rules out: every reading, or only the
+    energy counter (power readings stay usable)."""
+
+    ALL = "all"
+    COUNTER = "counter"
