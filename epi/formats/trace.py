@@ -94,6 +94,8 @@ INFO_EVENTS: frozenset[EventKind] = frozenset(
 FAULT_EVENTS: frozenset[EventKind] = frozenset(EventKind) - INFO_EVENTS
 # Software power sources a channel may name (docs/sources.md); absent: a wall-meter channel.
 SOFTWARE_SOURCES: frozenset[str] = frozenset({"rapl", "hwmon", "nvml", "pmic"})
+# A wall-meter channel's scope; a software source names its own (package, dram, gpu, ...).
+WALL_SCOPE = "wall"
 EVENT_KINDS: frozenset[str] = frozenset(EventKind.values())
 
 # Valid ranges of every sample field (docs/formats.md §1 states the same).
@@ -202,7 +204,7 @@ class ChannelMeta:
     meter_constant_imp_per_kwh: float | None  # None: the meta does not give it
     ct: Any = None
     # Software power sources (docs/sources.md); the defaults describe a wall-meter channel.
-    scope: str = "wall"
+    scope: str = WALL_SCOPE
     source: str | None = None
     resolution_j: float | None = None
     sample_period_s: float | None = None  # the channel's own row spacing, when it has one

@@ -9,6 +9,7 @@ from pathlib import Path
 from epi.core.errors import UserError
 from host.analysis import statistics
 from host.analysis.model import Options, RunInfo
+from host.analysis.vocabulary import COMPOSITE_METRIC
 
 
 # --------------------------------------------------------------------------- accuracy
@@ -30,7 +31,7 @@ def load_accuracy(path: Path | None, runs: Sequence[RunInfo], opts: Options
             if isinstance(p.get("ppl"), (int, float)):
                 ppl[info.config] = float(p["ppl"])
             metric = opts.accuracy_metric
-            if metric == "composite":
+            if metric == COMPOSITE_METRIC:
                 block = entry.get("composite") or {}
                 val, ci = block.get("accuracy"), block.get("ci95")
                 weights = block.get("weights") or {}

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.text import format_table
+from epi.formats.trace import WALL_SCOPE
 from host.analysis.align import WindowEnergy, window_energy
 from host.analysis.model import Analysis, RunInfo
 from host.analysis.traces import Trace
@@ -36,7 +37,7 @@ COLUMNS = [
 
 
 def _is_wall(trace: Trace, ch: int) -> bool:
-    return trace.channels[ch].scope == "wall"
+    return trace.channels[ch].scope == WALL_SCOPE
 
 
 def has_components(trace: Trace) -> bool:
@@ -53,7 +54,7 @@ def node_channel_override(trace: Trace, override: Mapping[str, list[int]] | None
     comp: dict[str, list[int]] = {}
     for ch, info in sorted(trace.channels.items()):
         if info.node is not None:
-            (wall if info.scope == "wall" else comp).setdefault(info.node, []).append(ch)
+            (wall if info.scope == WALL_SCOPE else comp).setdefault(info.node, []).append(ch)
     out = {node: wall.get(node) or comp[node] for node in {*wall, *comp}}
     if override:
         out.update({k: list(v) for k, v in override.items()})
@@ -90,7 +91,7 @@ def component_table(a: Analysis) -> pd.DataFrame:
             continue
         for node, main_chans in info.node_channels.items():
             comps = [ch for ch, ci in sorted(trace.channels.items())
-                     if ci.scope != "wall" and ci.node == node]
+                     if ci.scope != WALL_SCOPE and ci.node == node]
             if not comps:
                 continue
             main_is_wall = all(_is_wall(trace, c) for c in main_chans)
@@ -178,7 +179,7 @@ def records(a: Analysis) -> dict[str, object] | None:
     chans = [{"channel": ch, "name": ci.name, "node": ci.node, "source": ci.source,
               "scope": ci.scope, "label": COMPONENT_LABEL,
               "resolution_j": ci.resolution_j, "sample_period_s": ci.sample_period_s}
-             for ch, ci in sorted(a.trace.channels.items()) if ci.scope != "wall"]
+             for ch, ci in sorted(a.trace.channels.items()) if ci.scope != WALL_SCOPE]
     return {
         "label": COMPONENT_LABEL,
         "main_figures": main_labels(a),

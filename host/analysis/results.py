@@ -22,7 +22,7 @@ from host.analysis.instrument import ChannelInstrument, Qualification, figure_te
 from host.analysis.model import UNIT_TEXT, Options, RunInfo
 from host.analysis.power_source import combined
 from host.analysis.verdicts import valid_repeats
-from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis, Phase, TokenUnit
+from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis, Phase, TokenUnit, WindowKind
 from host.analysis.windows import methods_used
 
 
@@ -315,20 +315,20 @@ def phase_breakdown(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFr
     rows = []
     for cfg in dict.fromkeys(i.config for i in infos):
         def med(phase: str, unit: str, col: str, cfg: str = cfg) -> float:
-            v = valid[(valid["config"] == cfg) & (valid["scope"] == SCOPE_ALL)
-                      & (valid["phase"] == phase) & (valid["unit"] == unit)
-                      & (valid["basis"] == EnergyBasis.GROSS)][col].to_numpy(np.float64)
+            rows_cu = headline_rows(valid, EnergyBasis.GROSS, phase=phase, unit=unit)
+            v = rows_cu[rows_cu["config"] == cfg][col].to_numpy(np.float64)
             return float(np.median(v)) if len(v) and not np.isnan(v).any() else float("nan")
 
-        idle_p = [i.idle_power_w.get("all", np.nan) for i in infos if i.config == cfg]
-        ok = [verdicts[(verdicts["run_id"] == i.run.run_id) & (verdicts["phase"] == "idle")][
-            "valid"].all() for i in infos if i.config == cfg]
+        idle_p = [i.idle_power_w.get(SCOPE_ALL, np.nan) for i in infos if i.config == cfg]
+        idle = verdicts[verdicts["phase"] == WindowKind.IDLE]
+        ok = [idle[idle["run_id"] == i.run.run_id]["valid"].all() for i in infos
+              if i.config == cfg]
         idle_p = [p for p, v in zip(idle_p, ok, strict=True) if v and np.isfinite(p)]
         p_idle = float(np.median(idle_p)) if idle_p else float("nan")
-        pre = med("prefill", "prompt", "energy_per_request_j")
-        dec = med("decode", "generated", "energy_per_request_j")
-        req = med("request", "generated", "energy_per_request_j")
-        dur = med("request", "generated", "duration_per_request_s")
+        pre = med(Phase.PREFILL, TokenUnit.PROMPT, "energy_per_request_j")
+        dec = med(Phase.DECODE, TokenUnit.GENERATED, "energy_per_request_j")
+        req = med(Phase.REQUEST, TokenUnit.GENERATED, "energy_per_request_j")
+        dur = med(Phase.REQUEST, TokenUnit.GENERATED, "duration_per_request_s")
         idle_mj = p_idle * dur * 1e3
         src = valid[(valid["config"] == cfg) & (valid["scope"] == SCOPE_ALL)]["power_source"]
         rows.append({"config": cfg, "power_source": combined(src.unique()),
