@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from epi.core.text import format_table
+from epi.core.text import format_number, format_table
 from epi.formats.trace import WALL_SCOPE
 from host.analysis.align import WindowEnergy, window_energy
 from host.analysis.model import Analysis, RunInfo
@@ -197,8 +197,7 @@ def files(a: Analysis) -> dict[str, bytes]:
     return {"components.csv": component_table(a).to_csv(index=False).encode()}
 
 
-def _num(x: float | None, fmt: str = ".4g") -> str:
-    return "null" if x is None or not np.isfinite(x) else format(x, fmt)
+_num = format_number  # `fmt`-formatted, "null" where there is no number
 
 
 def summary_lines(a: Analysis) -> list[str]:

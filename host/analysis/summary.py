@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from epi.core.text import format_table
+from epi.core.text import format_number, format_table
 from host.analysis import components
 from host.analysis.headline import headline_rows
 from host.analysis.intervals import format_interval, pct
@@ -22,8 +22,7 @@ SPREAD_FIX = ("  what to change (repeat spread): longer repeats (--tokens), more
               "speed did, not the meter")
 
 
-def _num(x: float | None, fmt: str = ".4g") -> str:
-    return "null" if x is None or not np.isfinite(x) else format(x, fmt)
+_num = format_number  # `fmt`-formatted, "null" where there is no number
 
 
 def _pct(x: float) -> str:

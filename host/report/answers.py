@@ -21,8 +21,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from epi.core.text import format_number
 from host.analysis.intervals import finite as _finite
-from host.analysis.intervals import format_interval, number, pct
+from host.analysis.intervals import format_interval, pct
 from host.analysis.vocabulary import WindowKind
 from host.report import instrument
 from host.report.answer_model import (
@@ -156,7 +157,7 @@ def perplexity_answer(rd: ReportData) -> Answer:
 
 
 def _num(x: object) -> str:
-    return format(number(x), ".3f") if _finite(x) else "null"
+    return format_number(x, ".3f")
 
 
 def layer_group_answer(rd: ReportData) -> Answer:

@@ -29,6 +29,7 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from epi.core.errors import UserError
+from epi.core.text import format_number
 from epi.formats.tokenlog import TokenEvent, parse_events
 from host.analysis.headline import headline_rows
 from host.analysis.intervals import finite as _finite
@@ -91,8 +92,7 @@ def _run_points(rd: ReportData, phase: str = "request") -> pd.DataFrame:
     return pr[pr["phase"] == phase] if len(pr) else pr
 
 
-def _g(x: object) -> str:
-    return format(number(x), ".4g") if _finite(x) else "null"
+_g = format_number  # ".4g", "null" where there is no number
 
 
 def _obstacles(ax: plt.Axes) -> list[Artist]:

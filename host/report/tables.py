@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from epi.core.text import format_number
 from host.analysis.intervals import format_interval, number
 from host.analysis.paired import pairing_label
 from host.analysis.vocabulary import WindowKind
@@ -40,9 +41,7 @@ def _tail(rd: ReportData, differs: str = "") -> str:
         f" [{rd.labels.tag()}]"
 
 
-def num(x: object, fmt: str = ".4g") -> str:
-    v = number(x)
-    return format(v, fmt) if np.isfinite(v) else "null"
+num = format_number  # a table cell: `fmt`-formatted, "null" where there is no number
 
 
 def with_ci(v: object, lo: object, hi: object, fmt: str = ".4g", coverage: object = None, *,
