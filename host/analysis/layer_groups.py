@@ -4,6 +4,7 @@ and the labelled time-share estimate.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +14,7 @@ from epi.formats.manifests import LayerGroup, QuantManifest, read_any_manifest
 from host.analysis import statistics
 from host.analysis.headline import headline_rows
 from host.analysis.model import Options, RunInfo
+from host.analysis.records import GroupDifferential, TimeShareEstimate
 from host.analysis.results import repeat_values
 from host.analysis.verdicts import valid_repeats
 
@@ -50,8 +52,8 @@ def _group_signature(g: LayerGroup) -> str:
 
 
 def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFrame,
-                  results: pd.DataFrame, opts: Options) -> tuple[list[dict], list[dict],
-                                                                 list[str]]:
+                  results: pd.DataFrame, opts: Options
+                  ) -> tuple[list[GroupDifferential], list[TimeShareEstimate], list[str]]:
     notes: list[str] = []
     manifests: dict[str, QuantManifest] = {}
     corrupt_of: dict[str, list[str]] = {}
@@ -78,11 +80,11 @@ def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.Da
     values = {str(c): repeat_values(valid, str(c), basis) for c in sel["config"].unique()}
     sigs = {c: {g.name: _group_signature(g) for g in m.layer_groups}
             for c, m in manifests.items()}
-    diff = statistics.differential_groups(sigs, values, level=opts.ci_level)
-    for d in diff:
-        d["energy_basis"] = f"{basis} J per generated token (whole request)"
-        d["method"] = "differential: runs differing only in this group's type"
-    tshare: list[dict] = []
+    basis_text = f"{basis} J per generated token (whole request)"
+    diff = [replace(d, energy_basis=basis_text,
+                    method="differential: runs differing only in this group's type")
+            for d in statistics.differential_groups(sigs, values, level=opts.ci_level)]
+    tshare: list[TimeShareEstimate] = []
     if opts.time_share:
         for cfg, m in manifests.items():
             info = next(i for i in infos if i.config == cfg)
@@ -99,8 +101,7 @@ def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.Da
                     share = len(layers & held) / len(layers)
                     gbytes[lg.name] = lg.n_weights * lg.bits_per_weight / 8 * share
                 for name, val in statistics.time_share_split(node_val, gbytes).items():
-                    tshare.append({"config": cfg, "node": p.node, "group": name,
-                                   "j_per_token": val, "energy_basis": f"{basis} J per "
-                                   "generated token (whole request)",
-                                   "label": statistics.TIME_SHARE_LABEL})
+                    tshare.append(TimeShareEstimate(
+                        config=cfg, node=p.node, group=name, j_per_token=val,
+                        energy_basis=basis_text, label=statistics.TIME_SHARE_LABEL))
     return diff, tshare, notes

@@ -9,6 +9,7 @@ data allow it (host.analysis.paired).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import pairwise
 
 import numpy as np
@@ -21,6 +22,7 @@ from host.analysis.headline import headline_rows
 from host.analysis.instrument import ChannelInstrument, Qualification, figure_term
 from host.analysis.model import UNIT_TEXT, Options, RunInfo
 from host.analysis.power_source import combined
+from host.analysis.records import PerplexityPair
 from host.analysis.verdicts import valid_repeats
 from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis, Phase, TokenUnit, WindowKind
 from host.analysis.windows import methods_used
@@ -154,7 +156,7 @@ def pareto_configs(results: pd.DataFrame, opts: Options) -> list[str]:
 
 
 def matched_pairs(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFrame,
-                  ppl: dict[str, float], opts: Options) -> list[dict]:
+                  ppl: dict[str, float], opts: Options) -> list[PerplexityPair]:
     h = headline_rows(results, opts.energy_basis)
     if h.empty:
         return []
@@ -164,9 +166,8 @@ def matched_pairs(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFra
         configs, np.array([ppl.get(c, np.nan) for c in configs]),
         {c: repeat_values(valid, c, opts.energy_basis) for c in configs},
         rel_tol=opts.ppl_tolerance, level=opts.ci_level)
-    for p in out:
-        p["energy_basis"] = f"{opts.energy_basis} J per generated token (whole request)"
-    return out
+    basis = f"{opts.energy_basis} J per generated token (whole request)"
+    return [replace(p, energy_basis=basis) for p in out]
 
 
 SAVINGS_COLUMNS = [
@@ -266,7 +267,7 @@ def _verdict(d: paired.EnergyDifference, acc: paired.AccuracyDifference, a: str,
 
 
 def comparisons(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFrame,
-                opts: Options, pareto: list[str], pairs: list[dict], items: dict | None,
+                opts: Options, pareto: list[str], pairs: list[PerplexityPair], items: dict | None,
                 weights: dict[str, float] | None) -> pd.DataFrame:
     """Every pairwise difference the summary reports, paired, with a plain verdict.
 
@@ -279,7 +280,7 @@ def comparisons(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFrame
     if opts.baseline is not None and opts.baseline in h.index:
         wanted += [("savings vs baseline", opts.baseline, c) for c in h.index
                    if c != opts.baseline]
-    wanted += [("perplexity-matched pair", p["dearer"], p["cheaper"]) for p in pairs]
+    wanted += [("perplexity-matched pair", p.dearer, p.cheaper) for p in pairs]
     front = sorted((c for c in pareto if c in h.index),
                    key=lambda c: h.loc[c, "j_per_token_median"])
     wanted += [("frontier neighbours", x, y) for x, y in pairwise(front)]

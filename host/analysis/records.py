@@ -1,0 +1,141 @@
+"""The analysis' comparison records: perplexity-matched pairs, the layer-group differential and
+the time-share estimate, each a row of results.json with its JSON beside it.
+
+`to_json` writes the keys in the order results.json has always had them (the file stays
+byte-identical); `from_json` reads one back (a reader of results.json, or a test's round trip).
+NaN stays NaN here: host.analysis.output.clean writes it as null.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+
+def _float(doc: Mapping[str, object], key: str) -> float:
+    v = doc.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+
+
+def _int(doc: Mapping[str, object], key: str) -> int:
+    v = doc.get(key)
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+def _str(doc: Mapping[str, object], key: str) -> str:
+    v = doc.get(key)
+    return v if isinstance(v, str) else ""
+
+
+def _flag(doc: Mapping[str, object], key: str) -> bool | None:
+    v = doc.get(key)
+    return v if isinstance(v, bool) else None
+
+
+@dataclass(frozen=True)
+class PerplexityPair:
+    """Two configurations whose perplexities agree within the tolerance, and the paired
+    J/token difference between them (the dearer one first in the difference)."""
+
+    cheaper: str
+    dearer: str
+    ppl_cheaper: float
+    ppl_dearer: float
+    ppl_rel_diff: float
+    j_per_token_cheaper: float
+    j_per_token_dearer: float
+    saving_pct: float
+    saving_pct_ci_lo: float
+    saving_pct_ci_hi: float
+    delta_j_per_token: float
+    delta_ci_lo: float
+    delta_ci_hi: float
+    ci_coverage: float
+    ci_method: str
+    n_pairs: int
+    distinguishable: bool | None
+    reason: str
+    ppl_tolerance: float
+    energy_basis: str = ""  # what the J/token figures count (set by the analysis)
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, object]) -> PerplexityPair:
+        return cls(
+            cheaper=_str(doc, "cheaper"), dearer=_str(doc, "dearer"),
+            ppl_cheaper=_float(doc, "ppl_cheaper"), ppl_dearer=_float(doc, "ppl_dearer"),
+            ppl_rel_diff=_float(doc, "ppl_rel_diff"),
+            j_per_token_cheaper=_float(doc, "j_per_token_cheaper"),
+            j_per_token_dearer=_float(doc, "j_per_token_dearer"),
+            saving_pct=_float(doc, "saving_pct"),
+            saving_pct_ci_lo=_float(doc, "saving_pct_ci_lo"),
+            saving_pct_ci_hi=_float(doc, "saving_pct_ci_hi"),
+            delta_j_per_token=_float(doc, "delta_j_per_token"),
+            delta_ci_lo=_float(doc, "delta_ci_lo"), delta_ci_hi=_float(doc, "delta_ci_hi"),
+            ci_coverage=_float(doc, "ci_coverage"), ci_method=_str(doc, "ci_method"),
+            n_pairs=_int(doc, "n_pairs"), distinguishable=_flag(doc, "distinguishable"),
+            reason=_str(doc, "reason"), ppl_tolerance=_float(doc, "ppl_tolerance"),
+            energy_basis=_str(doc, "energy_basis"))
+
+
+@dataclass(frozen=True)
+class GroupDifferential:
+    """The energy attributed to one layer group by two configurations that differ only in
+    that group's type: B − A in J per generated token, with its paired interval."""
+
+    group: str
+    config_a: str
+    config_b: str
+    type_a: str
+    type_b: str
+    delta_j_per_token: float
+    ci_lo: float
+    ci_hi: float
+    ci_coverage: float
+    ci_method: str
+    n_a: int
+    n_b: int
+    distinguishable: bool | None
+    reason: str
+    energy_basis: str = ""  # set by the analysis
+    method: str = ""  # set by the analysis
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, object]) -> GroupDifferential:
+        return cls(
+            group=_str(doc, "group"), config_a=_str(doc, "config_a"),
+            config_b=_str(doc, "config_b"), type_a=_str(doc, "type_a"),
+            type_b=_str(doc, "type_b"), delta_j_per_token=_float(doc, "delta_j_per_token"),
+            ci_lo=_float(doc, "ci_lo"), ci_hi=_float(doc, "ci_hi"),
+            ci_coverage=_float(doc, "ci_coverage"), ci_method=_str(doc, "ci_method"),
+            n_a=_int(doc, "n_a"), n_b=_int(doc, "n_b"),
+            distinguishable=_flag(doc, "distinguishable"), reason=_str(doc, "reason"),
+            energy_basis=_str(doc, "energy_basis"), method=_str(doc, "method"))
+
+
+@dataclass(frozen=True)
+class TimeShareEstimate:
+    """A node's J per generated token split over the layer groups it holds by weight bytes
+    (an estimate, labelled so)."""
+
+    config: str
+    node: str
+    group: str
+    j_per_token: float
+    energy_basis: str
+    label: str
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, object]) -> TimeShareEstimate:
+        return cls(config=_str(doc, "config"), node=_str(doc, "node"),
+                   group=_str(doc, "group"), j_per_token=_float(doc, "j_per_token"),
+                   energy_basis=_str(doc, "energy_basis"), label=_str(doc, "label"))
