@@ -29,10 +29,10 @@ import math
 import operator
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from epi.core.errors import UserError
 from epi.core.vocabulary import Word
@@ -50,10 +50,25 @@ from epi.formats.fields import (
 TRACE_FORMAT = "epi-trace"
 TRACE_FORMAT_VERSION = 1
 
-SAMPLE_COLUMNS: tuple[str, ...] = (
-    "seq", "channel", "t_mono_ns", "t_real_ns", "power_w", "voltage_v", "current_a",
-    "power_factor", "frequency_hz", "energy_j", "status",
-)
+
+class SampleRow(NamedTuple):
+    """One row of samples.csv, its fields in the file's column order (None: an empty field).
+    The one list of the sample columns: SAMPLE_COLUMNS is its field names."""
+
+    seq: int | None
+    channel: int | None
+    t_mono_ns: int | None
+    t_real_ns: int | None
+    power_w: float | None
+    voltage_v: float | None
+    current_a: float | None
+    power_factor: float | None
+    frequency_hz: float | None
+    energy_j: float | None
+    status: int | None
+
+
+SAMPLE_COLUMNS: tuple[str, ...] = SampleRow._fields
 EVENT_COLUMNS: tuple[str, ...] = ("t_mono_ns", "t_real_ns", "channel", "kind", "detail")
 class EventKind(Word):
     """What an event row says happened (the meter's MicroPython code writes the same words)."""
@@ -237,6 +252,29 @@ class Gap:
     same_clock: bool = True
 
 
+class ChannelEnds(NamedTuple):
+    """A channel's first and last sample times in one segment (both clocks): where its
+    segment gaps start and end, and what orders the segments of one boot."""
+
+    first_mono_ns: int
+    first_real_ns: int
+    last_mono_ns: int
+    last_real_ns: int
+
+    def to_json(self) -> list[int]:
+        """[first mono, first real, last mono, last real] (the analysis cache stores it)."""
+        return [int(v) for v in self]
+
+    @classmethod
+    def from_json(cls, doc: Sequence[object]) -> ChannelEnds:
+        """Read back `to_json`'s list; ValueError or TypeError when it is not four integers."""
+        vals = [int(v) for v in doc if isinstance(v, (int, float, str))]
+        if len(vals) != 4 or len(doc) != 4:
+            raise ValueError(f"channel ends: expected four integers, got {list(doc)!r}")
+        a, b, c, d = vals
+        return cls(a, b, c, d)
+
+
 @dataclass
 class Segment:
     """One segment as read back: its checked meta, samples by column, events as rows."""
@@ -254,8 +292,7 @@ class Segment:
     truncated_samples: int = 0  # crash-cut final records dropped
     truncated_events: int = 0
     out_of_range: list[tuple[int, str, float]] = field(default_factory=list)  # (line, col, value)
-    # channel → (first t_mono_ns, first t_real_ns, last t_mono_ns, last t_real_ns)
-    ends: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    ends: dict[int, ChannelEnds] = field(default_factory=dict)
 
     @property
     def boot_id(self) -> str | None:
@@ -270,10 +307,10 @@ class Segment:
         return len(self.columns["seq"])
 
     @property
-    def samples(self) -> list[dict[str, Any]]:
-        """The sample rows as dicts (built on demand; `columns` is the stored form)."""
+    def samples(self) -> list[SampleRow]:
+        """The sample rows (built on demand; `columns` is the stored form)."""
         cols = [self.columns[c] for c in SAMPLE_COLUMNS]
-        return [dict(zip(SAMPLE_COLUMNS, row, strict=True)) for row in zip(*cols, strict=True)]
+        return [SampleRow(*row) for row in zip(*cols, strict=True)]
 
     @property
     def dropped_lines(self) -> int:
@@ -294,7 +331,7 @@ class Trace:
         """Every sample row of every segment, with a ``segment`` key added."""
         for seg in self.segments:
             for row in seg.samples:
-                yield {"segment": seg.number, **row}
+                yield {"segment": seg.number, **row._asdict()}
 
     def events(self) -> Iterator[dict[str, Any]]:
         """Every event row of every segment, with a ``segment`` key added."""
@@ -515,7 +552,7 @@ class SegmentSamples:
     columns: Mapping[str, Column]
     dropped: int  # crash-cut final records
     out_of_range: list[tuple[int, str, float]]  # (file line, column, value), set to missing
-    ends: dict[int, tuple[int, int, int, int]]  # channel → first/last t_mono_ns, t_real_ns
+    ends: dict[int, ChannelEnds]
 
 
 # How a segment's samples are read: (samples.csv path, the meta's channels or None).
@@ -528,10 +565,10 @@ def read_samples(path: Path, channels: set[int] | None = None) -> SegmentSamples
     return SegmentSamples(cols, dropped, odd, sample_ends(cols))
 
 
-def sample_ends(columns: Mapping[str, Column]) -> dict[int, tuple[int, int, int, int]]:
-    """channel → (first t_mono_ns, first t_real_ns, last t_mono_ns, last t_real_ns)."""
+def sample_ends(columns: Mapping[str, Column]) -> dict[int, ChannelEnds]:
+    """channel → its first and last sample times in these columns."""
     mono, real = columns["t_mono_ns"], columns["t_real_ns"]
-    return {ch: (mono[i], real[i], mono[j], real[j]) for ch, (i, j) in
+    return {ch: ChannelEnds(mono[i], real[i], mono[j], real[j]) for ch, (i, j) in
             channel_ends(columns).items()}
 
 
@@ -718,8 +755,8 @@ def _check_across_segments(path: Path, segments: list[Segment]) -> None:
                             f"(channel map mismatch at {diff[0]})")
     last: dict[tuple[str | None, int], tuple[int, int]] = {}
     for seg in segments:
-        firsts = {ch: e[0] for ch, e in seg.ends.items()}
-        lasts = {ch: e[2] for ch, e in seg.ends.items()}
+        firsts = {ch: e.first_mono_ns for ch, e in seg.ends.items()}
+        lasts = {ch: e.last_mono_ns for ch, e in seg.ends.items()}
         for ch, t in firsts.items():
             prev = last.get((seg.boot_id, ch))
             if prev is not None and t <= prev[1]:
@@ -747,8 +784,8 @@ def _segment_gaps(segments: list[Segment]) -> list[Gap]:
     """Per channel: the span from its last sample in one segment to its first in the next."""
     gaps: list[Gap] = []
     for before, after in itertools.pairwise(segments):
-        last = {ch: (e[2], e[3]) for ch, e in before.ends.items()}
-        first = {ch: (e[0], e[1]) for ch, e in after.ends.items()}
+        last = {ch: (e.last_mono_ns, e.last_real_ns) for ch, e in before.ends.items()}
+        first = {ch: (e.first_mono_ns, e.first_real_ns) for ch, e in after.ends.items()}
         same = before.boot_id is not None and before.boot_id == after.boot_id
         why = ("daemon stopped" if before.clean_stop
                else "daemon ended without a clean stop (crash or kill)")
