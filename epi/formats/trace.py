@@ -69,7 +69,20 @@ class SampleRow(NamedTuple):
 
 
 SAMPLE_COLUMNS: tuple[str, ...] = SampleRow._fields
-EVENT_COLUMNS: tuple[str, ...] = ("t_mono_ns", "t_real_ns", "channel", "kind", "detail")
+
+
+class TraceEvent(NamedTuple):
+    """One row of events.csv, its fields in the file's column order (None: an empty field).
+    `kind` is an EventKind's word as written (an unknown lower-case word is kept)."""
+
+    t_mono_ns: int | None
+    t_real_ns: int | None
+    channel: int | None
+    kind: str
+    detail: str
+
+
+EVENT_COLUMNS: tuple[str, ...] = TraceEvent._fields
 class EventKind(Word):
     """What an event row says happened (the meter's MicroPython code writes the same words)."""
 
@@ -288,7 +301,7 @@ class Segment:
     # SAMPLE_COLUMNS → values (None for an empty field); a caller's samples reader may give
     # another sequence type (the analysis: numpy arrays from its columnar cache).
     columns: Mapping[str, Column]
-    events: list[dict[str, Any]]
+    events: list[TraceEvent]
     truncated_samples: int = 0  # crash-cut final records dropped
     truncated_events: int = 0
     out_of_range: list[tuple[int, str, float]] = field(default_factory=list)  # (line, col, value)
@@ -337,7 +350,7 @@ class Trace:
         """Every event row of every segment, with a ``segment`` key added."""
         for seg in self.segments:
             for row in seg.events:
-                yield {"segment": seg.number, **row}
+                yield {"segment": seg.number, **row._asdict()}
 
     @property
     def dropped_lines(self) -> int:
@@ -597,11 +610,11 @@ def parse_samples(path: Path, channels: set[int] | None = None
                             ) from None
 
 
-def _event_row(rec: list[str], channels: set[int] | None) -> dict[str, Any]:
+def _event_row(rec: list[str], channels: set[int] | None) -> TraceEvent:
     if len(rec) != len(EVENT_COLUMNS):
         raise ValueError(f"{len(rec)} fields, expected {len(EVENT_COLUMNS)}")
     t_mono, t_real, channel, kind, detail = rec
-    row: dict[str, Any] = {}
+    row: dict[str, int | None] = {}
     for name, text, hi in (("t_mono_ns", t_mono, INT64_MAX), ("t_real_ns", t_real, INT64_MAX),
                            ("channel", channel, MAX_CHANNEL)):
         if text == "":
@@ -618,15 +631,13 @@ def _event_row(rec: list[str], channels: set[int] | None) -> dict[str, Any]:
         raise ValueError(f"channel {row['channel']} is not in the meta's channels")
     if not kind or not re.fullmatch(r"[a-z_]{1,40}", kind):
         raise ValueError(f"column kind is {kind[:30]!r}, expected a lower-case word")
-    row["kind"] = kind
-    row["detail"] = detail
     if kind == EventKind.GAP:
         parse_gap_detail(detail)  # ValueError names a malformed end
-    return row
+    return TraceEvent(row["t_mono_ns"], row["t_real_ns"], row["channel"], kind, detail)
 
 
 def parse_events(path: Path, channels: set[int] | None = None
-                 ) -> tuple[list[dict[str, Any]], int]:
+                 ) -> tuple[list[TraceEvent], int]:
     """A segment's events.csv as rows, checked; (rows, crash-cut records dropped)."""
     lines, dropped = _read_complete_lines(path)
     if not lines:
@@ -638,7 +649,7 @@ def parse_events(path: Path, channels: set[int] | None = None
     if tuple(records[0]) != EVENT_COLUMNS:
         raise UserError(f"{path}: header {lines[0][:80]!r} is not the epi-trace v1 header")
     body = records[1:]
-    events: list[dict[str, Any]] = []
+    events: list[TraceEvent] = []
     for i, rec in enumerate(body):
         try:
             events.append(_event_row(rec, channels))
@@ -772,11 +783,11 @@ def _event_gaps(segments: list[Segment]) -> list[Gap]:
     gaps: list[Gap] = []
     for seg in segments:
         for ev in seg.events:
-            if ev["kind"] != EventKind.GAP:
+            if ev.kind != EventKind.GAP:
                 continue
-            end_mono, end_real, reason = parse_gap_detail(ev["detail"])
-            gaps.append(Gap(ev["channel"], ev["t_mono_ns"], end_mono, ev["t_real_ns"], end_real,
-                            reason, "event", same_clock=ev["t_mono_ns"] is not None))
+            end_mono, end_real, reason = parse_gap_detail(ev.detail)
+            gaps.append(Gap(ev.channel, ev.t_mono_ns, end_mono, ev.t_real_ns, end_real,
+                            reason, "event", same_clock=ev.t_mono_ns is not None))
     return gaps
 
 

@@ -253,16 +253,16 @@ def _sample_frame(seg: Segment) -> pd.DataFrame:
 def _event_frame(seg: Segment) -> pd.DataFrame:
     ev = seg.events
 
-    def ints(key: str) -> np.ndarray:
-        return np.array([INT64_MIN if e[key] is None else e[key] for e in ev], dtype=np.int64)
+    def ints(values: list[int | None]) -> np.ndarray:
+        return np.array([INT64_MIN if v is None else v for v in values], dtype=np.int64)
 
     return pd.DataFrame({
         "segment": np.full(len(ev), seg.number, dtype=np.int64),
-        "t_mono_ns": ints("t_mono_ns"),
-        "t_real_ns": ints("t_real_ns"),
-        "channel": pd.array([e["channel"] for e in ev], dtype="Int64"),
-        "kind": np.array([e["kind"] for e in ev], dtype=object),
-        "detail": np.array([e["detail"] for e in ev], dtype=object),
+        "t_mono_ns": ints([e.t_mono_ns for e in ev]),
+        "t_real_ns": ints([e.t_real_ns for e in ev]),
+        "channel": pd.array([e.channel for e in ev], dtype="Int64"),
+        "kind": np.array([e.kind for e in ev], dtype=object),
+        "detail": np.array([e.detail for e in ev], dtype=object),
     })
 
 
