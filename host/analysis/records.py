@@ -12,6 +12,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from epi.formats.json_types import JSON
+
 
 def _float(doc: Mapping[str, object], key: str) -> float:
     v = doc.get(key)
@@ -59,7 +61,7 @@ class PerplexityPair:
     ppl_tolerance: float
     energy_basis: str = ""  # what the J/token figures count (set by the analysis)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSON]:
         return asdict(self)
 
     @classmethod
@@ -103,7 +105,7 @@ class GroupDifferential:
     energy_basis: str = ""  # set by the analysis
     method: str = ""  # set by the analysis
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSON]:
         return asdict(self)
 
     @classmethod
@@ -131,7 +133,7 @@ class TimeShareEstimate:
     energy_basis: str
     label: str
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSON]:
         return asdict(self)
 
     @classmethod

@@ -5,16 +5,13 @@ and repeat.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
 from epi.formats.tokenlog import TokenEvent
-from host.analysis.align import (
-    window_energy,
-)
+from host.analysis.align import WindowEnergy, window_energy
 from host.analysis.model import CODE_NAMES, FIGURES, NS, PHASES, Options, RunInfo
 from host.analysis.power_source import channel_sources, combined
 from host.analysis.tokenlog_reader import RunLog
@@ -131,7 +128,7 @@ def _windows_local(run: RunLog) -> pd.DataFrame:
     return w
 
 
-def _combine(per_channel: dict[int, Any], chans: list[int], n: int, method: str,
+def _combine(per_channel: dict[int, WindowEnergy], chans: list[int], n: int, method: str,
              resolution: dict[int, float]) -> dict[str, np.ndarray]:
     """Sum the channels of one scope; any null channel makes the sum null (reason kept).
 
@@ -247,7 +244,7 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
 
 
 def _lag_moved(info: RunInfo, trace: Trace, opts: Options, t0: np.ndarray, t1: np.ndarray,
-               shift: Mapping[int, int], per_channel: Mapping[int, Any]
+               shift: Mapping[int, int], per_channel: Mapping[int, WindowEnergy]
                ) -> dict[int, np.ndarray]:
     """Per channel with a lag shift, each window's energy with the shift minus without it.
 
@@ -270,7 +267,7 @@ def _lag_moved(info: RunInfo, trace: Trace, opts: Options, t0: np.ndarray, t1: n
     return out
 
 
-def _primary(e: Any, opts: Options) -> np.ndarray:
+def _primary(e: WindowEnergy, opts: Options) -> np.ndarray:
     """A channel's figure as the analysis takes it: the counter's where it covers the window
     (energy method "counter"), the trapezoid's otherwise."""
     trap = np.asarray(e.energy_j, dtype=np.float64)
