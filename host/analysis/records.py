@@ -9,8 +9,9 @@ NaN stays NaN here: host.analysis.output.clean writes it as null.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from epi.formats.json_types import JSON
 
@@ -33,6 +34,17 @@ def _str(doc: Mapping[str, object], key: str) -> str:
 def _flag(doc: Mapping[str, object], key: str) -> bool | None:
     v = doc.get(key)
     return v if isinstance(v, bool) else None
+
+
+# a field's declared type → how it is read (a missing or mistyped value: NaN, 0, "" or None)
+_READERS: dict[str, Callable[[Mapping[str, object], str], object]] = {
+    "str": _str, "float": _float, "int": _int, "bool | None": _flag}
+
+
+def _fields_from(cls: type, doc: Mapping[str, object]) -> dict[str, Any]:
+    """Each of a record's fields read from `doc` by its declared type (so each value has
+    its field's type: the reader for that type made it)."""
+    return {f.name: _READERS[str(f.type)](doc, f.name) for f in fields(cls)}
 
 
 @dataclass(frozen=True)
@@ -66,21 +78,7 @@ class PerplexityPair:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, object]) -> PerplexityPair:
-        return cls(
-            cheaper=_str(doc, "cheaper"), dearer=_str(doc, "dearer"),
-            ppl_cheaper=_float(doc, "ppl_cheaper"), ppl_dearer=_float(doc, "ppl_dearer"),
-            ppl_rel_diff=_float(doc, "ppl_rel_diff"),
-            j_per_token_cheaper=_float(doc, "j_per_token_cheaper"),
-            j_per_token_dearer=_float(doc, "j_per_token_dearer"),
-            saving_pct=_float(doc, "saving_pct"),
-            saving_pct_ci_lo=_float(doc, "saving_pct_ci_lo"),
-            saving_pct_ci_hi=_float(doc, "saving_pct_ci_hi"),
-            delta_j_per_token=_float(doc, "delta_j_per_token"),
-            delta_ci_lo=_float(doc, "delta_ci_lo"), delta_ci_hi=_float(doc, "delta_ci_hi"),
-            ci_coverage=_float(doc, "ci_coverage"), ci_method=_str(doc, "ci_method"),
-            n_pairs=_int(doc, "n_pairs"), distinguishable=_flag(doc, "distinguishable"),
-            reason=_str(doc, "reason"), ppl_tolerance=_float(doc, "ppl_tolerance"),
-            energy_basis=_str(doc, "energy_basis"))
+        return cls(**_fields_from(cls, doc))
 
 
 @dataclass(frozen=True)
@@ -110,15 +108,7 @@ class GroupDifferential:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, object]) -> GroupDifferential:
-        return cls(
-            group=_str(doc, "group"), config_a=_str(doc, "config_a"),
-            config_b=_str(doc, "config_b"), type_a=_str(doc, "type_a"),
-            type_b=_str(doc, "type_b"), delta_j_per_token=_float(doc, "delta_j_per_token"),
-            ci_lo=_float(doc, "ci_lo"), ci_hi=_float(doc, "ci_hi"),
-            ci_coverage=_float(doc, "ci_coverage"), ci_method=_str(doc, "ci_method"),
-            n_a=_int(doc, "n_a"), n_b=_int(doc, "n_b"),
-            distinguishable=_flag(doc, "distinguishable"), reason=_str(doc, "reason"),
-            energy_basis=_str(doc, "energy_basis"), method=_str(doc, "method"))
+        return cls(**_fields_from(cls, doc))
 
 
 @dataclass(frozen=True)
@@ -138,6 +128,4 @@ class TimeShareEstimate:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, object]) -> TimeShareEstimate:
-        return cls(config=_str(doc, "config"), node=_str(doc, "node"),
-                   group=_str(doc, "group"), j_per_token=_float(doc, "j_per_token"),
-                   energy_basis=_str(doc, "energy_basis"), label=_str(doc, "label"))
+        return cls(**_fields_from(cls, doc))
