@@ -16,7 +16,13 @@ from host.analysis.model import CODE_NAMES, FIGURES, NS, PHASES, Options, RunInf
 from host.analysis.power_source import channel_sources, combined
 from host.analysis.tokenlog_reader import RunLog
 from host.analysis.traces import Trace
-from host.analysis.vocabulary import EnergyBasis, EnergyMethod, TokenUnit, WindowKind
+from host.analysis.vocabulary import (
+    EnergyBasis,
+    EnergyMethod,
+    FigureMethod,
+    TokenUnit,
+    WindowKind,
+)
 
 
 # --------------------------------------------------------------------------- runs ↔ trace
@@ -162,8 +168,9 @@ def _combine(per_channel: dict[int, WindowEnergy], chans: list[int], n: int, met
         if (we.counter_reason != "").any():
             cnew = (creason == "") & (we.counter_reason != "")
             creason[cnew] = prefix + we.counter_reason[cnew]
-    used = np.where(n_counter == len(chans), "counter",
-                    np.where(n_counter == 0, "trapezoid", "mixed")).astype(object)
+    used = np.where(n_counter == len(chans), FigureMethod.COUNTER,
+                    np.where(n_counter == 0, FigureMethod.TRAPEZOID, FigureMethod.MIXED)
+                    ).astype(object)
     used[~np.isfinite(prim)] = ""
     return {"energy_j": prim, "energy_method": used, "energy_trapezoid_j": trap,
             "energy_counter_j": cnt, "counter_resolution_j": np.full(n, res),
@@ -378,14 +385,15 @@ def method_of(by_counter: np.ndarray, by_trapezoid: np.ndarray) -> np.ndarray:
     every window used that one, "mixed" when some fell back to the power integral (a counter
     reset, a frozen counter), "" when no window has energy."""
     return np.select([by_counter & by_trapezoid, by_counter, by_trapezoid],
-                     ["mixed", "counter", "trapezoid"], "").astype(object)
+                     [FigureMethod.MIXED, FigureMethod.COUNTER, FigureMethod.TRAPEZOID],
+                     "").astype(object)
 
 
 def methods_used(methods: pd.Series) -> str:
     """One method over the repeats (or windows) behind a summary row (see method_of)."""
     m = set(methods.dropna().astype(str)) - {""}
-    return str(method_of(np.array([bool(m & {"counter", "mixed"})]),
-                         np.array([bool(m & {"trapezoid", "mixed"})]))[0])
+    return str(method_of(np.array([bool(m & {FigureMethod.COUNTER, FigureMethod.MIXED})]),
+                         np.array([bool(m & {FigureMethod.TRAPEZOID, FigureMethod.MIXED})]))[0])
 
 
 def repeat_table(win: pd.DataFrame) -> pd.DataFrame:
@@ -398,8 +406,9 @@ def repeat_table(win: pd.DataFrame) -> pd.DataFrame:
         f["bad_tokens"] = ~(f["tokens"] > 0)
         f["t0_meter_f"] = f["t0_meter_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
         keys = ["run_id", "config", "scope", "power_source", "repeat"]
-        f["by_counter"] = f["energy_method"].isin(["counter", "mixed"])
-        f["by_trapezoid"] = f["energy_method"].isin(["trapezoid", "mixed"])
+        f["by_counter"] = f["energy_method"].isin([FigureMethod.COUNTER, FigureMethod.MIXED])
+        f["by_trapezoid"] = f["energy_method"].isin([FigureMethod.TRAPEZOID,
+                                                      FigureMethod.MIXED])
         for basis, col in (("gross", "energy_j"), ("net", "energy_net_j")):
             f["is_null"] = f[col].isna()
             agg = f.groupby(keys, sort=True).agg(
