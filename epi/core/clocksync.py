@@ -21,8 +21,8 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 from epi.core.errors import UserError
 from epi.core.net import split_daemon_url
@@ -35,6 +35,16 @@ class ClockJumpError(ValueError):
     """The exchanges' bounds disagree by more than clock rates allow: a clock jumped."""
 
 
+class ClockSyncEntry(TypedDict):
+    """A token log's ``clock_sync`` entry as the estimate gives it (the runner adds ``when``)."""
+
+    t_local_mono_ns: int
+    offset_ns: int
+    uncertainty_ns: int
+    rtt_ns: int
+    meter_url: str
+
+
 @dataclass(frozen=True)
 class ClockOffset:
     """One offset estimate; ``offset_ns`` = meter monotonic − local monotonic."""
@@ -45,9 +55,11 @@ class ClockOffset:
     rtt_ns: int  # smallest round trip seen (network + server time)
     meter_url: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ClockSyncEntry:
         """The keys of a token log's ``clock_sync`` entry (the runner adds ``when``)."""
-        return asdict(self)
+        return ClockSyncEntry(t_local_mono_ns=self.t_local_mono_ns, offset_ns=self.offset_ns,
+                              uncertainty_ns=self.uncertainty_ns, rtt_ns=self.rtt_ns,
+                              meter_url=self.meter_url)
 
     def to_meter_ns(self, t_local_mono_ns: int) -> int:
         """Map a local monotonic time into the meter's clock."""

@@ -1,9 +1,35 @@
-"""Plain-text presentation both halves share: number ranges and aligned tables."""
+"""Plain-text presentation both halves share: numbers, number ranges and aligned tables."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from numbers import Real
+
+# The one rule for a number that is not there (None, NaN, infinite, not a number at all): it
+# prints as a word. Tables, summaries and reports that JSON readers share print "null"; the
+# community site and the bundle comparison, read by people, print a dash (their `missing`).
+MISSING = "null"
+DASH = "—"
+
+
+def as_number(x: object) -> float:
+    """A value or table cell as a float: NaN for anything that is not a number (None, pd.NA,
+    a bool, text that does not parse). numpy's scalars are numbers.Real too."""
+    if isinstance(x, Real) and not isinstance(x, bool):
+        return float(x)
+    if isinstance(x, str):
+        try:
+            return float(x)
+        except ValueError:
+            return math.nan
+    return math.nan
+
+
+def format_number(x: object, spec: str = ".4g", missing: str = MISSING) -> str:
+    """`x` formatted with `spec`, or `missing` when it is not a finite number."""
+    v = as_number(x)
+    return format(v, spec) if math.isfinite(v) else missing
 
 
 def ranges_text(numbers: Iterable[int], empty: str = "") -> str:

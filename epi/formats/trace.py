@@ -29,10 +29,10 @@ import math
 import operator
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from epi.core.errors import UserError
 from epi.core.vocabulary import Word
@@ -50,11 +50,39 @@ from epi.formats.fields import (
 TRACE_FORMAT = "epi-trace"
 TRACE_FORMAT_VERSION = 1
 
-SAMPLE_COLUMNS: tuple[str, ...] = (
-    "seq", "channel", "t_mono_ns", "t_real_ns", "power_w", "voltage_v", "current_a",
-    "power_factor", "frequency_hz", "energy_j", "status",
-)
-EVENT_COLUMNS: tuple[str, ...] = ("t_mono_ns", "t_real_ns", "channel", "kind", "detail")
+
+class SampleRow(NamedTuple):
+    """One row of samples.csv, its fields in the file's column order (None: an empty field).
+    The one list of the sample columns: SAMPLE_COLUMNS is its field names."""
+
+    seq: int | None
+    channel: int | None
+    t_mono_ns: int | None
+    t_real_ns: int | None
+    power_w: float | None
+    voltage_v: float | None
+    current_a: float | None
+    power_factor: float | None
+    frequency_hz: float | None
+    energy_j: float | None
+    status: int | None
+
+
+SAMPLE_COLUMNS: tuple[str, ...] = SampleRow._fields
+
+
+class TraceEvent(NamedTuple):
+    """One row of events.csv, its fields in the file's column order (None: an empty field).
+    `kind` is an EventKind's word as written (an unknown lower-case word is kept)."""
+
+    t_mono_ns: int | None
+    t_real_ns: int | None
+    channel: int | None
+    kind: str
+    detail: str
+
+
+EVENT_COLUMNS: tuple[str, ...] = TraceEvent._fields
 class EventKind(Word):
     """What an event row says happened (the meter's MicroPython code writes the same words)."""
 
@@ -94,6 +122,8 @@ INFO_EVENTS: frozenset[EventKind] = frozenset(
 FAULT_EVENTS: frozenset[EventKind] = frozenset(EventKind) - INFO_EVENTS
 # Software power sources a channel may name (docs/sources.md); absent: a wall-meter channel.
 SOFTWARE_SOURCES: frozenset[str] = frozenset({"rapl", "hwmon", "nvml", "pmic"})
+# A wall-meter channel's scope; a software source names its own (package, dram, gpu, ...).
+WALL_SCOPE = "wall"
 EVENT_KINDS: frozenset[str] = frozenset(EventKind.values())
 
 # Valid ranges of every sample field (docs/formats.md §1 states the same).
@@ -202,7 +232,7 @@ class ChannelMeta:
     meter_constant_imp_per_kwh: float | None  # None: the meta does not give it
     ct: Any = None
     # Software power sources (docs/sources.md); the defaults describe a wall-meter channel.
-    scope: str = "wall"
+    scope: str = WALL_SCOPE
     source: str | None = None
     resolution_j: float | None = None
     sample_period_s: float | None = None  # the channel's own row spacing, when it has one
@@ -235,6 +265,29 @@ class Gap:
     same_clock: bool = True
 
 
+class ChannelEnds(NamedTuple):
+    """A channel's first and last sample times in one segment (both clocks): where its
+    segment gaps start and end, and what orders the segments of one boot."""
+
+    first_mono_ns: int
+    first_real_ns: int
+    last_mono_ns: int
+    last_real_ns: int
+
+    def to_json(self) -> list[int]:
+        """[first mono, first real, last mono, last real] (the analysis cache stores it)."""
+        return [int(v) for v in self]
+
+    @classmethod
+    def from_json(cls, doc: Sequence[object]) -> ChannelEnds:
+        """Read back `to_json`'s list; ValueError or TypeError when it is not four integers."""
+        vals = [int(v) for v in doc if isinstance(v, (int, float, str))]
+        if len(vals) != 4 or len(doc) != 4:
+            raise ValueError(f"channel ends: expected four integers, got {list(doc)!r}")
+        a, b, c, d = vals
+        return cls(a, b, c, d)
+
+
 @dataclass
 class Segment:
     """One segment as read back: its checked meta, samples by column, events as rows."""
@@ -248,12 +301,11 @@ class Segment:
     # SAMPLE_COLUMNS → values (None for an empty field); a caller's samples reader may give
     # another sequence type (the analysis: numpy arrays from its columnar cache).
     columns: Mapping[str, Column]
-    events: list[dict[str, Any]]
+    events: list[TraceEvent]
     truncated_samples: int = 0  # crash-cut final records dropped
     truncated_events: int = 0
     out_of_range: list[tuple[int, str, float]] = field(default_factory=list)  # (line, col, value)
-    # channel → (first t_mono_ns, first t_real_ns, last t_mono_ns, last t_real_ns)
-    ends: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    ends: dict[int, ChannelEnds] = field(default_factory=dict)
 
     @property
     def boot_id(self) -> str | None:
@@ -268,10 +320,10 @@ class Segment:
         return len(self.columns["seq"])
 
     @property
-    def samples(self) -> list[dict[str, Any]]:
-        """The sample rows as dicts (built on demand; `columns` is the stored form)."""
+    def samples(self) -> list[SampleRow]:
+        """The sample rows (built on demand; `columns` is the stored form)."""
         cols = [self.columns[c] for c in SAMPLE_COLUMNS]
-        return [dict(zip(SAMPLE_COLUMNS, row, strict=True)) for row in zip(*cols, strict=True)]
+        return [SampleRow(*row) for row in zip(*cols, strict=True)]
 
     @property
     def dropped_lines(self) -> int:
@@ -292,13 +344,13 @@ class Trace:
         """Every sample row of every segment, with a ``segment`` key added."""
         for seg in self.segments:
             for row in seg.samples:
-                yield {"segment": seg.number, **row}
+                yield {"segment": seg.number, **row._asdict()}
 
     def events(self) -> Iterator[dict[str, Any]]:
         """Every event row of every segment, with a ``segment`` key added."""
         for seg in self.segments:
             for row in seg.events:
-                yield {"segment": seg.number, **row}
+                yield {"segment": seg.number, **row._asdict()}
 
     @property
     def dropped_lines(self) -> int:
@@ -513,7 +565,7 @@ class SegmentSamples:
     columns: Mapping[str, Column]
     dropped: int  # crash-cut final records
     out_of_range: list[tuple[int, str, float]]  # (file line, column, value), set to missing
-    ends: dict[int, tuple[int, int, int, int]]  # channel → first/last t_mono_ns, t_real_ns
+    ends: dict[int, ChannelEnds]
 
 
 # How a segment's samples are read: (samples.csv path, the meta's channels or None).
@@ -526,10 +578,10 @@ def read_samples(path: Path, channels: set[int] | None = None) -> SegmentSamples
     return SegmentSamples(cols, dropped, odd, sample_ends(cols))
 
 
-def sample_ends(columns: Mapping[str, Column]) -> dict[int, tuple[int, int, int, int]]:
-    """channel → (first t_mono_ns, first t_real_ns, last t_mono_ns, last t_real_ns)."""
+def sample_ends(columns: Mapping[str, Column]) -> dict[int, ChannelEnds]:
+    """channel → its first and last sample times in these columns."""
     mono, real = columns["t_mono_ns"], columns["t_real_ns"]
-    return {ch: (mono[i], real[i], mono[j], real[j]) for ch, (i, j) in
+    return {ch: ChannelEnds(mono[i], real[i], mono[j], real[j]) for ch, (i, j) in
             channel_ends(columns).items()}
 
 
@@ -558,11 +610,11 @@ def parse_samples(path: Path, channels: set[int] | None = None
                             ) from None
 
 
-def _event_row(rec: list[str], channels: set[int] | None) -> dict[str, Any]:
+def _event_row(rec: list[str], channels: set[int] | None) -> TraceEvent:
     if len(rec) != len(EVENT_COLUMNS):
         raise ValueError(f"{len(rec)} fields, expected {len(EVENT_COLUMNS)}")
     t_mono, t_real, channel, kind, detail = rec
-    row: dict[str, Any] = {}
+    row: dict[str, int | None] = {}
     for name, text, hi in (("t_mono_ns", t_mono, INT64_MAX), ("t_real_ns", t_real, INT64_MAX),
                            ("channel", channel, MAX_CHANNEL)):
         if text == "":
@@ -579,15 +631,13 @@ def _event_row(rec: list[str], channels: set[int] | None) -> dict[str, Any]:
         raise ValueError(f"channel {row['channel']} is not in the meta's channels")
     if not kind or not re.fullmatch(r"[a-z_]{1,40}", kind):
         raise ValueError(f"column kind is {kind[:30]!r}, expected a lower-case word")
-    row["kind"] = kind
-    row["detail"] = detail
     if kind == EventKind.GAP:
         parse_gap_detail(detail)  # ValueError names a malformed end
-    return row
+    return TraceEvent(row["t_mono_ns"], row["t_real_ns"], row["channel"], kind, detail)
 
 
 def parse_events(path: Path, channels: set[int] | None = None
-                 ) -> tuple[list[dict[str, Any]], int]:
+                 ) -> tuple[list[TraceEvent], int]:
     """A segment's events.csv as rows, checked; (rows, crash-cut records dropped)."""
     lines, dropped = _read_complete_lines(path)
     if not lines:
@@ -599,7 +649,7 @@ def parse_events(path: Path, channels: set[int] | None = None
     if tuple(records[0]) != EVENT_COLUMNS:
         raise UserError(f"{path}: header {lines[0][:80]!r} is not the epi-trace v1 header")
     body = records[1:]
-    events: list[dict[str, Any]] = []
+    events: list[TraceEvent] = []
     for i, rec in enumerate(body):
         try:
             events.append(_event_row(rec, channels))
@@ -716,8 +766,8 @@ def _check_across_segments(path: Path, segments: list[Segment]) -> None:
                             f"(channel map mismatch at {diff[0]})")
     last: dict[tuple[str | None, int], tuple[int, int]] = {}
     for seg in segments:
-        firsts = {ch: e[0] for ch, e in seg.ends.items()}
-        lasts = {ch: e[2] for ch, e in seg.ends.items()}
+        firsts = {ch: e.first_mono_ns for ch, e in seg.ends.items()}
+        lasts = {ch: e.last_mono_ns for ch, e in seg.ends.items()}
         for ch, t in firsts.items():
             prev = last.get((seg.boot_id, ch))
             if prev is not None and t <= prev[1]:
@@ -733,11 +783,11 @@ def _event_gaps(segments: list[Segment]) -> list[Gap]:
     gaps: list[Gap] = []
     for seg in segments:
         for ev in seg.events:
-            if ev["kind"] != EventKind.GAP:
+            if ev.kind != EventKind.GAP:
                 continue
-            end_mono, end_real, reason = parse_gap_detail(ev["detail"])
-            gaps.append(Gap(ev["channel"], ev["t_mono_ns"], end_mono, ev["t_real_ns"], end_real,
-                            reason, "event", same_clock=ev["t_mono_ns"] is not None))
+            end_mono, end_real, reason = parse_gap_detail(ev.detail)
+            gaps.append(Gap(ev.channel, ev.t_mono_ns, end_mono, ev.t_real_ns, end_real,
+                            reason, "event", same_clock=ev.t_mono_ns is not None))
     return gaps
 
 
@@ -745,8 +795,8 @@ def _segment_gaps(segments: list[Segment]) -> list[Gap]:
     """Per channel: the span from its last sample in one segment to its first in the next."""
     gaps: list[Gap] = []
     for before, after in itertools.pairwise(segments):
-        last = {ch: (e[2], e[3]) for ch, e in before.ends.items()}
-        first = {ch: (e[0], e[1]) for ch, e in after.ends.items()}
+        last = {ch: (e.last_mono_ns, e.last_real_ns) for ch, e in before.ends.items()}
+        first = {ch: (e.first_mono_ns, e.first_real_ns) for ch, e in after.ends.items()}
         same = before.boot_id is not None and before.boot_id == after.boot_id
         why = ("daemon stopped" if before.clean_stop
                else "daemon ended without a clean stop (crash or kill)")

@@ -7,15 +7,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from epi.core.errors import UserError
-from host.analysis import statistics as epimod
+from host.analysis import statistics
 from host.analysis.model import Options, RunInfo
+from host.analysis.vocabulary import COMPOSITE_METRIC
 
 
 # --------------------------------------------------------------------------- accuracy
 def load_accuracy(path: Path | None, runs: Sequence[RunInfo], opts: Options
-                  ) -> tuple[dict[str, epimod.Accuracy], dict[str, float], list[str]]:
+                  ) -> tuple[dict[str, statistics.Accuracy], dict[str, float], list[str]]:
     """Accuracy and perplexity per configuration (file joined on model sha256, CLI overrides)."""
-    accs: dict[str, epimod.Accuracy] = {}
+    accs: dict[str, statistics.Accuracy] = {}
     ppl: dict[str, float] = {}
     notes: list[str] = []
     if path is not None:
@@ -30,7 +31,7 @@ def load_accuracy(path: Path | None, runs: Sequence[RunInfo], opts: Options
             if isinstance(p.get("ppl"), (int, float)):
                 ppl[info.config] = float(p["ppl"])
             metric = opts.accuracy_metric
-            if metric == "composite":
+            if metric == COMPOSITE_METRIC:
                 block = entry.get("composite") or {}
                 val, ci = block.get("accuracy"), block.get("ci95")
                 weights = block.get("weights") or {}
@@ -51,7 +52,7 @@ def load_accuracy(path: Path | None, runs: Sequence[RunInfo], opts: Options
                 ci = block.get("ci95_norm" if kind == "accuracy_norm" else "ci95")
                 basis = f"{metric} {kind} (n={block.get('n')}) from {path}"
             lo, hi = (ci if isinstance(ci, list) and len(ci) == 2 else (None, None))
-            accs[info.config] = epimod.Accuracy(
+            accs[info.config] = statistics.Accuracy(
                 float(val), float(lo) if lo is not None else float("nan"),
                 float(hi) if hi is not None else float("nan"), basis)
     configs = {i.config for i in runs}
@@ -61,6 +62,6 @@ def load_accuracy(path: Path | None, runs: Sequence[RunInfo], opts: Options
                             f"(configurations: {', '.join(sorted(configs))})")
         if not 0.0 < val <= 1.0:
             raise UserError(f"--accuracy-value: {cfg}={val} is not in (0, 1]")
-        accs[cfg] = epimod.Accuracy(val, float("nan"), float("nan"),
+        accs[cfg] = statistics.Accuracy(val, float("nan"), float("nan"),
                                     "given on the command line (--accuracy-value)")
     return accs, ppl, notes

@@ -29,6 +29,8 @@ from typing import Literal
 
 import numpy as np
 
+from host.analysis.vocabulary import ClockBasis, EdgeModel
+
 NS_PER_S = 1_000_000_000
 INT64_MIN = np.iinfo(np.int64).min
 INT64_MAX = np.iinfo(np.int64).max
@@ -339,7 +341,7 @@ def _edges_block(t_ns: np.ndarray, power_w: np.ndarray, energy_j: np.ndarray | N
     """
     n = len(t_ns)
     one = m == j  # a single sample inside: no interval of its own
-    if edge == "step":
+    if edge == EdgeModel.STEP:
         tj, tj1 = _pairs(t_ns, j)
         tm1, tm = _pairs(t_ns, m - 1)
         tm = np.where(one, tj, tm)
@@ -353,7 +355,7 @@ def _edges_block(t_ns: np.ndarray, power_w: np.ndarray, energy_j: np.ndarray | N
     dr = (b - tm).astype(np.float64)  # ns from its last sample to the window end
     pj = np.take(power_w, j)
     pm = np.take(power_w, m)
-    if edge == "linear":
+    if edge == EdgeModel.LINEAR:
         span_l = (tj - tjp).astype(np.float64)
         span_r = (tmn - tm).astype(np.float64)
         fl = np.divide(dl, span_l, out=np.zeros(len(j)), where=span_l > 0)
@@ -374,7 +376,7 @@ def _edges_block(t_ns: np.ndarray, power_w: np.ndarray, energy_j: np.ndarray | N
             cum_j = cj
         energy -= cum_j
         energy *= 0.5
-        if edge == "step":
+        if edge == EdgeModel.STEP:
             energy += pj * dl
             energy += pm * dr
         else:
@@ -384,7 +386,7 @@ def _edges_block(t_ns: np.ndarray, power_w: np.ndarray, energy_j: np.ndarray | N
             energy += 0.5 * (2.0 * pm + (pmn - pm) * fr) * dr
     if counter is None or energy_j is None:
         return
-    if edge == "step":
+    if edge == EdgeModel.STEP:
         ej, ej1 = _pairs(energy_j, j)
         em1, em = _pairs(energy_j, m - 1)
         em = np.where(one, ej, em)
@@ -606,7 +608,7 @@ class ClockMap:
     offset exactly 0) or "none" (no usable offset: the run is flagged and not measured).
     """
 
-    basis: str
+    basis: ClockBasis
     sync_local_ns: np.ndarray
     sync_offset_ns: np.ndarray
     uncertainty_ns: float
@@ -614,7 +616,7 @@ class ClockMap:
 
     @property
     def usable(self) -> bool:
-        return self.basis != "none"
+        return self.basis != ClockBasis.NONE
 
     @property
     def drift_ppm(self) -> float:
@@ -627,9 +629,9 @@ class ClockMap:
     def to_meter(self, t_local_ns: np.ndarray) -> np.ndarray:
         """Map local times to the meter clock (int64 ns); refuses when no offset is known."""
         t = np.asarray(t_local_ns, dtype=np.int64)
-        if self.basis == "none":
+        if self.basis == ClockBasis.NONE:
             raise ValueError(f"no usable clock offset: {self.note}")
-        if self.basis == "same_host":
+        if self.basis == ClockBasis.SAME_HOST:
             return t.copy()
         xs, os_ = self.sync_local_ns, self.sync_offset_ns
         if len(xs) == 1:
@@ -675,19 +677,19 @@ class ClockMap:
             note = f"measured offsets at {len(xs)} point(s) ({whens})"
             if len(xs) == 1:
                 note += "; single sync point: drift not corrected"
-            return ClockMap("clock_sync", xs, os_, u, note)
+            return ClockMap(ClockBasis.CLOCK_SYNC, xs, os_, u, note)
         if trace_clock_simulated:
             return ClockMap(
-                "none", np.zeros(0, np.int64), np.zeros(0, np.int64), float("nan"),
+                ClockBasis.NONE, np.zeros(0, np.int64), np.zeros(0, np.int64), float("nan"),
                 "run.json clock_sync has no usable offset, and the trace's clock is simulated "
                 "(not the machine's monotonic clock, whatever the boot ids say)",
             )
         if run_boot_id and trace_boot_id and run_boot_id == trace_boot_id:
             return ClockMap(
-                "same_host", np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0,
+                ClockBasis.SAME_HOST, np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0,
                 "same host (equal boot_id): token log and meter share one monotonic clock",
             )
         return ClockMap(
-            "none", np.zeros(0, np.int64), np.zeros(0, np.int64), float("nan"),
+            ClockBasis.NONE, np.zeros(0, np.int64), np.zeros(0, np.int64), float("nan"),
             "run.json clock_sync has no usable offset and the boot ids differ",
         )

@@ -19,10 +19,12 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from epi.core.text import format_table
+from epi.core.text import format_number, format_table
+from epi.formats.trace import WALL_SCOPE
 from host.analysis.align import WindowEnergy, window_energy
 from host.analysis.model import Analysis, RunInfo
 from host.analysis.traces import Trace
+from host.analysis.vocabulary import EnergyMethod, WindowKind
 
 COMPONENT_LABEL = "component power, not wall power"
 WALL_LABEL = "wall power"
@@ -35,7 +37,7 @@ COLUMNS = [
 
 
 def _is_wall(trace: Trace, ch: int) -> bool:
-    return trace.channels[ch].scope == "wall"
+    return trace.channels[ch].scope == WALL_SCOPE
 
 
 def has_components(trace: Trace) -> bool:
@@ -52,7 +54,7 @@ def node_channel_override(trace: Trace, override: Mapping[str, list[int]] | None
     comp: dict[str, list[int]] = {}
     for ch, info in sorted(trace.channels.items()):
         if info.node is not None:
-            (wall if info.scope == "wall" else comp).setdefault(info.node, []).append(ch)
+            (wall if info.scope == WALL_SCOPE else comp).setdefault(info.node, []).append(ch)
     out = {node: wall.get(node) or comp[node] for node in {*wall, *comp}}
     if override:
         out.update({k: list(v) for k, v in override.items()})
@@ -70,7 +72,7 @@ def main_labels(a: Analysis) -> dict[str, str]:
 
 
 def _energy(we: WindowEnergy, method: str) -> np.ndarray:
-    if method == "counter":
+    if method == EnergyMethod.COUNTER:
         return np.where(np.isfinite(we.energy_counter_j), we.energy_counter_j, we.energy_j)
     return we.energy_j
 
@@ -89,7 +91,7 @@ def component_table(a: Analysis) -> pd.DataFrame:
             continue
         for node, main_chans in info.node_channels.items():
             comps = [ch for ch, ci in sorted(trace.channels.items())
-                     if ci.scope != "wall" and ci.node == node]
+                     if ci.scope != WALL_SCOPE and ci.node == node]
             if not comps:
                 continue
             main_is_wall = all(_is_wall(trace, c) for c in main_chans)
@@ -132,7 +134,7 @@ def _row(a: Analysis, info: RunInfo, node: str, kind: str, ch: int | None, e: np
     ci = a.trace.channels[ch] if ch is not None else None
     d = float(dur[ok].sum()) if ok.any() else float("nan")
     energy = float(e[ok].sum()) if ok.any() else float("nan")
-    tok = float(tokens[ok].sum()) if kind == "request" and ok.any() else float("nan")
+    tok = float(tokens[ok].sum()) if kind == WindowKind.REQUEST and ok.any() else float("nan")
     wall = float(wall_e[ok].sum()) if main_is_wall and ok.any() else float("nan")
     why = reason
     if not main_is_wall:
@@ -177,7 +179,7 @@ def records(a: Analysis) -> dict[str, object] | None:
     chans = [{"channel": ch, "name": ci.name, "node": ci.node, "source": ci.source,
               "scope": ci.scope, "label": COMPONENT_LABEL,
               "resolution_j": ci.resolution_j, "sample_period_s": ci.sample_period_s}
-             for ch, ci in sorted(a.trace.channels.items()) if ci.scope != "wall"]
+             for ch, ci in sorted(a.trace.channels.items()) if ci.scope != WALL_SCOPE]
     return {
         "label": COMPONENT_LABEL,
         "main_figures": main_labels(a),
@@ -195,8 +197,7 @@ def files(a: Analysis) -> dict[str, bytes]:
     return {"components.csv": component_table(a).to_csv(index=False).encode()}
 
 
-def _num(x: float | None, fmt: str = ".4g") -> str:
-    return "null" if x is None or not np.isfinite(x) else format(x, fmt)
+_num = format_number  # `fmt`-formatted, "null" where there is no number
 
 
 def summary_lines(a: Analysis) -> list[str]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from epi.core.text import as_number
+
 ORDER_STAT_METHOD = "order-statistic interval of the median (distribution-free, exact binomial)"
 T_METHOD = "Student-t interval of the mean (assumes normal repeat values)"
 
@@ -175,23 +177,13 @@ def t_interval(values: np.ndarray, level: float = 0.95) -> Interval:
 
 
 # --------------------------------------------------------------------------- text
-def _number(x: object) -> float:
-    """A table cell as a float (NaN for anything that is not a number: None, pd.NA, text)."""
-    if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool):
-        return float(x)
-    if isinstance(x, str):
-        try:
-            return float(x)
-        except ValueError:
-            return NAN
-    return NAN
+def finite(x: object) -> bool:
+    """Whether a value or table cell is a finite number (epi.core.text.as_number)."""
+    return math.isfinite(as_number(x))
 
 
-def _finite(x: object) -> bool:
-    return math.isfinite(_number(x))
-
-
-number, finite = _number, _finite  # the same narrowing for the report's readers of cells
+_number, _finite = as_number, finite
+number = as_number  # the same narrowing for the report's readers of cells
 
 
 def format_interval(value: object, lo: object, hi: object, coverage: object = None, *,

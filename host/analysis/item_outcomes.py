@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from host.analysis.model import Options, RunInfo
+from host.analysis.vocabulary import COMPOSITE_METRIC
 
 
 def load_item_outcomes(path: Path | None, runs: Sequence[RunInfo], opts: Options
@@ -29,7 +30,7 @@ def load_item_outcomes(path: Path | None, runs: Sequence[RunInfo], opts: Options
         if entry is None or info.config in out:
             continue
         benches = entry.get("benchmarks") or {}
-        if opts.accuracy_metric == "composite":
+        if opts.accuracy_metric == COMPOSITE_METRIC:
             block = entry.get("composite") or {}
             metric = str(block.get("metric") or "accuracy_norm")
             w = {str(k): float(v) for k, v in (block.get("weights") or {}).items()}

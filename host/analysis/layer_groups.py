@@ -4,15 +4,18 @@ and the labelled time-share estimate.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
 from epi.core.errors import UserError
 from epi.formats.manifests import LayerGroup, QuantManifest, read_any_manifest
-from host.analysis import statistics as epimod
-from host.analysis.figures import repeat_values
+from host.analysis import statistics
+from host.analysis.headline import headline_rows
 from host.analysis.model import Options, RunInfo
+from host.analysis.records import GroupDifferential, TimeShareEstimate
+from host.analysis.results import repeat_values
 from host.analysis.verdicts import valid_repeats
 
 
@@ -49,8 +52,8 @@ def _group_signature(g: LayerGroup) -> str:
 
 
 def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFrame,
-                  results: pd.DataFrame, opts: Options) -> tuple[list[dict], list[dict],
-                                                                 list[str]]:
+                  results: pd.DataFrame, opts: Options
+                  ) -> tuple[list[GroupDifferential], list[TimeShareEstimate], list[str]]:
     notes: list[str] = []
     manifests: dict[str, QuantManifest] = {}
     corrupt_of: dict[str, list[str]] = {}
@@ -72,24 +75,22 @@ def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.Da
                      "differential or time-share figures for them")
     valid = valid_repeats(rep, verdicts)
     basis = opts.energy_basis
-    sel = valid[(valid["scope"] == "all") & (valid["phase"] == "request")
-                & (valid["unit"] == "generated") & (valid["basis"] == basis)]
+    sel = headline_rows(valid, basis)
     # (values, start times, runs, campaign rounds): pairs by campaign round, else by time
     values = {str(c): repeat_values(valid, str(c), basis) for c in sel["config"].unique()}
     sigs = {c: {g.name: _group_signature(g) for g in m.layer_groups}
             for c, m in manifests.items()}
-    diff = epimod.differential_groups(sigs, values, level=opts.ci_level)
-    for d in diff:
-        d["energy_basis"] = f"{basis} J per generated token (whole request)"
-        d["method"] = "differential: runs differing only in this group's type"
-    tshare: list[dict] = []
+    basis_text = f"{basis} J per generated token (whole request)"
+    diff = [replace(d, energy_basis=basis_text,
+                    method="differential: runs differing only in this group's type")
+            for d in statistics.differential_groups(sigs, values, level=opts.ci_level)]
+    tshare: list[TimeShareEstimate] = []
     if opts.time_share:
         for cfg, m in manifests.items():
             info = next(i for i in infos if i.config == cfg)
             for p in info.run.placement:
-                r = results[(results["config"] == cfg) & (results["scope"] == p.node)
-                            & (results["phase"] == "request") & (results["unit"] == "generated")
-                            & (results["basis"] == basis)]
+                r = headline_rows(results, basis, nodes=True)
+                r = r[(r["config"] == cfg) & (r["scope"] == p.node)]
                 node_val = float(r["j_per_token_median"].iloc[0]) if len(r) else float("nan")
                 held = set(p.layers)
                 gbytes = {}
@@ -99,9 +100,8 @@ def layer_group_figures(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.Da
                         continue
                     share = len(layers & held) / len(layers)
                     gbytes[lg.name] = lg.n_weights * lg.bits_per_weight / 8 * share
-                for name, val in epimod.time_share_split(node_val, gbytes).items():
-                    tshare.append({"config": cfg, "node": p.node, "group": name,
-                                   "j_per_token": val, "energy_basis": f"{basis} J per "
-                                   "generated token (whole request)",
-                                   "label": epimod.TIME_SHARE_LABEL})
+                for name, val in statistics.time_share_split(node_val, gbytes).items():
+                    tshare.append(TimeShareEstimate(
+                        config=cfg, node=p.node, group=name, j_per_token=val,
+                        energy_basis=basis_text, label=statistics.TIME_SHARE_LABEL))
     return diff, tshare, notes

@@ -13,6 +13,7 @@ from host.analysis.align import (
     REASON_CODES,
     ClockMap,
 )
+from host.analysis.records import GroupDifferential, PerplexityPair, TimeShareEstimate
 from host.analysis.tokenlog_reader import RunLog
 from host.analysis.traces import Trace
 from host.analysis.vocabulary import (
@@ -124,10 +125,10 @@ class Analysis:
     savings: pd.DataFrame
     breakdown: pd.DataFrame
     pareto: list[str]
-    pairs: list[dict]
+    pairs: list[PerplexityPair]
     comparisons: pd.DataFrame
-    differential: list[dict]
-    time_share: list[dict]
+    differential: list[GroupDifferential]
+    time_share: list[TimeShareEstimate]
     options: Options
     notes: list[str]
     power_sources: dict[int, str] = field(default_factory=dict)

@@ -33,6 +33,7 @@ from epi.formats.tokenlog import meter_of
 from host.analysis.align import INT64_MAX, INT64_MIN, ClockMap
 from host.analysis.tokenlog_reader import RunLog
 from host.analysis.traces import ChannelData, Domain, Trace
+from host.analysis.vocabulary import ClockBasis
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def _map_points(runs: Sequence[RunLog], k: int, traces: Sequence[Trace]
     for run in runs:
         m0 = meter_clock(run, 0, _only_boot(traces[0]), traces[0])
         mk = meter_clock(run, k, _only_boot(traces[k]), traces[k])
-        if m0.basis != "clock_sync" or mk.basis != "clock_sync":
+        if m0.basis != ClockBasis.CLOCK_SYNC or mk.basis != ClockBasis.CLOCK_SYNC:
             continue
         local = np.union1d(m0.sync_local_ns, mk.sync_local_ns)
         tk = mk.to_meter(local)

@@ -25,6 +25,7 @@ from epi.formats.analysis import RESULT_COLUMNS, RESULT_FORMAT, RESULT_VERSION, 
 from epi.formats.json_types import JSON
 from host.analysis import components, instrument, pipeline
 from host.analysis.model import Analysis, Options
+from host.analysis.vocabulary import SCOPE_ALL
 
 
 @dataclass(frozen=True)
@@ -119,12 +120,12 @@ def build_outputs(a: Analysis, inputs: Inputs) -> dict[str, bytes]:
         "load_lag": records(a.lag),
         "phase_breakdown": records(a.breakdown),
         "pareto": a.pareto,
-        "perplexity_matched_pairs": a.pairs,
+        "perplexity_matched_pairs": [p.to_json() for p in a.pairs],
         "layer_groups": {
-            "measured": records(a.results[(a.results["scope"] != "all")].reindex(
+            "measured": records(a.results[(a.results["scope"] != SCOPE_ALL)].reindex(
                 columns=list(RESULT_COLUMNS))),
-            "differential": a.differential,
-            "time_share_estimate": a.time_share,
+            "differential": [d.to_json() for d in a.differential],
+            "time_share_estimate": [t.to_json() for t in a.time_share],
         },
         "notes": a.notes,
         "instrument": instrument_record(a),  # per-channel terms, qualification

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from epi.formats.trace import WALL_SCOPE
 from host.analysis.traces import Trace
 
 MEASURED = "measured"
@@ -68,7 +69,7 @@ def channel_sources(trace: Trace) -> dict[int, str]:
     out: dict[int, str] = {}
     for ch in sorted(trace.channels):
         info = trace.channels[ch]
-        if info.scope != "wall":
+        if info.scope != WALL_SCOPE:
             out[ch] = component_label(info.source, info.scope)
             continue
         labels = [_segment_channel_label(s.meta, ch) for s in trace.segments]

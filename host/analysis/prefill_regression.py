@@ -28,7 +28,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import student_t_ppf
+from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis, Phase, TokenUnit, WindowKind
 
 METHOD = ("estimate: OLS of request energy on prompt and generated tokens across requests "
           "(slope = marginal J per prompt token); 95 % interval from HC3 robust SE, t(n − 3)")
@@ -63,9 +65,11 @@ def ols_hc3(x: np.ndarray, y: np.ndarray, level: float = 0.95
 def prefill_regression(win: pd.DataFrame, verdicts: pd.DataFrame, results: pd.DataFrame,
                        *, level: float = 0.95) -> pd.DataFrame:
     """One row per configuration: regression J/prompt-token with its interval and cross-check."""
-    ok_runs = verdicts[(verdicts["phase"] == "request") & verdicts["valid"]]["run_id"]
-    req = win[(win["kind"] == "request") & (win["scope"] == "all")]
+    ok_runs = verdicts[(verdicts["phase"] == WindowKind.REQUEST) & verdicts["valid"]]["run_id"]
+    req = win[(win["kind"] == WindowKind.REQUEST) & (win["scope"] == SCOPE_ALL)]
     rows = []
+    prefill_rows = headline_rows(results, EnergyBasis.GROSS, phase=Phase.PREFILL,
+                                 unit=TokenUnit.PROMPT)
     for cfg in dict.fromkeys(win["config"]):
         g = req[(req["config"] == cfg) & req["run_id"].isin(ok_runs)]
         y = g["energy_j"].to_numpy(np.float64)
@@ -73,9 +77,7 @@ def prefill_regression(win: pd.DataFrame, verdicts: pd.DataFrame, results: pd.Da
         ngen = g["n_generated_tokens"].to_numpy(np.float64, na_value=np.nan)
         keep = np.isfinite(y) & np.isfinite(npr) & np.isfinite(ngen)
         y, npr, ngen = y[keep], npr[keep], ngen[keep]
-        d = results[(results["config"] == cfg) & (results["scope"] == "all")
-                    & (results["phase"] == "prefill") & (results["unit"] == "prompt")
-                    & (results["basis"] == "gross")]
+        d = prefill_rows[prefill_rows["config"] == cfg]
         direct = float(d["j_per_token_median"].iloc[0]) if len(d) else float("nan")
         nan = float("nan")
         row: dict[str, object] = dict.fromkeys(COLUMNS, nan)

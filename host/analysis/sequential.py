@@ -59,9 +59,10 @@ import functools
 import math
 from dataclasses import dataclass, replace
 from statistics import NormalDist
-from typing import Literal
 
 import numpy as np
+
+from host.analysis.vocabulary import VerdictState
 
 METHOD = ("Lai (1976) t-mixture confidence sequence, anytime-valid (normal per-round "
           "differences, unknown variance; Wang & Ramdas 2024)")
@@ -70,7 +71,7 @@ DEFAULT_C = 0.05
 DEFAULT_POWER = 0.8
 MAX_ROUNDS_SEARCHED = 100_000
 
-State = Literal["decided", "equivalent", "undecided"]
+State = VerdictState
 
 
 def _check(alpha: float, c: float) -> None:
@@ -185,14 +186,14 @@ class SequentialVerdict:
     @property
     def direction(self) -> int:
         """+1: B larger than A; −1: B smaller; 0: not decided."""
-        if self.state != "decided":
+        if self.state != VerdictState.DECIDED:
             return 0
         return 1 if self.lo > 0 else -1
 
     @property
     def settled(self) -> bool:
         """No more rounds needed: decided, equivalent, or the budget is spent."""
-        return self.state != "undecided" or self.budget_spent
+        return self.state != VerdictState.UNDECIDED or self.budget_spent
 
     def interval_text(self, unit: str = "", digits: int = 3) -> str:
         cov = f"{100 * (1 - self.alpha):g} % anytime-valid"
@@ -206,12 +207,12 @@ class SequentialVerdict:
     def text(self, a: str = "A", b: str = "B", what: str = "B − A", unit: str = "") -> str:
         """One line: what is settled, with the interval; or what more it would need."""
         iv = self.interval_text(unit)
-        if self.state == "decided":
+        if self.state == VerdictState.DECIDED:
             way = "larger" if self.direction > 0 else "smaller"
             extra = (f"; smaller than the {self.margin:g}{unit} worth resolving"
                      if self.within_margin else "")
             return f"decided: {what} is {way} ({b} vs {a}) {iv}{extra}"
-        if self.state == "equivalent":
+        if self.state == VerdictState.EQUIVALENT:
             return f"equivalent: |{what}| < {self.margin:g}{unit} {iv}"
         if not self.budget_spent:
             return f"undecided so far {iv}"
@@ -236,24 +237,25 @@ def decide(diffs: np.ndarray | list[float], *, margin: float = 0.0, max_rounds: 
     n = len(x)
     spent = max_rounds is not None and n >= max_rounds
     if n == 0:
-        return SequentialVerdict("undecided", 0, math.nan, -math.inf, math.inf, alpha, margin,
-                                 spent)
+        return SequentialVerdict(VerdictState.UNDECIDED, 0, math.nan, -math.inf, math.inf,
+                                 alpha, margin, spent)
     mean_a, lo_a, hi_a = sequence_bounds(x, alpha, c)
     mean, lo, hi = float(mean_a[-1]), float(lo_a[-1]), float(hi_a[-1])
     sd = float(np.std(x, ddof=1)) if n >= 2 else math.nan
     inside = margin > 0 and -margin < lo and hi < margin
     if lo > 0 or hi < 0:
-        return SequentialVerdict("decided", n, mean, lo, hi, alpha, margin, spent,
+        return SequentialVerdict(VerdictState.DECIDED, n, mean, lo, hi, alpha, margin, spent,
                                  within_margin=inside, sd=sd)
     if inside:
-        return SequentialVerdict("equivalent", n, mean, lo, hi, alpha, margin, spent, sd=sd)
+        return SequentialVerdict(VerdictState.EQUIVALENT, n, mean, lo, hi, alpha, margin, spent,
+                                 sd=sd)
     # Undecided: the rounds to decide the direction at the measured difference, or to show
     # equivalence when the measured difference sits inside the margin — whichever is fewer.
     targets = [abs(mean)] + ([margin - abs(mean)] if abs(mean) < margin else [])
     options = [r for t in targets if t > 0
                for r in [rounds_for(sd, t, alpha=alpha, c=c, power=power)] if r is not None]
     need = max(min(options), n + 1) if options else None
-    return SequentialVerdict("undecided", n, mean, lo, hi, alpha, margin, spent, sd=sd,
+    return SequentialVerdict(VerdictState.UNDECIDED, n, mean, lo, hi, alpha, margin, spent, sd=sd,
                              rounds_needed=need)
 
 
@@ -268,7 +270,7 @@ def with_borrowed_spread(v: SequentialVerdict, sd: float, basis: str, *,
     With no valid paired round at all there is no difference to aim at: the count is then the
     valid paired rounds that resolve any true difference of at least the margin worth resolving
     (`rounds_for` at the margin), and the line says so; with no margin, none is given."""
-    if (v.state != "undecided" or v.rounds_needed is not None
+    if (v.state != VerdictState.UNDECIDED or v.rounds_needed is not None
             or not (math.isfinite(sd) and sd > 0)):
         return v
     if v.n == 0:

@@ -31,6 +31,7 @@ import numpy as np
 
 from host.analysis import paired
 from host.analysis.intervals import ORDER_STAT_METHOD, median_interval, t_interval
+from host.analysis.records import GroupDifferential, PerplexityPair
 
 TIME_SHARE_LABEL = (
     "estimate: node energy split by the groups' share of weight bytes (decode is memory-bound); "
@@ -151,7 +152,7 @@ def _tail(extra: Sequence[np.ndarray]) -> tuple[np.ndarray | None, np.ndarray | 
 
 def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray,
                      repeats: Mapping[str, tuple[np.ndarray, ...]], *, rel_tol: float,
-                     level: float = 0.95) -> list[dict]:
+                     level: float = 0.95) -> list[PerplexityPair]:
     """Pairs with |Δppl| ≤ rel_tol·min(ppl), each with its paired J/token difference.
 
     `repeats[config]` = (J/token per repeat, repeat start times[, run of each repeat[, campaign
@@ -164,7 +165,7 @@ def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray,
     close = np.abs(p[ii] - p[jj]) <= rel_tol * np.minimum(p[ii], p[jj])
     keep = close & np.isfinite(p[ii]) & np.isfinite(p[jj])
     empty = (np.zeros(0), np.zeros(0))
-    out = []
+    out: list[PerplexityPair] = []
     ra: list[np.ndarray]
     rb: list[np.ndarray]
     for a, b in zip(ii[keep], jj[keep], strict=True):  # matched pairs only (a handful)
@@ -178,19 +179,19 @@ def perplexity_pairs(configs: Sequence[str], ppl: np.ndarray,
         (run_a, k_a), (run_b, k_b) = _tail(ra), _tail(rb)
         d = paired.energy_difference(va, ta, vb, tb, level=level, block_a=run_a,
                                      block_b=run_b, round_a=k_a, round_b=k_b)
-        out.append({
-            "cheaper": configs[b], "dearer": configs[a],
-            "ppl_cheaper": float(p[b]), "ppl_dearer": float(p[a]),
-            "ppl_rel_diff": float(abs(p[a] - p[b]) / min(p[a], p[b])),
-            "j_per_token_cheaper": mean_b, "j_per_token_dearer": mean_a,
-            "saving_pct": d["saving_pct"], "saving_pct_ci_lo": d["saving_pct_ci_lo"],
-            "saving_pct_ci_hi": d["saving_pct_ci_hi"],
-            "delta_j_per_token": d["delta"], "delta_ci_lo": d["delta_ci_lo"],
-            "delta_ci_hi": d["delta_ci_hi"], "ci_coverage": d["ci_coverage"],
-            "ci_method": d["method"], "n_pairs": d["n_pairs"],
-            "distinguishable": d["distinguishable"], "reason": d["reason"],
-            "ppl_tolerance": rel_tol,
-        })
+        out.append(PerplexityPair(
+            cheaper=configs[b], dearer=configs[a],
+            ppl_cheaper=float(p[b]), ppl_dearer=float(p[a]),
+            ppl_rel_diff=float(abs(p[a] - p[b]) / min(p[a], p[b])),
+            j_per_token_cheaper=mean_b, j_per_token_dearer=mean_a,
+            saving_pct=d["saving_pct"], saving_pct_ci_lo=d["saving_pct_ci_lo"],
+            saving_pct_ci_hi=d["saving_pct_ci_hi"],
+            delta_j_per_token=d["delta"], delta_ci_lo=d["delta_ci_lo"],
+            delta_ci_hi=d["delta_ci_hi"], ci_coverage=d["ci_coverage"],
+            ci_method=d["method"], n_pairs=d["n_pairs"],
+            distinguishable=d["distinguishable"], reason=d["reason"],
+            ppl_tolerance=rel_tol,
+        ))
     return out
 
 
@@ -198,7 +199,7 @@ def differential_groups(
     group_types: Mapping[str, Mapping[str, str]],
     repeats: Mapping[str, tuple[np.ndarray, ...]],
     *, level: float = 0.95,
-) -> list[dict]:
+) -> list[GroupDifferential]:
     """Energy attributed to one layer group by runs that differ only in that group's type.
 
     `group_types[config][group]` is the group's type signature; configurations must share the
@@ -209,7 +210,7 @@ def differential_groups(
     nothing pairs).
     """
     names = sorted(c for c in group_types if c in repeats)
-    out: list[dict] = []
+    out: list[GroupDifferential] = []
     ra: list[np.ndarray]
     rb: list[np.ndarray]
     for i, a in enumerate(names):  # pairs of configurations (a few dozen at most)
@@ -225,12 +226,11 @@ def differential_groups(
             (run_a, k_a), (run_b, k_b) = _tail(ra), _tail(rb)
             d = paired.energy_difference(va, ta, vb, tb, level=level, block_a=run_a,
                                          block_b=run_b, round_a=k_a, round_b=k_b)
-            out.append({"group": diff[0], "config_a": a, "config_b": b,
-                        "type_a": ga[diff[0]], "type_b": gb[diff[0]],
-                        "delta_j_per_token": d["delta"], "ci_lo": d["delta_ci_lo"],
-                        "ci_hi": d["delta_ci_hi"], "ci_coverage": d["ci_coverage"],
-                        "ci_method": d["method"], "n_a": d["n_a"], "n_b": d["n_b"],
-                        "distinguishable": d["distinguishable"], "reason": d["reason"]})
+            out.append(GroupDifferential(
+                group=diff[0], config_a=a, config_b=b, type_a=ga[diff[0]], type_b=gb[diff[0]],
+                delta_j_per_token=d["delta"], ci_lo=d["delta_ci_lo"], ci_hi=d["delta_ci_hi"],
+                ci_coverage=d["ci_coverage"], ci_method=d["method"], n_a=d["n_a"],
+                n_b=d["n_b"], distinguishable=d["distinguishable"], reason=d["reason"]))
     return out
 
 

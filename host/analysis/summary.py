@@ -7,11 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from epi.core.text import format_table
+from epi.core.text import format_number, format_table
 from host.analysis import components
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import format_interval, pct
 from host.analysis.model import Analysis
 from host.analysis.verdicts import worth_measuring_again
+from host.analysis.vocabulary import SCOPE_ALL, EnergyMethod, WindowKind
 
 #: what to change when a phase was refused for its repeat spread alone
 SPREAD_FIX = ("  what to change (repeat spread): longer repeats (--tokens), more of them "
@@ -20,8 +22,7 @@ SPREAD_FIX = ("  what to change (repeat spread): longer repeats (--tokens), more
               "speed did, not the meter")
 
 
-def _num(x: float | None, fmt: str = ".4g") -> str:
-    return "null" if x is None or not np.isfinite(x) else format(x, fmt)
+_num = format_number  # `fmt`-formatted, "null" where there is no number
 
 
 def _pct(x: float) -> str:
@@ -55,11 +56,11 @@ def _short_method(method: object) -> str:
 def counter_fallback_line(a: Analysis) -> str:
     """With --energy-method counter: how many measured windows fell back to the power integral
     and why (a counter reset or freeze), so a reset is said, not only buried in windows.csv."""
-    if a.options.energy_method != "counter" or a.windows.empty:
+    if a.options.energy_method != EnergyMethod.COUNTER or a.windows.empty:
         return ""
-    w = a.windows[(a.windows["scope"] == "all") & (a.windows["kind"] != "idle")
+    w = a.windows[(a.windows["scope"] == SCOPE_ALL) & (a.windows["kind"] != WindowKind.IDLE)
                   & (a.windows["energy_method"].fillna("") != "")]
-    back = w[w["energy_method"] != "counter"]
+    back = w[w["energy_method"] != EnergyMethod.COUNTER]
     if back.empty:
         return ""
     first = next((r for r in back["counter_reason"].fillna("") if r), "no reason recorded")
@@ -83,7 +84,7 @@ def instrument_lines(a: Analysis) -> list[str]:
     res = a.results
     if "instrument_u_basis" not in res or res.empty:
         return []
-    bases = sorted({str(b) for b in res.loc[res["scope"] == "all", "instrument_u_basis"]
+    bases = sorted({str(b) for b in res.loc[res["scope"] == SCOPE_ALL, "instrument_u_basis"]
                     if isinstance(b, str) and b})
     out = ["instrument ± %: the meter chain's own uncertainty (k = 1), a separate term "
            "beside the repeat interval, not inside it; bound "
@@ -143,7 +144,7 @@ def summary_text(a: Analysis) -> str:
             "[order-statistic interval of the median, with the coverage it achieves]; energy: "
             f"{a.options.energy_method}"
             + (" (trapezoid where the counter does not cover a window)"
-               if a.options.energy_method == "counter" else "")
+               if a.options.energy_method == EnergyMethod.COUNTER else "")
             + f"; edge model: {a.options.edge}",
             format_table(["config", "power", "valid runs", "J/request", "J/gen tok (gross)",
                           "J/gen tok (net)", "J/total tok", "prefill J/prompt tok",
@@ -153,7 +154,7 @@ def summary_text(a: Analysis) -> str:
     fallback = counter_fallback_line(a)
     if fallback:
         out.append(fallback)
-    short = res[(res["scope"] == "all") & (res["ci_note"].fillna("") != "")]
+    short = res[(res["scope"] == SCOPE_ALL) & (res["ci_note"].fillna("") != "")]
     for n_rep in sorted({int(x) for x in short["n_repeats"]}):
         note = short[short["n_repeats"] == n_rep]["ci_note"].iloc[0]
         out.append(f"intervals: {note} — shown with that coverage, not as {lvl}")
@@ -231,8 +232,7 @@ def summary_text(a: Analysis) -> str:
             "duration, the part of the request's energy the idle machine would draw anyway)",
             format_table(["config", "prefill mJ", "decode mJ", "idle mJ", "request mJ",
                           "net request mJ"], brows)]
-    nodes = res[(res["scope"] != "all") & (res["phase"] == "request")
-                & (res["unit"] == "generated") & (res["basis"] == basis)]
+    nodes = headline_rows(res, basis, nodes=True)
     if nodes["scope"].nunique() > 1 or len(nodes) > len(res["config"].unique()):
         nrows = [[r["config"], r["scope"], r["layers"], r["power_source"],
                   _ci(r["j_per_token_median"], r["j_per_token_ci_lo"], r["j_per_token_ci_hi"],

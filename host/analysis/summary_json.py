@@ -9,6 +9,7 @@ import math
 
 import pandas as pd
 
+from host.analysis.headline import headline_rows
 from host.analysis.model import Analysis
 
 SUMMARY_FORMAT, SUMMARY_VERSION = "epi-analysis-summary", 1
@@ -31,8 +32,7 @@ def _text(value: object) -> str | None:
 def summary_document(a: Analysis, out_dir: str) -> dict[str, object]:
     basis = a.options.energy_basis
     res = a.results
-    head = res[(res["scope"] == "all") & (res["phase"] == "request")
-               & (res["unit"] == "generated") & (res["basis"] == basis)]
+    head = headline_rows(res, basis)
     configs = []
     for _, r in head.iterrows():
         configs.append({

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from epi.formats import tokenlog as fmt
+from epi.formats.tokenlog import RunStatus
 
 EVENT_COLUMNS = list(fmt.EVENT_COLUMNS)
 REQUEST_COLUMNS = list(fmt.REQUEST_COLUMNS)
@@ -59,9 +60,9 @@ class RunLog:
     @property
     def status_problem(self) -> str | None:
         """Why the run's status makes it invalid, or None when completed."""
-        if self.status == "completed":
+        if self.status == RunStatus.COMPLETED:
             return None
-        if self.status == "failed":
+        if self.status == RunStatus.FAILED:
             return f"run failed: {self.header.get('error') or 'no error given'}"
         return "run status is still 'running' (in progress, or killed before it finished)"
 

@@ -166,14 +166,14 @@ def read_clean_samples(data: bytes, channels: set[int] | None) -> fmt.SegmentSam
     present_ch = np.unique(chan).tolist()
     if channels and not set(present_ch) <= channels:
         return None
-    ends: dict[int, tuple[int, int, int, int]] = {}
+    ends: dict[int, fmt.ChannelEnds] = {}
     real = cols["t_real_ns"]
     for ch in present_ch:
         idx = np.flatnonzero(chan == ch)
         if len(idx) > 1 and not (np.diff(t[idx]) > 0).all():
             return None
         i, j = int(idx[0]), int(idx[-1])
-        ends[ch] = (int(t[i]), int(real[i]), int(t[j]), int(real[j]))
+        ends[ch] = fmt.ChannelEnds(int(t[i]), int(real[i]), int(t[j]), int(real[j]))
     return fmt.SegmentSamples(cols, 0, [], ends)
 
 
@@ -254,8 +254,7 @@ class CachedSamplesReader:
                 return None
             n_rows = pq.ParquetFile(target).metadata.num_rows
             odd = [(int(line), str(col), float(x)) for line, col, x in doc["out_of_range"]]
-            ends = {int(ch): (int(a), int(b), int(c), int(d))
-                    for ch, (a, b, c, d) in doc["ends"].items()}
+            ends = {int(ch): fmt.ChannelEnds.from_json(e) for ch, e in doc["ends"].items()}
             return key, fmt.SegmentSamples(ParquetColumns(target, n_rows), int(doc["dropped"]),
                                            odd, ends)
         except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
@@ -288,7 +287,7 @@ class CachedSamplesReader:
                cols: dict[str, np.ndarray]) -> bool:
         doc = {"key": key, "dropped": read.dropped,
                "out_of_range": [list(o) for o in read.out_of_range],
-               "ends": {str(ch): [int(v) for v in e] for ch, e in read.ends.items()}}
+               "ends": {str(ch): e.to_json() for ch, e in read.ends.items()}}
         table = pa.table({n: cols[n] for n in fmt.SAMPLE_COLUMNS})
         table = table.replace_schema_metadata({KEY_FIELD: json.dumps(doc).encode()})
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")

@@ -32,6 +32,7 @@ from epi.formats.trace import FAULT_EVENTS, INFO_EVENTS, EventKind, Segment
 from epi.formats.trace import ChannelMeta as ChannelInfo
 from host.analysis.align import INT64_MAX, INT64_MIN, ChannelSeries, Intervals
 from host.analysis.trace_cache import CachedSamplesReader, ParquetColumns, host_columns
+from host.analysis.vocabulary import InvalidScope
 from meter.chip.registers import ADJ_ERR_MASK, CAL_ERR_MASK  # SysStatus fields
 
 # Register full scale of the ATM90E26 (Irms 65.535 A, Pmean ±32.767 kW): readings at it saturate.
@@ -170,8 +171,8 @@ class Trace:
         d = self.data.get(key) or _empty_channel()
         inv = self.invalid[(self.invalid["channel"] == channel)
                            & (self.invalid["boot_key"] == key[0])]
-        all_scope = inv[inv["scope"] == "all"]
-        ctr_scope = inv[inv["scope"] == "counter"]
+        all_scope = inv[inv["scope"] == InvalidScope.ALL]
+        ctr_scope = inv[inv["scope"] == InvalidScope.COUNTER]
         info = self.channels.get(channel)
         dead = None
         if not len(d.t_mono_ns):
@@ -252,16 +253,16 @@ def _sample_frame(seg: Segment) -> pd.DataFrame:
 def _event_frame(seg: Segment) -> pd.DataFrame:
     ev = seg.events
 
-    def ints(key: str) -> np.ndarray:
-        return np.array([INT64_MIN if e[key] is None else e[key] for e in ev], dtype=np.int64)
+    def ints(values: list[int | None]) -> np.ndarray:
+        return np.array([INT64_MIN if v is None else v for v in values], dtype=np.int64)
 
     return pd.DataFrame({
         "segment": np.full(len(ev), seg.number, dtype=np.int64),
-        "t_mono_ns": ints("t_mono_ns"),
-        "t_real_ns": ints("t_real_ns"),
-        "channel": pd.array([e["channel"] for e in ev], dtype="Int64"),
-        "kind": np.array([e["kind"] for e in ev], dtype=object),
-        "detail": np.array([e["detail"] for e in ev], dtype=object),
+        "t_mono_ns": ints([e.t_mono_ns for e in ev]),
+        "t_real_ns": ints([e.t_real_ns for e in ev]),
+        "channel": pd.array([e.channel for e in ev], dtype="Int64"),
+        "kind": np.array([e.kind for e in ev], dtype=object),
+        "detail": np.array([e.detail for e in ev], dtype=object),
     })
 
 
@@ -382,11 +383,11 @@ def _invalid_intervals(data: dict[tuple[str, int], ChannelData], events: pd.Data
     chan_period = {(s.number, ch): info.sample_period_s for s in segments
                    for ch, info in s.channels.items() if info.sample_period_s is not None}
 
-    def add(ch: int, boot: str | None, lo: np.ndarray, hi: np.ndarray, scope: str,
+    def add(ch: int, boot: str | None, lo: np.ndarray, hi: np.ndarray, scope: InvalidScope,
             reasons: np.ndarray | str) -> None:
         if len(lo):
             rows.append(pd.DataFrame({"channel": ch, "boot_key": _boot_key(boot), "start_ns": lo,
-                                      "end_ns": hi, "scope": scope, "reason": reasons}))
+                                      "end_ns": hi, "scope": scope.value, "reason": reasons}))
 
     for boot in dict.fromkeys(seg_boot.values()):
         segs = {n for n, b in seg_boot.items() if b == boot}
@@ -404,15 +405,16 @@ def _invalid_intervals(data: dict[tuple[str, int], ChannelData], events: pd.Data
             # Empty power readings: dropped; the time around them is invalid.
             if len(d.nopower_t_ns):
                 lo, hi = _around(t, d.nopower_t_ns)
-                add(ch, boot, lo, hi, "all", "power_w missing (or outside its valid range)")
+                add(ch, boot, lo, hi, InvalidScope.ALL,
+                    "power_w missing (or outside its valid range)")
             # Negative power (a reversed CT): flag the time around it, with the fix.
             neg = d.power_w < -NEGATIVE_POWER_TOLERANCE_W
             if neg.any():
                 lo, hi = _around(t, t[neg])
-                add(ch, boot, lo, hi, "all", REVERSED_CT_HINT)
+                add(ch, boot, lo, hi, InvalidScope.ALL, REVERSED_CT_HINT)
             # Between segments.
             cut = seg_hi[:-1] - 1
-            add(ch, boot, t[cut], t[cut + 1], "all",
+            add(ch, boot, t[cut], t[cut + 1], InvalidScope.ALL,
                 np.array([f"gap between trace segments {a} and {b}" for a, b in
                           zip(numbers[:-1].tolist(), numbers[1:].tolist(), strict=True)],
                          dtype=object))
@@ -422,7 +424,7 @@ def _invalid_intervals(data: dict[tuple[str, int], ChannelData], events: pd.Data
                     (n, ch), period_lut[n]) * 1e9) + a
                 for n, a, b in zip(numbers.tolist(), seg_lo.tolist(), seg_hi.tolist(),
                                    strict=True))])
-            add(ch, boot, t[longg], t[longg + 1], "all",
+            add(ch, boot, t[longg], t[longg + 1], InvalidScope.ALL,
                 f"sample gap longer than {max_gap_periods:g} scheduled periods")
             # Fault events for this channel or the whole board.
             fc = faults[faults["channel"].isna() | (faults["channel"] == ch)]
@@ -443,14 +445,15 @@ def _invalid_intervals(data: dict[tuple[str, int], ChannelData], events: pd.Data
                     [f"{k} event" + (f" ({d})" if d else "") if k in FAULT_EVENTS
                      else f"unknown event kind {k!r}" for k, d in
                      zip(kinds, fc["detail"].to_numpy(dtype=object), strict=True)], dtype=object)
-                add(ch, boot, lo, hi, "all", why)
+                add(ch, boot, lo, hi, InvalidScope.ALL, why)
             # SysStatus: AdjErr freezes measurements (all), CalErr freezes energy (counter).
             if len(d.adjerr_t_ns):
                 lo, hi = _around(t, d.adjerr_t_ns)
-                add(ch, boot, lo, hi, "all", "SysStatus AdjErr (measurements frozen)")
+                add(ch, boot, lo, hi, InvalidScope.ALL, "SysStatus AdjErr (measurements frozen)")
             if len(d.calerr_t_ns):
                 lo, hi = _around(t, d.calerr_t_ns)
-                add(ch, boot, lo, hi, "counter", "SysStatus CalErr (energy metering frozen)")
+                add(ch, boot, lo, hi, InvalidScope.COUNTER,
+                    "SysStatus CalErr (energy metering frozen)")
             # The counter restarts each segment; a decrease (or reset) within one means the
             # count was lost: every later value of that segment is on another base, so the
             # counter is invalid from the last sample before the decrease to the segment's end.
@@ -461,7 +464,7 @@ def _invalid_intervals(data: dict[tuple[str, int], ChannelData], events: pd.Data
             if len(dec):
                 ends = np.array([max(last, int(t[i + 1])) for idx, last in dec_seg
                                  for i in idx.tolist()], dtype=np.int64)
-                add(ch, boot, t[dec], ends, "counter",
+                add(ch, boot, t[dec], ends, InvalidScope.COUNTER,
                     "energy_j decreased or reset inside a segment (counter invalid to the "
                     "segment's end)")
     if not rows:

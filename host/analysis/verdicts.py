@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
-from host.analysis import statistics as epimod
+from host.analysis import statistics
 from host.analysis.align import (
     FEW_SAMPLES,
     INVALID_DATA,
@@ -15,6 +15,7 @@ from host.analysis.align import (
     REASON_CODES,
 )
 from host.analysis.model import NS, PHASES, Options, RunInfo
+from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis, EnergyMethod, TokenUnit, WindowKind
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -23,7 +24,7 @@ def which_windows(w: pd.DataFrame, limit: int = 4) -> str:
     out = []
     for _, r in w.head(limit).iterrows():
         rep = "?" if pd.isna(r["repeat"]) else int(r["repeat"])
-        if r["kind"] == "idle":
+        if r["kind"] == WindowKind.IDLE:
             out.append(f"idle window of repeat {rep}")
         else:
             out.append(f"request {int(r['request_id'])} (repeat {rep})")
@@ -68,7 +69,7 @@ def time_cv_note(r: pd.DataFrame) -> str:
         return ""
     s_per_token = (r["duration_per_request_s"].to_numpy(np.float64)
                    * r["n_requests"].to_numpy(np.float64) / r["tokens"].to_numpy(np.float64))
-    cv_t = epimod.cv(s_per_token)
+    cv_t = statistics.cv(s_per_token)
     return f" (time per token varied {cv_t:.1%})" if np.isfinite(cv_t) else ""
 
 
@@ -104,12 +105,12 @@ def repeat_cv_problem(rep: pd.DataFrame, run_id: str, phase: str, opts: Options,
     while reporting net refused figures for a spread they do not have. The reason names the
     basis it measured.
     """
-    unit = "prompt" if phase == "prefill" else "generated"
+    unit = TokenUnit.PROMPT if phase == WindowKind.PREFILL else TokenUnit.GENERATED
     basis = opts.energy_basis
-    r = rep[(rep["run_id"] == run_id) & (rep["scope"] == "all") & (rep["phase"] == phase)
+    r = rep[(rep["run_id"] == run_id) & (rep["scope"] == SCOPE_ALL) & (rep["phase"] == phase)
             & (rep["unit"] == unit) & (rep["basis"] == basis)]
     vals = r["j_per_token"].to_numpy(dtype=np.float64)
-    cv_val = epimod.cv(vals)
+    cv_val = statistics.cv(vals)
     if len(vals) < 2:
         reasons.append("fewer than 2 repeats: CV cannot be checked")
     elif np.isfinite(cv_val) and cv_val > opts.cv_threshold:
@@ -126,7 +127,7 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
     for info in infos:
         run = info.run
         rid = run.run_id
-        w = win[(win["run_id"] == rid) & (win["scope"] == "all")]
+        w = win[(win["run_id"] == rid) & (win["scope"] == SCOPE_ALL)]
         common: list[str] = []
         if run.status_problem:
             common.append(run.status_problem)
@@ -147,19 +148,19 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
                 reasons.append(f"{len(outside)} of {len(pw)} {phase} window(s) reach outside "
                                f"the trace ({which_windows(outside)})")
             few = pw[pw["reason_code"] == REASON_CODES[FEW_SAMPLES]]
-            if phase == "idle" and pw.empty:
+            if phase == WindowKind.IDLE and pw.empty:
                 reasons.append("no idle window in the run")
             if len(few):
                 reasons.append(f"{len(few)} of {len(pw)} {phase} window(s) have fewer than "
                                f"{opts.min_samples} samples (sample faster or make the phase "
                                "longer)")
-            if opts.energy_method == "counter":
-                if phase == "idle":
+            if opts.energy_method == EnergyMethod.COUNTER:
+                if phase == WindowKind.IDLE:
                     vals = pw["energy_j"].to_numpy(np.float64)
                     what = "idle window"
                 else:
-                    r = rep[(rep["run_id"] == rid) & (rep["scope"] == "all")
-                            & (rep["phase"] == phase) & (rep["basis"] == "gross")]
+                    r = rep[(rep["run_id"] == rid) & (rep["scope"] == SCOPE_ALL)
+                            & (rep["phase"] == phase) & (rep["basis"] == EnergyBasis.GROSS)]
                     vals = r["energy_sum_j"].to_numpy(np.float64)
                     what = f"{phase} energy of a repeat"
                 e_rep = float(np.nanmedian(vals)) if np.isfinite(vals).any() else float("nan")
@@ -172,7 +173,7 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
                         f"energy counter resolution {res:.3g} J is {share} the "
                         f"median {what} ({e_rep:.3g} J; limit {opts.max_resolution_frac:.1%}): "
                         "raise the board's meter constant")
-            if phase != "idle":
+            if phase != WindowKind.IDLE:
                 lag_reason = lag_problem(info, phase, pw, opts)
                 if lag_reason:
                     reasons.append(lag_reason)
@@ -186,7 +187,7 @@ def run_verdicts(infos: list[RunInfo], win: pd.DataFrame, rep: pd.DataFrame,
                                    f"{opts.max_offset_frac:.0%} of the median {phase} "
                                    f"({med_dur:.3g} s)")
             cv_val = float("nan")
-            if phase != "idle":
+            if phase != WindowKind.IDLE:
                 cv_val = repeat_cv_problem(rep, rid, phase, opts, reasons)
             src = w["power_source"].iloc[0] if len(w) and "power_source" in w else ""
             rows.append({"run_id": rid, "config": info.config, "phase": phase,

@@ -64,3 +64,41 @@ class TokenUnit(Word):
 
 # `--accuracy-metric`: this word, or a benchmark's name from the accuracy file (an open set)
 COMPOSITE_METRIC = "composite"
+
+# a results row's scope: this word for the whole meter (all channels), else a node's name
+SCOPE_ALL = "all"
+
+
+class WindowKind(Word):
+    """The kinds of window the analysis cuts from a run: its idle stretch and each request's
+    phases (a run verdict's phase is one of these too)."""
+
+    IDLE = "idle"
+    PREFILL = "prefill"
+    DECODE = "decode"
+    REQUEST = "request"
+
+
+class ClockBasis(Word):
+    """How a run's host clock maps onto the meter's (host.analysis.align.ClockMap)."""
+
+    CLOCK_SYNC = "clock_sync"  # offsets measured by the run, drift interpolated between them
+    SAME_HOST = "same_host"  # one boot, one monotonic clock: offset exactly 0
+    NONE = "none"  # no usable offset: the run is flagged, not measured
+
+
+class VerdictState(Word):
+    """A sequential comparison's state (host.analysis.sequential): decided (a difference in one
+    direction), equivalent (within the margin) or undecided (neither yet)."""
+
+    DECIDED = "decided"
+    EQUIVALENT = "equivalent"
+    UNDECIDED = "undecided"
+
+
+class InvalidScope(Word):
+    """What an invalid stretch of a channel's trace rules out: every reading, or only the
+    energy counter (power readings stay usable)."""
+
+    ALL = "all"
+    COUNTER = "counter"

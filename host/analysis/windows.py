@@ -5,20 +5,24 @@ and repeat.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
 from epi.formats.tokenlog import TokenEvent
-from host.analysis.align import (
-    window_energy,
-)
+from host.analysis.align import WindowEnergy, window_energy
 from host.analysis.model import CODE_NAMES, FIGURES, NS, PHASES, Options, RunInfo
 from host.analysis.power_source import channel_sources, combined
 from host.analysis.tokenlog_reader import RunLog
 from host.analysis.traces import Trace
+from host.analysis.vocabulary import (
+    EnergyBasis,
+    EnergyMethod,
+    FigureMethod,
+    TokenUnit,
+    WindowKind,
+)
 
 
 # --------------------------------------------------------------------------- runs ↔ trace
@@ -130,7 +134,7 @@ def _windows_local(run: RunLog) -> pd.DataFrame:
     return w
 
 
-def _combine(per_channel: dict[int, Any], chans: list[int], n: int, method: str,
+def _combine(per_channel: dict[int, WindowEnergy], chans: list[int], n: int, method: str,
              resolution: dict[int, float]) -> dict[str, np.ndarray]:
     """Sum the channels of one scope; any null channel makes the sum null (reason kept).
 
@@ -150,8 +154,8 @@ def _combine(per_channel: dict[int, Any], chans: list[int], n: int, method: str,
         we = per_channel[ch]
         trap += we.energy_j
         cnt += we.energy_counter_j
-        use_counter = np.isfinite(we.energy_counter_j) if method == "counter" else np.zeros(
-            n, dtype=bool)
+        use_counter = (np.isfinite(we.energy_counter_j) if method == EnergyMethod.COUNTER
+                       else np.zeros(n, dtype=bool))
         prim += np.where(use_counter, we.energy_counter_j, we.energy_j)
         n_counter += use_counter
         ns = np.minimum(ns, we.n_samples)
@@ -164,8 +168,9 @@ def _combine(per_channel: dict[int, Any], chans: list[int], n: int, method: str,
         if (we.counter_reason != "").any():
             cnew = (creason == "") & (we.counter_reason != "")
             creason[cnew] = prefix + we.counter_reason[cnew]
-    used = np.where(n_counter == len(chans), "counter",
-                    np.where(n_counter == 0, "trapezoid", "mixed")).astype(object)
+    used = np.where(n_counter == len(chans), FigureMethod.COUNTER,
+                    np.where(n_counter == 0, FigureMethod.TRAPEZOID, FigureMethod.MIXED)
+                    ).astype(object)
     used[~np.isfinite(prim)] = ""
     return {"energy_j": prim, "energy_method": used, "energy_trapezoid_j": trap,
             "energy_counter_j": cnt, "counter_resolution_j": np.full(n, res),
@@ -246,7 +251,7 @@ def measure_run(info: RunInfo, trace: Trace, opts: Options) -> pd.DataFrame:
 
 
 def _lag_moved(info: RunInfo, trace: Trace, opts: Options, t0: np.ndarray, t1: np.ndarray,
-               shift: Mapping[int, int], per_channel: Mapping[int, Any]
+               shift: Mapping[int, int], per_channel: Mapping[int, WindowEnergy]
                ) -> dict[int, np.ndarray]:
     """Per channel with a lag shift, each window's energy with the shift minus without it.
 
@@ -269,11 +274,11 @@ def _lag_moved(info: RunInfo, trace: Trace, opts: Options, t0: np.ndarray, t1: n
     return out
 
 
-def _primary(e: Any, opts: Options) -> np.ndarray:
+def _primary(e: WindowEnergy, opts: Options) -> np.ndarray:
     """A channel's figure as the analysis takes it: the counter's where it covers the window
     (energy method "counter"), the trapezoid's otherwise."""
     trap = np.asarray(e.energy_j, dtype=np.float64)
-    if opts.energy_method != "counter":
+    if opts.energy_method != EnergyMethod.COUNTER:
         return trap
     counter = np.asarray(e.energy_counter_j, dtype=np.float64)
     return np.where(np.isfinite(counter), counter, trap)
@@ -320,8 +325,8 @@ def _request_from_phases(f: pd.DataFrame) -> pd.DataFrame:
     model's exactness and makes the phases add up to the request. `request_method` says which.
     """
     f = f.copy()
-    f["request_method"] = np.where(f["kind"] == "request", "direct", "")
-    req = f["kind"] == "request"
+    f["request_method"] = np.where(f["kind"] == WindowKind.REQUEST, "direct", "")
+    req = f["kind"] == WindowKind.REQUEST
     if not req.any():
         return f
     ph = f[f["kind"].isin(["prefill", "decode"])]
@@ -347,7 +352,7 @@ def _request_from_phases(f: pd.DataFrame) -> pd.DataFrame:
 
 def idle_power(win: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
     power, why = {}, {}
-    for scope, g in win[win["kind"] == "idle"].groupby("scope", sort=False):
+    for scope, g in win[win["kind"] == WindowKind.IDLE].groupby("scope", sort=False):
         ok = g[g["energy_j"].notna()]
         if ok.empty:
             power[scope] = float("nan")
@@ -367,12 +372,12 @@ def _tokens(w: pd.DataFrame, unit: str) -> np.ndarray:
     npr = w["n_prompt_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
     ngen = w["n_generated_tokens"].to_numpy(dtype=np.float64, na_value=np.nan)
     kind = w["kind"].to_numpy()
-    if unit == "prompt":
+    if unit == TokenUnit.PROMPT:
         return npr
-    if unit == "total":
+    if unit == TokenUnit.TOTAL:
         return npr + ngen
     # generated: a decode window holds n_generated − 1 tokens (token 0 ends prefill)
-    return np.where(kind == "decode", ngen - 1, ngen)
+    return np.where(kind == WindowKind.DECODE, ngen - 1, ngen)
 
 
 def method_of(by_counter: np.ndarray, by_trapezoid: np.ndarray) -> np.ndarray:
@@ -380,14 +385,15 @@ def method_of(by_counter: np.ndarray, by_trapezoid: np.ndarray) -> np.ndarray:
     every window used that one, "mixed" when some fell back to the power integral (a counter
     reset, a frozen counter), "" when no window has energy."""
     return np.select([by_counter & by_trapezoid, by_counter, by_trapezoid],
-                     ["mixed", "counter", "trapezoid"], "").astype(object)
+                     [FigureMethod.MIXED, FigureMethod.COUNTER, FigureMethod.TRAPEZOID],
+                     "").astype(object)
 
 
 def methods_used(methods: pd.Series) -> str:
     """One method over the repeats (or windows) behind a summary row (see method_of)."""
     m = set(methods.dropna().astype(str)) - {""}
-    return str(method_of(np.array([bool(m & {"counter", "mixed"})]),
-                         np.array([bool(m & {"trapezoid", "mixed"})]))[0])
+    return str(method_of(np.array([bool(m & {FigureMethod.COUNTER, FigureMethod.MIXED})]),
+                         np.array([bool(m & {FigureMethod.TRAPEZOID, FigureMethod.MIXED})]))[0])
 
 
 def repeat_table(win: pd.DataFrame) -> pd.DataFrame:
@@ -400,8 +406,9 @@ def repeat_table(win: pd.DataFrame) -> pd.DataFrame:
         f["bad_tokens"] = ~(f["tokens"] > 0)
         f["t0_meter_f"] = f["t0_meter_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
         keys = ["run_id", "config", "scope", "power_source", "repeat"]
-        f["by_counter"] = f["energy_method"].isin(["counter", "mixed"])
-        f["by_trapezoid"] = f["energy_method"].isin(["trapezoid", "mixed"])
+        f["by_counter"] = f["energy_method"].isin([FigureMethod.COUNTER, FigureMethod.MIXED])
+        f["by_trapezoid"] = f["energy_method"].isin([FigureMethod.TRAPEZOID,
+                                                      FigureMethod.MIXED])
         for basis, col in (("gross", "energy_j"), ("net", "energy_net_j")):
             f["is_null"] = f[col].isna()
             agg = f.groupby(keys, sort=True).agg(
@@ -420,7 +427,7 @@ def repeat_table(win: pd.DataFrame) -> pd.DataFrame:
                                                    agg["energy_sum"] / agg["n_requests"])
             agg["duration_per_request_s"] = agg["duration_s"] / agg["n_requests"]
             why = np.where(agg["bad_tokens"], f"no {unit} tokens in a {phase} window", "")
-            reason = agg["first_reason"] if basis == "gross" else agg["net_reason"].where(
+            reason = agg["first_reason"] if basis == EnergyBasis.GROSS else agg["net_reason"].where(
                 agg["net_reason"] != "", agg["first_reason"])
             why = np.where((why == "") & (agg["n_null"] > 0),
                            agg["n_null"].astype(str) + " of " + agg["n_requests"].astype(str)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from epi.core.errors import UserError
+from epi.core.text import DASH, format_number
 from host.bundle.facts import ASPECTS, FLAG_ASPECTS, Config, Facts
 
 #: `epi compare`'s exit status when a difference makes the comparison unfair (the report
@@ -92,7 +93,7 @@ def document(all_facts: Sequence[Facts]) -> dict[str, object]:
 
 
 def _fmt(v: float | None, digits: int = 4) -> str:
-    return "—" if v is None else f"{v:.{digits}g}"
+    return format_number(v, f".{digits}g", missing=DASH)
 
 
 def _short(sha: str | None) -> str:

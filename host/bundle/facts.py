@@ -12,6 +12,7 @@ import io
 import json
 from dataclasses import dataclass, field
 
+from host.analysis.headline import is_headline
 from host.bundle.archive import Bundle
 
 #: facts whose value is a list of flags: a difference shows only the flags not shared
@@ -192,8 +193,7 @@ def _headline(bundle: Bundle, basis: str) -> dict[str, dict[str, str]]:
     text = bundle.members["analysis/results.csv"].decode("utf-8", "replace")
     out = {}
     for row in csv.DictReader(io.StringIO(text)):
-        if (row.get("scope"), row.get("phase"), row.get("unit"), row.get("basis")) == (
-                "all", "request", "generated", basis):
+        if is_headline(row, basis):
             out[row.get("config") or ""] = row
     return out
 

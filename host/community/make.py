@@ -15,6 +15,7 @@ from pathlib import Path
 
 from epi import __version__
 from epi.core.errors import UserError
+from host.analysis.headline import is_headline
 from host.bundle.archive import Bundle, sha256_bytes
 from host.bundle.facts import _map_sha, _num, _obj, _runs
 from host.community.record import (
@@ -26,8 +27,6 @@ from host.community.record import (
     Submission,
 )
 
-#: the headline row of results.csv: gross J per generated token over whole requests
-HEADLINE = ("all", "request", "generated", "gross")
 #: analysis options that decide what counts (recorded as the protocol's decide rules)
 DECIDE_OPTIONS = ("cv_threshold", "ci_level", "min_samples", "max_offset_frac",
                   "energy_basis", "energy_method", "edge")
@@ -48,7 +47,7 @@ def figures(results_csv: str, bundle: Bundle) -> list[ConfigFigures]:
             models.setdefault(str(model["map_id"]), model)
     out = []
     for row in csv.DictReader(io.StringIO(results_csv)):
-        if (row.get("scope"), row.get("phase"), row.get("unit"), row.get("basis")) != HEADLINE:
+        if not is_headline(row):
             continue
         config = row.get("config") or ""
         sha = models.get(config, {}).get("sha256")

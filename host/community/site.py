@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from epi.core.text import DASH, format_number
 from host.bundle import archive
 from host.bundle.compare import differences, shown_values
 from host.bundle.facts import facts
@@ -38,7 +39,7 @@ def find(root: Path) -> list[Path]:
 
 
 def _fmt(v: float | None, digits: int = 4) -> str:
-    return "—" if v is None else f"{v:.{digits}g}"
+    return format_number(v, f".{digits}g", missing=DASH)
 
 
 def _ci(ci: list[float | None], coverage: float | None) -> str:

@@ -21,8 +21,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from epi.core.text import format_number
 from host.analysis.intervals import finite as _finite
-from host.analysis.intervals import format_interval, number, pct
+from host.analysis.intervals import format_interval, pct
+from host.analysis.vocabulary import WindowKind
 from host.report import instrument
 from host.report.answer_model import (
     DECIDED,
@@ -36,6 +38,9 @@ from host.report.data import ReportData
 from host.report.sequential import limit_line, load_decisions
 from host.report.transfer_answer import transfer_answer
 from host.report.work_answers import size_answer, work_answer
+
+# a map's only layer group when it quantizes the whole model alike (quantmaps/)
+WHOLE_MODEL_GROUP = "all"
 
 
 def _rows(doc: Mapping[str, object], key: str) -> list[dict[str, object]]:
@@ -153,7 +158,7 @@ def perplexity_answer(rd: ReportData) -> Answer:
 
 
 def _num(x: object) -> str:
-    return format(number(x), ".3f") if _finite(x) else "null"
+    return format_number(x, ".3f")
 
 
 def layer_group_answer(rd: ReportData) -> Answer:
@@ -171,9 +176,9 @@ def layer_group_answer(rd: ReportData) -> Answer:
                       "Δ J/token (no valid runs on one side).", UNANSWERABLE)
     diff = diff.assign(size=diff["delta_j_per_token"].astype(float).abs())
     # a map's only group "all" is the whole model: reported, never ranked among layer groups
-    whole = diff[diff["group"] == "all"]
+    whole = diff[diff["group"] == WHOLE_MODEL_GROUP]
     if len(whole) < len(diff):
-        diff = diff[diff["group"] != "all"]
+        diff = diff[diff["group"] != WHOLE_MODEL_GROUP]
     best = diff.sort_values("size", ascending=False).groupby("group", sort=False).head(1)
     parts, statuses = [], []
     for r in best.to_dict("records"):
@@ -189,13 +194,13 @@ def layer_group_answer(rd: ReportData) -> Answer:
             state = (f"{seq[0]} by the campaign's sequential test (the fixed-sample interval "
                      "is descriptive)")
         # a map's only group "all" is the whole model, not a layer group to rank
-        name = "the whole model" if r["group"] == "all" else str(r["group"])
+        name = "the whole model" if r["group"] == WHOLE_MODEL_GROUP else str(r["group"])
         parts.append(f"{name}: {str(r['type_a']).split(' ')[0]}→"
                      f"{str(r['type_b']).split(' ')[0]} ({r['config_a']} vs {r['config_b']}) "
                      f"changes J/token by {d} — {state}")
         statuses.append(DECIDED if dist is True else UNDECIDED)
     top = best.iloc[0]
-    if len(best) == 1 and top["group"] == "all" and len(whole) == len(best):
+    if len(best) == 1 and top["group"] == WHOLE_MODEL_GROUP and len(whole) == len(best):
         lead = ("No layer group is varied on its own: the maps that differ in one group "
                 "differ in the whole model (their only group), which says nothing about "
                 "which layers are sensitive. ")
@@ -247,7 +252,7 @@ def limits(rd: ReportData) -> list[str]:
         out.append(f"{len(undecided)} of {len(comps)} paired energy comparisons are "
                    "undecided (their interval holds 0, or there is none).")
     if len(rd.per_run):
-        req = rd.per_run[rd.per_run["phase"] == "request"]
+        req = rd.per_run[rd.per_run["phase"] == WindowKind.REQUEST]
         bad = int((~req["valid"].astype(bool)).sum())
         if bad:
             out.append(f"{bad} of {len(req)} runs are invalid and left out of every median, "

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
+from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis
 
 KEY = ("config", "scope", "phase", "unit", "basis")
 # Columns that hold joules (or joules per token): never negative on the gross basis, whose
@@ -95,7 +96,7 @@ def check_results(results: pd.DataFrame, path: Path, run_configs: set[str]) -> N
         raise _fail(path, f"row {i + 2}: duplicated row for config {r['config']!r}, scope "
                     f"{r['scope']!r}, phase {r['phase']!r}, unit {r['unit']!r}, basis "
                     f"{r['basis']!r} (each figure must appear once)")
-    gross = results[results["basis"].astype(str) == "gross"]
+    gross = results[results["basis"].astype(str) == EnergyBasis.GROSS]
     for col in _J_COLUMNS:
         if col not in gross.columns:
             continue
@@ -151,7 +152,7 @@ def check_windows(windows: pd.DataFrame, path: Path, verdicts: pd.DataFrame,
                     "negative energy")
     if verdicts.empty or "n_windows" not in verdicts.columns:
         return
-    have = windows[windows["scope"] == "all"].groupby(["run_id", "kind"]).size()
+    have = windows[windows["scope"] == SCOPE_ALL].groupby(["run_id", "kind"]).size()
     for r in verdicts.to_dict("records"):
         want = pd.to_numeric(r.get("n_windows"), errors="coerce")
         if not np.isfinite(want):
@@ -176,7 +177,7 @@ def check_verdicts(verdicts: pd.DataFrame, path: Path, results: pd.DataFrame,
         return
     valid = verdicts.assign(v=verdicts["valid"].astype(str).str.lower() == "true")
     counts = valid.groupby(["config", "phase"])["v"].sum()
-    rows = results[(results["scope"] == "all") & (results["basis"] == "gross")]
+    rows = results[(results["scope"] == SCOPE_ALL) & (results["basis"] == EnergyBasis.GROSS)]
     for r in rows.to_dict("records"):
         want = pd.to_numeric(r.get("n_runs_valid"), errors="coerce")
         if not np.isfinite(want):

@@ -34,8 +34,10 @@ from epi.formats.manifests import (
     manifest_beside,
     read_any_manifest,
 )
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import number, pct
 from host.analysis.power_source import COMPONENT
+from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis, Phase, TokenUnit
 from host.report import checks
 from host.report.layer_columns import layer_group_cells
 
@@ -109,8 +111,7 @@ class ReportData:
     def headline(self) -> pd.DataFrame:
         """One row per configuration: whole-request J per generated token, all channels."""
         r = self.results
-        h = r[(r["scope"] == "all") & (r["phase"] == "request") & (r["unit"] == "generated")
-              & (r["basis"] == self.basis)]
+        h = headline_rows(r, self.basis)
         return h.set_index("config", drop=False)
 
     def counts(self, phase: str = "request") -> str:
@@ -121,8 +122,8 @@ class ReportData:
         reps = self.repeats
         n_rep = 0
         if len(reps):
-            unit = "prompt" if phase == "prefill" else "generated"
-            n_rep = len(reps[(reps["scope"] == "all") & (reps["phase"] == phase)
+            unit = TokenUnit.PROMPT if phase == Phase.PREFILL else TokenUnit.GENERATED
+            n_rep = len(reps[(reps["scope"] == SCOPE_ALL) & (reps["phase"] == phase)
                              & (reps["unit"] == unit) & (reps["basis"] == self.basis)])
         return (f"{len(pr)} runs ({int(pr['valid'].sum())} valid), {n_rep} repeats, "
                 f"{int(pr['n_samples'].sum())} meter samples in {phase} windows")
@@ -256,8 +257,7 @@ def ci_text(results: pd.DataFrame, basis: str = "gross") -> str:
     and n (one configuration may have 6 repeats, another 3)."""
     if not {"scope", "phase", "unit", "basis"} <= set(results.columns):
         return interval_text(results)
-    h = results[(results["scope"] == "all") & (results["phase"] == "request")
-                & (results["unit"] == "generated") & (results["basis"] == basis)]
+    h = headline_rows(results, basis)
     return interval_text(h)
 
 
@@ -374,8 +374,8 @@ def per_run_figures(rd: ReportData) -> pd.DataFrame:
     rows = []
     if w.empty:
         return pd.DataFrame()
-    w = w[w["scope"] == "all"]
-    col = "energy_j" if rd.basis == "gross" else "energy_net_j"
+    w = w[w["scope"] == SCOPE_ALL]
+    col = "energy_j" if rd.basis == EnergyBasis.GROSS else "energy_net_j"
     order = {r["run_id"]: i for i, r in enumerate(rd.doc["runs"])}
     # each (run, phase)'s verdict: the first runs.csv row of that run and phase, found by one
     # pass over the table (a boolean filter per run and phase was a fifth of the load's time)

@@ -30,11 +30,14 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from epi.core.errors import UserError
+from epi.core.text import format_number
 from epi.formats.tokenlog import TokenEvent, parse_events
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import number, pct
 from host.analysis.paired import pairing_label
 from host.analysis.power_source import COMPONENT
+from host.analysis.vocabulary import SCOPE_ALL, WindowKind
 from host.report.data import ReportData, interval_text
 from host.report.label_layout import PointLabel, place_labels
 
@@ -90,8 +93,7 @@ def _run_points(rd: ReportData, phase: str = "request") -> pd.DataFrame:
     return pr[pr["phase"] == phase] if len(pr) else pr
 
 
-def _g(x: object) -> str:
-    return format(number(x), ".4g") if _finite(x) else "null"
+_g = format_number  # ".4g", "null" where there is no number
 
 
 def _obstacles(ax: plt.Axes) -> list[Artist]:
@@ -320,13 +322,14 @@ def _pick_request(rd: ReportData) -> tuple[dict, pd.DataFrame] | None:
     ordered = [r for r in runs if r["run_id"] in valid_runs] + [
         r for r in runs if r["run_id"] not in valid_runs]
     for run in ordered:
-        req = w[(w["run_id"] == run["run_id"]) & (w["kind"] == "request") & (w["scope"] == "all")
+        req = w[(w["run_id"] == run["run_id"]) & (w["kind"] == WindowKind.REQUEST)
+                & (w["scope"] == SCOPE_ALL)
                 & w["t0_meter_ns"].notna()]
         if req.empty:
             continue
         req = req.sort_values("duration_s")
         row = req.iloc[len(req) // 2]
-        parts = w[(w["run_id"] == run["run_id"]) & (w["scope"] == "all")
+        parts = w[(w["run_id"] == run["run_id"]) & (w["scope"] == SCOPE_ALL)
                   & (w["request_id"] == row["request_id"])]
         return run, parts
     return None
@@ -344,7 +347,7 @@ def power_trace(rd: ReportData) -> Figure:
     run, parts = picked
     from host.analysis.traces import read_trace
 
-    req = parts[parts["kind"] == "request"].iloc[0]
+    req = parts[parts["kind"] == WindowKind.REQUEST].iloc[0]
     t0, t1 = int(req["t0_meter_ns"]), int(req["t1_meter_ns"])
     offset = t0 - int(req["t0_local_ns"])
     pad = max(int(0.4 * (t1 - t0)), 300_000_000)
@@ -413,8 +416,7 @@ def layer_groups(rd: ReportData) -> Figure:
     """Left: J/token per node (each node's own meter channels); right: differential."""
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2))
     r = rd.results
-    nodes = r[(r["scope"] != "all") & (r["phase"] == "request") & (r["unit"] == "generated")
-              & (r["basis"] == rd.basis)]
+    nodes = headline_rows(r, rd.basis, nodes=True)
     if nodes.empty:
         a1.text(0.5, 0.5, "no per-node figures", ha="center", transform=a1.transAxes)
     else:

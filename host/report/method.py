@@ -8,6 +8,7 @@ power tag), instead of repeating six to ten lines of it.
 
 from __future__ import annotations
 
+from host.analysis.vocabulary import EnergyBasis, EnergyMethod
 from host.report import instrument
 from host.report.data import (
     ReportData,
@@ -44,11 +45,11 @@ def measurement_block(rd: ReportData) -> list[tuple[str, str]]:
     """(label, text) entries of the block, in reading order."""
     lab = rd.labels
     h = rd.headline()
-    basis = ("gross: the wall energy of each window" if lab.energy_basis == "gross" else
+    basis = ("gross: the wall energy of each window" if lab.energy_basis == EnergyBasis.GROSS else
              "net: the window's energy minus idle-baseline power × its duration")
     method = (f"{lab.energy_method} energy, {lab.edge_model} window edges ("
               + ("the chip's cumulative energy counter differenced over each window"
-                 if lab.energy_method == "counter" else
+                 if lab.energy_method == EnergyMethod.COUNTER else
                  "the trapezoid integral of the power readings")
               + "; windows: prefill = request start → first token, decode = first → last "
                 "token)")

@@ -13,6 +13,7 @@ import base64
 import html
 from dataclasses import dataclass
 
+from host.analysis.vocabulary import WindowKind
 from host.report import answers as answers_mod
 from host.report.answers import AnswerBlock
 from host.report.data import ReportData
@@ -139,7 +140,7 @@ def intro(rd: ReportData) -> tuple[str, str]:
     else:
         banner = f"Power in this report is measured ({lab.power_detail})."
     n_runs = len(rd.doc["runs"])
-    n_valid = int(rd.per_run[(rd.per_run["phase"] == "request")]["valid"].sum()) if len(
+    n_valid = int(rd.per_run[(rd.per_run["phase"] == WindowKind.REQUEST)]["valid"].sum()) if len(
         rd.per_run) else 0
     how = (f"{len(rd.configs)} configurations, {n_runs} runs ({n_valid} valid for the whole-"
            f"request figure). Lower J per token and lower EPI (J per token ÷ accuracy) are "

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from epi.core.text import format_number
 from host.analysis.intervals import format_interval, number
 from host.analysis.paired import pairing_label
+from host.analysis.vocabulary import WindowKind
 from host.report import instrument
 from host.report.data import ReportData
 
@@ -39,9 +41,7 @@ def _tail(rd: ReportData, differs: str = "") -> str:
         f" [{rd.labels.tag()}]"
 
 
-def num(x: object, fmt: str = ".4g") -> str:
-    v = number(x)
-    return format(v, fmt) if np.isfinite(v) else "null"
+num = format_number  # a table cell: `fmt`-formatted, "null" where there is no number
 
 
 def with_ci(v: object, lo: object, hi: object, fmt: str = ".4g", coverage: object = None, *,
@@ -81,7 +81,7 @@ def _accuracy_cell(r: dict, prefix: str = "accuracy_") -> str:
 
 def _invalid_figure(rd: ReportData, cfg: str, col: str = "j_per_token") -> str:
     pr = rd.per_run
-    sel = pr[(pr["config"] == cfg) & (pr["phase"] == "request")] if len(pr) else pr
+    sel = pr[(pr["config"] == cfg) & (pr["phase"] == WindowKind.REQUEST)] if len(pr) else pr
     vals = sel[col].dropna() if len(sel) else pd.Series(dtype=float)
     if vals.empty:
         return "null"
@@ -105,7 +105,7 @@ def results_table(rd: ReportData) -> Table:
     for cfg in rd.configs:
         r = h.loc[cfg] if cfg in h.index else None
         facts = m.loc[cfg] if len(m) and cfg in m.index else None
-        req = pr[(pr["config"] == cfg) & (pr["phase"] == "request")] if len(pr) else pr
+        req = pr[(pr["config"] == cfg) & (pr["phase"] == WindowKind.REQUEST)] if len(pr) else pr
         valid = req[req["valid"]] if len(req) else req
         use = valid if len(valid) else req
         tok_s = (use["generated_tokens"] / use["measured_duration_s"]).replace(

@@ -24,9 +24,11 @@ from pathlib import Path
 import pandas as pd
 
 from epi.core.errors import UserError
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import number
 from host.analysis.questions import decompose, size_vs_reference
+from host.analysis.vocabulary import Phase
 from host.analysis.work_account import WorkAccount, work_account
 from host.report.answer_model import DECIDED, UNANSWERABLE, UNDECIDED, Answer
 from host.report.data import ReportData
@@ -190,8 +192,7 @@ def work_answer(rd: ReportData) -> Answer:
     q = ("Does the energy benefit of mixed quantization come from reduced memory bandwidth, "
          "reduced compute, or both?")
     r = rd.results
-    dec = r[(r["scope"] == "all") & (r["phase"] == "decode") & (r["unit"] == "generated")
-            & (r["basis"] == rd.basis)]
+    dec = headline_rows(r, rd.basis, phase=Phase.DECODE)
     j = {str(row["config"]): number(row["j_per_token_median"]) for _, row in dec.iterrows()
          if _finite(row["j_per_token_median"])}
     sizes, how = bytes_per_token(rd)
@@ -219,7 +220,7 @@ def work_answer(rd: ReportData) -> Answer:
         text = f"{d.answer.capitalize()}: decode J/token is explained by {terms}."
     text += f" Terms: {how}; {compute_how}."
     text += counters_line(rd)
-    status = DECIDED if d.status == "decided" else UNDECIDED
+    status = DECIDED if d.status == DECIDED else UNDECIDED
     return Answer("work", q, text, status)
 
 

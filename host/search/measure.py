@@ -17,6 +17,7 @@ from pathlib import Path
 
 from epi.core.errors import UserError
 from epi.formats.manifests import read_quant_manifest
+from host.analysis.headline import is_headline
 from host.errors import SearchRoundFailed
 
 
@@ -246,9 +247,7 @@ def read_campaign_results(round_no: int, campaign_dir: Path,
     out = []
     with results.open(newline="") as f:
         for row in csv.DictReader(f):
-            if (row.get("scope"), row.get("phase"), row.get("unit"), row.get("basis")) != (
-                "all", "request", "generated", "gross"
-            ):
+            if not is_headline(row):
                 continue
             cfg = row["config"]
             manifests = list((campaign_dir / "models").glob(f"*/{cfg}.manifest.json"))

@@ -326,17 +326,17 @@ def test_layer_groups_differential_and_time_share(synth_run, tmp_path, synth_too
     a = analyze([r1, r2], tdir, Options(time_share=True, manifest_dir=mdir))
     assert len(a.differential) == 1
     d = a.differential[0]
-    assert d["group"] == "late" and (d["config_a"], d["config_b"]) == ("q4", "q8")
+    assert d.group == "late" and (d.config_a, d.config_b) == ("q4", "q8")
     res = a.results[(a.results["scope"] == "all") & (a.results["phase"] == "request")
                     & (a.results["unit"] == "generated") & (a.results["basis"] == "gross")]
     jm = res.set_index("config")["j_per_token_mean"]  # Δ of means (paired or Welch)
-    assert d["delta_j_per_token"] == pytest.approx(jm["q8"] - jm["q4"], rel=1e-9)
+    assert d.delta_j_per_token == pytest.approx(jm["q8"] - jm["q4"], rel=1e-9)
     jt = res.set_index("config")["j_per_token_median"]
-    assert d["ci_lo"] <= d["delta_j_per_token"] <= d["ci_hi"]
-    ts = {(x["config"], x["group"]): x for x in a.time_share}
-    assert "estimate" in ts[("q8", "late")]["label"]
+    assert d.ci_lo <= d.delta_j_per_token <= d.ci_hi
+    ts = {(x.config, x.group): x for x in a.time_share}
+    assert "estimate" in ts[("q8", "late")].label
     # q8: late layers hold 8.5/(4.5+8.5) of the weight bytes
-    assert ts[("q8", "late")]["j_per_token"] == pytest.approx(jt["q8"] * 8.5 / 13.0, rel=1e-9)
+    assert ts[("q8", "late")].j_per_token == pytest.approx(jt["q8"] * 8.5 / 13.0, rel=1e-9)
 
 
 def test_an_idle_window_of_zero_joules_is_a_verdict_not_a_crash(synth_run, monkeypatch):

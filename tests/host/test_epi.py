@@ -61,15 +61,15 @@ def test_perplexity_pairs_carry_their_paired_difference():
                                  rel_tol=0.01)
     assert len(pairs) == 1
     p = pairs[0]
-    assert (p["cheaper"], p["dearer"]) == ("a", "b")
-    assert p["saving_pct"] == pytest.approx(np.mean([10 / 30, 10 / 31, 10 / 29]) * 100)
-    assert p["delta_j_per_token"] == pytest.approx(-0.10)
-    assert p["distinguishable"] is True and p["ci_method"].startswith("paired by round")
+    assert (p.cheaper, p.dearer) == ("a", "b")
+    assert p.saving_pct == pytest.approx(np.mean([10 / 30, 10 / 31, 10 / 29]) * 100)
+    assert p.delta_j_per_token == pytest.approx(-0.10)
+    assert p.distinguishable is True and p.ci_method.startswith("paired by round")
     # equal energies: reported, and said to be indistinguishable
     same = {"a": (np.array([0.20, 0.22, 0.19]), rounds),
             "b": (np.array([0.21, 0.20, 0.20]), rounds + 1)}
     q = epi.perplexity_pairs(["a", "b"], np.array([10.0, 10.0]), same, rel_tol=0.01)[0]
-    assert q["distinguishable"] is False
+    assert q.distinguishable is False
 
 
 def test_differential_groups_attributes_one_group():
@@ -82,21 +82,21 @@ def test_differential_groups_attributes_one_group():
             "late8": (0.23 + rng.normal(0, 0.002, 5), t + 1),
             "both": (0.26 + rng.normal(0, 0.002, 5), t + 2)}
     rows = epi.differential_groups(types, vals)
-    by = {(r["config_a"], r["config_b"]): r for r in rows}
+    by = {(r.config_a, r.config_b): r for r in rows}
     assert set(by) == {("base", "late8"), ("both", "late8")}  # base/both differ in 2 groups
     r = by[("base", "late8")]
-    assert r["group"] == "late" and r["delta_j_per_token"] == pytest.approx(0.03, abs=0.004)
-    assert r["ci_lo"] < r["delta_j_per_token"] < r["ci_hi"] and r["ci_lo"] > 0.02
-    assert r["ci_coverage"] == 0.95 and r["ci_method"].startswith("paired by round")
+    assert r.group == "late" and r.delta_j_per_token == pytest.approx(0.03, abs=0.004)
+    assert r.ci_lo < r.delta_j_per_token < r.ci_hi and r.ci_lo > 0.02
+    assert r.ci_coverage == 0.95 and r.ci_method.startswith("paired by round")
     r2 = by[("both", "late8")]
-    assert r2["group"] == "early" and r2["delta_j_per_token"] == pytest.approx(-0.03, abs=0.004)
+    assert r2.group == "early" and r2.delta_j_per_token == pytest.approx(-0.03, abs=0.004)
 
 
 def test_differential_needs_repeats():
     rows = epi.differential_groups({"a": {"g": "Q4"}, "b": {"g": "Q8"}},
                                    {"a": (np.array([0.2]), np.array([0.0])),
                                     "b": (np.array([0.3, 0.31]), np.array([1.0, 2.0]))})
-    assert np.isnan(rows[0]["ci_lo"]) and "≥ 2 valid repeats" in rows[0]["reason"]
+    assert np.isnan(rows[0].ci_lo) and "≥ 2 valid repeats" in rows[0].reason
 
 
 def test_time_share_split_is_proportional_and_labelled():

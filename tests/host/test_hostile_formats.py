@@ -138,9 +138,9 @@ def _assert_trace_in_range(tr: Any) -> None:
             assert t > last.get(ch, -1)
             last[ch] = t
         for ev in seg.events:
-            for key in ("t_mono_ns", "t_real_ns"):
-                assert ev[key] is None or (type(ev[key]) is int and 0 <= ev[key] <= INT64_MAX)
-            assert ev["channel"] is None or not seg.channels or ev["channel"] in seg.channels
+            for t in (ev.t_mono_ns, ev.t_real_ns):
+                assert t is None or (type(t) is int and 0 <= t <= INT64_MAX)
+            assert ev.channel is None or not seg.channels or ev.channel in seg.channels
 
 
 def _read_trace_or_refuse(root: Path) -> Any:

@@ -9,6 +9,7 @@ data allow it (host.analysis.paired).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import pairwise
 
 import numpy as np
@@ -16,12 +17,14 @@ import pandas as pd
 
 from epi.core.errors import UserError
 from epi.core.text import ranges_text
-from host.analysis import paired
-from host.analysis import statistics as epimod
+from host.analysis import paired, statistics
+from host.analysis.headline import headline_rows
 from host.analysis.instrument import ChannelInstrument, Qualification, figure_term
 from host.analysis.model import UNIT_TEXT, Options, RunInfo
 from host.analysis.power_source import combined
+from host.analysis.records import PerplexityPair
 from host.analysis.verdicts import valid_repeats
+from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis, Phase, TokenUnit, WindowKind
 from host.analysis.windows import methods_used
 
 
@@ -31,7 +34,7 @@ def scope_channels(infos: list[RunInfo], cfg: str, scope: str) -> list[int]:
     for i in infos:
         if i.config != cfg:
             continue
-        if scope == "all":
+        if scope == SCOPE_ALL:
             chans += [c for cs in i.node_channels.values() for c in cs]
         else:
             chans += i.node_channels.get(scope, [])
@@ -62,7 +65,7 @@ def repeat_values(valid: pd.DataFrame, cfg: str, basis: str, *, scope: str = "al
 
 
 def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFrame,
-                   accs: dict[str, epimod.Accuracy], opts: Options,
+                   accs: dict[str, statistics.Accuracy], opts: Options,
                    sources: dict[int, str] | None = None,
                    instrument: dict[int, ChannelInstrument] | None = None,
                    qual: Qualification | None = None) -> pd.DataFrame:
@@ -77,7 +80,7 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
         v = valid[(valid["config"] == cfg) & (valid["scope"] == scope) & (valid["phase"] == phase)
                   & (valid["unit"] == unit) & (valid["basis"] == basis)]
         cfg_runs = verdicts[(verdicts["config"] == cfg) & (verdicts["phase"] == phase)]
-        st = epimod.repeat_stats(v["j_per_token"].to_numpy(np.float64), level=opts.ci_level)
+        st = statistics.repeat_stats(v["j_per_token"].to_numpy(np.float64), level=opts.ci_level)
         reason = st.reason
         if v.empty:
             bad = cfg_runs[~cfg_runs["valid"]]
@@ -86,9 +89,9 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
         d_req = v["duration_per_request_s"].to_numpy(np.float64)
         row = {
             "config": cfg, "scope": scope,
-            "layers": ranges_text(layers.get((cfg, scope)) or ()) if scope != "all" else "",
+            "layers": ranges_text(layers.get((cfg, scope)) or ()) if scope != SCOPE_ALL else "",
             "phase": phase, "unit": unit, "basis": basis,
-            "figure": f"{basis} {UNIT_TEXT[unit]}" + (" (whole request)" if phase == "request"
+            "figure": f"{basis} {UNIT_TEXT[unit]}" + (" (whole request)" if phase == Phase.REQUEST
                                                       else f" ({phase})"),
             "n_runs": int(cfg_runs["run_id"].nunique()),
             "n_runs_valid": int(v["run_id"].nunique()),
@@ -114,11 +117,11 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
             "epi": float("nan"), "epi_ci_lo": float("nan"), "epi_ci_hi": float("nan"),
             "epi_ci_coverage": float("nan"), "epi_energy_basis": "", "epi_reason": "",
         }
-        if scope == "all" and phase == "request" and unit == "generated":
+        if scope == SCOPE_ALL and phase == Phase.REQUEST and unit == TokenUnit.GENERATED:
             acc = accs.get(cfg)
-            e, lo, hi, why = epimod.epi(st.median, st.ci_lo, st.ci_hi, acc)
+            e, lo, hi, why = statistics.epi(st.median, st.ci_lo, st.ci_hi, acc)
             row.update(epi=e, epi_ci_lo=lo, epi_ci_hi=hi, epi_reason=why,
-                       epi_ci_coverage=epimod.epi_coverage(st.ci_coverage, acc)
+                       epi_ci_coverage=statistics.epi_coverage(st.ci_coverage, acc)
                        if np.isfinite(lo) else float("nan"),
                        epi_energy_basis=f"{basis} J per generated token (whole request)")
             if acc is not None:
@@ -141,14 +144,9 @@ def config_results(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFra
     return res
 
 
-def _headline(results: pd.DataFrame, basis: str) -> pd.DataFrame:
-    return results[(results["scope"] == "all") & (results["phase"] == "request")
-                   & (results["unit"] == "generated") & (results["basis"] == basis)]
-
-
 def pareto_configs(results: pd.DataFrame, opts: Options) -> list[str]:
-    h = _headline(results, opts.energy_basis)
-    mask = epimod.pareto_front(h["accuracy"].to_numpy(), h["j_per_token_median"].to_numpy())
+    h = headline_rows(results, opts.energy_basis)
+    mask = statistics.pareto_front(h["accuracy"].to_numpy(), h["j_per_token_median"].to_numpy())
     front = set(h["config"].to_numpy()[mask])
     results["pareto"] = pd.array([pd.NA] * len(results), dtype="boolean")
     known = h.index[np.isfinite(h["accuracy"].to_numpy(np.float64))
@@ -158,19 +156,18 @@ def pareto_configs(results: pd.DataFrame, opts: Options) -> list[str]:
 
 
 def matched_pairs(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFrame,
-                  ppl: dict[str, float], opts: Options) -> list[dict]:
-    h = _headline(results, opts.energy_basis)
+                  ppl: dict[str, float], opts: Options) -> list[PerplexityPair]:
+    h = headline_rows(results, opts.energy_basis)
     if h.empty:
         return []
     valid = valid_repeats(rep, verdicts)
     configs = list(h["config"])
-    out = epimod.perplexity_pairs(
+    out = statistics.perplexity_pairs(
         configs, np.array([ppl.get(c, np.nan) for c in configs]),
         {c: repeat_values(valid, c, opts.energy_basis) for c in configs},
         rel_tol=opts.ppl_tolerance, level=opts.ci_level)
-    for p in out:
-        p["energy_basis"] = f"{opts.energy_basis} J per generated token (whole request)"
-    return out
+    basis = f"{opts.energy_basis} J per generated token (whole request)"
+    return [replace(p, energy_basis=basis) for p in out]
 
 
 SAVINGS_COLUMNS = [
@@ -191,7 +188,7 @@ def savings_table(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFra
     per-round pairs when repeats are interleaved, else from the means (Welch, labelled);
     `accuracy_delta` = B − A over the items both were scored on (paired).
     """
-    h = _headline(results, opts.energy_basis).set_index("config")
+    h = headline_rows(results, opts.energy_basis).set_index("config")
     if opts.baseline is None or h.empty:
         return pd.DataFrame(columns=SAVINGS_COLUMNS)
     if opts.baseline not in h.index:
@@ -270,20 +267,20 @@ def _verdict(d: paired.EnergyDifference, acc: paired.AccuracyDifference, a: str,
 
 
 def comparisons(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFrame,
-                opts: Options, pareto: list[str], pairs: list[dict], items: dict | None,
+                opts: Options, pareto: list[str], pairs: list[PerplexityPair], items: dict | None,
                 weights: dict[str, float] | None) -> pd.DataFrame:
     """Every pairwise difference the summary reports, paired, with a plain verdict.
 
     Savings vs the baseline (baseline = A), perplexity-matched pairs (dearer = A) and
     neighbours on the Pareto frontier (ordered by J/token, the cheaper = A).
     """
-    h = _headline(results, opts.energy_basis).set_index("config")
+    h = headline_rows(results, opts.energy_basis).set_index("config")
     valid = valid_repeats(rep, verdicts)
     wanted: list[tuple[str, str, str]] = []
     if opts.baseline is not None and opts.baseline in h.index:
         wanted += [("savings vs baseline", opts.baseline, c) for c in h.index
                    if c != opts.baseline]
-    wanted += [("perplexity-matched pair", p["dearer"], p["cheaper"]) for p in pairs]
+    wanted += [("perplexity-matched pair", p.dearer, p.cheaper) for p in pairs]
     front = sorted((c for c in pareto if c in h.index),
                    key=lambda c: h.loc[c, "j_per_token_median"])
     wanted += [("frontier neighbours", x, y) for x, y in pairwise(front)]
@@ -319,22 +316,22 @@ def phase_breakdown(infos: list[RunInfo], rep: pd.DataFrame, verdicts: pd.DataFr
     rows = []
     for cfg in dict.fromkeys(i.config for i in infos):
         def med(phase: str, unit: str, col: str, cfg: str = cfg) -> float:
-            v = valid[(valid["config"] == cfg) & (valid["scope"] == "all")
-                      & (valid["phase"] == phase) & (valid["unit"] == unit)
-                      & (valid["basis"] == "gross")][col].to_numpy(np.float64)
+            rows_cu = headline_rows(valid, EnergyBasis.GROSS, phase=phase, unit=unit)
+            v = rows_cu[rows_cu["config"] == cfg][col].to_numpy(np.float64)
             return float(np.median(v)) if len(v) and not np.isnan(v).any() else float("nan")
 
-        idle_p = [i.idle_power_w.get("all", np.nan) for i in infos if i.config == cfg]
-        ok = [verdicts[(verdicts["run_id"] == i.run.run_id) & (verdicts["phase"] == "idle")][
-            "valid"].all() for i in infos if i.config == cfg]
+        idle_p = [i.idle_power_w.get(SCOPE_ALL, np.nan) for i in infos if i.config == cfg]
+        idle = verdicts[verdicts["phase"] == WindowKind.IDLE]
+        ok = [idle[idle["run_id"] == i.run.run_id]["valid"].all() for i in infos
+              if i.config == cfg]
         idle_p = [p for p, v in zip(idle_p, ok, strict=True) if v and np.isfinite(p)]
         p_idle = float(np.median(idle_p)) if idle_p else float("nan")
-        pre = med("prefill", "prompt", "energy_per_request_j")
-        dec = med("decode", "generated", "energy_per_request_j")
-        req = med("request", "generated", "energy_per_request_j")
-        dur = med("request", "generated", "duration_per_request_s")
+        pre = med(Phase.PREFILL, TokenUnit.PROMPT, "energy_per_request_j")
+        dec = med(Phase.DECODE, TokenUnit.GENERATED, "energy_per_request_j")
+        req = med(Phase.REQUEST, TokenUnit.GENERATED, "energy_per_request_j")
+        dur = med(Phase.REQUEST, TokenUnit.GENERATED, "duration_per_request_s")
         idle_mj = p_idle * dur * 1e3
-        src = valid[(valid["config"] == cfg) & (valid["scope"] == "all")]["power_source"]
+        src = valid[(valid["config"] == cfg) & (valid["scope"] == SCOPE_ALL)]["power_source"]
         rows.append({"config": cfg, "power_source": combined(src.unique()),
                      "prefill_mj": pre * 1e3, "decode_mj": dec * 1e3,
                      "request_mj": req * 1e3, "idle_mj": idle_mj,
