@@ -30,14 +30,28 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from epi.core.vocabulary import Word
 from host.analysis import sequential
 from host.analysis.paired import common_rounds, round_pairs
 from host.analysis.sequential import SequentialVerdict
 from host.analysis.statistics import pareto_front
+from host.analysis.vocabulary import EnergyBasis, Phase, TokenUnit
 
-TARGETS = ("frontier", "baseline", "ppl_matched", "all_pairs")
-TARGET_NAMES = {"frontier": "frontier neighbours", "baseline": "savings vs baseline",
-                "ppl_matched": "perplexity-matched pair", "all_pairs": "pair"}
+
+class Target(Word):
+    """What `[decide] compare` asks to compare: which pairs of configurations a round decides."""
+
+    FRONTIER = "frontier"
+    BASELINE = "baseline"
+    PPL_MATCHED = "ppl_matched"
+    ALL_PAIRS = "all_pairs"
+
+
+TARGETS = Target.values()
+TARGET_NAMES: dict[str, str] = {Target.FRONTIER: "frontier neighbours",
+                                Target.BASELINE: "savings vs baseline",
+                                Target.PPL_MATCHED: "perplexity-matched pair",
+                                Target.ALL_PAIRS: "pair"}
 
 RoundValues = Mapping[str, Mapping[int, float | None]]  # config → round (1-based) → J/token
 MAX_REMEASURE = 20  # re-measures of one refused run, at most
@@ -107,25 +121,26 @@ def comparisons(rules: DecisionRules, configs: Sequence[str], *, baseline: str |
             out.append(Comparison(kind, a, b))
 
     j = dict(j_per_token or {})
-    for target in rules.targets:
+    for word in rules.targets:
+        target = Target(word)
         before = len(out)
-        if target == "baseline":
+        if target is Target.BASELINE:
             if baseline is None or baseline not in configs:
                 notes.append("savings vs baseline: the study names no baseline among its "
                              "configurations")
                 continue
             for c in configs:
                 add(target, baseline, c)
-        elif target == "all_pairs":
+        elif target is Target.ALL_PAIRS:
             for a, b in combinations(configs, 2):
                 add(target, a, b)
-        elif target == "ppl_matched":
+        elif target is Target.PPL_MATCHED:
             p = {c: v for c, v in (ppl or {}).items() if c in configs and math.isfinite(v)}
             for a, b in combinations([c for c in configs if c in p], 2):
                 if abs(p[a] - p[b]) <= ppl_tolerance * min(p[a], p[b]):
                     dear, cheap = (a, b) if j.get(a, 0.0) >= j.get(b, 0.0) else (b, a)
                     add(target, dear, cheap)
-        elif target == "frontier":
+        elif target is Target.FRONTIER:
             have = [c for c in configs if c in (accuracy or {}) and c in j]
             if len(have) < 2:
                 notes.append("frontier neighbours: needs accuracy and J/token of ≥ 2 "
@@ -143,7 +158,7 @@ def comparisons(rules: DecisionRules, configs: Sequence[str], *, baseline: str |
 
 
 def round_values(repeats: pd.DataFrame, runs: pd.DataFrame, round_of_run: Mapping[str, int],
-                 *, basis: str = "gross") -> dict[str, dict[int, float | None]]:
+                 *, basis: str = EnergyBasis.GROSS) -> dict[str, dict[int, float | None]]:
     """Per configuration and round: the mean J per generated token of the round's valid repeats.
 
     `repeats`/`runs` are the analysis' repeats.csv and runs.csv (formats.md §5); a run counts
@@ -155,9 +170,9 @@ def round_values(repeats: pd.DataFrame, runs: pd.DataFrame, round_of_run: Mappin
     (host.analysis.paired: a round's value is the mean of its valid repeats). A round with no
     valid run gives None; a run with no round is left out.
     """
-    ok = set(runs[(runs["phase"] == "request") & runs["valid"].astype(bool)]["run_id"])
-    rows = repeats[(repeats["scope"] == "all") & (repeats["phase"] == "request")
-                   & (repeats["unit"] == "generated") & (repeats["basis"] == basis)]
+    ok = set(runs[(runs["phase"] == Phase.REQUEST) & runs["valid"].astype(bool)]["run_id"])
+    rows = repeats[(repeats["scope"] == "all") & (repeats["phase"] == Phase.REQUEST)
+                   & (repeats["unit"] == TokenUnit.GENERATED) & (repeats["basis"] == basis)]
     valid: dict[tuple[str, int], list[float]] = {}
     for (cfg, run_id), g in rows.groupby(["config", "run_id"], sort=False):
         k = round_of_run.get(str(run_id))
@@ -270,7 +285,8 @@ def power_lines(rules: DecisionRules, sd_pct: float, basis: str,
     return [lines[0].rstrip(":") + f"; spread {basis}:", *lines[1:]]
 
 
-def spread_from_analysis(analysis_dir: Path, *, basis: str = "gross") -> tuple[float, int]:
+def spread_from_analysis(analysis_dir: Path, *,
+                         basis: str = EnergyBasis.GROSS) -> tuple[float, int]:
     """(pooled per-round spread of paired savings %, most paired rounds) from an earlier
     analysis.
 
@@ -289,9 +305,9 @@ def spread_from_analysis(analysis_dir: Path, *, basis: str = "gross") -> tuple[f
             "t_start_meter_ns"}
     if not need <= set(rep.columns) or not {"run_id", "phase", "valid"} <= set(runs.columns):
         return math.nan, 0
-    ok = set(runs[(runs["phase"] == "request") & runs["valid"].astype(bool)]["run_id"])
-    rows = rep[(rep["scope"] == "all") & (rep["phase"] == "request")
-               & (rep["unit"] == "generated") & (rep["basis"] == basis)
+    ok = set(runs[(runs["phase"] == Phase.REQUEST) & runs["valid"].astype(bool)]["run_id"])
+    rows = rep[(rep["scope"] == "all") & (rep["phase"] == Phase.REQUEST)
+               & (rep["unit"] == TokenUnit.GENERATED) & (rep["basis"] == basis)
                & rep["run_id"].isin(ok)]
     per: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     for cfg, g in rows.groupby("config", sort=True):

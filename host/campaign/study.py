@@ -26,7 +26,16 @@ from host.campaign.adaptive import MAX_REMEASURE, TARGETS, DecisionRules
 from host.campaign.meter import ACTIVITIES
 
 T = TypeVar("T")
-THERMAL_RULES = ("fixed", "stable")
+
+
+class ThermalRule(Word):
+    """How the campaign lets a node settle before each run (host/campaign/thermal.py)."""
+
+    FIXED = "fixed"  # wait a fixed time
+    STABLE = "stable"  # wait until every meter's idle power holds still
+
+
+THERMAL_RULES = ThermalRule.values()
 KNOWN_SECTIONS = {"study", "models", "run", "meter", "accuracy", "thermal", "analysis",
                   "estimate", "decide"}
 
@@ -85,7 +94,7 @@ class AccuracySpec:
 
 @dataclass(frozen=True)
 class ThermalSpec:
-    rule: str = "fixed"
+    rule: ThermalRule = ThermalRule.FIXED
     wait_s: float = 0.0  # fixed rule
     tolerance: float = 0.02  # stable rule: every reading within ±tolerance of the window mean
     window_s: float = 10.0
@@ -531,9 +540,10 @@ def load_study(path: Path | str) -> Study:
     a.finish()
 
     t = _table(path, doc, "thermal")
-    rule = t.get("rule", str, "fixed")
-    if rule not in THERMAL_RULES:
-        raise t.fail("rule", f"{rule!r} is not one of {', '.join(THERMAL_RULES)}")
+    rule_word = t.get("rule", str, ThermalRule.FIXED)
+    rule = ThermalRule.parse(rule_word)
+    if rule is None:
+        raise t.fail("rule", f"{rule_word!r} is not one of {', '.join(THERMAL_RULES)}")
     thermal = ThermalSpec(rule=rule, wait_s=t.real("wait_s", 0.0, 0.0, high=DAY_S),
                           tolerance=t.real("tolerance", 0.02, 0.0, strict=True, high=1.0),
                           window_s=t.real("window_s", 10.0, 0.0, strict=True, high=DAY_S),
