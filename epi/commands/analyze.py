@@ -29,6 +29,7 @@ from host.analysis.vocabulary import (
     EnergyMethod,
     LagMode,
 )
+from host.campaign.analysis_rules import ANALYSIS_REALS, MIN_SAMPLES
 
 
 def parse_channels(spec: str | None) -> dict[str, list[int]] | None:
@@ -94,7 +95,11 @@ def trace_list(given: tuple[Path, ...]) -> list[Path]:
     return out
 
 
-FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
+
+
+def _within(key: str) -> FiniteFloat:
+    """`--KEY`'s type: the range `[analysis] KEY` of a study enforces too."""
+    return FiniteFloat.within(ANALYSIS_REALS[key])
 
 
 @click.command("analyze")
@@ -125,15 +130,16 @@ FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
               default=EnergyMethod.COUNTER.value,
               show_default=True, help="Primary energy: the chip's energy counter (trapezoid "
               "where the counter does not cover a window) or the integral of power readings.")
-@click.option("--max-resolution-frac", type=FRACTION, default=0.005, show_default=True,
+@click.option("--max-resolution-frac", type=_within("max_resolution_frac"), default=0.005,
+              show_default=True,
               help="Largest energy-counter resolution as a fraction of a repeat's phase energy.")
-@click.option("--cv-threshold", type=FRACTION, default=0.03, show_default=True,
+@click.option("--cv-threshold", type=_within("cv_threshold"), default=0.03, show_default=True,
               help="Largest repeat CV of a valid run.")
-@click.option("--max-offset-frac", type=FRACTION, default=0.01, show_default=True,
+@click.option("--max-offset-frac", type=_within("max_offset_frac"), default=0.01, show_default=True,
               help="Largest clock-offset uncertainty as a fraction of the median phase.")
-@click.option("--min-samples", type=BoundedInt(2, 1_000_000), default=2, show_default=True,
+@click.option("--min-samples", type=BoundedInt.within(MIN_SAMPLES), default=2, show_default=True,
               help="Fewest meter samples inside a measured window.")
-@click.option("--ppl-tolerance", type=FiniteFloat(0.0, 1.0), default=0.01, show_default=True,
+@click.option("--ppl-tolerance", type=_within("ppl_tolerance"), default=0.01, show_default=True,
               help="Relative perplexity tolerance of matched pairs.")
 @click.option("--time-share", is_flag=True,
               help="Also split node energy over its layer groups by weight bytes (estimate).")
@@ -141,7 +147,8 @@ FRACTION = FiniteFloat(0.0, 1.0, lo_open=True)  # a threshold fraction: (0, 1]
               show_default=True,
               help="auto: shift each channel's windows by the load lag estimated from the "
               "trace (labelled in the output); none: report the lag and flag it only.")
-@click.option("--max-lag-error-frac", type=FRACTION, default=0.01, show_default=True,
+@click.option("--max-lag-error-frac", type=_within("max_lag_error_frac"), default=0.01,
+              show_default=True,
               help="Largest energy a resolved load lag may move across a phase's edges, as a "
               "fraction of its median window energy.")
 @click.option("--max-instrument-u-pct", type=FiniteFloat(0.0, 100.0), default=2.0,

@@ -23,6 +23,7 @@ from epi.formats.fields import check_id, read_toml_file
 from host.analysis.model import Options
 from host.analysis.vocabulary import EnergyBasis, EnergyMethod, LagMode
 from host.campaign.adaptive import MAX_REMEASURE, TARGETS, DecisionRules
+from host.campaign.analysis_rules import ANALYSIS_REALS, MIN_SAMPLES
 from host.campaign.meter import ACTIVITIES
 
 T = TypeVar("T")
@@ -552,15 +553,15 @@ def load_study(path: Path | str) -> Study:
     t.finish()
 
     an = _table(path, doc, "analysis")
-    fracs = {key: an.real(key, None, 0.0, high=1.0)  # fractions, as `epi analyze` takes them
-             for key in ("cv_threshold", "max_offset_frac", "max_lag_error_frac",
-                         "ppl_tolerance", "max_resolution_frac")}
+    fracs = {key: an.real(key, None, r.lo, strict=r.lo_open, high=r.hi)  # as `epi analyze`
+             for key, r in ANALYSIS_REALS.items()}
     analysis = AnalysisSpec(_word(an, "energy_basis", EnergyBasis),
                             _word(an, "energy_method", EnergyMethod), _word(an, "lag", LagMode),
                             fracs["cv_threshold"], fracs["max_offset_frac"],
                             fracs["max_lag_error_frac"], fracs["ppl_tolerance"],
                             fracs["max_resolution_frac"],
-                            an.integer("min_samples", None, 2, high=1_000_000),
+                            an.integer("min_samples", None, MIN_SAMPLES.lo,
+                                       high=MIN_SAMPLES.hi),
                             an.get("reference_map", str))
     if analysis.reference_map is not None:
         check_id(analysis.reference_map, f"{path}: [analysis] reference_map")
