@@ -14,13 +14,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.formats.fields import check_float
 from host.campaign.adaptive import DecisionRules
 from host.search.decide import (
+    CandidateVerdict,
     best_hand_made_by,
     candidate_verdict,
     verdict_counts,
@@ -75,7 +76,7 @@ class SearchState:
     # the model, maps, options and build this state describes (None: an older state's)
     identity: dict[str, object] | None = None
     # config -> its settled comparison with the best hand-made map (host.search.decide)
-    verdicts: dict[str, dict[str, object]] = field(default_factory=dict)
+    verdicts: dict[str, CandidateVerdict] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -145,7 +146,8 @@ class SearchState:
         return cls(round_records,
                    [Measured.from_json(m, f"{path}: measured[{i}]")
                     for i, m in enumerate(measured)],
-                   kl("direct_kl_nats"), maps, preds, kl("proxy_kl_nats"), identity, verdicts)
+                   kl("direct_kl_nats"), maps, preds, kl("proxy_kl_nats"), identity,
+                   cast(dict[str, CandidateVerdict], verdicts))  # state and text checked
 
 
 def map_id_of(p: Path) -> str:
