@@ -92,11 +92,13 @@ class DecisionRules:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A named comparison; the saving is A's J/token minus B's, as % of A's."""
+    """A named comparison; the saving is the reference's J/token minus the candidate's, as %
+    of the reference's."""
 
     kind: str  # a TARGETS entry
-    a: str
-    b: str
+    # A: the baseline, the dearer of a perplexity-matched pair, else the pair's first config
+    reference: str
+    candidate: str  # B: the configuration whose saving is stated
 
 
 def comparisons(rules: DecisionRules, configs: Sequence[str], *, baseline: str | None = None,
@@ -208,13 +210,14 @@ class Assessment:
         """e.g. 'savings vs baseline q8 → q4: decided: q4 uses less energy than q8, saving
         10.2 % [4.71, 15.6] 95 % anytime-valid, n=3'."""
         c, v = self.comparison, self.verdict
-        head = f"{TARGET_NAMES[c.kind]} {c.a} → {c.b}: "
+        head = f"{TARGET_NAMES[c.kind]} {c.reference} → {c.candidate}: "
         if v.state != "decided":
-            return head + v.text(c.a, c.b, what=f"saving of {c.b}", unit=" %")
+            return head + v.text(c.reference, c.candidate, what=f"saving of {c.candidate}",
+                                 unit=" %")
         way = "less" if v.direction > 0 else "more"  # a positive saving: B draws less
         small = (f"; smaller than the {v.margin:g} % worth resolving" if v.within_margin
                  else "")
-        return (head + f"decided: {c.b} uses {way} energy than {c.a}, saving "
+        return (head + f"decided: {c.candidate} uses {way} energy than {c.reference}, saving "
                 + v.interval_text(" %") + small)
 
 
@@ -230,7 +233,7 @@ def assess(rules: DecisionRules, comps: Sequence[Comparison], values: RoundValue
     out = []
     pooled = spread_pct(values, comps)
     for c in comps:
-        x = paired_savings_pct(values, c.a, c.b)
+        x = paired_savings_pct(values, c.reference, c.candidate)
         spent = out_of_time or rounds_done >= rules.max_rounds
         # decide() knows only this pair's rounds: the budget is the study's, so pass "spent"
         v = sequential.decide(x, margin=rules.margin_pct, alpha=rules.alpha,
@@ -246,8 +249,8 @@ def configs_to_measure(assessments: Sequence[Assessment]) -> list[str]:
     want: dict[str, None] = {}
     for s in assessments:
         if not s.verdict.settled:
-            want.setdefault(s.comparison.a)
-            want.setdefault(s.comparison.b)
+            want.setdefault(s.comparison.reference)
+            want.setdefault(s.comparison.candidate)
     return list(want)
 
 
@@ -269,7 +272,7 @@ def spread_pct(values: RoundValues, comps: Sequence[Comparison]) -> float:
     """Pooled per-round standard deviation of the paired savings (%), over the comparisons."""
     ss, df = 0.0, 0
     for c in comps:
-        x = paired_savings_pct(values, c.a, c.b)
+        x = paired_savings_pct(values, c.reference, c.candidate)
         if len(x) >= 2:
             ss += float(np.sum((x - x.mean()) ** 2))
             df += len(x) - 1

@@ -137,7 +137,8 @@ def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Seq
                               # the same verdicts as records: the report's one verdict per
                               # comparison, wherever a comparison of these two appears
                               "comparisons": [{"kind": s.comparison.kind,
-                                               "a": s.comparison.a, "b": s.comparison.b,
+                                               "a": s.comparison.reference,
+                                               "b": s.comparison.candidate,
                                                "state": s.verdict.state, "text": s.text()}
                                               for s in found],
                               "next_configs": list(decision.next_configs),
