@@ -20,7 +20,6 @@ from epi.commands.params import (
 from epi.core.errors import UserError
 from epi.formats.analysis import RESULT_FILES
 from host.analysis.model import Options
-from host.analysis.option_ranges import RANGES
 from host.analysis.output import analyze_to
 from host.analysis.summary import summary_text
 from host.analysis.vocabulary import (
@@ -30,6 +29,7 @@ from host.analysis.vocabulary import (
     EnergyMethod,
     LagMode,
 )
+from host.campaign.analysis_rules import ANALYSIS_REALS, GUIDANCE_REALS, MIN_SAMPLES
 
 
 def parse_channels(spec: str | None) -> dict[str, list[int]] | None:
@@ -97,12 +97,9 @@ def trace_list(given: tuple[Path, ...]) -> list[Path]:
 
 
 
-def _ranged(key: str) -> FiniteFloat:
-    """The option's type from the one rule set the study file also reads."""
-    r = RANGES[key]
-    return FiniteFloat(r.lo, r.hi, lo_open=r.lo_open)
-
-
+def _within(key: str) -> FiniteFloat:
+    """`--KEY`'s type: the range `[analysis] KEY` of a study enforces too."""
+    return FiniteFloat.within({**ANALYSIS_REALS, **GUIDANCE_REALS}[key])
 
 
 @click.command("analyze")
@@ -133,16 +130,16 @@ def _ranged(key: str) -> FiniteFloat:
               default=EnergyMethod.COUNTER.value,
               show_default=True, help="Primary energy: the chip's energy counter (trapezoid "
               "where the counter does not cover a window) or the integral of power readings.")
-@click.option("--max-resolution-frac", type=_ranged("max_resolution_frac"), default=0.005,
+@click.option("--max-resolution-frac", type=_within("max_resolution_frac"), default=0.005,
               show_default=True,
               help="Largest energy-counter resolution as a fraction of a repeat's phase energy.")
-@click.option("--cv-threshold", type=_ranged("cv_threshold"), default=0.03, show_default=True,
+@click.option("--cv-threshold", type=_within("cv_threshold"), default=0.03, show_default=True,
               help="Largest repeat CV of a valid run.")
-@click.option("--max-offset-frac", type=_ranged("max_offset_frac"), default=0.01, show_default=True,
+@click.option("--max-offset-frac", type=_within("max_offset_frac"), default=0.01, show_default=True,
               help="Largest clock-offset uncertainty as a fraction of the median phase.")
-@click.option("--min-samples", type=BoundedInt(2, 1_000_000), default=2, show_default=True,
+@click.option("--min-samples", type=BoundedInt.within(MIN_SAMPLES), default=2, show_default=True,
               help="Fewest meter samples inside a measured window.")
-@click.option("--ppl-tolerance", type=_ranged("ppl_tolerance"), default=0.01, show_default=True,
+@click.option("--ppl-tolerance", type=_within("ppl_tolerance"), default=0.01, show_default=True,
               help="Relative perplexity tolerance of matched pairs.")
 @click.option("--time-share", is_flag=True,
               help="Also split node energy over its layer groups by weight bytes (estimate).")
@@ -150,7 +147,7 @@ def _ranged(key: str) -> FiniteFloat:
               show_default=True,
               help="auto: shift each channel's windows by the load lag estimated from the "
               "trace (labelled in the output); none: report the lag and flag it only.")
-@click.option("--max-lag-error-frac", type=_ranged("max_lag_error_frac"), default=0.01,
+@click.option("--max-lag-error-frac", type=_within("max_lag_error_frac"), default=0.01,
               show_default=True,
               help="Largest energy a resolved load lag may move across a phase's edges, as a "
               "fraction of its median window energy.")
@@ -159,11 +156,11 @@ def _ranged(key: str) -> FiniteFloat:
               "J/token figure; above it the figure's reason says so (docs/analysis.md).")
 @click.option("--manifest-dir", type=click.Path(path_type=Path),
               help="Where the quantization manifests are (default: next to the model).")
-@click.option("--guidance-accuracy-loss", type=_ranged("guidance_accuracy_loss"), default=0.02,
+@click.option("--guidance-accuracy-loss", type=_within("guidance_accuracy_loss"), default=0.02,
               show_default=True,
               help="The report's guidance by use: the accuracy (absolute) the latency and "
               "energy picks may give up against the most accurate configuration.")
-@click.option("--guidance-j-budget", type=_ranged("guidance_j_budget"), default=1.10,
+@click.option("--guidance-j-budget", type=_within("guidance_j_budget"), default=1.10,
               show_default=True, help="The report's guidance by use: the quality pick's "
               "J/token budget, as a multiple of the lowest J/token.")
 @click.option("--reference-map", default=None, metavar="CONFIG",

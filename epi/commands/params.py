@@ -19,6 +19,7 @@ import click
 from epi.core.errors import UserError
 from epi.core.limits import MAX_SEED, MAX_THREADS
 from epi.formats.fields import check_id, range_text
+from host.campaign.analysis_rules import IntRange, RealRange
 
 
 class FiniteFloat(click.ParamType):
@@ -42,6 +43,11 @@ class FiniteFloat(click.ParamType):
             self.fail(f"{value!r} is not a finite number"
                       f"{range_text(self.lo, self.hi, self.lo_open)}", param, ctx)
         return x
+
+    @classmethod
+    def within(cls, r: RealRange) -> FiniteFloat:
+        """The option type of a range the study file enforces too (one rule for both)."""
+        return cls(r.lo, r.hi, lo_open=r.lo_open)
 
     def __repr__(self) -> str:
         return f"FiniteFloat({self.lo}, {self.hi})"
@@ -69,6 +75,11 @@ class BoundedInt(click.ParamType):
         if self.hi is not None and n > self.hi:
             self.fail(f"{n} is above the maximum {self.hi}", param, ctx)
         return n
+
+    @classmethod
+    def within(cls, r: IntRange) -> BoundedInt:
+        """The option type of a range the study file enforces too (one rule for both)."""
+        return cls(r.lo, r.hi)
 
     def __repr__(self) -> str:
         return f"BoundedInt({self.lo}, {self.hi})"

@@ -10,6 +10,7 @@ import click
 
 from epi.commands.aliases import prefer_alias, renamed_option
 from epi.commands.params import SEED, THREADS, BoundedInt, FiniteFloat, check_output_dir
+from host.campaign.analysis_rules import ANALYSIS_REALS
 from host.search.app import SearchRequest, check_request, parse_types, result_lines, run
 from host.search.optimizer import Budget
 
@@ -54,10 +55,12 @@ from host.search.optimizer import Budget
 @click.option("--lag", type=click.Choice(["none", "auto"]), default=None,
               help="The analysis' meter-lag handling (`epi analyze --lag`; default: the "
                    "campaign's, none). auto estimates the meter's lag and shifts the windows.")
-@click.option("--cv-threshold", type=FiniteFloat(0.0, 1.0, lo_open=True), default=None,
+@click.option("--cv-threshold", type=FiniteFloat.within(ANALYSIS_REALS["cv_threshold"]),
+              default=None,
               help="The analysis' repeat-CV limit for a valid run (`epi analyze "
                    "--cv-threshold`; default: the campaign's, 0.03).")
-@click.option("--max-resolution-frac", type=FiniteFloat(0.0, 1.0, lo_open=True), default=None,
+@click.option("--max-resolution-frac",
+              type=FiniteFloat.within(ANALYSIS_REALS["max_resolution_frac"]), default=None,
               help="The analysis' limit on the energy counter's step as a fraction of a "
                    "request's energy (`epi analyze --max-resolution-frac`; default 0.005).")
 @click.option("--prompts", type=click.Path(path_type=Path, dir_okay=False), default=None,

@@ -23,7 +23,7 @@ from epi.formats.manifests import quant_manifest_beside
 from host.accuracy import cache, crosscheck, fewshot
 from host.accuracy import multiple_choice as mc
 from host.accuracy import perplexity as ppl
-from host.accuracy.items import BENCHMARKS, FORMAT, Item, items_sha256
+from host.accuracy.items import BENCHMARKS, FORMAT, Benchmark, Item, items_sha256
 from host.accuracy.readers import load_items
 from host.accuracy.results import FORMAT as RESULTS_FORMAT
 from host.accuracy.results import (
@@ -333,7 +333,7 @@ def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str,
     for name, bd in benches.items():
         if name not in CROSSCHECKED:
             continue
-        runner = crosscheck.hellaswag if name == "hellaswag" else crosscheck.multiple_choice
+        runner = crosscheck.hellaswag if name == Benchmark.HELLASWAG else crosscheck.multiple_choice
 
         def run_bench(bd: BenchData = bd,
                       runner: Callable[..., crosscheck.ToolRun] = runner,

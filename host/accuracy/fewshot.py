@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from epi.core.errors import UserError
-from host.accuracy.items import Item
+from host.accuracy.items import Benchmark, Item
 
 #: the study's shot counts (MMLU 5, ARC-Challenge 25, HellaSwag 10)
 STUDY_SHOTS: dict[str, int] = {"mmlu": 5, "arc_challenge": 25, "hellaswag": 10}
@@ -88,7 +88,7 @@ def subject(item: Item) -> str:
 
 
 def description(bench: str, key: str) -> str:
-    if bench == "mmlu":
+    if bench == Benchmark.MMLU:
         return f"The following are questions (with answers) about {key.replace('_', ' ')}.\n\n"
     return ""
 
@@ -108,7 +108,7 @@ def choose(bench: str, items: Sequence[Item], k: int, seed: int) -> list[ShotGro
     check_shots(bench, k)
     if k == 0:
         return []
-    if bench == "mmlu":
+    if bench == Benchmark.MMLU:
         by_subject: dict[str, list[Item]] = {}
         for it in items:
             by_subject.setdefault(subject(it), []).append(it)
@@ -127,7 +127,7 @@ def choose(bench: str, items: Sequence[Item], k: int, seed: int) -> list[ShotGro
 
 
 def group_key(bench: str, item: Item) -> str:
-    return subject(item) if bench == "mmlu" else ""
+    return subject(item) if bench == Benchmark.MMLU else ""
 
 
 def without_shots(items: Sequence[Item], groups: Sequence[ShotGroup]) -> list[Item]:

@@ -19,9 +19,21 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from epi.core.vocabulary import Word
 from host.errors import RecordError
 
-BENCHMARKS: tuple[str, ...] = ("hellaswag", "arc_challenge", "arc_easy", "mmlu", "winogrande")
+
+class Benchmark(Word):
+    """The multiple-choice benchmarks epi scores (each has its reader, host/accuracy/readers)."""
+
+    HELLASWAG = "hellaswag"
+    ARC_CHALLENGE = "arc_challenge"
+    ARC_EASY = "arc_easy"
+    MMLU = "mmlu"
+    WINOGRANDE = "winogrande"
+
+
+BENCHMARKS: tuple[str, ...] = Benchmark.values()
 FORMAT = "cloze"  # stated in every result: choices are scored as continuations, not letters
 
 

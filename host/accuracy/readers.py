@@ -22,6 +22,7 @@ from epi.core.errors import UserError
 from host.accuracy.items import (
     BENCHMARKS,
     CONVERTERS,
+    Benchmark,
     Item,
     shared_item,
     winogrande_from_parts,
@@ -297,19 +298,19 @@ def load_items(bench: str, paths: Sequence[Path]) -> list[Item]:
         for path in data_files(Path(root)):
             suffix = _suffix(path)
             if suffix == ".txt":
-                if bench != "hellaswag":
+                if bench != Benchmark.HELLASWAG:
                     raise UserError(
                         f"{path}: a .txt task file is llama.cpp's HellaSwag format, not {bench}"
                     )
                 items.extend(read_hellaswag_txt(path))
             elif suffix == ".csv":
-                if bench != "winogrande":
+                if bench != Benchmark.WINOGRANDE:
                     raise UserError(
                         f"{path}: a .csv task file is llama.cpp's WinoGrande format, not {bench}"
                     )
                 items.extend(read_winogrande_csv(path))
             elif suffix == ".bin":
-                if bench == "winogrande":
+                if bench == Benchmark.WINOGRANDE:
                     raise UserError(
                         f"{path}: WinoGrande needs partial scoring; use the .csv or HF file"
                     )

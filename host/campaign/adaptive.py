@@ -30,14 +30,28 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from epi.core.vocabulary import Word
 from host.analysis import sequential
 from host.analysis.paired import common_rounds, round_pairs
 from host.analysis.sequential import SequentialVerdict
 from host.analysis.statistics import pareto_front
+from host.analysis.vocabulary import EnergyBasis, Phase, TokenUnit
 
-TARGETS = ("frontier", "baseline", "ppl_matched", "all_pairs")
-TARGET_NAMES = {"frontier": "frontier neighbours", "baseline": "savings vs baseline",
-                "ppl_matched": "perplexity-matched pair", "all_pairs": "pair"}
+
+class Target(Word):
+    """What `[decide] compare` asks to compare: which pairs of configurations a round decides."""
+
+    FRONTIER = "frontier"
+    BASELINE = "baseline"
+    PPL_MATCHED = "ppl_matched"
+    ALL_PAIRS = "all_pairs"
+
+
+TARGETS = Target.values()
+TARGET_NAMES: dict[str, str] = {Target.FRONTIER: "frontier neighbours",
+                                Target.BASELINE: "savings vs baseline",
+                                Target.PPL_MATCHED: "perplexity-matched pair",
+                                Target.ALL_PAIRS: "pair"}
 
 RoundValues = Mapping[str, Mapping[int, float | None]]  # config → round (1-based) → J/token
 MAX_REMEASURE = 20  # re-measures of one refused run, at most
@@ -78,11 +92,13 @@ class DecisionRules:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A named comparison; the saving is A's J/token minus B's, as % of A's."""
+    """A named comparison; the saving is the reference's J/token minus the candidate's, as %
+    of the reference's."""
 
     kind: str  # a TARGETS entry
-    a: str
-    b: str
+    # A: the baseline, the dearer of a perplexity-matched pair, else the pair's first config
+    reference: str
+    candidate: str  # B: the configuration whose saving is stated
 
 
 def comparisons(rules: DecisionRules, configs: Sequence[str], *, baseline: str | None = None,
@@ -107,25 +123,26 @@ def comparisons(rules: DecisionRules, configs: Sequence[str], *, baseline: str |
             out.append(Comparison(kind, a, b))
 
     j = dict(j_per_token or {})
-    for target in rules.targets:
+    for word in rules.targets:
+        target = Target(word)
         before = len(out)
-        if target == "baseline":
+        if target is Target.BASELINE:
             if baseline is None or baseline not in configs:
                 notes.append("savings vs baseline: the study names no baseline among its "
                              "configurations")
                 continue
             for c in configs:
                 add(target, baseline, c)
-        elif target == "all_pairs":
+        elif target is Target.ALL_PAIRS:
             for a, b in combinations(configs, 2):
                 add(target, a, b)
-        elif target == "ppl_matched":
+        elif target is Target.PPL_MATCHED:
             p = {c: v for c, v in (ppl or {}).items() if c in configs and math.isfinite(v)}
             for a, b in combinations([c for c in configs if c in p], 2):
                 if abs(p[a] - p[b]) <= ppl_tolerance * min(p[a], p[b]):
                     dear, cheap = (a, b) if j.get(a, 0.0) >= j.get(b, 0.0) else (b, a)
                     add(target, dear, cheap)
-        elif target == "frontier":
+        elif target is Target.FRONTIER:
             have = [c for c in configs if c in (accuracy or {}) and c in j]
             if len(have) < 2:
                 notes.append("frontier neighbours: needs accuracy and J/token of ≥ 2 "
@@ -143,7 +160,7 @@ def comparisons(rules: DecisionRules, configs: Sequence[str], *, baseline: str |
 
 
 def round_values(repeats: pd.DataFrame, runs: pd.DataFrame, round_of_run: Mapping[str, int],
-                 *, basis: str = "gross") -> dict[str, dict[int, float | None]]:
+                 *, basis: str = EnergyBasis.GROSS) -> dict[str, dict[int, float | None]]:
     """Per configuration and round: the mean J per generated token of the round's valid repeats.
 
     `repeats`/`runs` are the analysis' repeats.csv and runs.csv (formats.md §5); a run counts
@@ -155,9 +172,9 @@ def round_values(repeats: pd.DataFrame, runs: pd.DataFrame, round_of_run: Mappin
     (host.analysis.paired: a round's value is the mean of its valid repeats). A round with no
     valid run gives None; a run with no round is left out.
     """
-    ok = set(runs[(runs["phase"] == "request") & runs["valid"].astype(bool)]["run_id"])
-    rows = repeats[(repeats["scope"] == "all") & (repeats["phase"] == "request")
-                   & (repeats["unit"] == "generated") & (repeats["basis"] == basis)]
+    ok = set(runs[(runs["phase"] == Phase.REQUEST) & runs["valid"].astype(bool)]["run_id"])
+    rows = repeats[(repeats["scope"] == "all") & (repeats["phase"] == Phase.REQUEST)
+                   & (repeats["unit"] == TokenUnit.GENERATED) & (repeats["basis"] == basis)]
     valid: dict[tuple[str, int], list[float]] = {}
     for (cfg, run_id), g in rows.groupby(["config", "run_id"], sort=False):
         k = round_of_run.get(str(run_id))
@@ -193,13 +210,14 @@ class Assessment:
         """e.g. 'savings vs baseline q8 → q4: decided: q4 uses less energy than q8, saving
         10.2 % [4.71, 15.6] 95 % anytime-valid, n=3'."""
         c, v = self.comparison, self.verdict
-        head = f"{TARGET_NAMES[c.kind]} {c.a} → {c.b}: "
+        head = f"{TARGET_NAMES[c.kind]} {c.reference} → {c.candidate}: "
         if v.state != "decided":
-            return head + v.text(c.a, c.b, what=f"saving of {c.b}", unit=" %")
+            return head + v.text(c.reference, c.candidate, what=f"saving of {c.candidate}",
+                                 unit=" %")
         way = "less" if v.direction > 0 else "more"  # a positive saving: B draws less
         small = (f"; smaller than the {v.margin:g} % worth resolving" if v.within_margin
                  else "")
-        return (head + f"decided: {c.b} uses {way} energy than {c.a}, saving "
+        return (head + f"decided: {c.candidate} uses {way} energy than {c.reference}, saving "
                 + v.interval_text(" %") + small)
 
 
@@ -215,7 +233,7 @@ def assess(rules: DecisionRules, comps: Sequence[Comparison], values: RoundValue
     out = []
     pooled = spread_pct(values, comps)
     for c in comps:
-        x = paired_savings_pct(values, c.a, c.b)
+        x = paired_savings_pct(values, c.reference, c.candidate)
         spent = out_of_time or rounds_done >= rules.max_rounds
         # decide() knows only this pair's rounds: the budget is the study's, so pass "spent"
         v = sequential.decide(x, margin=rules.margin_pct, alpha=rules.alpha,
@@ -231,8 +249,8 @@ def configs_to_measure(assessments: Sequence[Assessment]) -> list[str]:
     want: dict[str, None] = {}
     for s in assessments:
         if not s.verdict.settled:
-            want.setdefault(s.comparison.a)
-            want.setdefault(s.comparison.b)
+            want.setdefault(s.comparison.reference)
+            want.setdefault(s.comparison.candidate)
     return list(want)
 
 
@@ -254,7 +272,7 @@ def spread_pct(values: RoundValues, comps: Sequence[Comparison]) -> float:
     """Pooled per-round standard deviation of the paired savings (%), over the comparisons."""
     ss, df = 0.0, 0
     for c in comps:
-        x = paired_savings_pct(values, c.a, c.b)
+        x = paired_savings_pct(values, c.reference, c.candidate)
         if len(x) >= 2:
             ss += float(np.sum((x - x.mean()) ** 2))
             df += len(x) - 1
@@ -270,7 +288,8 @@ def power_lines(rules: DecisionRules, sd_pct: float, basis: str,
     return [lines[0].rstrip(":") + f"; spread {basis}:", *lines[1:]]
 
 
-def spread_from_analysis(analysis_dir: Path, *, basis: str = "gross") -> tuple[float, int]:
+def spread_from_analysis(analysis_dir: Path, *,
+                         basis: str = EnergyBasis.GROSS) -> tuple[float, int]:
     """(pooled per-round spread of paired savings %, most paired rounds) from an earlier
     analysis.
 
@@ -289,9 +308,9 @@ def spread_from_analysis(analysis_dir: Path, *, basis: str = "gross") -> tuple[f
             "t_start_meter_ns"}
     if not need <= set(rep.columns) or not {"run_id", "phase", "valid"} <= set(runs.columns):
         return math.nan, 0
-    ok = set(runs[(runs["phase"] == "request") & runs["valid"].astype(bool)]["run_id"])
-    rows = rep[(rep["scope"] == "all") & (rep["phase"] == "request")
-               & (rep["unit"] == "generated") & (rep["basis"] == basis)
+    ok = set(runs[(runs["phase"] == Phase.REQUEST) & runs["valid"].astype(bool)]["run_id"])
+    rows = rep[(rep["scope"] == "all") & (rep["phase"] == Phase.REQUEST)
+               & (rep["unit"] == TokenUnit.GENERATED) & (rep["basis"] == basis)
                & rep["run_id"].isin(ok)]
     per: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     for cfg, g in rows.groupby("config", sort=True):

@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from epi.core.files import write_json_atomic
+from host.analysis.vocabulary import EnergyBasis, Phase, TokenUnit
 from host.campaign import adaptive as ad
 
 DECISIONS_JSON = "decisions.json"
@@ -75,8 +76,8 @@ class RoundDecision:
 
 
 def _headline(results: pd.DataFrame, basis: str) -> pd.DataFrame:
-    h = results[(results["scope"] == "all") & (results["phase"] == "request")
-                & (results["unit"] == "generated") & (results["basis"] == basis)]
+    h = results[(results["scope"] == "all") & (results["phase"] == Phase.REQUEST)
+                & (results["unit"] == TokenUnit.GENERATED) & (results["basis"] == basis)]
     return h.drop_duplicates("config").set_index("config")
 
 
@@ -89,7 +90,7 @@ def _column(h: pd.DataFrame, col: str) -> dict[str, float]:
 
 def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Sequence[str],
                        round_of_run: Mapping[str, int], rounds_done: int, *,
-                       baseline: str | None, basis: str = "gross",
+                       baseline: str | None, basis: str = EnergyBasis.GROSS,
                        ppl_tolerance: float = 0.01, measured_s: float = 0.0,
                        per_run_s: float | None = None) -> RoundDecision:
     """The decision after `rounds_done` rounds (see the module docstring).
@@ -136,7 +137,8 @@ def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Seq
                               # the same verdicts as records: the report's one verdict per
                               # comparison, wherever a comparison of these two appears
                               "comparisons": [{"kind": s.comparison.kind,
-                                               "a": s.comparison.a, "b": s.comparison.b,
+                                               "a": s.comparison.reference,
+                                               "b": s.comparison.candidate,
                                                "state": s.verdict.state, "text": s.text()}
                                               for s in found],
                               "next_configs": list(decision.next_configs),

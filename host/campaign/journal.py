@@ -26,6 +26,7 @@ from typing import TypedDict, Union, cast
 
 from epi.core.errors import UserError
 from epi.core.files import fsync_dir
+from epi.core.vocabulary import Word
 
 JOURNAL = "journal.jsonl"
 # step-result fields that name something the campaign made inside its directory
@@ -108,8 +109,19 @@ class Failed:
 
 
 Event = Union[Session, Started, Done, Failed]
-KINDS: dict[type, str] = {Session: "session", Started: "started", Done: "done",
-                          Failed: "failed"}
+
+
+class JournalEvent(Word):
+    """The `event` word of a journal line: which of the four records the line holds."""
+
+    SESSION = "session"
+    STARTED = "started"
+    DONE = "done"
+    FAILED = "failed"
+
+
+KINDS: dict[type, JournalEvent] = {Session: JournalEvent.SESSION, Started: JournalEvent.STARTED,
+                                   Done: JournalEvent.DONE, Failed: JournalEvent.FAILED}
 
 
 @dataclass
@@ -209,17 +221,18 @@ class Journal:
         if not isinstance(ev, dict):
             raise UserError(f"{where}: expected an object, got {type(ev).__name__} "
                             "(the journal was edited?)")
-        kind = ev.get("event")
-        if kind == "session":
+        kind = JournalEvent.parse(ev.get("event"))
+        if kind is JournalEvent.SESSION:
             root = _str(ev, "root", where)
             if root:
                 old_roots.append(root)
             return Session(_str(ev, "study", where) or "",
                            _str(ev, "study_sha256", where), root,
                            _int(ev, "pid", where))
-        if kind not in ("started", "done", "failed"):
-            raise UserError(f"{where}: field 'event': {kind!r} is not session, started, done "
-                            "or failed (the journal was edited?)")
+        if kind is None:
+            *first, last = JournalEvent.values()
+            raise UserError(f"{where}: field 'event': {ev.get('event')!r} is not "
+                            f"{', '.join(first)} or {last} (the journal was edited?)")
         step = ev.get("step")
         if not isinstance(step, str) or not step:
             raise UserError(f"{where}: field 'step': expected a step id, got {step!r}")
@@ -228,7 +241,7 @@ class Journal:
         if not 1 <= attempt <= 1_000_000:
             raise UserError(f"{where}: field 'attempt': {attempt} is not a positive integer")
         settle = _obj(ev, "settle", where)
-        if kind == "started":
+        if kind is JournalEvent.STARTED:
             marker = _str(ev, "marker", where)
             mroot = marker_root(marker, step, attempt)
             if mroot and mroot not in old_roots:
@@ -239,7 +252,7 @@ class Journal:
                            relative_to_campaign(_str(ev, "log", where), self.root,
                                                 old_roots),
                            cast("Settle | None", settle))  # a checked JSON object
-        if kind == "done":
+        if kind is JournalEvent.DONE:
             result = _obj(ev, "result", where) or {}
             for key in OWN_PATH_KEYS:
                 if key in result:

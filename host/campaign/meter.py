@@ -38,12 +38,22 @@ from pathlib import Path
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.core.net import free_port
+from epi.core.vocabulary import Word
 from host.campaign import procs
 from meter.emulation.power_models import ACTIVITY_ENV, FOLLOW_ENV
 
 DAEMON_JSON = "daemon.json"
 FOLLOW_PIDS = "follow.pids"
-ACTIVITIES = ("process_tree", "machine")
+
+
+class Activity(Word):
+    """What drives the emulated meter's channel 0 (see above)."""
+
+    PROCESS_TREE = "process_tree"
+    MACHINE = "machine"
+
+
+ACTIVITIES = Activity.values()
 ACTIVITY_TEXT = {"process_tree": "channel 0 follows the CPU time of this campaign's processes "
                                  "(ActivityModel, process tree)",
                  "machine": "channel 0 follows this machine's CPU (ActivityModel)"}
@@ -106,7 +116,7 @@ def follow_env(campaign_dir: Path, activity: str) -> dict[str, str]:
     if activity not in ACTIVITIES:
         raise UserError(f"meter activity must be one of {', '.join(ACTIVITIES)}, "
                         f"got {activity!r}")
-    if activity == "machine":
+    if activity == Activity.MACHINE:
         return {ACTIVITY_ENV: "machine"}
     path = campaign_dir / FOLLOW_PIDS
     path.write_text(f"{os.getpid()}\n")

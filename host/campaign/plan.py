@@ -22,7 +22,7 @@ from epi.formats.fields import check_id
 from host.campaign.accuracy_projection import AccuracyProjection, assumed
 from host.campaign.adaptive import plan_lines, round_order, spread_from_analysis
 from host.campaign.adaptive_round import decided_rounds
-from host.campaign.study import Study
+from host.campaign.study import Study, ThermalRule
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def run_seconds(study: Study, n_prompts: int, prompt_tokens: int) -> float:
 
 def settle_seconds(study: Study) -> float:
     t = study.thermal
-    return t.wait_s if t.rule == "fixed" else t.window_s
+    return t.wait_s if t.rule == ThermalRule.FIXED else t.window_s
 
 
 def accuracy_seconds(study: Study) -> float:
@@ -302,10 +302,10 @@ def plan_text(plan: Plan, done: set[str] | None = None) -> list[str]:
         lines.append(f"accuracy scoring: ~{format_duration(plan.accuracy.seconds)} per "
                      f"configuration, {plan.accuracy.basis}; cached results take no time")
     t = st.thermal
-    rule = (f"fixed wait {t.wait_s:g} s" if t.rule == "fixed" else
+    rule = (f"fixed wait {t.wait_s:g} s" if t.rule == ThermalRule.FIXED else
             f"idle power stable within ±{t.tolerance:.1%} for {t.window_s:g} s "
             f"(timeout {t.timeout_s:g} s)")
     lines.append(f"thermal settle before every run: {rule}"
-                 + (" (every meter's idle power)" if t.rule == "stable"
+                 + (" (every meter's idle power)" if t.rule == ThermalRule.STABLE
                     and len(st.meters) > 1 else ""))
     return lines + meter_lines(st) + power_analysis_lines(st)

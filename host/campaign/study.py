@@ -21,13 +21,22 @@ from epi.core.limits import DAY_S, MAX_SEED, MAX_THREADS
 from epi.core.vocabulary import Word, one_of
 from epi.formats.fields import check_id, read_toml_file
 from host.analysis.model import Options
-from host.analysis.option_ranges import RANGES
 from host.analysis.vocabulary import EnergyBasis, EnergyMethod, LagMode
 from host.campaign.adaptive import MAX_REMEASURE, TARGETS, DecisionRules
+from host.campaign.analysis_rules import ANALYSIS_REALS, GUIDANCE_REALS, MIN_SAMPLES
 from host.campaign.meter import ACTIVITIES
 
 T = TypeVar("T")
-THERMAL_RULES = ("fixed", "stable")
+
+
+class ThermalRule(Word):
+    """How the campaign lets a node settle before each run (host/campaign/thermal.py)."""
+
+    FIXED = "fixed"  # wait a fixed time
+    STABLE = "stable"  # wait until every meter's idle power holds still
+
+
+THERMAL_RULES = ThermalRule.values()
 KNOWN_SECTIONS = {"study", "models", "run", "meter", "accuracy", "thermal", "analysis",
                   "estimate", "decide"}
 
@@ -86,7 +95,7 @@ class AccuracySpec:
 
 @dataclass(frozen=True)
 class ThermalSpec:
-    rule: str = "fixed"
+    rule: ThermalRule = ThermalRule.FIXED
     wait_s: float = 0.0  # fixed rule
     tolerance: float = 0.02  # stable rule: every reading within ±tolerance of the window mean
     window_s: float = 10.0
@@ -162,12 +171,6 @@ class AnalysisSpec:
 
 def _or(value: T | None, default: T) -> T:
     return default if value is None else value
-
-
-def _ranged(table: _Reader, key: str) -> float | None:
-    """The table's `key` within the range `epi analyze` allows for its option (None: absent)."""
-    r = RANGES[key]
-    return table.real(key, None, r.lo, strict=r.lo_open, high=r.hi)
 
 
 WordT = TypeVar("WordT", bound=Word)
@@ -484,12 +487,43 @@ def _check_run_nodes(path: Path, run: RunSpec, meters: tuple[MeterSpec, ...]) ->
 
 
 def load_study(path: Path | str) -> Study:
-    """Read and check a study file; raise one-line UserErrors."""
+    """Read and check a study file; raise one-line UserErrors. Each table has its reader
+    below; they run in the file's documented order, so the first problem reported is the
+    same whatever else is wrong."""
     path = Path(path)
     doc = read_toml_file(path, "study file")
     unknown = sorted(set(doc) - KNOWN_SECTIONS)
     if unknown:
         raise UserError(f"{path}: field {unknown[0]!r}: unknown section (see docs/campaign.md)")
+    head = _study_table(path, doc)
+    run = _run_table(path, doc)
+    meters = _meters(path, doc)
+    _check_run_nodes(path, run, meters)
+    accuracy = _accuracy_table(path, doc)
+    thermal = _thermal_table(path, doc)
+    analysis = _analysis_table(path, doc)
+    estimate = _estimate_table(path, doc)
+    decide = _decide(path, doc, repeats_given=head.repeats_given)
+    return Study(path=path, name=head.name, seed=head.seed, repeats=head.repeats,
+                 out=head.out, baseline=head.baseline, models=_models(path, doc), run=run,
+                 meters=meters, accuracy=accuracy, thermal=thermal, analysis=analysis,
+                 estimate=estimate, decide=decide)
+
+
+@dataclass(frozen=True)
+class _StudyHead:
+    """`[study]`: what names the campaign and where it writes."""
+
+    name: str
+    seed: int
+    repeats: int
+    out: Path
+    baseline: str | None
+    repeats_given: bool  # `repeats` written (a [decide] table then refuses it)
+
+
+def _study_table(path: Path, doc: dict[str, object]) -> _StudyHead:
+    """`[study]`: the name (a directory name), seed, repeats, output directory, baseline."""
     s = _table(path, doc, "study")
     name = s.get("name", str, path.stem)
     # The name becomes a directory name (out/campaign-NAME); the default is the file's stem.
@@ -502,7 +536,11 @@ def load_study(path: Path | str) -> Study:
     s.finish()
     out = Path(os.path.normpath(Path(out_text) if Path(out_text).is_absolute()
                                 else path.parent / out_text))
+    return _StudyHead(name, seed, repeats, out, baseline, "repeats" in s.table)
 
+
+def _run_table(path: Path, doc: dict[str, object]) -> RunSpec:
+    """`[run]`: the settings every `epi run` of the campaign gets."""
     r = _table(path, doc, "run")
     prompts = r.get("prompts", str)
     run = RunSpec(
@@ -515,10 +553,11 @@ def load_study(path: Path | str) -> Study:
         cooldown_s=r.real("cooldown_s", 1.0, 0.0, high=DAY_S),
         workers=r.get("workers", str), split=r.get("split", str), node=r.get("node", str))
     r.finish()
+    return run
 
-    meters = _meters(path, doc)
-    _check_run_nodes(path, run, meters)
 
+def _accuracy_table(path: Path, doc: dict[str, object]) -> AccuracySpec:
+    """`[accuracy]`: benchmarks and item counts, perplexity, shots, where scoring runs."""
     a = _table(path, doc, "accuracy")
     benches = a.get("benchmarks", dict, {})
     for b, n in benches.items():
@@ -546,48 +585,55 @@ def load_study(path: Path | str) -> Study:
         raise a.fail("cluster_workers", "only with cluster = \"tcp://HOST:PORT\" (local:N "
                      "names its own count)")
     a.finish()
+    return accuracy
 
+
+def _thermal_table(path: Path, doc: dict[str, object]) -> ThermalSpec:
+    """`[thermal]`: how the node settles before each run."""
     t = _table(path, doc, "thermal")
-    rule = t.get("rule", str, "fixed")
-    if rule not in THERMAL_RULES:
-        raise t.fail("rule", f"{rule!r} is not one of {', '.join(THERMAL_RULES)}")
+    rule_word = t.get("rule", str, ThermalRule.FIXED)
+    rule = ThermalRule.parse(rule_word)
+    if rule is None:
+        raise t.fail("rule", f"{rule_word!r} is not one of {', '.join(THERMAL_RULES)}")
     thermal = ThermalSpec(rule=rule, wait_s=t.real("wait_s", 0.0, 0.0, high=DAY_S),
                           tolerance=t.real("tolerance", 0.02, 0.0, strict=True, high=1.0),
                           window_s=t.real("window_s", 10.0, 0.0, strict=True, high=DAY_S),
                           timeout_s=t.real("timeout_s", 120.0, 0.0, high=DAY_S),
                           poll_s=t.real("poll_s", 0.5, 0.0, strict=True, high=DAY_S))
     t.finish()
+    return thermal
 
+
+def _analysis_table(path: Path, doc: dict[str, object]) -> AnalysisSpec:
+    """`[analysis]`: `epi analyze`'s options, refused by the same rules
+    (host/campaign/analysis_rules.py)."""
     an = _table(path, doc, "analysis")
-    # the ranges of `epi analyze`'s options of the same names: one rule set for both
-    fracs = {key: _ranged(an, key)
-             for key in ("cv_threshold", "max_offset_frac", "max_lag_error_frac",
-                         "ppl_tolerance", "max_resolution_frac")}
+    fracs = {key: an.real(key, None, r.lo, strict=r.lo_open, high=r.hi)  # as `epi analyze`
+             for key, r in {**ANALYSIS_REALS, **GUIDANCE_REALS}.items()}
     analysis = AnalysisSpec(_word(an, "energy_basis", EnergyBasis),
                             _word(an, "energy_method", EnergyMethod), _word(an, "lag", LagMode),
                             fracs["cv_threshold"], fracs["max_offset_frac"],
                             fracs["max_lag_error_frac"], fracs["ppl_tolerance"],
                             fracs["max_resolution_frac"],
-                            an.integer("min_samples", None, 2, high=1_000_000),
+                            an.integer("min_samples", None, MIN_SAMPLES.lo,
+                                       high=MIN_SAMPLES.hi),
                             an.get("reference_map", str),
-                            # an absolute accuracy loss in [0, 1]; a budget of at least the
-                            # lowest J/token itself (1×), at most 100×
-                            _ranged(an, "guidance_accuracy_loss"),
-                            _ranged(an, "guidance_j_budget"),
+                            fracs["guidance_accuracy_loss"], fracs["guidance_j_budget"],
                             an.get("compute_probe", bool))
     if analysis.reference_map is not None:
         check_id(analysis.reference_map, f"{path}: [analysis] reference_map")
     an.finish()
+    return analysis
 
+
+def _estimate_table(path: Path, doc: dict[str, object]) -> Estimate:
+    """`[estimate]`: the rates of the time estimate, each above 0."""
     e = _table(path, doc, "estimate")
     d = Estimate()
     estimate = Estimate(**{k: e.real(k, getattr(d, k), 0.0, strict=True)
                            for k in vars(d)})
     e.finish()
-    decide = _decide(path, doc, repeats_given="repeats" in s.table)
-    return Study(path=path, name=name, seed=seed, repeats=repeats, out=out, baseline=baseline,
-                 models=_models(path, doc), run=run, meters=meters, accuracy=accuracy,
-                 thermal=thermal, analysis=analysis, estimate=estimate, decide=decide)
+    return estimate
 
 
 def _decide(path: Path, doc: dict[str, object], repeats_given: bool) -> DecideSpec | None:

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from host.campaign.journal import Settle
-from host.campaign.study import ThermalSpec
+from host.campaign.study import ThermalRule, ThermalSpec
 
 
 def _finite(x: object) -> float | None:
@@ -73,9 +73,10 @@ def settle(spec: ThermalSpec, meter_url: str | Sequence[str] | None, *,
     record gives the summed mean power and the largest deviation over the meters."""
     urls = ([meter_url] if isinstance(meter_url, str) else list(meter_url or []))
     t0 = clock()
-    if spec.rule == "fixed" or not urls:
+    if spec.rule == ThermalRule.FIXED or not urls:
         sleep(spec.wait_s)
-        return {"rule": "fixed", "wait_s": spec.wait_s, "waited_s": round(clock() - t0, 3),
+        return {"rule": ThermalRule.FIXED, "wait_s": spec.wait_s,
+                "waited_s": round(clock() - t0, 3),
                 "settled": True}
     windows: list[deque[tuple[int, float]]] = [deque() for _ in urls]
     last_t: list[int | None] = [None] * len(urls)
@@ -99,12 +100,13 @@ def settle(spec: ThermalSpec, meter_url: str | Sequence[str] | None, *,
         n = sum(len(w) for w in windows)
         if all(oks):
             mean = sum(sum(p for _, p in w) / len(w) for w in windows)
-            return {"rule": "stable", "tolerance": spec.tolerance,
+            return {"rule": ThermalRule.STABLE, "tolerance": spec.tolerance,
                     "window_s": spec.window_s, "waited_s": round(clock() - t0, 3),
                     "settled": True, "mean_power_w": round(mean, 4),
                     "max_deviation": round(dev, 5), "n_readings": n}
         if clock() - t0 >= spec.timeout_s:
-            return {"rule": "stable", "tolerance": spec.tolerance, "window_s": spec.window_s,
+            return {"rule": ThermalRule.STABLE, "tolerance": spec.tolerance,
+                    "window_s": spec.window_s,
                     "waited_s": round(clock() - t0, 3), "settled": False,
                     "max_deviation": None if dev != dev else round(dev, 5),
                     "n_readings": n,

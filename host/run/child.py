@@ -10,9 +10,9 @@ after its last token — never inside the timed loop) and reports to the parent:
 loading, each phase, each finished request. Its stdout and stderr (llama.cpp's log, any abort
 message and backtrace) go to RUN_DIR/llama.log (set by the parent).
 
-Messages to the parent: ("loaded", dict), ("cooldown", repeat) — then the child waits for
-("go",) so the parent can sync clocks before the cool-down —, ("idle", dict), ("request",
-dict), ("done", dict), ("error", one-line message).
+Messages to the parent are the records of host/run/messages.py: `Loaded`, `Cooldown` — then
+the child waits for `Go` so the parent can sync clocks before the cool-down —, `Idle`,
+`Request`, `Done`, or `Error` with one line.
 """
 
 from __future__ import annotations
@@ -23,39 +23,16 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 from epi.core.errors import UserError
 from host.cluster.placement import PlacementEntry
+from host.run import messages as msg
 
 if TYPE_CHECKING:
     from host.run.engine import LoadedModel, Timing
 
 LLAMA_LOG = "llama.log"
-
-
-class LoadedMessage(TypedDict):
-    """Payload of ("loaded", ...): where the model went and what generation bans."""
-
-    placement: list[PlacementEntry]
-    n_params: int
-    eog_ids: list[int]
-    load_s: float
-    resident_bytes: int  # a split configuration's two models + KV caches; 0 when unsplit
-
-
-class RequestMessage(TypedDict):
-    """Payload of ("request", ...): one finished request's headline figures."""
-
-    request_id: int
-    repeat: int
-    warmup: bool
-    prompt_id: str
-    n_prompt_tokens: int
-    n_generated_tokens: int
-    prefill_ms: float
-    decode_ns: int
-    total_ms: float
 
 
 @dataclass(frozen=True)
@@ -87,10 +64,10 @@ def child_main(conn: Connection, job: Job) -> None:
     try:
         _run(conn, job, run_dir)
     except UserError as exc:
-        conn.send(("error", str(exc)))
+        conn.send(msg.Error(str(exc)))
     except Exception as exc:  # a bug or llama.cpp error: report it, keep the traceback
         traceback.print_exc()
-        conn.send(("error", f"{type(exc).__name__}: {exc} (traceback in {run_dir / LLAMA_LOG})"))
+        conn.send(msg.Error(f"{type(exc).__name__}: {exc} (traceback in {run_dir / LLAMA_LOG})"))
     finally:
         conn.close()
 
@@ -132,14 +109,9 @@ def _run(conn: Connection, job: Job, run_dir: Path) -> None:
         split = load_split(Path(job.model), Path(job.decode_model), threads=job.threads,
                            n_ctx=job.n_ctx, seed=job.seed, log_path=run_dir / LLAMA_LOG,
                            prefill_loaded=loaded)
-    message: LoadedMessage = {
-        "placement": placement,
-        "n_params": n_params,
-        "eog_ids": loaded.eog_ids,
-        "load_s": time.monotonic() - t0,
-        "resident_bytes": split.resident_bytes if split else 0,
-    }
-    conn.send(("loaded", message))
+    conn.send(msg.Loaded(placement=placement, n_params=n_params, eog_ids=loaded.eog_ids,
+                         load_s=time.monotonic() - t0,
+                         resident_bytes=split.resident_bytes if split else 0))
     llm = loaded.llm
     log = CsvAppender(run_dir)
     perf = PerfLog(run_dir)
@@ -177,18 +149,17 @@ def _run(conn: Connection, job: Job, run_dir: Path) -> None:
             handover_ns=handover,
         )
         log.write_request(rec)
-        summary: RequestMessage = {
-            "request_id": request_id,
-            "repeat": repeat,
-            "warmup": warmup,
-            "prompt_id": prompt_id,
-            "n_prompt_tokens": len(tokens),
-            "n_generated_tokens": len(t.token_ids),
-            "prefill_ms": (t.token_mono_ns[0] - t.t_start_mono_ns) / 1e6,
-            "decode_ns": t.token_mono_ns[-1] - t.token_mono_ns[0],
-            "total_ms": (t.t_end_mono_ns - t.t_start_mono_ns) / 1e6,
-        }
-        conn.send(("request", summary))
+        conn.send(msg.Request(
+            request_id=request_id,
+            repeat=repeat,
+            warmup=warmup,
+            prompt_id=prompt_id,
+            n_prompt_tokens=len(tokens),
+            n_generated_tokens=len(t.token_ids),
+            prefill_ms=(t.token_mono_ns[0] - t.t_start_mono_ns) / 1e6,
+            decode_ns=t.token_mono_ns[-1] - t.token_mono_ns[0],
+            total_ms=(t.t_end_mono_ns - t.t_start_mono_ns) / 1e6,
+        ))
         request_id += 1
 
     try:
@@ -196,12 +167,12 @@ def _run(conn: Connection, job: Job, run_dir: Path) -> None:
             for pid, toks in job.prompts:
                 one_request(w, True, pid, toks)
         for r in range(job.repeats):
-            conn.send(("cooldown", r))
+            conn.send(msg.Cooldown(r))
             reply = conn.recv()
-            if reply != ("go",):
+            if not isinstance(reply, msg.Go):
                 raise RuntimeError(f"unexpected message from epi run: {reply!r}")
             time.sleep(job.cooldown_s)
-            conn.send(("idle", {"repeat": r, "seconds": job.idle_s}))
+            conn.send(msg.Idle(repeat=r, seconds=job.idle_s))
             start = (time.monotonic_ns(), time.time_ns())
             time.sleep(job.idle_s)
             end = (time.monotonic_ns(), time.time_ns())
@@ -210,7 +181,7 @@ def _run(conn: Connection, job: Job, run_dir: Path) -> None:
                 one_request(r, False, pid, toks)
     finally:
         log.close()
-    conn.send(("done", {"requests": request_id}))
+    conn.send(msg.Done(requests=request_id))
 
 
 def main(argv: list[str]) -> int:
@@ -220,7 +191,7 @@ def main(argv: list[str]) -> int:
     try:
         job = Job(**data)
     except TypeError as exc:
-        conn.send(("error", f"epi run sent an invalid job ({exc})"))
+        conn.send(msg.Error(f"epi run sent an invalid job ({exc})"))
         return 2
     child_main(conn, job)
     return 0

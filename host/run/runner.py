@@ -38,7 +38,8 @@ from host.cluster.placement import PlacementEntry
 from host.cluster.rpc import Endpoint, parse_workers, probe
 from host.errors import RunFailed
 from host.quant.model_info import ModelFacts, model_facts
-from host.run.child import LLAMA_LOG, Job, LoadedMessage, RequestMessage
+from host.run import messages as msg
+from host.run.child import LLAMA_LOG, Job
 from host.run.meter_follow import MeterFollow
 from host.run.prompts import PromptSet, load_prompt_set, prompt_tokens
 from host.run.tokenlog import RUN_JSON, RunHeader, boot_id, host_name
@@ -370,12 +371,12 @@ def run(
     *,
     echo: Callable[[str], None] = _echo_stderr,
     clock_sync: Callable[[str], Mapping[str, object]] | None = None,
-    on_message: Callable[[str, object], None] | None = None,
+    on_message: Callable[[msg.ChildMessage], None] | None = None,
 ) -> RunResult:
     """Plan, then run with the inference child; raise RunFailed when the run fails.
 
     `clock_sync(url)` returns one estimate as a dict (epi.core.clocksync by default);
-    `on_message(kind, payload)` sees every message from the child (tests use it).
+    `on_message(message)` sees every message record from the child (tests use it).
     """
     plan = plan_run(settings)
     sync = clock_sync or _default_clock_sync
@@ -433,7 +434,7 @@ def _supervise(
     header: RunHeader,
     echo: Callable[[str], None],
     sync: Callable[[str], Mapping[str, object]],
-    on_message: Callable[[str, object], None] | None,
+    on_message: Callable[[msg.ChildMessage], None] | None,
 ) -> RunResult:
     s = plan.settings
     meters = meter_urls(s)
@@ -458,7 +459,7 @@ def _supervise(
     )
     proc, conn = _start_child(job, header.run_dir / LLAMA_LOG)
     n_prompts = len(job.prompts)
-    measured: list[RequestMessage] = []
+    measured: list[msg.Request] = []
     placement: list[PlacementEntry] = []
     n_requests = 0
     wait_s = s.stall_timeout_s
@@ -474,57 +475,55 @@ def _supervise(
                 )
                 break
             try:
-                kind, payload = conn.recv()
+                message: msg.ChildMessage = conn.recv()
             except (EOFError, ConnectionResetError):
                 _wait(proc, 10)
                 error = _child_death_reason(proc, header.run_dir, plan.endpoints)
                 break
             if on_message is not None:
-                on_message(kind, payload)
+                on_message(message)
             wait_s = s.stall_timeout_s
-            if kind == "loaded":
-                loaded = cast(LoadedMessage, payload)  # the child's message (host.run.child)
-                placement = loaded["placement"]
-                settings = dict(header.settings(), eog_suppressed=loaded["eog_ids"])
-                header.update(placement=placement, settings=settings)
-                if loaded.get("resident_bytes"):  # a split: both models and KV caches resident
-                    mib = loaded["resident_bytes"] / 2**20
-                    header.update(split={**cast(dict[str, object], header.data["split"]),
-                                         "resident_mib": round(mib, 1)})
-                    echo(f"split: prefill and decode models resident together, {mib:.1f} MiB "
-                         "of weights and KV caches")
-                echo(f"loaded in {loaded['load_s']:.1f} s; placement:")
-                for line in describe_placement(placement):
-                    echo(f"  {line}")
-            elif kind == "cooldown":
-                r = payload
-                if meters and r > 0:
-                    try:
-                        sync_all(header, sync, meters, "during")
-                    except UserError as exc:
-                        error = f"clock sync before repeat {r + 1} failed: {exc}"
-                        break
-                echo(
-                    f"repeat {r + 1}/{s.repeats}: cool-down {s.cooldown_s:g} s, "
-                    f"idle baseline {s.idle_s:g} s"
-                )
-                conn.send(("go",))
-                wait_s = s.cooldown_s + s.idle_s + s.stall_timeout_s
-            elif kind == "idle":
-                wait_s = s.idle_s + s.stall_timeout_s
-            elif kind == "request":
-                summary = cast(RequestMessage, payload)
-                n_requests += 1
-                if not summary["warmup"]:
-                    measured.append(summary)
-                echo(_request_line(summary, n_prompts, s.repeats, s.warmups))
-            elif kind == "error":
-                error = payload
-                _wait(proc, 30)
-                break
-            elif kind == "done":
-                _wait(proc, 30)
-                break
+            match message:
+                case msg.Loaded():
+                    placement = message.placement
+                    settings = dict(header.settings(), eog_suppressed=message.eog_ids)
+                    header.update(placement=placement, settings=settings)
+                    if message.resident_bytes:  # a split: both models and KV caches resident
+                        mib = message.resident_bytes / 2**20
+                        header.update(split={**cast(dict[str, object], header.data["split"]),
+                                             "resident_mib": round(mib, 1)})
+                        echo(f"split: prefill and decode models resident together, "
+                             f"{mib:.1f} MiB of weights and KV caches")
+                    echo(f"loaded in {message.load_s:.1f} s; placement:")
+                    for line in describe_placement(placement):
+                        echo(f"  {line}")
+                case msg.Cooldown(repeat=r):
+                    if meters and r > 0:
+                        try:
+                            sync_all(header, sync, meters, "during")
+                        except UserError as exc:
+                            error = f"clock sync before repeat {r + 1} failed: {exc}"
+                            break
+                    echo(
+                        f"repeat {r + 1}/{s.repeats}: cool-down {s.cooldown_s:g} s, "
+                        f"idle baseline {s.idle_s:g} s"
+                    )
+                    conn.send(msg.Go())
+                    wait_s = s.cooldown_s + s.idle_s + s.stall_timeout_s
+                case msg.Idle():
+                    wait_s = s.idle_s + s.stall_timeout_s
+                case msg.Request():
+                    n_requests += 1
+                    if not message.warmup:
+                        measured.append(message)
+                    echo(_request_line(message, n_prompts, s.repeats, s.warmups))
+                case msg.Error():
+                    error = message.message
+                    _wait(proc, 30)
+                    break
+                case msg.Done():
+                    _wait(proc, 30)
+                    break
     finally:
         conn.close()
         if proc.poll() is None:  # leaving early (interrupt, failed clock sync): stop it
@@ -541,11 +540,11 @@ def _supervise(
         header.finish(RunStatus.FAILED, error)
         raise RunFailed(f"{error} (token log {header.run_dir}: status failed)")
     header.finish(RunStatus.COMPLETED)
-    prefill = [m["prefill_ms"] for m in measured]
+    prefill = [m.prefill_ms for m in measured]
     decode = [
-        (m["n_generated_tokens"] - 1) / (m["decode_ns"] / 1e9)
+        (m.n_generated_tokens - 1) / (m.decode_ns / 1e9)
         for m in measured
-        if m["n_generated_tokens"] > 1 and m["decode_ns"] > 0
+        if m.n_generated_tokens > 1 and m.decode_ns > 0
     ]
     return RunResult(
         run_dir=header.run_dir,
@@ -557,15 +556,15 @@ def _supervise(
     )
 
 
-def _request_line(p: RequestMessage, n_prompts: int, repeats: int, warmups: int) -> str:
-    idx = p["request_id"] % n_prompts + 1
-    if p["warmup"]:
-        what = f"warm-up {p['repeat'] + warmups + 1}/{warmups}"
+def _request_line(p: msg.Request, n_prompts: int, repeats: int, warmups: int) -> str:
+    idx = p.request_id % n_prompts + 1
+    if p.warmup:
+        what = f"warm-up {p.repeat + warmups + 1}/{warmups}"
     else:
-        what = f"repeat {p['repeat'] + 1}/{repeats}"
-    n = p["n_generated_tokens"]
-    decode = (n - 1) / (p["decode_ns"] / 1e9) if n > 1 and p["decode_ns"] > 0 else float("nan")
+        what = f"repeat {p.repeat + 1}/{repeats}"
+    n = p.n_generated_tokens
+    decode = (n - 1) / (p.decode_ns / 1e9) if n > 1 and p.decode_ns > 0 else float("nan")
     return (
-        f"  {what} [{idx}/{n_prompts}] {p['prompt_id']}: {p['n_prompt_tokens']}+{n} tokens, "
-        f"prefill {p['prefill_ms']:.1f} ms, decode {decode:.1f} tok/s"
+        f"  {what} [{idx}/{n_prompts}] {p.prompt_id}: {p.n_prompt_tokens}+{n} tokens, "
+        f"prefill {p.prefill_ms:.1f} ms, decode {decode:.1f} tok/s"
     )

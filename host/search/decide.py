@@ -23,13 +23,45 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
+from host.analysis.sequential import State
 from host.campaign import adaptive as ad
 from host.campaign.adaptive import Comparison, DecisionRules
 from host.search.measure import Measured
 
 FIRST_FINITE_ROUND = 3  # Lai's sequence (DEFAULT_C) has no finite interval before round 3
+
+
+class _VerdictFigures(TypedDict):
+    """A candidate verdict's figures, in the order search.json and summary.json hold them."""
+
+    config: str
+    against: str
+    state: State
+    measure: str
+    saving_pct: float | None
+    interval_pct: list[float | None]
+    coverage: float
+    paired_rounds: int
+    rounds_done: int
+    margin_pct: float
+    method: str
+    rounds_needed: int | None
+    reason: str
+    direction: str | None
+    per_round_saving_pct: list[float]
+
+
+class _VerdictText(_VerdictFigures):
+    text: str
+
+
+class CandidateVerdict(_VerdictText, total=False):
+    """A candidate's settled comparison (search.json `verdicts`, summary.json `comparisons`);
+    built with `within_margin` before `text`, the order the files hold them in."""
+
+    within_margin: bool  # decided ones only
 
 
 def per_round_values(m: Measured) -> dict[int, float | None]:
@@ -38,7 +70,7 @@ def per_round_values(m: Measured) -> dict[int, float | None]:
 
 
 def candidate_verdict(best_hand: Measured, cand: Measured, rules: DecisionRules,
-                      rounds_done: int) -> dict[str, Any]:
+                      rounds_done: int) -> CandidateVerdict:
     """The settled comparison of `cand` with `best_hand`, measured in the same campaign.
 
     `rounds_done`: the rounds that campaign ran (the decision rounds included). The campaign
@@ -50,22 +82,22 @@ def candidate_verdict(best_hand: Measured, cand: Measured, rules: DecisionRules,
     saving = ad.paired_savings_pct(values, best_hand.config, cand.config)
     found = ad.assess(rules, [comp], values, rounds_done, out_of_time=True)[0]
     v = found.verdict
-    out: dict[str, Any] = {
-        "config": cand.config, "against": best_hand.config, "state": v.state,
-        "measure": "J per generated token, paired saving per round (% of the hand-made map's)",
-        "saving_pct": _finite(v.mean), "interval_pct": [_finite(v.lo), _finite(v.hi)],
-        "coverage": 1.0 - v.alpha, "paired_rounds": v.n, "rounds_done": rounds_done,
-        "margin_pct": v.margin, "method": v.method, "rounds_needed": None, "reason": "",
-        "direction": None, "per_round_saving_pct": [float(x) for x in saving],
-    }
-    if v.state == "decided":
-        out["direction"] = "less energy" if v.direction > 0 else "more energy"
-        out["within_margin"] = v.within_margin
-    elif v.state == "undecided":
-        out["reason"] = _undecided_reason(v.n, best_hand, cand, rules)
-        out["rounds_needed"] = v.rounds_needed
-    out["text"] = _text(found, out, cand, best_hand)
-    return out
+    decided, undecided = v.state == "decided", v.state == "undecided"
+    reason = _undecided_reason(v.n, best_hand, cand, rules) if undecided else ""
+    figures = _VerdictFigures(
+        config=cand.config, against=best_hand.config, state=v.state,
+        measure="J per generated token, paired saving per round (% of the hand-made map's)",
+        saving_pct=_finite(v.mean), interval_pct=[_finite(v.lo), _finite(v.hi)],
+        coverage=1.0 - v.alpha, paired_rounds=v.n, rounds_done=rounds_done,
+        margin_pct=v.margin, method=v.method,
+        rounds_needed=v.rounds_needed if undecided else None, reason=reason,
+        direction=("less energy" if v.direction > 0 else "more energy") if decided else None,
+        per_round_saving_pct=[float(x) for x in saving],
+    )
+    text = _text(found, figures, cand, best_hand)
+    if decided:
+        return CandidateVerdict(**figures, within_margin=v.within_margin, text=text)
+    return CandidateVerdict(**figures, text=text)
 
 
 def _finite(x: float) -> float | None:
@@ -85,7 +117,7 @@ def _undecided_reason(n: int, best: Measured, cand: Measured, rules: DecisionRul
     return f"the budget ({rules.max_rounds} rounds) was spent before the interval settled"
 
 
-def _text(found: ad.Assessment, doc: Mapping[str, Any], cand: Measured,
+def _text(found: ad.Assessment, doc: _VerdictFigures, cand: Measured,
           best: Measured) -> str:
     """One line: the campaign's own comparison text, the reason, and the accuracies."""
     line = found.text()
@@ -97,11 +129,11 @@ def _text(found: ad.Assessment, doc: Mapping[str, Any], cand: Measured,
     return line + acc
 
 
-def verdict_counts(verdicts: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def verdict_counts(verdicts: Sequence[CandidateVerdict]) -> dict[str, int]:
     """decided / equivalent / undecided → how many candidates."""
     out: dict[str, int] = {}
     for v in verdicts:
-        out[str(v["state"])] = out.get(str(v["state"]), 0) + 1
+        out[v["state"]] = out.get(v["state"], 0) + 1
     return out
 
 

@@ -14,13 +14,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.formats.fields import check_float
 from host.campaign.adaptive import DecisionRules
 from host.search.decide import (
+    CandidateVerdict,
     best_hand_made_by,
     candidate_verdict,
     verdict_counts,
@@ -29,6 +30,7 @@ from host.search.identity import check_identity
 from host.search.measure import Measured, Measurer
 from host.search.models import Predictor, fit_predictor
 from host.search.optimizer import Budget, Candidate, descent_path, pick_candidates
+from host.search.records import Prediction, SearchRound
 from host.search.sensitivity import candidate_kl
 from host.search.space import (
     SearchSpace,
@@ -63,27 +65,27 @@ class SearchSettings:
 class SearchState:
     """What has been measured so far, round by round."""
 
-    rounds: list[dict[str, object]] = field(default_factory=list)
+    rounds: list[SearchRound] = field(default_factory=list)
     measured: list[Measured] = field(default_factory=list)
     direct_kl: dict[str, float] = field(default_factory=dict)  # config -> KL of its file
     search_maps: dict[str, list[str]] = field(default_factory=dict)  # config -> assignment
     # config -> the prediction made when it was picked (before it was measured), with interval
-    predictions: dict[str, dict[str, object]] = field(default_factory=dict)
+    predictions: dict[str, Prediction] = field(default_factory=dict)
     # config -> summed per-layer proxy KL (search maps; hand-made maps expressible in the space)
     proxy_kl: dict[str, float] = field(default_factory=dict)
     # the model, maps, options and build this state describes (None: an older state's)
     identity: dict[str, object] | None = None
     # config -> its settled comparison with the best hand-made map (host.search.decide)
-    verdicts: dict[str, dict[str, object]] = field(default_factory=dict)
+    verdicts: dict[str, CandidateVerdict] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {
             "format": SEARCH_FORMAT, "format_version": SEARCH_FORMAT_VERSION,
-            "rounds": self.rounds,
+            "rounds": [r.to_json() for r in self.rounds],
             "measured": [m.as_dict() for m in self.measured],
             "direct_kl_nats": self.direct_kl,
             "search_maps": self.search_maps,
-            "predictions": self.predictions,
+            "predictions": {k: p.to_json() for k, p in self.predictions.items()},
             "proxy_kl_nats": self.proxy_kl,
             "identity": self.identity,
             "verdicts": self.verdicts,
@@ -119,6 +121,8 @@ class SearchState:
         measured = doc.get("measured", [])
         if not isinstance(rounds, list) or not all(isinstance(r, dict) for r in rounds):
             raise UserError(f"{path}: field 'rounds': expected a list of objects")
+        round_records = [SearchRound.from_json(r, f"{path}: rounds[{i}]")
+                         for i, r in enumerate(rounds)]
         if not isinstance(measured, list):
             raise UserError(f"{path}: field 'measured': expected a list")
         maps: dict[str, list[str]] = {}
@@ -126,9 +130,10 @@ class SearchState:
             if not isinstance(v, list) or not all(isinstance(t, str) for t in v):
                 raise UserError(f"{path}: field search_maps.{k}: expected a list of types")
             maps[k] = list(v)
-        preds = {k: v for k, v in table("predictions").items() if isinstance(v, dict)}
-        if len(preds) != len(table("predictions")):
+        if not all(isinstance(v, dict) for v in table("predictions").values()):
             raise UserError(f"{path}: field 'predictions': expected objects")
+        preds = {k: Prediction.from_json(v, f"{path}: predictions.{k}")
+                 for k, v in table("predictions").items()}
         identity = doc.get("identity")
         if identity is not None and not isinstance(identity, dict):
             raise UserError(f"{path}: field 'identity': expected an object")
@@ -138,10 +143,11 @@ class SearchState:
                 for v in verdicts.values()):
             raise UserError(f"{path}: field 'verdicts': expected objects with a state and a "
                             "text")
-        return cls(rounds,
+        return cls(round_records,
                    [Measured.from_json(m, f"{path}: measured[{i}]")
                     for i, m in enumerate(measured)],
-                   kl("direct_kl_nats"), maps, preds, kl("proxy_kl_nats"), identity, verdicts)
+                   kl("direct_kl_nats"), maps, preds, kl("proxy_kl_nats"), identity,
+                   cast(dict[str, CandidateVerdict], verdicts))  # state and text checked
 
 
 def map_id_of(p: Path) -> str:
@@ -336,7 +342,7 @@ def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def pick_prediction(predictor: Predictor | None, c: Candidate) -> dict[str, object]:
+def pick_prediction(predictor: Predictor | None, c: Candidate) -> Prediction:
     """What the models said of candidate `c` when it was picked, before it was measured.
 
     Stored in the search state and reported as "predicted": a prediction refitted afterwards
@@ -344,25 +350,21 @@ def pick_prediction(predictor: Predictor | None, c: Candidate) -> dict[str, obje
     fitted models, so their prediction is empty (None figures), not invented.
     """
     if predictor is None:
-        return {"predicted_j_per_token": None, "predicted_accuracy": None,
-                "predicted_epi": None, "predicted_epi_interval": [None, None], "fit_n": 0,
-                "accuracy_fit_n": 0}
+        return Prediction(None, None, None, (None, None), fit_n=0, accuracy_fit_n=0)
     lo, hi = predictor.epi_interval(c.gb, c.kl)
-    return {"predicted_j_per_token": _finite_or_none(predictor.j_per_token(c.gb)),
-            "predicted_accuracy": _finite_or_none(predictor.accuracy_of(c.kl)),
-            "predicted_epi": _finite_or_none(predictor.epi(c.gb, c.kl)),
-            "predicted_epi_interval": [_finite_or_none(lo), _finite_or_none(hi)],
-            "fit_n": predictor.energy.n, "accuracy_fit_n": predictor.accuracy.n}
+    return Prediction(_finite_or_none(predictor.j_per_token(c.gb)),
+                      _finite_or_none(predictor.accuracy_of(c.kl)),
+                      _finite_or_none(predictor.epi(c.gb, c.kl)),
+                      (_finite_or_none(lo), _finite_or_none(hi)),
+                      fit_n=predictor.energy.n, accuracy_fit_n=predictor.accuracy.n)
 
 
-def _prediction_text(pred: dict[str, object]) -> str:
+def _prediction_text(pred: Prediction) -> str:
     """', predicted EPI x [lo, hi]' of a pick-time prediction, or that there is none."""
-    epi = pred.get("predicted_epi")
-    if not isinstance(epi, (int, float)):
+    if pred.epi is None:
         return ", no prediction (no fitted model)"
-    pi = pred.get("predicted_epi_interval")
-    lo, hi = pi if isinstance(pi, list) and len(pi) == 2 else (None, None)
-    return f", predicted EPI {_num(epi)} [{_num(lo)}, {_num(hi)}]"
+    lo, hi = pred.epi_interval
+    return f", predicted EPI {_num(pred.epi)} [{_num(lo)}, {_num(hi)}]"
 
 
 def run_search(
@@ -446,8 +448,8 @@ def run_search(
         picked = [f"search_r{round_no}_s{c.step:03d}" for c in picks]
         if baseline is not None:
             settle_round(state, results, baseline, picked, settings.rules, echo)
-        state.rounds.append({"round": round_no, "maps": [p.name for p in maps],
-                             "picked": picked, "against": baseline})
+        state.rounds.append(SearchRound(round_no, tuple(p.name for p in maps), tuple(picked),
+                                        baseline))
         write_json_atomic(state_path, state.to_json())
     predictor = fit_from(state)
     return state, path, predictor
@@ -485,7 +487,7 @@ def summary(state: SearchState, path: list[Candidate], predictor: Predictor,
             if pred is None:  # a state written before predictions were stored
                 row["prediction_note"] = "no pick-time prediction was stored"
             else:
-                row.update(pred)
+                row.update(pred.to_json())
                 row["predicted_at"] = "pick time, before measuring"
         rows.append(row)
     additivity = [(state.proxy_kl[r["config"]], r["direct_kl_nats"]) for r in rows

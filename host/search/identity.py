@@ -19,6 +19,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypedDict
 
 from epi.core.errors import UserError
 
@@ -26,7 +27,14 @@ SAMPLE_BYTES = 16 << 20  # hashed at each end of the base model
 FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
-def model_identity(path: Path) -> dict[str, object]:
+class ModelIdentity(TypedDict):
+    """search.json `identity.model`: which base model the state's measurements came from."""
+
+    size_bytes: int
+    ends_sha256: str
+
+
+def model_identity(path: Path) -> ModelIdentity:
     """Size and SHA-256 of the first and last SAMPLE_BYTES of the model file."""
     try:
         size = path.stat().st_size
@@ -41,7 +49,7 @@ def model_identity(path: Path) -> dict[str, object]:
     return {"size_bytes": size, "ends_sha256": h.hexdigest()}
 
 
-def maps_identity(maps: list[Path]) -> dict[str, object]:
+def maps_identity(maps: list[Path]) -> dict[str, str]:
     """File name → SHA-256 of each hand-made map's bytes."""
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(maps)}
 

@@ -27,7 +27,7 @@ VALUES = {"base": {1: 1.00, 2: 1.02, 3: 0.99},
 def test_one_paired_round_borrows_the_pooled_spread_for_its_round_count() -> None:
     rules = DecisionRules(max_rounds=3)
     comps = [Comparison("baseline", "base", "a"), Comparison("baseline", "base", "b")]
-    found = {s.comparison.b: s.verdict for s in assess(rules, comps, VALUES, 3)}
+    found = {s.comparison.candidate: s.verdict for s in assess(rules, comps, VALUES, 3)}
     own = np.array([(VALUES["base"][r] - VALUES["a"][r]) / VALUES["base"][r] * 100
                     for r in (1, 2, 3)])
     pooled = math.sqrt(float(np.sum((own - own.mean()) ** 2)) / (len(own) - 1))
@@ -37,7 +37,7 @@ def test_one_paired_round_borrows_the_pooled_spread_for_its_round_count() -> Non
     assert vb.mean == saving_b and not math.isfinite(vb.lo)  # its interval stays its own
     want = sequential.rounds_for(pooled, saving_b, alpha=vb.alpha)
     assert want is not None and vb.rounds_needed == max(want, 2)
-    line = next(s.text() for s in assess(rules, comps, VALUES, 3) if s.comparison.b == "b")
+    line = next(s.text() for s in assess(rules, comps, VALUES, 3) if s.comparison.candidate == "b")
     assert f"about {vb.rounds_needed} rounds would resolve it at the study's pooled" in line
     assert f"({pooled:.3g} %)" in line
     # the comparison with its own spread keeps its own count (not the borrowed basis)

@@ -26,7 +26,7 @@ TRUE_J = {"q8": 0.100, "q6": 0.0995, "q5": 0.094, "q4": 0.088}  # −0.5 %, −6
 def test_comparisons_per_target() -> None:
     rules = ad.DecisionRules(targets=("baseline",))
     comps, notes = ad.comparisons(rules, CONFIGS, baseline="q8")
-    assert [(c.a, c.b) for c in comps] == [("q8", "q6"), ("q8", "q5"), ("q8", "q4")]
+    assert [(c.reference, c.candidate) for c in comps] == [("q8", "q6"), ("q8", "q5"), ("q8", "q4")]
     assert notes == []
     allp, _ = ad.comparisons(ad.DecisionRules(targets=("all_pairs",)), CONFIGS)
     assert len(allp) == 6
@@ -34,11 +34,11 @@ def test_comparisons_per_target() -> None:
         ad.DecisionRules(targets=("frontier",)), CONFIGS,
         accuracy={"q8": 0.60, "q6": 0.59, "q5": 0.61, "q4": 0.50}, j_per_token=TRUE_J)
     # q8 is dominated by q5 (more accurate and cheaper): frontier q4 < q5 by J/token
-    assert [(c.a, c.b) for c in front] == [("q4", "q5")]
+    assert [(c.reference, c.candidate) for c in front] == [("q4", "q5")]
     ppl, _ = ad.comparisons(ad.DecisionRules(targets=("ppl_matched",)), CONFIGS,
                             ppl={"q8": 10.0, "q6": 10.05, "q5": 10.5, "q4": 12.0},
                             j_per_token=TRUE_J, ppl_tolerance=0.01)
-    assert [(c.kind, c.a, c.b) for c in ppl] == [("ppl_matched", "q8", "q6")]
+    assert [(c.kind, c.reference, c.candidate) for c in ppl] == [("ppl_matched", "q8", "q6")]
     both, _ = ad.comparisons(ad.DecisionRules(targets=("baseline", "all_pairs")), CONFIGS,
                              baseline="q8")
     assert len(both) == 6 and sum(c.kind == "baseline" for c in both) == 3
@@ -50,7 +50,7 @@ def test_frontier_is_the_pareto_staircase() -> None:
     acc = {"q8": 0.60, "q6": 0.59, "q5": 0.58, "q4": 0.50}
     front, _ = ad.comparisons(ad.DecisionRules(targets=("frontier",)), CONFIGS,
                               accuracy=acc, j_per_token=TRUE_J)
-    assert [(c.a, c.b) for c in front] == [("q4", "q5"), ("q5", "q6"), ("q6", "q8")]
+    assert [(c.reference, c.candidate) for c in front] == [("q4", "q5"), ("q5", "q6"), ("q6", "q8")]
 
 
 @pytest.mark.parametrize(("field", "value", "match"), [
@@ -119,7 +119,7 @@ def test_adaptive_loop_settles_with_few_wrong_verdicts_and_fewer_runs() -> None:
         final, runs, last_round = _simulate(rng, rules, comps)
         for s in final:
             c, v = s.comparison, s.verdict
-            true = (TRUE_J[c.a] - TRUE_J[c.b]) / TRUE_J[c.a] * 100.0
+            true = (TRUE_J[c.reference] - TRUE_J[c.candidate]) / TRUE_J[c.reference] * 100.0
             total += 1
             settled += v.settled
             states[v.state] = states.get(v.state, 0) + 1

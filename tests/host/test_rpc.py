@@ -19,6 +19,7 @@ from host.cluster.placement import parse_load_log, placement_from_log, predict_u
 from host.cluster.rpc import Endpoint, parse_workers, probe
 from host.cluster.workers import LocalWorker, worker_activity
 from host.errors import RunFailed
+from host.run.messages import ChildMessage, Idle
 from host.run.runner import RunSettings, run
 
 TOKENS = 10
@@ -220,8 +221,8 @@ def test_worker_killed_mid_run_fails_the_run(tiny_model: Path, tmp_path: Path, t
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps(PROMPTS))
 
-    def kill_second_worker(kind: str, payload) -> None:
-        if kind == "idle" and payload["repeat"] == 1:
+    def kill_second_worker(message: ChildMessage) -> None:
+        if isinstance(message, Idle) and message.repeat == 1:
             two_workers[1].kill()
 
     with pytest.raises(RunFailed) as err:
@@ -245,12 +246,13 @@ def test_hung_worker_hits_the_stall_timeout(tiny_model: Path, tmp_path: Path, tw
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps(PROMPTS))
 
-    frozen: list[str] = []  # the stall must come from the frozen worker, not the model load
+    # the stall must come from the frozen worker, not the model load
+    frozen: list[ChildMessage] = []
 
-    def freeze_first_worker(kind: str, payload) -> None:
-        if kind == "idle" and not frozen:
+    def freeze_first_worker(message: ChildMessage) -> None:
+        if isinstance(message, Idle) and not frozen:
             os.kill(two_workers[0].proc.pid, signal.SIGSTOP)
-            frozen.append(kind)
+            frozen.append(message)
 
     with pytest.raises(RunFailed, match="no progress from the inference process for 2 s"):
         run(

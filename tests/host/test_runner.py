@@ -11,6 +11,7 @@ import pytest
 from epi.core.errors import UserError
 from epi.core.net import free_port
 from host.analysis.tokenlog_reader import read_run as read_token_log
+from host.run.messages import ChildMessage, Done, Idle, Loaded
 from host.run.runner import RunSettings, plan_run, run
 from tests.cli_run import run_epi as _epi
 
@@ -55,7 +56,7 @@ def local_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
     prompts.write_text(json.dumps(SMALL_PROMPTS))
     out = base / "log"
     sync, _ = _fake_sync()
-    messages: list[tuple[str, object]] = []
+    messages: list[ChildMessage] = []
     result = run(
         RunSettings(
             model=tiny_model,
@@ -71,7 +72,7 @@ def local_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
         ),
         echo=lambda line: None,
         clock_sync=sync,
-        on_message=lambda kind, payload: messages.append((kind, payload)),
+        on_message=messages.append,
     )
     return result, read_token_log(out), messages
 
@@ -162,8 +163,8 @@ def test_clock_sync_recorded_at_start_during_and_end(local_run) -> None:
     assert all(e["meter_url"] == "http://meter.test:8757" for e in sync)
     assert all(e["offset_ns"] >= 5_000_000_000 for e in sync)
     assert log.header["clock_drift_ppm"] == pytest.approx(10.0, rel=0.01)
-    kinds = [k for k, _ in messages]
-    assert kinds[0] == "loaded" and kinds[-1] == "done" and kinds.count("idle") == 2
+    kinds = [type(m) for m in messages]
+    assert kinds[0] is Loaded and kinds[-1] is Done and kinds.count(Idle) == 2
 
 
 def test_clock_sync_against_a_real_meter_server(tiny_model: Path, tmp_path: Path) -> None:

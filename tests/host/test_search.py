@@ -285,9 +285,9 @@ def test_search_loop_refits_measures_the_budget_and_resumes(tmp_path: Path) -> N
     doc = summary(state, path, pred, space, {"uniform_q8_0", "uniform_q4_0"})
     searched = {r["config"]: r for r in doc["configs"] if r["kind"] == "search"}
     for cfg, r in searched.items():
-        assert r["predicted_epi"] == state.predictions[cfg]["predicted_epi"]
+        assert r["predicted_epi"] == state.predictions[cfg].epi
         # round 1 picks: fitted on the 2 hand-made maps; round 2's on those and round 1's two
-        assert state.predictions[cfg]["fit_n"] == (2 if cfg.startswith("search_r1_") else 4)
+        assert state.predictions[cfg].fit_n == (2 if cfg.startswith("search_r1_") else 4)
         assert r["predicted_j_per_token"] == pytest.approx(r["measured"]["j_per_token"])
         assert r["predicted_at"].startswith("pick time")
         assert r["decision"] == state.verdicts[cfg]
@@ -434,8 +434,7 @@ def test_predicted_is_the_pick_time_prediction_not_the_final_refit(tmp_path: Pat
     by_assignment = {c.assignment: c for c in path}
     for r in later:
         c = by_assignment[tuple(state.search_maps[r["config"]])]
-        assert r["predicted_j_per_token"] == state.predictions[r["config"]][
-            "predicted_j_per_token"]
+        assert r["predicted_j_per_token"] == state.predictions[r["config"]].j_per_token
         assert r["predicted_j_per_token"] != pytest.approx(final.j_per_token(c.gb), abs=1e-9)
         # the stored figure is the pick-time line's J/token at this candidate's size: an
         # independent least-squares line (numpy) through rounds 0 and 1's measured (GB,
@@ -447,12 +446,12 @@ def test_predicted_is_the_pick_time_prediction_not_the_final_refit(tmp_path: Pat
         assert r["predicted_j_per_token"] == pytest.approx(intercept + slope * c.gb,
                                                            rel=1e-9)
         assert r["predicted_j_per_token"] != pytest.approx(
-            pick_prediction(final, c)["predicted_j_per_token"], rel=1e-6)  # not the refit
+            pick_prediction(final, c).j_per_token, rel=1e-6)  # not the refit
     # the stored prediction survives a reload of search.json
     from host.search.driver import SearchState
 
     again = SearchState.load(tmp_path / "s" / "search.json")
-    assert again.predictions == json.loads(json.dumps(state.predictions))
+    assert again.predictions == state.predictions
 
 
 def test_frontier_shift_states_the_move_or_that_there_is_none() -> None:

@@ -69,6 +69,20 @@ def test_a_clear_saving_is_decided_with_the_closed_form_interval() -> None:
     assert "95 % anytime-valid, n=5" in v["text"] and "accuracy 0.5 vs 0.5" in v["text"]
 
 
+def test_verdict_keys_keep_their_file_order() -> None:
+    """search.json and summary.json are rewritten byte for byte: the keys' order is part of
+    the format (a decided verdict carries within_margin, just before the closing text)."""
+    head = ["config", "against", "state", "measure", "saving_pct", "interval_pct", "coverage",
+            "paired_rounds", "rounds_done", "margin_pct", "method", "rounds_needed", "reason",
+            "direction", "per_round_saving_pct"]
+    hand, cand = noisy_pair(10.0, 1.0, 5, seed=1)
+    decided = candidate_verdict(measured("hand", hand), measured("cand", cand), RULES, 5)
+    assert list(decided) == [*head, "within_margin", "text"]
+    undecided = candidate_verdict(measured("hand", hand[:2]), measured("cand", cand[:2]),
+                                  RULES, 2)
+    assert undecided["state"] == "undecided" and list(undecided) == [*head, "text"]
+
+
 def test_a_dearer_candidate_is_decided_the_other_way() -> None:
     hand, cand = noisy_pair(-8.0, 1.0, 4, seed=2)
     v = candidate_verdict(measured("hand", hand), measured("cand", cand), RULES, 4)

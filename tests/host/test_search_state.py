@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from epi.core.errors import UserError
 from host.search.driver import SearchState
 from host.search.measure import Measured
+from host.search.records import Prediction, SearchRound
 
 GOOD = Measured("q8", 1, "m/q8.gguf", 1000, 0.5, (0.4, 0.6), 0.5, 1.0, (0.8, 1.2),
                 "modelled", "", 21.5)
@@ -29,14 +30,19 @@ def _write(tmp_path: Path, doc: object) -> Path:
 def test_a_written_state_reads_back(tmp_path: Path) -> None:
     nan_j = Measured("q4", 2, None, None, math.nan, (math.nan, math.nan), 0.4, math.nan,
                      (math.nan, math.nan), "", "no valid runs")
-    state = SearchState([{"round": 0}], [GOOD, nan_j], {"q8": 0.01}, {"s1": ["Q8_0", "Q4_0"]},
-                        {"s1": {"epi": 1.0}}, {"s1": 0.02})
+    rounds = [SearchRound(0, ("q8.json", "q4.json"), (), None),
+              SearchRound(1, ("q8.json", "s1.json"), ("s1",), "q8")]
+    pred = Prediction(0.5, None, 1.0, (0.9, None), fit_n=2, accuracy_fit_n=0)
+    state = SearchState(rounds, [GOOD, nan_j], {"q8": 0.01}, {"s1": ["Q8_0", "Q4_0"]},
+                        {"s1": pred}, {"s1": 0.02})
     p = _write(tmp_path, state.to_json())
     back = SearchState.load(p)
     assert back.measured[0] == GOOD
     assert back.measured[1].config == "q4" and math.isnan(back.measured[1].j_per_token)
     assert back.direct_kl == {"q8": 0.01} and back.search_maps == {"s1": ["Q8_0", "Q4_0"]}
-    assert back.proxy_kl == {"s1": 0.02} and back.predictions == {"s1": {"epi": 1.0}}
+    assert back.proxy_kl == {"s1": 0.02} and back.predictions == {"s1": pred}
+    assert back.rounds == rounds
+    assert json.dumps(back.to_json()) == p.read_text()  # rewritten byte for byte
 
 
 def test_per_round_values_and_verdicts_read_back(tmp_path: Path) -> None:
@@ -61,6 +67,13 @@ def test_per_round_values_and_verdicts_read_back(tmp_path: Path) -> None:
      "search_maps.s"),
     ({"format": "epi-search", "format_version": 1, "verdicts": {"s": {"state": 1}}},
      "'verdicts'"),
+    ({"format": "epi-search", "format_version": 1, "rounds": [{"round": -1}]},
+     "rounds[0]: field 'round'"),
+    ({"format": "epi-search", "format_version": 1,
+      "rounds": [{"round": 1, "maps": ["a.json"], "picked": [3], "against": "a"}]},
+     "rounds[0]: field 'picked'"),
+    ({"format": "epi-search", "format_version": 1, "predictions": {"s": {"predicted_epi": 1}}},
+     "predictions.s: field"),
     ({"format": "epi-search", "format_version": 1,
       "measured": [{**GOOD.as_dict(), "per_round_j": [0.5, "x"]}]},
      "per_round_j[1]"),
