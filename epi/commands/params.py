@@ -12,14 +12,16 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from epi.core.errors import UserError
 from epi.core.limits import MAX_SEED, MAX_THREADS
 from epi.formats.fields import check_id, range_text
-from host.campaign.analysis_rules import IntRange, RealRange
+
+if TYPE_CHECKING:  # types only: `epi meter` loads this module and must not load host/
+    from host.campaign.analysis_rules import IntRange, RealRange
 
 
 class FiniteFloat(click.ParamType):

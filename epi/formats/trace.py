@@ -83,6 +83,8 @@ class TraceEvent(NamedTuple):
 
 
 EVENT_COLUMNS: tuple[str, ...] = TraceEvent._fields
+
+
 class EventKind(Word):
     """What an event row says happened (the meter's MicroPython code writes the same words)."""
 

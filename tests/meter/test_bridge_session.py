@@ -61,7 +61,7 @@ def test_sighup_on_the_bridge_checkpoints_and_keeps_running(tmp_path: Path) -> N
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     seg = read_trace(tmp_path).segments[0]
-    kinds = [e["kind"] for e in seg.events]
+    kinds = [e.kind for e in seg.events]
     assert "signal" in kinds and kinds[-1] == "stop" and kinds.index("signal") < len(kinds) - 1
     assert seg.meta["stats"]["clean_stop"] is True
 

@@ -121,10 +121,10 @@ def test_restart_in_process_continues_in_a_new_segment(tmp_path: Path) -> None:
     boots = {s.meta["boot_id"] for s in trace.segments}
     assert len(boots) == 1 and boots.pop().startswith("simulated:")
     (gap_event,) = [e for e in trace.segments[1].events
-                    if e["kind"] == "gap" and e["channel"] is None]
-    assert "daemon restart: segment 1 ended cleanly" in gap_event["detail"]
-    last_1 = max(r["t_mono_ns"] for r in trace.segments[0].samples)
-    assert gap_event["t_mono_ns"] == last_1
+                    if e.kind == "gap" and e.channel is None]
+    assert "daemon restart: segment 1 ended cleanly" in gap_event.detail
+    last_1 = max(r.t_mono_ns for r in trace.segments[0].samples)
+    assert gap_event.t_mono_ns == last_1
     seg_gaps = [g for g in trace.gaps if g.source == "segments"]
     assert len(seg_gaps) == 4 and all(g.same_clock and "daemon stopped" in g.reason
                                       for g in seg_gaps)
@@ -137,9 +137,9 @@ def test_another_simulated_clock_is_another_clock_domain(tmp_path: Path) -> None
     trace = read_trace(tmp_path)
     assert trace.segments[0].meta["boot_id"] != trace.segments[1].meta["boot_id"]
     (gap_event,) = [e for e in trace.segments[1].events
-                    if e["kind"] == "gap" and e["channel"] is None]
-    assert "monotonic clocks differ" in gap_event["detail"]
-    assert gap_event["t_mono_ns"] == trace.segments[1].meta["started_mono_ns"]
+                    if e.kind == "gap" and e.channel is None]
+    assert "monotonic clocks differ" in gap_event.detail
+    assert gap_event.t_mono_ns == trace.segments[1].meta["started_mono_ns"]
     assert not any(g.same_clock for g in trace.gaps if g.source == "segments")
 
 

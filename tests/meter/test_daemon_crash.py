@@ -84,26 +84,26 @@ def test_kill_9_at_any_moment_leaves_a_valid_trace_that_restarts_continue(
     for seg, t_kill in kills:
         segment = trace.segments[numbers.index(seg)]
         assert segment.meta["stats"]["clean_stop"] is False
-        t_last = max(r["t_mono_ns"] for r in segment.samples)
+        t_last = max(r.t_mono_ns for r in segment.samples)
         # after kill -9 at most the last second is lost (here: at most the sweep under way)
         assert 0 < t_kill - t_last < 1_000_000_000, (seg, t_kill - t_last)
         # every row read back is whole
-        assert all(r["power_w"] is not None and r["energy_j"] is not None
+        assert all(r.power_w is not None and r.energy_j is not None
                    for r in segment.samples)
     # every restart recorded the gap from the previous segment's last sample
     for segment in trace.segments[1:]:
         if not any(s.samples for s in trace.segments if s.number < segment.number):
             continue
-        restart = [e for e in segment.events if e["kind"] == "gap" and e["channel"] is None]
-        assert restart and "daemon restart" in restart[0]["detail"], segment.number
+        restart = [e for e in segment.events if e.kind == "gap" and e.channel is None]
+        assert restart and "daemon restart" in restart[0].detail, segment.number
     seg_gaps = [g for g in trace.gaps if g.source == "segments"]
     assert len(seg_gaps) >= 4 * (len(trace.segments) - 1)
     # the faults of the last run are in its events, and sampling went on after them
-    kinds = {(e["channel"], e["kind"]) for e in last.events}
+    kinds = {(e.channel, e.kind) for e in last.events}
     assert (1, "chip_reset") in kinds and (2, "absent") in kinds
     sched0 = last.meta["sampler"]["schedule_start_mono_ns"]
     for ch in range(4):
-        assert max(r["t_mono_ns"] for r in last.samples if r["channel"] == ch) > sched0 + 2e9
+        assert max(r.t_mono_ns for r in last.samples if r.channel == ch) > sched0 + 2e9
 
 
 def test_sigterm_is_a_clean_stop(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_sigterm_is_a_clean_stop(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     seg = read_trace(tmp_path).segments[0]
     assert seg.meta["stats"]["clean_stop"] is True
-    assert seg.events[-1]["kind"] == "stop" and seg.dropped_lines == 0
+    assert seg.events[-1].kind == "stop" and seg.dropped_lines == 0
 
 
 def test_sighup_checkpoints_and_sampling_goes_on(tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ def test_sighup_checkpoints_and_sampling_goes_on(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     seg = read_trace(tmp_path).segments[0]
-    kinds = [e["kind"] for e in seg.events]
+    kinds = [e.kind for e in seg.events]
     assert "signal" in kinds and kinds[-1] == "stop" and kinds.index("signal") < len(kinds) - 1
 
 

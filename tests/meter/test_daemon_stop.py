@@ -84,7 +84,7 @@ def test_sigterm_inside_the_samplers_wait_is_a_clean_stop(tmp_path: Path) -> Non
     assert "epi meter: stopped:" in err, err
     seg = read_trace(out).segments[0]
     assert seg.meta["stats"]["clean_stop"] is True
-    assert seg.events[-1]["kind"] == "stop"
+    assert seg.events[-1].kind == "stop"
     assert seg.meta["stats"]["sweeps"] >= 2  # it sampled before the signal
 
 

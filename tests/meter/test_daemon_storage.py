@@ -159,9 +159,9 @@ def test_each_disk_full_episode_counts_its_own_drops_and_a_stop_while_full_keeps
     assert final["clean_stop"] is True
     assert final["sweeps"] == stats.sweeps and final["samples_dropped"] == total
     assert final["samples_written"] == len(list(trace.samples())) == stats.samples_written
-    details = [e["detail"] for e in seg.events if e["kind"] == "disk_full"]
+    details = [e.detail for e in seg.events if e.kind == "disk_full"]
     assert len(details) == 2
     assert f": {first} sample row(s)" in details[0]
     assert f": {total - first} sample row(s)" in details[1]
-    assert seg.events[-1]["kind"] == "stop"
+    assert seg.events[-1].kind == "stop"
     assert not list(tmp_path.glob(".*reserve"))
