@@ -61,6 +61,7 @@ from meter.daemon.event_budget import EventBudget
 from meter.daemon.trace import EVENT_KINDS, UNMETERED_GAP_REASON, TraceWriter, gap_detail
 from meter.errors import LinkLost
 from meter.firmware.telemetry import NOT_READY
+from meter.recording.disk_full import DiskFullWatch
 from meter.recording.failure_run import FailureRun
 
 MAX_LINE_BYTES = 4096
@@ -186,7 +187,7 @@ class BridgeRecorder:
         self.on_fault: Callable[[int | None, str], None] | None = None  # /metrics fault counter
         self.on_sweep: Callable[[], None] | None = None  # /metrics and /status sweeps_total
         self._next_storage = 0
-        self._disk_full_seen = False
+        self._disk_full = DiskFullWatch()
 
     # ---- control ----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -323,13 +324,7 @@ class BridgeRecorder:
     def _check_storage(self) -> None:
         """Count a full disk once per episode; raise TraceLostError when the trace directory
         was removed (the daemon stops with its one-line message)."""
-        full = self.writer.disk_full
-        if full and not self._disk_full_seen:
-            self.stats.faults["disk_full"] = self.stats.faults.get("disk_full", 0) + 1
-            if self.on_fault is not None:
-                self.on_fault(None, "disk_full")
-        self._disk_full_seen = full
-        self.writer.check_present()
+        self._disk_full.check(self.writer, self.stats.faults, self.on_fault)
 
     def _housekeeping(self, now: int,
                       stats_callback: Callable[[BridgeRecorder], None] | None) -> None:

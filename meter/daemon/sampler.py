@@ -54,6 +54,7 @@ from meter.errors import (
     ChipResetError,
     ImplausibleReadingError,
 )
+from meter.recording.disk_full import DiskFullWatch
 from meter.recording.failure_run import FailureRun
 
 SamplerClock = Clock  # the earlier name
@@ -229,7 +230,7 @@ class Sampler:
         self._simulated = is_simulated(clock)
         self._stop = threading.Event()
         self._reading: int | None = None
-        self._disk_full_seen = False
+        self._disk_full = DiskFullWatch()
         self.checkpoint_requested = threading.Event()
         self._held: list[tuple[str, str]] = []
         # unmetered intervals the drivers reported before this run are not this trace's
@@ -471,13 +472,8 @@ class Sampler:
         """Count rows a full disk dropped, flag the episode once (metric), and stop with a
         clear error when the trace directory was removed under us (TraceLostError)."""
         self.stats.samples_dropped += dropped
-        full = self.writer.disk_full
-        if full and not self._disk_full_seen:
-            self.stats.faults["disk_full"] = self.stats.faults.get("disk_full", 0) + 1
-            if self.state is not None:
-                self.state.record_fault(None, "disk_full")
-        self._disk_full_seen = full
-        self.writer.check_present()
+        self._disk_full.check(self.writer, self.stats.faults,
+                              None if self.state is None else self.state.record_fault)
 
     def _publish(self, rows: list[tuple[object, ...]]) -> None:
         if self.state is None and self.hub is None:
