@@ -67,7 +67,7 @@ class SampleSource(Protocol):
 
 
 class ChannelLike(Protocol):
-    """What the sampler needs of an opened channel (``meter.board.Channel``)."""
+    """What the sampler needs of an opened channel (``meter.board.channels.Channel``)."""
 
     @property
     def index(self) -> int: ...
