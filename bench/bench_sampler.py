@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import emit, machine_line
 
 from epi.formats.trace import read_trace
-from meter.board import emulated_board, open_channels
+from meter.board.channels import emulated_board, open_channels
 from meter.clock import SimulatedClock, SystemClock
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import ChannelInfo, MeterState

@@ -255,7 +255,7 @@ def _chain_checks() -> list[Check]:
     $EPI_METER_URL: a channel with `reverse_energy` events has its clamp reversed)."""
     import os
 
-    from meter.board import load_board
+    from meter.board.channels import load_board
     from meter.load_check import load_findings
 
     checks: list[Check] = []

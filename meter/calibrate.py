@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epi.core.errors import UserError
-from meter.board import emulated_board, load_board, open_channels
+from meter.board.channels import emulated_board, load_board, open_channels
 from meter.chip.calibration import CalibrationError
 from meter.clock import SimulatedClock, SystemClock
 from meter.driver import calibration_procedures as procedures

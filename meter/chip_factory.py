@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
 from epi.core.errors import UserError
-from meter.board_config import BoardConfig, ChannelConfig
+from meter.board.config import BoardConfig, ChannelConfig
 from meter.bus.base import Bus
 from meter.chip.calibration import Calibration
 from meter.clock import Clock

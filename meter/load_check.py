@@ -10,7 +10,7 @@ and the daemon's start-up message list these findings. Pure apart from reading t
 
 from __future__ import annotations
 
-from meter.board_config import BoardConfig
+from meter.board.config import BoardConfig
 from meter.driver.direction import DirectionFinding
 from meter.plan import PlanError, PlanOptions, chain_of, plan_channel
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from meter.board_config import BoardConfig, ChannelConfig
+from meter.board.config import BoardConfig, ChannelConfig
 from meter.chip import registers as regs
 from meter.chip.calibration import (
     JOULES_PER_KWH,

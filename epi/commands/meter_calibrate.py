@@ -17,7 +17,7 @@ import click
 from epi.commands.aliases import prefer_alias, renamed_option
 from epi.commands.params import BoundedInt, FiniteFloat, check_output_file
 from epi.core.errors import UserError
-from meter.board import save_calibration_file
+from meter.board.channels import save_calibration_file
 from meter.calibrate import (
     CalibrationOutcome,
     CalibrationRequest,

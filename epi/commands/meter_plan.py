@@ -59,7 +59,7 @@ def plan(board_path: Path, load_w: str, volts: float | None, power_factor: float
          prefill_s: float, decode_s: float, reference_pct: float, uncalibrated: bool,
          as_json: bool) -> None:
     """What each channel of BOARD_PATH resolves at the load, and what to change if not."""
-    from meter.board_file import load_board
+    from meter.board.file import load_board
     from meter.plan import PlanError, PlanOptions, plan_board, render
 
     opts = PlanOptions(load_w=parse_load_range(load_w), volts=volts,

@@ -144,7 +144,7 @@ def _faults(spec: dict[str, tuple[float, int | None]]) -> ChannelFaults:
 def _real(board_path: Path, reference: str, reference_pct: float, resistive_ohm: float | None,
           reference_channel: int | None, opts: QualifyOptions, out_path: Path | None
           ) -> tuple[list[ChannelQualification], str, Path]:
-    from meter.board import load_board, open_channels
+    from meter.board.channels import load_board, open_channels
     from meter.clock import SystemClock
     from meter.qualify.references import PlugInMeter, ResistiveLoad, SecondCT
     from meter.qualify.session import qualify as run_qualify

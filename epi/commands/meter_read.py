@@ -9,7 +9,7 @@ import click
 
 from epi.commands.params import BoundedInt, FiniteFloat
 from epi.core.errors import UserError
-from meter.board import Channel, emulated_board, load_board, open_channels
+from meter.board.channels import Channel, emulated_board, load_board, open_channels
 from meter.clock import SystemClock
 from meter.driver.reading import Reading
 from meter.errors import BusError

@@ -16,15 +16,15 @@
     node = "pi5-node0"
 
 Chip selects, SPI and calibration live on the MCU (its flash file `epi_meter.json`). The data
-class lives in meter/board_config.py and the parser in meter/board_file.py, below the chip
+class lives in meter/board/config.py and the parser in meter/board/file.py, below the chip
 factory; this module names them for the bridge's readers.
 """
 
 from __future__ import annotations
 
-from meter.board_config import DEFAULT_BRIDGE_BAUD as DEFAULT_BAUD
-from meter.board_config import BridgeConfig
-from meter.board_file import BRIDGE_BAUDS as BAUDS
-from meter.board_file import load_bridge_board, parse_bridge_table
+from meter.board.config import DEFAULT_BRIDGE_BAUD as DEFAULT_BAUD
+from meter.board.config import BridgeConfig
+from meter.board.file import BRIDGE_BAUDS as BAUDS
+from meter.board.file import load_bridge_board, parse_bridge_table
 
 __all__ = ["BAUDS", "DEFAULT_BAUD", "BridgeConfig", "load_bridge_board", "parse_bridge_table"]

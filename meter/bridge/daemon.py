@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epi.core.errors import UserError
-from meter.board import emulated_board, load_board
-from meter.board_config import BoardConfig, BridgeConfig, ChannelConfig
+from meter.board.channels import emulated_board, load_board
+from meter.board.config import BoardConfig, BridgeConfig, ChannelConfig
 from meter.bridge.capacity import link_capacity_hz, widest_sweep_line_bytes
 from meter.bridge.emulate import EmulatedBoard
 from meter.bridge.emulated_port import EmulatedPort, serve_board

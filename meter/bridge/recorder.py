@@ -61,6 +61,8 @@ from meter.daemon.event_budget import EventBudget
 from meter.daemon.trace import EVENT_KINDS, UNMETERED_GAP_REASON, TraceWriter, gap_detail
 from meter.errors import LinkLost
 from meter.firmware.telemetry import NOT_READY
+from meter.recording.disk_full import DiskFullWatch
+from meter.recording.failure_run import FailureRun
 
 MAX_LINE_BYTES = 4096
 MAX_PENDING_SWEEPS = 3000  # sweeps held while the first clock mapping is being fitted
@@ -101,8 +103,7 @@ class _Channel:
     base_j: float = 0.0  # energy_j carried over from earlier boots
     last_energy_j: float = 0.0
     last_t_mono: int | None = None
-    failing_since: tuple[int, int] | None = None
-    fail_counts: dict[str, int] = field(default_factory=dict)
+    failures: FailureRun = field(default_factory=FailureRun)
     last_counts: int | None = None  # the last accepted cumulative counts of this boot
     last_t_us: int | None = None  # and when (MCU µs)
     rejects: int = 0  # readings rejected in a row (trust.counts_problem)
@@ -186,7 +187,7 @@ class BridgeRecorder:
         self.on_fault: Callable[[int | None, str], None] | None = None  # /metrics fault counter
         self.on_sweep: Callable[[], None] | None = None  # /metrics and /status sweeps_total
         self._next_storage = 0
-        self._disk_full_seen = False
+        self._disk_full = DiskFullWatch()
 
     # ---- control ----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -323,13 +324,7 @@ class BridgeRecorder:
     def _check_storage(self) -> None:
         """Count a full disk once per episode; raise TraceLostError when the trace directory
         was removed (the daemon stops with its one-line message)."""
-        full = self.writer.disk_full
-        if full and not self._disk_full_seen:
-            self.stats.faults["disk_full"] = self.stats.faults.get("disk_full", 0) + 1
-            if self.on_fault is not None:
-                self.on_fault(None, "disk_full")
-        self._disk_full_seen = full
-        self.writer.check_present()
+        self._disk_full.check(self.writer, self.stats.faults, self.on_fault)
 
     def _housekeeping(self, now: int,
                       stats_callback: Callable[[BridgeRecorder], None] | None) -> None:
@@ -613,17 +608,14 @@ class BridgeRecorder:
                 else:
                     why = f"reading failed ({r.fail})"
                     self.stats.failed_readings += 1
-                if ch.failing_since is None:
-                    ch.failing_since = (t_mono, t_real)
-                    ch.fail_counts = {}
-                ch.fail_counts[why] = ch.fail_counts.get(why, 0) + 1
+                ch.failures.book(t_mono, t_real, why)
                 ch.last_energy_j = energy_j
                 continue
-            if ch.failing_since is not None:
-                counts = ", ".join(f"{k} ×{n}" for k, n in ch.fail_counts.items())
+            closed = ch.failures.close()
+            if closed is not None:
                 self.event(r.channel, "gap", gap_detail(t_mono, t_real, f"data resumed; no "
-                           f"valid data: {counts}"), t=ch.failing_since, limit=False)
-                ch.failing_since = None
+                           f"valid data: {closed.counts_text()}"),
+                           t=(closed.start_mono_ns, closed.start_real_ns), limit=False)
             ch.last_energy_j = energy_j
             ch.last_t_mono = t_mono
             rows.append((self.seq_base + sw.seq, r.channel, t_mono, t_real, r.power_w,
@@ -679,11 +671,11 @@ class BridgeRecorder:
     def _finish(self) -> None:
         now = self._now()
         for n, ch in self.channels.items():
-            if ch.failing_since is not None:
-                counts = ", ".join(f"{k} ×{c}" for k, c in ch.fail_counts.items())
+            closed = ch.failures.close()
+            if closed is not None:
                 self.event(n, "gap", gap_detail(now[0], now[1], f"recorder stopped while "
-                           f"failing; no valid data: {counts}"), t=ch.failing_since, limit=False)
-                ch.failing_since = None
+                           f"failing; no valid data: {closed.counts_text()}"),
+                           t=(closed.start_mono_ns, closed.start_real_ns), limit=False)
         if self.outage is not None:
             o_mono, o_real, why = self.outage
             self.event(None, "gap", gap_detail(now[0], now[1], f"serial link lost ({why}) "

@@ -54,6 +54,8 @@ from meter.errors import (
     ChipResetError,
     ImplausibleReadingError,
 )
+from meter.recording.disk_full import DiskFullWatch
+from meter.recording.failure_run import FailureRun
 
 SamplerClock = Clock  # the earlier name
 
@@ -65,7 +67,7 @@ class SampleSource(Protocol):
 
 
 class ChannelLike(Protocol):
-    """What the sampler needs of an opened channel (``meter.board.Channel``)."""
+    """What the sampler needs of an opened channel (``meter.board.channels.Channel``)."""
 
     @property
     def index(self) -> int: ...
@@ -138,11 +140,8 @@ def _time(sample: object, name: str, default: int) -> int:
 class _ChannelRun:
     """Per-channel bookkeeping of the current fault run."""
 
-    failing: bool = False
+    failures: FailureRun = field(default_factory=FailureRun)
     consecutive_failures: int = 0
-    fail_start_mono: int = 0
-    fail_start_real: int = 0
-    fail_counts: dict[str, int] = field(default_factory=dict)
     last_kind: str = ""
     retry_at_mono: int | None = None
     last_good_mono: int | None = None
@@ -231,7 +230,7 @@ class Sampler:
         self._simulated = is_simulated(clock)
         self._stop = threading.Event()
         self._reading: int | None = None
-        self._disk_full_seen = False
+        self._disk_full = DiskFullWatch()
         self.checkpoint_requested = threading.Event()
         self._held: list[tuple[str, str]] = []
         # unmetered intervals the drivers reported before this run are not this trace's
@@ -330,12 +329,8 @@ class Sampler:
         run = self._runs[ch]
         self.stats.failed_reads += 1
         run.consecutive_failures += 1
-        if not run.failing:
-            run.failing = True
-            run.fail_start_mono, run.fail_start_real = t_mono, t_real
-            run.fail_counts = {}
+        if run.failures.book(t_mono, t_real, kind):
             run.last_kind = ""
-        run.fail_counts[kind] = run.fail_counts.get(kind, 0) + 1
         repeated = kind == run.last_kind
         if not repeated:  # the first failure of a run, or a new kind of failure
             run.last_kind = kind
@@ -352,22 +347,16 @@ class Sampler:
     def _book_not_ready(self, ch: int, t_mono: int, t_real: int) -> None:
         run = self._runs[ch]
         self.stats.not_ready_reads += 1
-        if not run.failing:
-            run.failing = True
-            run.fail_start_mono, run.fail_start_real = t_mono, t_real
-            run.fail_counts = {}
+        if run.failures.book(t_mono, t_real, "measurements not ready after (re)initialisation"):
             run.last_kind = ""
-        key = "measurements not ready after (re)initialisation"
-        run.fail_counts[key] = run.fail_counts.get(key, 0) + 1
 
     def _close_gap(self, ch: int, end_mono: int, end_real: int, why: str) -> None:
         run = self._runs[ch]
-        if not run.failing:
+        closed = run.failures.close()
+        if closed is None:
             return
-        counts = ", ".join(f"{k} ×{n}" for k, n in run.fail_counts.items())
-        detail = gap_detail(end_mono, end_real, f"{why}; no valid data: {counts}")
-        self._write_event(run.fail_start_mono, run.fail_start_real, ch, "gap", detail)
-        run.failing = False
+        detail = gap_detail(end_mono, end_real, f"{why}; no valid data: {closed.counts_text()}")
+        self._write_event(closed.start_mono_ns, closed.start_real_ns, ch, "gap", detail)
         run.consecutive_failures = 0
         run.retry_at_mono = None
 
@@ -457,7 +446,7 @@ class Sampler:
             if not getattr(sample, "ready", True):
                 self._book_not_ready(ch.index, t_mono, t_real)
                 continue
-            if run.failing:
+            if run.failures.failing:
                 self._close_gap(ch.index, t_mono, t_real, "data resumed")
                 self._restart_check(ch.index)
             run.last_good_mono = t_mono
@@ -483,13 +472,8 @@ class Sampler:
         """Count rows a full disk dropped, flag the episode once (metric), and stop with a
         clear error when the trace directory was removed under us (TraceLostError)."""
         self.stats.samples_dropped += dropped
-        full = self.writer.disk_full
-        if full and not self._disk_full_seen:
-            self.stats.faults["disk_full"] = self.stats.faults.get("disk_full", 0) + 1
-            if self.state is not None:
-                self.state.record_fault(None, "disk_full")
-        self._disk_full_seen = full
-        self.writer.check_present()
+        self._disk_full.check(self.writer, self.stats.faults,
+                              None if self.state is None else self.state.record_fault)
 
     def _publish(self, rows: list[tuple[object, ...]]) -> None:
         if self.state is None and self.hub is None:

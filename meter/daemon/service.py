@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epi.core.errors import UserError
-from meter.board import BoardConfig, Channel, emulated_board, load_board, open_channels
+from meter.board.channels import BoardConfig, Channel, emulated_board, load_board, open_channels
 from meter.bridge.daemon import is_bridge_run, prepare_bridge, run_bridge
 from meter.chip_factory import chip_factory
 from meter.clock import Clock, SystemClock, is_simulated

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from meter.recording.failure_run import FailureRun
 from meter.sources.common import ChannelSpec, SourceError
 
 #: Largest power a wrapped step may imply before it counts as "went backwards" instead, W.
@@ -93,7 +94,8 @@ class ChannelTracker:
         self._last_row_ns: int | None = None
         self._last_power_w: float | None = None
         self._frozen_since: tuple[int, int] | None = None
-        self._failing: tuple[int, int, SourceError, int] | None = None  # start, real, err, n
+        self._failures = FailureRun()  # the open run of failed reads, by error kind
+        self._last_error: SourceError | None = None  # the latest failed read's error
 
     # -- one reading -----------------------------------------------------------------------
     def feed(self, t_mono_ns: int, t_real_ns: int, value: float | SourceError
@@ -110,11 +112,11 @@ class ChannelTracker:
 
     def close(self, t_mono_ns: int, t_real_ns: int) -> None:
         """At stop: close an open run of failures or a freeze with its gap event."""
-        if self._failing is not None:
-            start, start_real, err, n = self._failing
-            self._gap(start, start_real, t_mono_ns, t_real_ns,
-                      f"stopped while failing: {err.kind} ×{n}: {err.message}")
-            self._failing = None
+        closed = self._failures.close()
+        if closed is not None and self._last_error is not None:
+            err = self._last_error
+            self._gap(closed.start_mono_ns, closed.start_real_ns, t_mono_ns, t_real_ns,
+                      f"stopped while failing: {err.kind} ×{closed.failures}: {err.message}")
         if self._frozen_since is not None:
             start, start_real = self._frozen_since
             self._gap(start, start_real, t_mono_ns, t_real_ns,
@@ -218,23 +220,20 @@ class ChannelTracker:
 
     def _fail(self, t: int, t_real: int, err: SourceError) -> None:
         self.stats.failed_reads += 1
-        if self._failing is None:
-            self._failing = (t, t_real, err, 1)
+        previous, self._last_error = self._last_error, err
+        opened = self._failures.book(t, t_real, err.kind)
+        # once per run of failures, and again whenever the kind of failure changes
+        if opened or previous is None or err.kind != previous.kind:
             self.emit(t, t_real, err.kind, f"{self.spec.name}: {err.line()}")
-        else:
-            start, start_real, first, n = self._failing
-            if err.kind != first.kind:
-                self.emit(t, t_real, err.kind, f"{self.spec.name}: {err.line()}")
-            self._failing = (start, start_real, err, n + 1)
 
     def _resume(self, t: int, t_real: int) -> bool:
         """Close a run of failures: a gap over it; the next step is not trusted."""
-        if self._failing is None:
+        closed = self._failures.close()
+        if closed is None or self._last_error is None:
             return False
-        start, start_real, err, n = self._failing
-        self._failing = None
-        self._gap(start, start_real, t, t_real,
-                  f"{self.spec.name}: data resumed after {err.kind} ×{n}")
+        self._gap(closed.start_mono_ns, closed.start_real_ns, t, t_real,
+                  f"{self.spec.name}: data resumed after {self._last_error.kind} "
+                  f"×{closed.failures}")
         self._last_row_ns = None
         self._last_power_w = None
         return True

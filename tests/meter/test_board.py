@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from epi.core.errors import UserError
-from meter.board import emulated_board, load_board, open_channels
+from meter.board.channels import emulated_board, load_board, open_channels
 from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock
 from meter.emulation.power_models import ConstantPower, ScriptedProfile

@@ -50,7 +50,7 @@ def test_bad_bridge_board_is_one_line(tmp_path: Path, body: str, message: str,
 
 
 def test_example_board_file_loads() -> None:
-    from meter.board import load_board
+    from meter.board.channels import load_board
 
     board = load_board(REPO / "hardware" / "epi-meter-bridge.toml")
     assert board.bridge is not None and board.bridge.port == "/dev/ttyAMA0"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from meter.board import load_board
+from meter.board.channels import load_board
 from meter.chip import calibration as calib
 from meter.chip import registers as regs
 from meter.chip.calibration import Calibration, CalibrationError

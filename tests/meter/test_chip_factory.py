@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from epi.core.errors import UserError
-from meter.board import emulated_board, load_board, open_channels
+from meter.board.channels import emulated_board, load_board, open_channels
 from meter.chip.calibration import Calibration
 from meter.chip_factory import EmulatedChips, RealChips, chip_factory
 from meter.clock import SimulatedClock
@@ -71,7 +71,7 @@ def test_an_absent_chip_fails_at_start_with_what_to_check() -> None:
 
 
 def test_the_production_daemon_does_not_import_the_emulator() -> None:
-    code = ("import sys, meter.daemon.service, meter.board, meter.chip_factory; "
+    code = ("import sys, meter.daemon.service, meter.board.channels, meter.chip_factory; "
             "print('meter.emulation.chip_emulator' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from epi.commands.params import FiniteFloat as Finite
 from epi.core.errors import UserError
-from meter.board import RANGES, load_board, load_calibration_file
+from meter.board.channels import RANGES, load_board, load_calibration_file
 from meter.chip.calibration import Calibration, CalibrationError
 
 SETTINGS = settings(max_examples=40, deadline=None,

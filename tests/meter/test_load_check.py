@@ -15,7 +15,7 @@ import pytest
 
 from epi.core.errors import UserError
 from host.doctor import _chain_checks
-from meter.board import load_board
+from meter.board.channels import load_board
 from meter.chip.calibration import Calibration
 from meter.clock import SimulatedClock
 from meter.daemon.metrics import ChannelInfo, MeterState

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from epi.commands.meter_group import meter
 from epi.core.errors import UserError
-from meter.board_file import load_board
+from meter.board.file import load_board
 from meter.plan import PlanOptions, plan_board
 
 REPO = Path(__file__).resolve().parents[2]

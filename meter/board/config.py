@@ -1,9 +1,9 @@
 """Board data: what a board file (or the emulator) says about the bus, sampling and channels.
 
 Plain dataclasses with no I/O, below everything that reads or opens a board:
-`meter/board_file.py` parses a TOML file into them, `meter/chip_factory.py` opens their chips,
-`meter/board.py` turns them into started channels. Keeping the data below the factory is what
-lets those three import each other in one direction only.
+`meter/board/file.py` parses a TOML file into them, `meter/chip_factory.py` opens their chips,
+`meter/board/channels.py` turns them into started channels. Keeping the data below the factory
+is what lets those three import each other in one direction only.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import TypeVar, cast
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.formats.fields import parse_json_bytes, read_bytes, read_toml_file
-from meter.board_config import (
+from meter.board.config import (
     BOARD_FORMAT,
     BOARD_FORMAT_VERSION,
     CS_RE,

@@ -1,7 +1,7 @@
 """Opening a board: its channels as started drivers, on real or emulated chips.
 
 The board's data (`BoardConfig`, `ChannelConfig`, `BridgeConfig`) lives in
-`meter/board_config.py` and its file reader in `meter/board_file.py` (both re-exported here);
+`meter/board/config.py` and its file reader in `meter/board/file.py` (both re-exported here);
 `emulated_board(...)` builds a board of emulated channels; `open_channels(board, chips=...)`
 turns either into started `Channel`s (driver ready to `read_sample()`) through a chip factory
 (meter/chip_factory.py: real or emulated, by argument or EPI_METER_CHIPS), refusing a real
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from epi.core.errors import UserError
-from meter.board_config import (
+from meter.board.config import (
     BOARD_FORMAT,
     BOARD_FORMAT_VERSION,
     DEFAULT_METER_CONSTANT,
@@ -27,7 +27,7 @@ from meter.board_config import (
     BridgeConfig,
     ChannelConfig,
 )
-from meter.board_file import RANGES, load_board, load_calibration_file, save_calibration_file
+from meter.board.file import RANGES, load_board, load_calibration_file, save_calibration_file
 from meter.chip_factory import ChipFactory, PowerModels, chip_factory, default_power_models
 from meter.clock import Clock, SystemClock
 from meter.driver.atm90e26 import ATM90E26Driver
