@@ -349,7 +349,7 @@ def test_options_that_cannot_apply_together_are_refused(
 
 def test_an_spi_table_in_a_bridge_board_file_is_refused(tmp_path: Path) -> None:
     from epi.core.errors import UserError
-    from meter.board_file import load_board
+    from meter.board.file import load_board
 
     board = tmp_path / "b.toml"
     repo = Path(__file__).resolve().parents[2]
