@@ -58,3 +58,20 @@ def test_newcombe_paired_interval_matches_method_10_written_out(
     got = newcombe_paired_interval(a, b, c, d)
     assert got == (pytest.approx(theta, abs=1e-12), pytest.approx(max(lo, -1.0), abs=1e-12),
                    pytest.approx(min(hi, 1.0), abs=1e-12))
+
+
+@pytest.mark.parametrize("ending", ["done", "failed"])
+def test_a_step_that_ends_is_no_longer_interrupted(tmp_path, ending: str) -> None:
+    """Journal: started → done (or failed) leaves nothing interrupted; a step only started is
+    the interrupted one, and its attempt is counted."""
+    from host.campaign.journal import Done, Failed, Journal, Session, Started
+
+    j = Journal(tmp_path)
+    j.append(Session("s.toml", None, str(tmp_path)))
+    j.append(Started("run:a:1", 1))
+    j.append(Done("run:a:1", 1, {}) if ending == "done" else Failed("run:a:1", 1, 1, "x"))
+    j.append(Started("run:b:1", 1))
+    state = j.read()
+    assert set(state.interrupted) == {"run:b:1"}
+    assert state.attempts == {"run:a:1": 1, "run:b:1": 1}
+    assert ("run:a:1" in state.done) == (ending == "done")
