@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -57,23 +58,27 @@ def local_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
     out = base / "log"
     sync, _ = _fake_sync()
     messages: list[ChildMessage] = []
-    result = run(
-        RunSettings(
-            model=tiny_model,
-            out=out,
-            prompts=prompts,
-            tokens=TOKENS,
-            repeats=2,
-            warmups=1,
-            threads=1,
-            idle_s=0.2,
-            cooldown_s=0.05,
-            meter="http://meter.test:8757",
-        ),
-        echo=lambda line: None,
-        clock_sync=sync,
-        on_message=messages.append,
-    )
+    os.environ["EPI_PERF_COUNTERS"] = "1"  # opt-in counting; the run's child inherits it
+    try:
+        result = run(
+            RunSettings(
+                model=tiny_model,
+                out=out,
+                prompts=prompts,
+                tokens=TOKENS,
+                repeats=2,
+                warmups=1,
+                threads=1,
+                idle_s=0.2,
+                cooldown_s=0.05,
+                meter="http://meter.test:8757",
+            ),
+            echo=lambda line: None,
+            clock_sync=sync,
+            on_message=messages.append,
+        )
+    finally:
+        del os.environ["EPI_PERF_COUNTERS"]
     return result, read_token_log(out), messages
 
 
