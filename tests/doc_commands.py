@@ -72,9 +72,13 @@ def commands(page: Path) -> list[Command]:
 
 
 def _key(line: str) -> str | None:
-    """The words of a shown line up to its first digit or ellipsis (None: too short)."""
-    head = re.split(r"[0-9…]", line, maxsplit=1)[0].strip()
-    return head if len(head) >= 8 else None
+    """The words of a shown line up to its first number or ellipsis.
+
+    None when fewer than six characters are left: too little to check.
+    A number's sign belongs to the number: a measured offset may come out either side of zero.
+    """
+    head = re.split(r"[-+−±]?\s?[0-9…]", line, maxsplit=1)[0].strip()
+    return head if len(head) >= 6 else None
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
