@@ -87,6 +87,23 @@ class BoundedInt(click.ParamType):
         return f"BoundedInt({self.lo}, {self.hi})"
 
 
+class Duration(click.ParamType):
+    """A duration such as 10m, 90s, 1.5h or 600 (seconds), in seconds; one line when not."""
+
+    name = "duration"
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        from host.campaign.budget import parse_duration
+
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 class SafeId(click.ParamType):
     """An id that becomes a file name: letters, digits, '.', '_', '-', not starting with
     '-' or '.'."""

@@ -103,6 +103,11 @@ def projected_seconds(
             pool = fewshot.without_shots(all_items, groups)
             items = fewshot.with_shots(bench, take_subset(pool, n, seed, bench), groups)
             probe = take_subset(pool, min(probe_items + 1, len(pool)), seed + 1, bench)
+            # the context the stage itself opens: the largest item, shots included, whole
+            need = max(mc.group_cells(scorer, it) for it in items)
+            if need > scorer.n_ctx:
+                scorer.close()
+                scorer = Scorer(Path(model), -(-need // 256) * 256, threads)
             rate = probe_seconds_per_token(scorer, probe)
             # a few-shot prefix is decoded once per group and shared by its items
             prefix = {g.prefix: len(scorer.tokenize(g.prefix)) for g in groups}

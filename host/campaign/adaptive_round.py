@@ -139,7 +139,9 @@ def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Seq
                               "comparisons": [{"kind": s.comparison.kind,
                                                "a": s.comparison.reference,
                                                "b": s.comparison.candidate,
-                                               "state": s.verdict.state, "text": s.text()}
+                                               "state": s.verdict.state,
+                                               "rounds_needed": s.verdict.rounds_needed,
+                                               "text": s.text()}
                                               for s in found],
                               "next_configs": list(decision.next_configs),
                               "states": states, "budget_spent": spent,

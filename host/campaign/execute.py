@@ -28,13 +28,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
 from epi.core.errors import UserError
-from host.campaign import accuracy_projection, procs
+from host.campaign import accuracy_projection, procs, sizing
 from host.campaign.adaptive_loop import run_adaptive_rounds
 from host.campaign.adaptive_round import finished as adaptive_finished
+from host.campaign.budget import with_extensions
 from host.campaign.journal import (
     Done,
     Failed,
@@ -56,14 +58,19 @@ from host.campaign.plan import (
     base_path,
     build_plan,
     format_duration,
+    meter_rate_hz,
     plan_text,
     rounds_text,
+    run_shape,
+    sizing_lines,
+    spread_and_basis,
     trace_dirs,
 )
 from host.campaign.preflight import lines as preflight_lines
 from host.campaign.preflight import preflight, require
 from host.campaign.progress import Progress
 from host.campaign.remeasure import Remeasurer, add_recorded_takes, check_run
+from host.campaign.sizing import RunSizing, read_sizing
 from host.campaign.specs import (
     AccuracyArgs,
     DataArgs,
@@ -149,8 +156,10 @@ class Campaign:
 
     def __init__(self, study: Study, *, stream: TextIO | None = None,
                  python: str = sys.executable) -> None:
+        study = with_extensions(study)  # a recorded --extend-budget raises the time budget
         self.study = study
         self.layout = Layout(study.out)
+        self.sizing: RunSizing | None = read_sizing(study.out, study.run.tokens)
         self.journal = Journal(study.out)
         self.stream = stream or sys.stderr
         self.python = python
@@ -192,7 +201,8 @@ class Campaign:
             r = st.run
             run_dir = lay.run_dir(step, state.attempts.get(step.step_id, 0) + 1)
             return RunArgs(model=str(cfg.gguf), out=str(run_dir),
-                           prompts=str(r.prompts) if r.prompts else None, tokens=r.tokens,
+                           prompts=str(r.prompts) if r.prompts else None,
+                           tokens=self.sizing.tokens if self.sizing else r.tokens,
                            repeats=r.repeats_per_run, warmups=r.warmups, threads=r.threads,
                            workers=r.workers, split=r.split, node=r.node,
                            meters=list(self.meter_urls), idle_s=r.idle_s,
@@ -433,6 +443,41 @@ class Campaign:
         if step_est > 0 and proj.seconds > 0:
             progress.ratio["accuracy"] = [proj.seconds / step_est]  # the ETA follows it
 
+    # -- runs sized to this machine
+    def size_runs(self, state: JournalState, progress: Progress) -> None:
+        """Before the first run: time the baseline on this machine and choose the tokens per
+        request that let the budget hold the rounds the comparisons need
+        (host/campaign/sizing.py); kept, so every run of the campaign has the same size."""
+        dec = self.study.decide
+        if dec is None or not dec.size_runs or dec.rules.time_budget_s is None:
+            return
+        if self.sizing is not None:
+            for line in self.sizing.lines():
+                progress.line(line)
+            return
+        if any(s.step_id in state.done for s in self.plan.run_steps):
+            return  # runs were measured at the study's size already: one size per campaign
+        from host.run.prompts import load_prompt_set
+
+        cid = self.study.baseline or self.plan.configs[0].config_id
+        model = self.plan.config(cid).gguf
+        prompts = load_prompt_set(self.study.run.prompts).prompts
+        progress.line(f"sizing the runs to this machine: a short speed probe of {cid}")
+        probe = sizing.probe_speed(model, prompts[0].text, prompts[0].n_tokens,
+                                   threads=self.study.run.threads or 1)
+        sd, basis = spread_and_basis(self.study)
+        self.sizing = sizing.size_runs(
+            study_tokens=self.study.run.tokens, shape=run_shape(self.study), probe=probe,
+            n_configs=len(self.plan.configs), budget_s=dec.rules.time_budget_s,
+            rate_hz=meter_rate_hz(self.study), spread_pct=sd, spread_basis=basis,
+            size_for_pct=dec.size_for_pct, min_rounds=dec.rules.min_rounds,
+            max_rounds=dec.rules.max_rounds, alpha=dec.rules.alpha)
+        sizing.write_sizing(self.layout.root, self.sizing)
+        for line in self.sizing.lines():
+            progress.line(line)
+        self.plan.steps[:] = [replace(s, estimate_s=self.sizing.per_run_s)
+                              if s.kind == StepKind.RUN else s for s in self.plan.steps]
+
     # -- the meters
     def _start_meters(self, stack: ExitStack, progress: Progress) -> list[str]:
         """Every meter's URL in the study's order, starting the emulated ones (each stops when
@@ -478,6 +523,14 @@ class Campaign:
                 self.echo(line)
             for line in verify_done(self.plan, state, self.layout):
                 self.echo(line)
+            dec = self.study.decide
+            if (dec is not None and "analysis" in state.done
+                    and not adaptive_finished(self.layout.root, dec.rules.min_rounds)):
+                # the rounds were reopened (--extend-budget): analyse and report again
+                for sid in ("analysis", "report"):
+                    state.done.pop(sid, None)
+                self.echo("  the adaptive rounds were reopened: the analysis and the report "
+                          "run again after them")
             _clean_interrupted(state, self.layout)
             stop_stale_daemon(self.layout.root)  # every emulated daemon a killed session left
             self.journal.append(Session(str(self.study.path), study_sha256(self.study),
@@ -494,11 +547,10 @@ class Campaign:
                 self.echo(line)
             require(findings)
             progress = Progress(self.plan.steps, done, stream=self.stream)
-            dec = self.study.decide
             needs_meter = any(s.kind == StepKind.RUN for s in todo) or (
                 dec is not None and not adaptive_finished(self.layout.root, dec.rules.min_rounds))
             t0 = time.monotonic()
-            projected = False
+            projected = sized = False
             with ExitStack() as daemons:
                 if needs_meter:
                     self.meter_urls = self._start_meters(daemons, progress)
@@ -520,6 +572,9 @@ class Campaign:
                     if step.kind == StepKind.ACCURACY and not projected:
                         self.project_accuracy(state, progress)
                         projected = True
+                    if step.kind == StepKind.RUN and not sized:
+                        self.size_runs(state, progress)
+                        sized = True
                     progress.start(step)
                     result, settled = self.run_step(step, state, progress)
                     progress.finish(step, summary(step, result, settled))
@@ -538,6 +593,16 @@ class Campaign:
 
             for line in answer_lines(self.layout.analysis):
                 self.echo(line)
+            if self.study.decide is not None:
+                from host.campaign.adaptive_loop import runs_so_far
+                from host.campaign.budget import settle_line
+
+                _, measured_s, n_runs = runs_so_far(self.layout.root, self.plan, state)
+                settle = settle_line(self.layout.root, self.study.path,
+                                     measured_s / n_runs if n_runs else None,
+                                     self.study.decide.rules.max_rounds)
+                if settle:
+                    self.echo(settle)
             return self.layout.report_html
 
 
@@ -579,6 +644,7 @@ def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool =
     """Print the plan and the estimate; touch nothing. The accuracy figure is one measured
     earlier in this campaign directory, or (`probe_accuracy`) measured now with a short probe
     where a model file is on this host, or else the study file's assumption, said as such."""
+    study = with_extensions(study)
     proj = accuracy_projection.load(study)
     if probe_accuracy:
         plan0 = build_plan(study)
@@ -608,6 +674,8 @@ def dry_run(study: Study, echo: Callable[[str], None], *, probe_accuracy: bool =
     from host.campaign.shorten import shorten_lines
 
     for line in shorten_lines(plan, set(state.done)):
+        echo(line)
+    for line in sizing_lines(study):
         echo(line)
     if accuracy_workers and plan.accuracy is not None:
         left = [s for s in plan.steps if s.step_id not in state.done]

@@ -22,6 +22,13 @@ from epi.formats.fields import check_id
 from host.campaign.accuracy_projection import AccuracyProjection, assumed
 from host.campaign.adaptive import plan_lines, round_order, spread_from_analysis
 from host.campaign.adaptive_round import decided_rounds
+from host.campaign.sizing import (
+    SIZING_JSON,
+    RunShape,
+    SpeedProbe,
+    read_sizing,
+    size_runs,
+)
 from host.campaign.study import Study, ThermalRule
 
 
@@ -163,6 +170,26 @@ def run_seconds(study: Study, n_prompts: int, prompt_tokens: int) -> float:
     return e.load_s + passes * per_pass + r.repeats_per_run * (r.idle_s + r.cooldown_s)
 
 
+DEFAULT_METER_RATE_HZ = 20.0  # the emulated daemon's default sweep rate (4 chips, 160 kHz)
+
+
+def run_shape(study: Study) -> RunShape:
+    """What one run of the study does besides its tokens (host/campaign/sizing.py)."""
+    from host.run.prompts import load_prompt_set
+
+    r = study.run
+    prompts = load_prompt_set(r.prompts).prompts
+    return RunShape(n_prompts=len(prompts), prompt_tokens=sum(p.n_tokens for p in prompts),
+                    passes=r.warmups + r.repeats_per_run, repeats=r.repeats_per_run,
+                    pause_s=r.idle_s + r.cooldown_s, settle_s=settle_seconds(study))
+
+
+def meter_rate_hz(study: Study) -> float:
+    """The sweep rate the sizing assumes: the study's meter rate_hz, else the emulator's
+    default (20 Hz for 4 chips at 160 kHz)."""
+    return study.meters[0].rate_hz or DEFAULT_METER_RATE_HZ
+
+
 def settle_seconds(study: Study) -> float:
     t = study.thermal
     return t.wait_s if t.rule == ThermalRule.FIXED else t.window_s
@@ -217,7 +244,9 @@ def build_plan(study: Study, accuracy: AccuracyProjection | None = None) -> Plan
                               estimate_s=acc.seconds / (workers or 1),
                               detail=", ".join(f"{b} {n}" for b, n in a.benchmarks.items())
                               + where))
-    per_run = run_seconds(study, n_prompts, prompt_tokens) + settle_seconds(study)
+    sized = read_sizing(study.out, study.run.tokens) if study.decide else None
+    per_run = (sized.per_run_s if sized is not None
+               else run_seconds(study, n_prompts, prompt_tokens) + settle_seconds(study))
     all_ids = tuple(c.config_id for c in configs)
     rounds = [(k, all_ids, f"round {k}/{rounds_text(study)}")
               for k in range(1, planned_rounds(study) + 1)]
@@ -252,12 +281,45 @@ def power_analysis_lines(study: Study) -> list[str]:
     (its analysis directory), else the study's assumed spread — said which."""
     if study.decide is None:
         return []
-    sd, n = spread_from_analysis(study.out / "analysis")
-    basis = (f"measured by this campaign's last analysis ({n} rounds)" if math.isfinite(sd)
-             else "assumed (decide.assumed_spread_pct; nothing measured yet)")
-    if not math.isfinite(sd):
-        sd = study.decide.assumed_spread_pct
+    sd, basis = spread_and_basis(study)
     return plan_lines(study.decide.rules, sd, basis)
+
+
+def spread_and_basis(study: Study) -> tuple[float, str]:
+    """The per-round spread of paired savings (%) the power analysis uses, and whose it is:
+    measured by this campaign's last analysis, else the study's assumed_spread_pct."""
+    assert study.decide is not None
+    sd, n = spread_from_analysis(study.out / "analysis")
+    if math.isfinite(sd):
+        return sd, f"measured by this campaign's last analysis ({n} rounds)"
+    return study.decide.assumed_spread_pct, "assumed (decide.assumed_spread_pct; nothing " \
+        "measured yet)"
+
+
+def sizing_lines(study: Study) -> list[str]:
+    """The dry-run's word on run sizing: the kept decision, or what a probe would decide at
+    the study file's [estimate] rates."""
+    dec = study.decide
+    if dec is None or dec.rules.time_budget_s is None:
+        return []
+    if not dec.size_runs:
+        return ["run sizing: off (decide.size_runs = false): runs keep the study's tokens"]
+    kept = read_sizing(study.out, study.run.tokens)
+    if kept is not None:
+        return [f"run sizing (kept in {study.out / SIZING_JSON}):", *kept.lines()]
+    e = study.estimate
+    guess = SpeedProbe(model="[estimate] rates", threads=study.run.threads or 1,
+                       prompt_tokens=0, decode_tokens=0, prefill_tok_s=e.prefill_tok_s,
+                       decode_tok_s=e.decode_tok_s, load_s=e.load_s)
+    sd, basis = spread_and_basis(study)
+    sized = size_runs(study_tokens=study.run.tokens, shape=run_shape(study), probe=guess,
+                      n_configs=len(configurations(study)), budget_s=dec.rules.time_budget_s,
+                      rate_hz=meter_rate_hz(study), spread_pct=sd, spread_basis=basis,
+                      size_for_pct=dec.size_for_pct, min_rounds=dec.rules.min_rounds,
+                      max_rounds=dec.rules.max_rounds, alpha=dec.rules.alpha)
+    return ["run sizing: before round 1 the campaign times the baseline on this machine and "
+            "sizes the tokens per request; at the study file's [estimate] rates it would be:",
+            *sized.lines()[1:]]
 
 
 UNKNOWN_WHY = {"quantize": "the base model file is not on this host: no size to scale by"}

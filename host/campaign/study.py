@@ -109,6 +109,8 @@ class DecideSpec:
 
     rules: DecisionRules
     assumed_spread_pct: float = 3.0  # the dry-run's power analysis until a spread is measured
+    size_runs: bool = True  # with a time budget: tokens per request sized to this machine
+    size_for_pct: float = 10.0  # the difference the sizing gives enough rounds to decide
 
 
 @dataclass(frozen=True)
@@ -654,6 +656,8 @@ def _decide(path: Path, doc: dict[str, object], repeats_given: bool) -> DecideSp
     alpha = r.real("alpha", 0.05, 0.0, strict=True, high=0.5)
     spread = r.real("assumed_spread_pct", 3.0, 0.0, strict=True, high=100.0)
     remeasure = r.integer("remeasure", 0, 0, high=MAX_REMEASURE)
+    size_runs = r.get("size_runs", bool, True)
+    size_for = r.real("size_for_pct", 10.0, 0.0, strict=True, high=100.0)
     r.finish()
     if repeats_given:
         raise UserError(f"{path}: field 'study.repeats': with [decide] the rounds are "
@@ -662,7 +666,7 @@ def _decide(path: Path, doc: dict[str, object], repeats_given: bool) -> DecideSp
                           max_rounds=max_rounds, margin_pct=margin, alpha=alpha,
                           time_budget_s=None if budget_min is None else budget_min * 60.0,
                           remeasure=remeasure)
-    return DecideSpec(rules, spread)
+    return DecideSpec(rules, spread, size_runs=size_runs, size_for_pct=size_for)
 
 
 def _cluster(a: _Reader) -> str | None:
