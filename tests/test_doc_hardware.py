@@ -32,7 +32,13 @@ def test_every_command_of_the_first_day_runs_against_the_emulator(tmp_path: Path
 
     model = prepare_model("smollm2").path  # what the page's `epi model prepare` prints
     subs = {"MODEL.gguf": str(model), "8757": str(free_port()),
-            "50052": str(free_port()), "hardware/": str(REPO / "hardware") + "/"}
+            "50052": str(free_port()), "hardware/": str(REPO / "hardware") + "/",
+            # the page's head and worker are two Pi nodes with 4 cores each; here they share
+            # this machine's cores, so each gets one thread: ggml's threads spin at every
+            # barrier, and with more threads than free cores (a busy machine) a run took
+            # 343 s to over 900 s instead of 47 s
+            "epi worker --port": "epi worker --threads 1 --port",
+            "--node pi-node-0": "--threads 1 --node pi-node-0"}
     run_page(PAGE, tmp_path, subs)
     lab = tmp_path / "epi-lab"
     assert (lab / "calibration" / "node0.json").is_file()
