@@ -143,7 +143,20 @@ def build_outputs(a: Analysis, inputs: Inputs) -> dict[str, bytes]:
             index=False).encode(),
         "repeats.csv": a.repeats.to_csv(index=False).encode(),
         **components.files(a),
+        **split_files(a),
     }
+
+
+def split_files(a: Analysis) -> dict[str, bytes]:
+    """splits.json when some runs are of split configurations (host/analysis/split_compare.py)."""
+    from host.analysis import split_compare
+
+    splits = split_compare.split_parents([(r.config, r.run.header) for r in a.runs])
+    if not splits or a.repeats.empty or a.verdicts.empty:
+        return {}
+    diffs = split_compare.differences(a.repeats, a.verdicts, splits,
+                                      basis=a.options.energy_basis, level=a.options.ci_level)
+    return {split_compare.SPLITS_JSON: split_compare.write(splits, diffs)}
 
 
 def write_atomically(out_dir: Path, files: dict[str, bytes], option: str = "--out") -> None:

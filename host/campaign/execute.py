@@ -207,8 +207,11 @@ class Campaign:
                            workers=r.workers, split=r.split, node=r.node,
                            meters=list(self.meter_urls), idle_s=r.idle_s,
                            cooldown_s=r.cooldown_s,
-                           seed=st.seed, map_id=cfg.config_id if cfg.map_path is not None and
-                           cfg.config_id != cfg.gguf.stem else None), run_dir
+                           seed=st.seed, map_id=cfg.config_id if cfg.is_split or (
+                               cfg.map_path is not None and cfg.config_id != cfg.gguf.stem)
+                           else None,
+                           decode_model=str(cfg.decode_gguf) if cfg.decode_gguf else None
+                           ), run_dir
         raise AssertionError(step.kind)
 
     def run_dirs(self, state: JournalState) -> list[Path]:

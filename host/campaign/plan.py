@@ -38,8 +38,14 @@ class Config:
 
     config_id: str  # the analysis' label: the map id, or the base file's stem
     model: str  # the [[models]] name
-    map_path: Path | None  # None: the base model itself
-    gguf: Path  # where the measured model file is (or will be)
+    map_path: Path | None  # None: the base model itself, or a split
+    gguf: Path  # where the measured model file is (or will be); a split's prefill model
+    decode_gguf: Path | None = None  # a split configuration's decode model
+    parents: tuple[str, str] | None = None  # a split's (prefill, decode) configuration ids
+
+    @property
+    def is_split(self) -> bool:
+        return self.decode_gguf is not None
 
 
 class StepKind(Word):
@@ -129,6 +135,17 @@ def configurations(study: Study) -> list[Config]:
             cid = check_id(f"{map_id}.{spec.name}", f"{p}: configuration id") if shared \
                 else map_id
             configs.append(Config(cid, spec.name, p, models_dir / f"{map_id}.gguf"))
+        own = {c.config_id: c for c in configs if c.model == spec.name}
+        for k, sp in enumerate(spec.splits):
+            for part in ("prefill", "decode"):
+                name = getattr(sp, part)
+                if name not in own:
+                    raise UserError(f"{study.path}: field 'models.splits[{k}].{part}': "
+                                    f"{name!r} is not a configuration of model {spec.name!r} "
+                                    f"({', '.join(own)})")
+            configs.append(Config(sp.config_id, spec.name, None, own[sp.prefill].gguf,
+                                  decode_gguf=own[sp.decode].gguf,
+                                  parents=(sp.prefill, sp.decode)))
     for c in configs:
         if c.config_id in seen:
             raise UserError(f"{c.map_path or c.gguf}: configuration id {c.config_id!r} is used "
@@ -240,6 +257,8 @@ def build_plan(study: Study, accuracy: AccuracyProjection | None = None) -> Plan
             f"; on {workers} Dask worker(s) ({a.cluster})" if workers
             else f"; on {a.cluster} (time not divided: set [accuracy] cluster_workers)")
         for c in configs:
+            if c.is_split:  # scoring across a handover is not implemented: said in the plan
+                continue
             steps.append(Step(f"accuracy:{c.config_id}", StepKind.ACCURACY, c.config_id,
                               estimate_s=acc.seconds / (workers or 1),
                               detail=", ".join(f"{b} {n}" for b, n in a.benchmarks.items())

@@ -64,6 +64,7 @@ class RunArgs(TypedDict):
     # the configuration's label when it is not the map's own id (a map measured on several
     # models: MAP.MODEL); None: the manifest's map id labels the run
     map_id: str | None
+    decode_model: str | None  # a split configuration's decode GGUF (`epi run --decode-model`)
 
 
 StepArgs = Union[PrepareArgs, QuantizeArgs, DataArgs, AccuracyArgs, RunArgs]

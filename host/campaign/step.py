@@ -118,7 +118,8 @@ def do_run(a: RunArgs) -> StepResult:
                     tokens=a["tokens"], repeats=a["repeats"], warmups=a["warmups"],
                     threads=a["threads"], workers=a["workers"], split=a["split"],
                     meters=tuple(a["meters"]), idle_s=a["idle_s"], cooldown_s=a["cooldown_s"],
-                    seed=a["seed"], node=a["node"], map_id=a.get("map_id"))
+                    seed=a["seed"], node=a["node"], map_id=a.get("map_id"),
+                    decode_model=Path(dm) if (dm := a.get("decode_model")) else None)
     r = run(s, echo=_echo)
     return {"run_dir": str(r.run_dir), "n_requests": r.n_requests, "n_measured": r.n_measured,
             "prefill_ms_median": r.prefill_ms_median,

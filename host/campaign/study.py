@@ -49,6 +49,17 @@ class ModelSpec:
     path: Path | None  # an F16/BF16 base GGUF; None: the prepared model `name`
     maps: tuple[Path, ...]
     include_base: bool
+    splits: tuple[SplitSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """A split configuration (docs/campaign.md): one model's prefill on one of its
+    configurations, its decode on another (both quantizations of the same base)."""
+
+    config_id: str
+    prefill: str  # a configuration id of the same [[models]] entry (a map id, or the base)
+    decode: str
 
 
 @dataclass(frozen=True)
@@ -357,6 +368,7 @@ def _models(path: Path, doc: dict[str, object]) -> tuple[ModelSpec, ...]:
         p = r.get("path", str)
         maps = r.get("maps", list, [])
         include_base = r.get("include_base", bool, False)
+        splits = _splits(path, r.get("splits", list, []), f"models[{i}].splits")
         r.finish()
         if not maps and not include_base:
             raise r.fail("maps", "no maps and include_base = false: nothing to run")
@@ -364,7 +376,27 @@ def _models(path: Path, doc: dict[str, object]) -> tuple[ModelSpec, ...]:
         if p is not None:
             base_path = Path(p) if Path(p).is_absolute() else path.parent / p
         out.append(ModelSpec(name, base_path, expand_maps(path, f"models[{i}].maps", maps),
-                             include_base))
+                             include_base, splits))
+    return tuple(out)
+
+
+def _splits(path: Path, raw: list[object], field: str) -> tuple[SplitSpec, ...]:
+    """`splits = [{ id = "...", prefill = "MAP_ID", decode = "MAP_ID" }, ...]`; whether the
+    two name configurations of the model is checked with the configurations (plan.py)."""
+    out = []
+    for k, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise UserError(f"{path}: field '{field}[{k}]': expected a table "
+                            "{ id = ..., prefill = ..., decode = ... }")
+        r = _Reader(path, entry, f"{field}[{k}]")
+        ids = {key: r.need(key, str) for key in ("id", "prefill", "decode")}
+        r.finish()
+        for key, value in ids.items():
+            check_id(value, f"{path}: field '{field}[{k}].{key}'")
+        if ids["prefill"] == ids["decode"]:
+            raise r.fail("decode", f"the same configuration as prefill ({ids['decode']!r}): a "
+                         "split needs two (measure that one as itself)")
+        out.append(SplitSpec(ids["id"], ids["prefill"], ids["decode"]))
     return tuple(out)
 
 

@@ -36,6 +36,7 @@ from host.report.answer_model import (
 )
 from host.report.data import ReportData
 from host.report.sequential import limit_line, load_decisions
+from host.report.split_table import split_answer
 from host.report.transfer_answer import transfer_answer
 from host.report.work_answers import size_answer, work_answer
 
@@ -267,4 +268,5 @@ def build(rd: ReportData) -> AnswerBlock:
     answers = [perplexity_answer(rd), frontier_answer(rd), layer_group_answer(rd),
                size_answer(rd), work_answer(rd)]
     moved = transfer_answer(rd)  # studies with two or more models only
-    return AnswerBlock(answers + ([moved] if moved is not None else []), limits(rd))
+    split = split_answer(rd)  # studies with split configurations only
+    return AnswerBlock(answers + [a for a in (moved, split) if a is not None], limits(rd))

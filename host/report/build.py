@@ -19,6 +19,7 @@ from host.report import figures as fig_mod
 from host.report import tables as table_mod
 from host.report.guidance_table import guidance_table
 from host.report.render import RenderedFigure, to_html, to_markdown
+from host.report.split_table import split_table
 from host.report.work_figure import energy_vs_bytes
 
 PNG_DPI = 110
@@ -49,6 +50,9 @@ def render_files(analysis_dir: Path, title: str | None = None) -> dict[str, byte
         rendered.append(RenderedFigure(f.key, f.title, f.caption, png.getvalue(), f.alt))
     tables = table_mod.build_all(rd)
     tables.insert(1, guidance_table(rd))  # after the results table
+    splits = split_table(rd)
+    if splits is not None:
+        tables.insert(2, splits)
     files["report.html"] = to_html(rd, title, rendered, tables).encode()
     files["report.md"] = to_markdown(rd, title, rendered, tables).encode()
     return files

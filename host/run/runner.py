@@ -103,6 +103,9 @@ class Plan:
     split: list[float] = field(default_factory=list)
     predicted: dict[str, list[int]] = field(default_factory=dict)
     decode_facts: ModelFacts | None = None  # a split configuration's decode map
+    # a split's prefill map as its own manifest names it (`facts.map_id` is the run's label,
+    # which a campaign sets to the split's configuration id)
+    prefill_map_id: str | None = None
 
 
 def _check_numbers(s: RunSettings) -> None:
@@ -143,13 +146,14 @@ def plan_run(s: RunSettings) -> Plan:
     if (Path(s.out) / RUN_JSON).exists():
         raise UserError(f"{s.out}: already holds a token log (run.json); choose a new --out")
     facts = model_facts(s.model, s.map_id)
-    decode_facts = None
+    decode_facts, prefill_map_id = None, None
     if s.decode_model is not None:
         from host.run.split import check_same_base, refuse_rpc
 
         refuse_rpc(len(endpoints))
         check_same_base(s.model, s.decode_model)
         decode_facts = model_facts(s.decode_model, None)
+        prefill_map_id = model_facts(s.model, None).map_id if s.map_id else facts.map_id
     prompt_set = load_prompt_set(s.prompts)
     longest = max(prompt_set.prompts, key=lambda p: p.n_tokens)
     needed = longest.n_tokens + s.tokens
@@ -179,6 +183,7 @@ def plan_run(s: RunSettings) -> Plan:
         split=split,
         predicted=predicted,
         decode_facts=decode_facts,
+        prefill_map_id=prefill_map_id if decode_facts is not None else None,
     )
 
 
@@ -239,7 +244,8 @@ def _split_header(plan: Plan) -> dict[str, object]:
     assert d is not None
     f = plan.facts
     return {
-        "prefill": {"path": str(f.path), "sha256": f.sha256, "map_id": f.map_id},
+        "prefill": {"path": str(f.path), "sha256": f.sha256,
+                    "map_id": plan.prefill_map_id or f.map_id},
         "decode": {"path": str(d.path), "sha256": d.sha256, "map_id": d.map_id},
         "handover": "llama_state_seq_get_data/llama_state_seq_set_data",
     }
