@@ -27,6 +27,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from epi.core.errors import UserError
 from host.analysis import paired
 from host.analysis.vocabulary import Phase, TokenUnit
 
@@ -145,7 +146,12 @@ def read(analysis_dir: Path) -> tuple[list[SplitParents], list[PhaseDifference]]
     path = analysis_dir / SPLITS_JSON
     if not path.is_file():
         return [], []
-    doc = json.loads(path.read_text())
-    splits = [SplitParents(s["config"], s["prefill"], s["decode"]) for s in doc["splits"]]
-    diffs = [PhaseDifference(**d) for d in doc["differences"]]
+    try:
+        doc = json.loads(path.read_text())
+        splits = [SplitParents(str(s["config"]), str(s["prefill"]), str(s["decode"]))
+                  for s in doc["splits"]]
+        diffs = [PhaseDifference(**d) for d in doc["differences"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path}: not a split comparison written by epi analyze ({exc!r}); "
+                        "analyse again to rewrite it") from None
     return splits, diffs

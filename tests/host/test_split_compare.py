@@ -88,3 +88,13 @@ def test_the_document_reads_back(tmp_path) -> None:
     (tmp_path / sc.SPLITS_JSON).write_bytes(sc.write([SPLIT], diffs))
     splits, back = sc.read(tmp_path)
     assert splits == [SPLIT] and back == diffs
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"splits": [{}]}',
+                                  '{"splits": [], "differences": [{"x": 1}]}'])
+def test_a_damaged_document_is_one_line(tmp_path, text: str) -> None:
+    from epi.core.errors import UserError
+
+    (tmp_path / sc.SPLITS_JSON).write_text(text)
+    with pytest.raises(UserError, match="splits.json: not a split comparison"):
+        sc.read(tmp_path)

@@ -139,7 +139,8 @@ def test_two_models_with_one_name_are_refused(tmp_path: Path) -> None:
                               ("thermal", "window_s"), ("meter", "rate_hz"),
                               ("decide", "remeasure"), ("decide", "min_rounds"),
                               ("decide", "max_rounds"), ("decide", "time_budget_min"),
-                              ("decide", "margin_pct"), ("decide", "alpha")]),
+                              ("decide", "margin_pct"), ("decide", "alpha"),
+                              ("decide", "size_runs"), ("decide", "size_for_pct")]),
        value=st.one_of(st.integers(-2**64, 2**64 - 1).filter(lambda i: -2**63 <= i < 2**63),
                        st.sampled_from([2**63 - 1, -2**63, 2**31, 10**12]),
                        st.floats(allow_nan=True, allow_infinity=True),
@@ -148,6 +149,48 @@ def test_generated_values_load_or_give_one_line(tmp_path_factory: pytest.TempPat
                                                  where: tuple[str, str], value: object) -> None:
     d = tmp_path_factory.mktemp("s")
     _load_or_one_line(_study(d, where[0], where[1], value))
+
+
+SPLIT_NAMES = ["uniform_q8", "base", "s", "x y", "", "a\nb", 3]
+SPLIT_TABLES = st.lists(st.one_of(
+    st.fixed_dictionaries({"id": st.sampled_from(SPLIT_NAMES),
+                           "prefill": st.sampled_from(SPLIT_NAMES),
+                           "decode": st.sampled_from(SPLIT_NAMES)}),
+    st.fixed_dictionaries({}, optional={"id": st.sampled_from(SPLIT_NAMES),
+                                        "prefill": st.sampled_from(SPLIT_NAMES),
+                                        "bogus": st.integers()}),
+    st.sampled_from([1, "s", [], True])), max_size=3)
+
+
+def _toml(v: object) -> str:
+    """A TOML inline value (tables inline: { k = v, ... })."""
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return _val(v)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(splits=SPLIT_TABLES, include_base=st.booleans())
+def test_generated_splits_load_or_give_one_line(tmp_path_factory: pytest.TempPathFactory,
+                                                splits: list[object],
+                                                include_base: bool) -> None:
+    from host.campaign.plan import configurations
+
+    d = tmp_path_factory.mktemp("s")
+    (d / "base.gguf").write_bytes(b"GGUF")
+    p = d / "s.toml"
+    p.write_text(f'[study]\nrepeats = 2\n[meter]\nemulate = true\n'
+                 f'[[models]]\nname = "m"\npath = "base.gguf"\n'
+                 f"include_base = {'true' if include_base else 'false'}\n"
+                 f"maps = [{json.dumps(str(MAP))}]\nsplits = {_toml(splits)}\n")
+    try:
+        configurations(load_study(p))
+    except UserError as exc:
+        assert "\n" not in str(exc) and str(p) in str(exc), str(exc)
+        assert "TOML" not in str(exc), str(exc)  # the generator writes valid TOML
 
 
 # ---- several meters (issue 32): generated [[meter]] lists --------------------------------
