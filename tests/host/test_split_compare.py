@@ -96,5 +96,5 @@ def test_a_damaged_document_is_one_line(tmp_path, text: str) -> None:
     from epi.core.errors import UserError
 
     (tmp_path / sc.SPLITS_JSON).write_text(text)
-    with pytest.raises(UserError, match="splits.json: not a split comparison"):
+    with pytest.raises(UserError, match=r"splits\.json: not a split comparison"):
         sc.read(tmp_path)
