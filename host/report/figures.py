@@ -32,6 +32,7 @@ from matplotlib.transforms import blended_transform_factory
 from epi.core.errors import UserError
 from epi.core.text import format_number
 from epi.formats.tokenlog import TokenEvent, parse_events
+from host.analysis import split_compare
 from host.analysis.headline import headline_rows
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import number, pct
@@ -289,8 +290,11 @@ def phase_energy(rd: ReportData) -> Figure:
         if d["from_invalid"].iloc[i]:
             ax.text(x[i], pre[i] + dec[i], "invalid runs", ha="center", va="bottom",
                     fontsize=7, color=MODELLED_COLOR)
+    splits = {sp.config: sp for sp in split_compare.read(rd.analysis_dir)[0]}
+    names = [f"{c}\n(split: {splits[c].prefill} → {splits[c].decode})" if c in splits else c
+             for c in d["config"]] if len(d) else []
     if len(d):
-        ax.set_xticks(x, d["config"], rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("energy per request, J (gross)")
     ax.set_title("Per-phase energy per request")
     if len(d):
@@ -304,7 +308,10 @@ def phase_energy(rd: ReportData) -> Figure:
                    "always gross energy; no intervals (medians per request)", basis="gross")
     alt = ("Stacked bar chart of energy per request in joules, prefill below decode, with the "
            "idle share hatched: " + "; ".join(
-               f"{r['config']}: prefill {_g(r['prefill'])} J, decode {_g(r['decode'])} J, "
+               f"{r['config']}"
+               + (f" (split: prefill on {splits[r['config']].prefill}, decode on "
+                  f"{splits[r['config']].decode})" if r["config"] in splits else "")
+               + f": prefill {_g(r['prefill'])} J, decode {_g(r['decode'])} J, "
                f"idle share {_g(r['idle'])} J" + (" (invalid runs only)" if r["from_invalid"]
                                                   else "")
                for r in d.to_dict("records")) + f". Power: {rd.labels.tag()}.")

@@ -116,3 +116,6 @@ def test_a_campaign_measures_a_split_beside_its_parents(tmp_path: Path,
     assert "## Split configurations beside their parents" in report
     assert "Does any split configuration" in report
     assert splits["splits"][0]["verdict"] in report  # the same verdict as the analysis
+    # figures mark the split as such (the per-phase energy figure's text alternative)
+    assert "q8_prefill_q4_decode (split: prefill on uniform_q8, decode on uniform_q4km)" \
+        in report
