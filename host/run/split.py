@@ -30,7 +30,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from epi.core.errors import UserError
 from host.run.engine import GenerationModel, LoadedModel, Timing, load_model
@@ -170,8 +169,7 @@ def clear(llm: GenerationModel) -> None:
     import llama_cpp
 
     llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
-    llm_any: Any = llm
-    llm_any.n_tokens = 0
+    llm.n_tokens = 0
 
 
 def decode_tokens(llm: GenerationModel, tokens: Sequence[int]) -> None:
@@ -200,8 +198,7 @@ class Sampler:
 
     def __init__(self, llm: GenerationModel) -> None:
         self.llm = llm
-        llm_any: Any = llm  # EpiLlama's sampler factory (host.run.engine), not in the Protocol
-        self._sampler = llm_any._init_sampler()  # kept alive: llama.cpp holds no reference
+        self._sampler = llm._init_sampler()  # kept alive: llama.cpp holds no reference
 
     def sample(self) -> int:
         import llama_cpp
