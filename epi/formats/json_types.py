@@ -1,7 +1,7 @@
 """The JSON value type, defined once for every reader and writer of JSON files.
 
 `JSON` is what `json.loads` can return and `json.dumps` can write without a `default=`:
-a checker then sees a document's shape instead of `Any`. `JSONObject` is a parsed JSON
+a checker then sees a document's shape instead of an unchecked value. `JSONObject` is a parsed JSON
 object as readers receive it (read-only: a reader narrows its fields, it does not edit them).
 """
 

@@ -49,7 +49,7 @@ RACY_NS = 2_000_000_000
 def stat_key(st: os.stat_result) -> dict[str, int]:
     """What identifies one version of a file without reading it: size, mtime, ctime, inode.
 
-    Any write to the file sets its mtime and ctime; setting the mtime back (os.utime) sets
+    A write to the file sets its mtime and ctime; setting the mtime back (os.utime) sets
     the ctime again, and nothing but the kernel sets a ctime, so equal stat fields mean the
     file was not touched since (unless it was racy, see RACY_NS)."""
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
