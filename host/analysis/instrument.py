@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from epi.formats.json_types import JSONObject
 from host.analysis.traces import Trace
 from meter.plan import (
     CHIP_ENERGY_ACCURACY_PCT,
@@ -88,14 +89,14 @@ def _num(x: object) -> float | None:
     return float(x)
 
 
-def _channel_meta(trace: Trace) -> dict[int, dict[str, object]]:
+def _channel_meta(trace: Trace) -> dict[int, JSONObject]:
     """channel → its last segment's `channels[]` entry (meta.json); a joined trace's channels
     from the trace each came from."""
     if trace.origins:
         per = {id(t): _channel_meta(t) for t in trace.member_traces}
         return {new: per[id(t)][ch] for new, (t, ch) in trace.origins.items()
                 if ch in per[id(t)]}
-    out: dict[int, dict[str, object]] = {}
+    out: dict[int, JSONObject] = {}
     for seg in trace.segments:
         chans = seg.meta.get("channels")
         for ch in chans if isinstance(chans, list) else []:

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.text import format_number
+from epi.formats.json_types import JSONObject
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import format_interval, pct
 from host.analysis.vocabulary import WindowKind
@@ -43,7 +44,7 @@ from host.report.work_answers import size_answer, work_answer
 WHOLE_MODEL_GROUP = "all"
 
 
-def _rows(doc: Mapping[str, object], key: str) -> list[dict[str, object]]:
+def _rows(doc: Mapping[str, object], key: str) -> list[JSONObject]:
     value = doc.get(key)
     return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSONObject
 
 SAMPLE_BYTES = 16 << 20  # hashed at each end of the base model
 FLOAT_TYPES = ("F32", "F16", "BF16")
@@ -81,7 +82,7 @@ def first_difference(stored: object, wanted: object, where: str = "") -> str | N
     return None
 
 
-def check_identity(stored: dict[str, object] | None, wanted: dict[str, object],
+def check_identity(stored: JSONObject | None, wanted: JSONObject,
                    has_work: bool, path: Path) -> None:
     """Refuse a state that describes another search (or cannot say what it describes)."""
     if not has_work:
