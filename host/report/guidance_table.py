@@ -21,8 +21,10 @@ from host.analysis.guidance import (
     ToldApart,
     guidance,
 )
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import median_interval, number
+from host.analysis.vocabulary import Phase
 from host.report.data import ReportData
 from host.report.sequential import load_decisions
 from host.report.tables import Table, _tail, with_ci
@@ -39,11 +41,11 @@ def decode_seconds(rd: ReportData) -> dict[str, Figure]:
     """Decode seconds per generated token per configuration: the valid decode repeats'
     duration per request × requests ÷ tokens, their median and its interval."""
     r = rd.repeats
-    need = {"config", "scope", "phase", "basis", "tokens", "n_requests",
+    need = {"config", "scope", "phase", "unit", "basis", "tokens", "n_requests",
             "duration_per_request_s"}
     if r.empty or not need <= set(r.columns):
         return {}
-    rows = r[(r["scope"] == "all") & (r["phase"] == "decode") & (r["basis"] == rd.basis)]
+    rows = headline_rows(r, rd.basis, phase=Phase.DECODE)
     if "reason" in rows.columns:
         rows = rows[rows["reason"].isna() | (rows["reason"].astype(str) == "")]
     out = {}
