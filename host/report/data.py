@@ -123,8 +123,7 @@ class ReportData:
         n_rep = 0
         if len(reps):
             unit = TokenUnit.PROMPT if phase == Phase.PREFILL else TokenUnit.GENERATED
-            n_rep = len(reps[(reps["scope"] == SCOPE_ALL) & (reps["phase"] == phase)
-                             & (reps["unit"] == unit) & (reps["basis"] == self.basis)])
+            n_rep = len(headline_rows(reps, self.basis, phase=phase, unit=unit))
         return (f"{len(pr)} runs ({int(pr['valid'].sum())} valid), {n_rep} repeats, "
                 f"{int(pr['n_samples'].sum())} meter samples in {phase} windows")
 
