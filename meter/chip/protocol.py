@@ -135,7 +135,7 @@ class Protocol(VerifiedAccess):
         self.needs_init = True
         self.measuring_since = None
         self.write_word(regs.SOFT_RESET, regs.SOFT_RESET_CODE)  # a lost one shows below
-        self.ld = 0x0000  # LastData after a reset
+        self.last_data = 0x0000  # LastData after a reset
         if self.sleep is not None:
             self.sleep(self.reset_settle_ticks)
         cal = self.calibration
@@ -158,22 +158,22 @@ class Protocol(VerifiedAccess):
         self.needs_init = False
         self.stats["reinits"] += 1
         self.read_clear(regs.AT_ENERGY)  # discard what was metered during the sequence
-        self.t_energy = self.rc_t
+        self.t_energy = self.t_read_clear
         # a discarding read a bit error sent elsewhere clears nothing: the next reading would
         # count the interval just declared unmetered. Read again: a cleared register holds
         # what the few ms since can meter (kept); more, and the first read did not clear
         # (this read's counts are the discarded ones: metering restarts from it)
         again = self.read_clear(regs.AT_ENERGY)
-        dt_s = self.seconds(self.rc_t - self.t_energy)
-        jpc = self.calibration.joules_per_count()
+        dt_s = self.seconds(self.t_read_clear - self.t_energy)
+        j_per_count = self.calibration.joules_per_count()
         if self.last_power is None:
-            residue = plausibility.physical_bound_counts(dt_s, jpc, self.limits)
+            residue = plausibility.physical_bound_counts(dt_s, j_per_count, self.limits)
         else:
-            residue = energy_window.counts_range(self.last_power, self.last_power, dt_s, jpc,
-                                                 self.pmean_step_w())[1]
+            residue = energy_window.counts_range(self.last_power, self.last_power, dt_s,
+                                                 j_per_count, self.pmean_step_w())[1]
         if again <= residue:
             self.counts += again
-        self.t_energy = self.rc_t
+        self.t_energy = self.t_read_clear
         self.reverse_carry = 0
 
     def write_blocks(self, cal):
@@ -283,7 +283,7 @@ class Protocol(VerifiedAccess):
             self.read_measurements(self.unready_measurements)
         cal_start = self.read(regs.CAL_START)
         counts = self.read_clear(regs.AT_ENERGY)
-        t_energy = self.rc_t
+        t_energy = self.t_read_clear
         status = self.classify(func_en, cal_start, status, counts, t_energy)
         power = apparent = None
         if values is not None and problem is None:
@@ -423,28 +423,28 @@ class Protocol(VerifiedAccess):
     def checked_energy(self, counts, t, power_w, apparent_va):
         """ATenergy counts checked against the power over the interval since the last read.
 
-        A word read and a LastData that disagreed (`rc_other`): the one the power supports is
-        taken. Counts above what the power allows (with no trusted power: what any load in
-        the channel's ranges allows) are re-read at once. A redirected read (a MOSI bit error
-        sent it to another register) did not clear ATenergy, so the re-read finds the
+        A word read and a LastData that disagreed (`read_clear_other`): the one the power
+        supports is taken. Counts above what the power allows (with no trusted power: what any
+        load in the channel's ranges allows) are re-read at once. A redirected read (a MOSI bit
+        error sent it to another register) did not clear ATenergy, so the re-read finds the
         interval's counts still there: those are taken (`misread`). A genuine read found next
         to nothing left: the first word is not believable and is discarded, at the cost of at
         most that interval's energy (`implausible`).
         """
         if self.t_energy is None:
             return counts
-        jpc = self.calibration.joules_per_count()
+        j_per_count = self.calibration.joules_per_count()
         dt_s = self.seconds(t - self.t_energy)
         if power_w is None:
-            bound = plausibility.physical_bound_counts(dt_s, jpc, self.limits)
+            bound = plausibility.physical_bound_counts(dt_s, j_per_count, self.limits)
         else:
             powers = [power_w, apparent_va or 0.0]
             if self.last_power is not None:
                 powers.append(self.last_power)
-            bound = plausibility.energy_bound_counts(powers, dt_s, jpc, self.limits)
-        other = self.rc_other
+            bound = plausibility.energy_bound_counts(powers, dt_s, j_per_count, self.limits)
+        other = self.read_clear_other
         if other is not None and other != counts and power_w is not None:
-            expected = self._expected_counts(power_w, dt_s, jpc)
+            expected = self._expected_counts(power_w, dt_s, j_per_count)
             if abs(other - expected) < abs(counts - expected):
                 self.event("misread", "ATenergy read %d but LastData then held %d; %d expected "
                            "from the power: %d counted" % (other, counts, int(expected), other))
@@ -454,19 +454,21 @@ class Protocol(VerifiedAccess):
                 return counts
             before = self.last_power if self.last_power is not None else power_w
             after = power_w if power_w is not None else before  # no trusted power now
-            counts = self._recovered_counts(counts, dt_s, after, jpc)
-            lo, hi = energy_window.counts_range(before, after, dt_s, jpc, self.pmean_step_w())
+            counts = self._recovered_counts(counts, dt_s, after, j_per_count)
+            lo, hi = energy_window.counts_range(before, after, dt_s, j_per_count,
+                                                self.pmean_step_w())
             if lo <= counts <= hi and counts not in self.known_words:
                 return counts
             power_w = after
-            expected = self._expected_counts(power_w, dt_s, jpc)
-            return self._reread_energy(counts, t, expected, power_w, apparent_va, jpc)
+            expected = self._expected_counts(power_w, dt_s, j_per_count)
+            return self._reread_energy(counts, t, expected, power_w, apparent_va, j_per_count)
         self.stats["energy_misreads"] += 1
         again = self.read_clear(regs.AT_ENERGY)
         residue = plausibility.energy_bound_counts(
-            [power_w or 0.0, apparent_va or 0.0], self.seconds(self.rc_t - t), jpc, self.limits)
+            [power_w or 0.0, apparent_va or 0.0], self.seconds(self.t_read_clear - t),
+            j_per_count, self.limits)
         first = "ATenergy read %d counts (%.3f J) in %.3f s where the power allows %d" % (
-            counts, counts * jpc, dt_s, int(bound))
+            counts, counts * j_per_count, dt_s, int(bound))
         if again > residue:
             self.event("misread", "%s; the register still held %d counts, so the first read "
                        "did not reach ATenergy: discarded, %d counted" % (first, again, again))
@@ -482,7 +484,7 @@ class Protocol(VerifiedAccess):
                    "power registers): discarded, %d counted; %s" % (first, again, again, note))
         return again
 
-    def _reread_energy(self, counts, t, expected, power_w, apparent_va, jpc):
+    def _reread_energy(self, counts, t, expected, power_w, apparent_va, j_per_count):
         """Counts within the bounds but outside what the Pmean before and after the window
         allow (`energy_window`), or equal to another register's word: read ATenergy again.
         Finding the interval's counts still there, the first read went to another register
@@ -495,7 +497,8 @@ class Protocol(VerifiedAccess):
         except BusError:
             return counts  # the re-read itself failed: the first word stands
         residue = plausibility.energy_bound_counts(
-            [power_w, apparent_va or 0.0], self.seconds(self.rc_t - t), jpc, self.limits)
+            [power_w, apparent_va or 0.0], self.seconds(self.t_read_clear - t), j_per_count,
+            self.limits)
         if again <= residue:
             return counts + again
         self.stats["energy_misreads"] += 1
@@ -509,17 +512,17 @@ class Protocol(VerifiedAccess):
         """Half the Pmean register step as read (0 when read with its LSB extension)."""
         return self.quanta.get("Pmean", 0.0) if self.quanta else 0.0
 
-    def _expected_counts(self, power_w, dt_s, jpc):
+    def _expected_counts(self, power_w, dt_s, j_per_count):
         last = self.last_power if self.last_power is not None else power_w
-        return (abs(power_w) + abs(last)) / 2 * dt_s / jpc
+        return (abs(power_w) + abs(last)) / 2 * dt_s / j_per_count
 
-    def _recovered_counts(self, counts, dt_s, power_w, jpc):
+    def _recovered_counts(self, counts, dt_s, power_w, j_per_count):
         """A read that a MOSI bit error redirected to ATenergy (FuncEn 02H and Pmean 4AH are
         one bit away from 42H) cleared it and returned the counts as a misread word: when the
         counts fall short of the power by about such a word, that word is the missing energy."""
         if power_w is None or not (self.rejected or self.unconfirmed):
             return counts
-        expected = self._expected_counts(power_w, dt_s, jpc)
+        expected = self._expected_counts(power_w, dt_s, j_per_count)
         if expected < 20 or counts >= expected / 2:
             return counts
         for w in self.rejected + self.unconfirmed:
@@ -541,7 +544,7 @@ class Protocol(VerifiedAccess):
         flow that never turns a reading's Pmean negative stays in ANenergy until one does, and
         is then bounded below. A word above the absolute counts plus what the power allows
         since is a misread (ignored: the sign of Pmean decides); so is a failed read."""
-        jpc = self.calibration.joules_per_count()
+        j_per_count = self.calibration.joules_per_count()
         negative = power_w is not None and power_w < 0
         if (power_w is None and self.last_power is None
                 and self.undirected_windows < UNDIRECTED_MAX_WINDOWS):
@@ -565,8 +568,8 @@ class Protocol(VerifiedAccess):
         except BusError:
             reverse = counts if negative else 0
         else:
-            room = plausibility.physical_bound_counts(self.seconds(self.rc_t - t), jpc,
-                                                      self.limits)
+            room = plausibility.physical_bound_counts(self.seconds(self.t_read_clear - t),
+                                                      j_per_count, self.limits)
             if reverse > counts + room:
                 self.stats["energy_misreads"] += 1
                 self.event("misread", "ANenergy read %d counts (absolute %d, Pmean %s): not "
@@ -587,7 +590,7 @@ class Protocol(VerifiedAccess):
             self.event("reverse_energy", "%d counts (%.3f J) of REVERSE active energy "
                        "(ANenergy): the CT is clamped the wrong way round, or this node exports "
                        "energy. Not counted as consumption. Fix: turn the clamp round (its arrow "
-                       "pointing at the load) and restart the run" % (seen, seen * jpc))
+                       "pointing at the load) and restart the run" % (seen, seen * j_per_count))
         elif not used and not negative:
             self.reversing = False
             self.reverse_episode = 0
