@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epi.formats.json_types import JSONObject
+from host.analysis.power_source import MEASURED
 from host.analysis.traces import Trace
 from meter.plan import (
     CHIP_ENERGY_ACCURACY_PCT,
@@ -113,7 +114,7 @@ def channel_terms(trace: Trace, sources: dict[int, str]) -> dict[int, ChannelIns
         if "modelled" in label:
             out[ch] = ChannelInstrument(ch, None, None, "modelled")
             continue
-        if label != "measured":
+        if label != MEASURED:
             out[ch] = ChannelInstrument(ch, None, None, "software source")
             continue
         meta = metas.get(ch, {})

@@ -36,7 +36,7 @@ from host.analysis.headline import headline_rows
 from host.analysis.paired import common_rounds, round_pairs
 from host.analysis.sequential import SequentialVerdict
 from host.analysis.statistics import pareto_front
-from host.analysis.vocabulary import EnergyBasis, Phase
+from host.analysis.vocabulary import EnergyBasis, Phase, VerdictState
 
 
 class Target(Word):
@@ -211,7 +211,7 @@ class Assessment:
         10.2 % [4.71, 15.6] 95 % anytime-valid, n=3'."""
         c, v = self.comparison, self.verdict
         head = f"{TARGET_NAMES[c.kind]} {c.reference} → {c.candidate}: "
-        if v.state != "decided":
+        if v.state != VerdictState.DECIDED:
             return head + v.text(c.reference, c.candidate, what=f"saving of {c.candidate}",
                                  unit=" %")
         way = "less" if v.direction > 0 else "more"  # a positive saving: B draws less

@@ -25,6 +25,7 @@ from epi.core.text import format_number
 from epi.formats.json_types import JSONObject
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import format_interval, pct
+from host.analysis.power_source import MODELLED
 from host.analysis.vocabulary import WindowKind
 from host.report import instrument
 from host.report.answer_model import (
@@ -233,7 +234,7 @@ def limits(rd: ReportData) -> list[str]:
     """What this study cannot tell, in plain words."""
     out = []
     lab = rd.labels
-    if lab.power_source == "modelled":
+    if lab.power_source == MODELLED:
         out.append("The power is modelled, not measured: these figures show what the "
                    "pipeline computes, not what real hardware draws.")
     out += instrument.limit_lines(rd)  # from the analysis's data, not a fixed line

@@ -24,7 +24,8 @@ from host.analysis.guidance import (
 from host.analysis.headline import headline_rows
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import median_interval, number
-from host.analysis.vocabulary import Phase
+from host.analysis.vocabulary import Phase, VerdictState
+from host.report.answer_model import DECIDED
 from host.report.data import ReportData
 from host.report.sequential import load_decisions
 from host.report.tables import Table, _tail, with_ci
@@ -101,7 +102,7 @@ def paired_verdicts(rd: ReportData) -> ToldApart:
         if quantity == "energy" and decisions is not None:
             seq = decisions.verdict(a, b)
             if seq is not None:
-                return seq[0] == "decided"
+                return seq[0] == VerdictState.DECIDED
         key = "energy_distinguishable" if quantity == "energy" else "accuracy_distinguishable"
         for r in rows:
             if {r.get("config_a"), r.get("config_b")} == {a, b} and \
@@ -128,12 +129,12 @@ def guidance_table(rd: ReportData) -> Table:
     unit = {"latency-sensitive": "s per generated token (decode)",
             "energy-sensitive": "J per generated token", "quality-sensitive": "accuracy"}
     for rec in recommendations(rd):
-        told = ("—" if rec.status == "decided" or rec.config is None else
+        told = ("—" if rec.status == DECIDED or rec.config is None else
                 ", ".join(rec.rivals) if rec.rivals else "no interval")
         rows.append([rec.use, rec.criterion, rec.config or "none qualifies",
                      f"{_figure_text(rec)} {unit[rec.use]}",
                      f"{rec.status} on {QUANTITY_WORDS[rec.use]}", told])
-        classes.append("pareto" if rec.status == "decided" else "")
+        classes.append("pareto" if rec.status == DECIDED else "")
     loss, budget = thresholds(rd)
     caption = (f"The configuration to pick by use. Thresholds: accuracy loss {loss:.3g} "
                f"(absolute), J/token budget {budget:.3g}× the lowest (study file [analysis] "

@@ -12,6 +12,7 @@ import math
 
 import pandas as pd
 
+from host.analysis.power_source import MODELLED
 from host.report.data import ReportData
 
 NOT_RECORDED = "not recorded (an analysis older than instrument uncertainty: re-run epi analyze)"
@@ -68,7 +69,7 @@ def limit_lines(rd: ReportData) -> list[str]:
     out = []
     q = qualification(rd)
     measured = measured_figures(rd)
-    if rd.labels.power_source == "modelled" and not measured:
+    if rd.labels.power_source == MODELLED and not measured:
         out.append("No instrument uncertainty applies: the power is modelled, so there is no "
                    "meter chain to qualify; the intervals cover repeat-to-repeat variation "
                    "only.")

@@ -117,7 +117,7 @@ def transfer_answer(rd: ReportData) -> Answer | None:
         text += " " + _words(e, "EPI")
     else:
         text += " EPI: no accuracy for these maps, so only J/token is ranked."
-    status = DECIDED if all(s == "decided" for s in statuses) else UNDECIDED
+    status = DECIDED if all(s == DECIDED for s in statuses) else UNDECIDED
     return Answer("transfer", QUESTION, text, status)
 
 

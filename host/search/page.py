@@ -15,6 +15,7 @@ import html
 import math
 from pathlib import Path
 
+from host.analysis.vocabulary import VerdictState
 from host.report.render import CSS, _table_html, _table_md
 from host.report.tables import Table, num, with_ci
 from host.search.summary import ConfigRow, SearchSummary
@@ -64,7 +65,7 @@ def comparisons_table(doc: SearchSummary) -> Table:
                      str(c["rounds_done"]),
                      "" if c.get("rounds_needed") is None else str(c["rounds_needed"]),
                      c.get("reason") or ""])
-        classes.append("" if c["state"] != "undecided" else "invalid")
+        classes.append("" if c["state"] != VerdictState.UNDECIDED else "invalid")
     return Table(
         "comparisons", "Each candidate against the best hand-made map",
         "Paired saving of J per generated token per campaign round (% of the hand-made map's; "
