@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from epi.formats.json_types import JSONObject
+from epi.formats.json_types import JSON, JSONObject
 from host.analysis.power_source import MEASURED
 from host.analysis.traces import Trace
 from meter.plan import (
@@ -71,7 +71,7 @@ class Qualification:
     path: str | None
     detail: str  # one plain line for tables and the report
 
-    def as_json(self) -> dict[str, object]:
+    def as_json(self) -> dict[str, JSON]:
         return {"qualified": self.qualified, "passed": self.passed,
                 "class_pct": self.class_pct, "path": self.path, "detail": self.detail}
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epi.core.errors import UserError
-from epi.formats.json_types import JSONObject
+from epi.formats.json_types import JSON, JSONObject
 from epi.formats.tokenlog import TokenEvent, read_token_log
 
 
@@ -29,7 +29,7 @@ class HandoverCost:
     def share_of_prefill(self) -> float:
         return self.handover_ns / self.prefill_ns
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSON]:
         return {"request_id": self.request_id, "prefill_ns": self.prefill_ns,
                 "handover_ns": self.handover_ns}
 

@@ -12,7 +12,7 @@ import io
 import json
 from dataclasses import dataclass, field
 
-from epi.formats.json_types import JSONObject
+from epi.formats.json_types import JSON, JSONObject
 from host.analysis.headline import is_headline
 from host.bundle.archive import Bundle
 
@@ -204,7 +204,7 @@ def facts(bundle: Bundle) -> Facts:
     options = _options(bundle)
     out = Facts(label=bundle.path.name, energy_basis=str(options.get("energy_basis", "gross")))
     runs = _runs(bundle)
-    models: dict[str, dict[str, object]] = {}
+    models: dict[str, dict[str, JSON]] = {}
     for r in runs:
         model = r.get("model")
         if isinstance(model, dict) and model.get("map_id"):

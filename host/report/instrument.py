@@ -12,6 +12,7 @@ import math
 
 import pandas as pd
 
+from epi.formats.json_types import JSON
 from host.analysis.power_source import MODELLED
 from host.report.data import ReportData
 
@@ -29,7 +30,7 @@ def figure_cell(row: pd.Series | None) -> str:
     return str(basis) if isinstance(basis, str) and basis else "n/a"
 
 
-def qualification(rd: ReportData) -> dict[str, object] | None:
+def qualification(rd: ReportData) -> dict[str, JSON] | None:
     """results.json's `instrument.qualification`, or None when the analysis has none."""
     inst = rd.doc.get("instrument")
     q = inst.get("qualification") if isinstance(inst, dict) else None

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON
 from host.run.engine import GenerationModel, LoadedModel, Timing, load_model
 from host.run.perf_counters import RequestCounters
 
@@ -50,7 +51,7 @@ class SplitConfig:
     prefill: str
     decode: str
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSON]:
         return {"config_id": self.config_id,
                 "phases": {"prefill": self.prefill, "decode": self.decode}}
 

@@ -23,6 +23,7 @@ import numpy as np
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.core.text import format_table
+from epi.formats.json_types import JSON
 from host.search.optimizer import Budget
 from host.search.records import Prediction
 from host.search.summary import ConfigRow, SearchSummary, SearchVerdict
@@ -118,7 +119,7 @@ def check_request(req: SearchRequest) -> None:
 
 
 def bound_options(req: SearchRequest, types: list[str] | tuple[str, ...],
-                  run_threads: int) -> dict[str, object]:
+                  run_threads: int) -> dict[str, JSON]:
     """The options whose change would make an earlier round's figures another search's: the
     space, the proxy's text and windows, what and how each map is measured. Budget, candidates
     and per-round count are left out: raising them is how a finished search is continued."""

@@ -19,6 +19,7 @@ from typing import cast
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.formats.fields import check_float
+from epi.formats.json_types import JSON
 from host.campaign.adaptive import DecisionRules
 from host.search.decide import (
     CandidateVerdict,
@@ -65,7 +66,7 @@ class SearchSettings:
     # the candidate rounds' decision rules (each campaign's [decide]: rounds, margin, alpha)
     rules: DecisionRules = field(default_factory=lambda: DecisionRules(("baseline",)))
     # what a state of this search must describe (host.search.identity.search_identity)
-    identity: dict[str, object] = field(default_factory=dict)
+    identity: dict[str, JSON] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,7 +82,7 @@ class SearchState:
     # config -> summed per-layer proxy KL (search maps; hand-made maps expressible in the space)
     proxy_kl: dict[str, float] = field(default_factory=dict)
     # the model, maps, options and build this state describes (None: an older state's)
-    identity: dict[str, object] | None = None
+    identity: dict[str, JSON] | None = None
     # config -> its settled comparison with the best hand-made map (host.search.decide)
     verdicts: dict[str, CandidateVerdict] = field(default_factory=dict)
 
@@ -181,7 +182,7 @@ def settle_round(state: SearchState, results: Sequence[Measured], baseline: str,
         echo(f"round {by[cid].round}: {v['text']}")
 
 
-def check_state(path: Path, identity: dict[str, object]) -> SearchState:
+def check_state(path: Path, identity: dict[str, JSON]) -> SearchState:
     """The saved state, refused in one line if it describes another search; a state with
     nothing measured yet becomes this search's."""
     state = SearchState.load(path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from epi.formats.json_types import JSON
 from host.search.decide import CandidateVerdict
 from host.search.measure import Measured
 from host.search.models import Predictor
@@ -39,8 +40,8 @@ class FrontierMove:
     accuracy_gain: float | None = None
     intervals_overlap: bool | None = None  # None: an interval is unknown, or no saving
 
-    def to_json(self) -> dict[str, object]:
-        doc: dict[str, object] = {"config": self.config, "j_per_token": self.j_per_token,
+    def to_json(self) -> dict[str, JSON]:
+        doc: dict[str, JSON] = {"config": self.config, "j_per_token": self.j_per_token,
                                   "accuracy": self.accuracy}
         if self.j_saving_frac is not None:
             doc.update(against=self.against, against_accuracy=self.against_accuracy,
@@ -61,7 +62,7 @@ class FrontierShift:
     moves: tuple[FrontierMove, ...]
     hand_made_frontier: tuple[tuple[float, float], ...]
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSON]:
         return {"text": self.text, "moves": [m.to_json() for m in self.moves],
                 "hand_made_frontier": [list(p) for p in self.hand_made_frontier]}
 
