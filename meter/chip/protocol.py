@@ -28,15 +28,15 @@ What it guarantees, and how (application note §4.3; docs/atm90e26.md):
   ours), never by a second SysStatus read: a chip may clear those bits on read, and metering
   must not stay stopped with frozen registers.
 - Energy: ATenergy (absolute active, read-clear, 0.1 pulse per count) is checked against the
-  power over the interval (`checked_energy`: counts above the hard bound, outside what the
-  Pmean before and after the window allow (`meter.chip.energy_window`), or equal to another
-  register's word of the reading, are re-read once, which tells a read redirected to another
-  register from a genuine one; a genuine one is counted), unwrapped after a long gap, and
-  added to `counts`, an int that never
-  wraps — less its reverse part: ANenergy (reverse active) is read right after it and kept
-  apart in `reverse_counts`, so reverse energy (a CT clamped the wrong way round, or export)
-  is never added as consumption; the first reverse counts of an episode send a
-  `reverse_energy` event with the fix. This accounting is `meter.chip.energy_account`'s
+  power over the interval (`EnergyAccount.checked_energy`: counts above the hard bound,
+  outside what the Pmean before and after the window allow (`meter.chip.energy_window`), or
+  equal to another register's word of the reading, are re-read once, which tells a read
+  redirected to another register from a genuine one; a genuine one is counted), unwrapped
+  after a long gap, and added to `counts`, an int that never wraps — less its reverse part:
+  ANenergy (reverse active) is read right after it and kept apart in `reverse_counts`, so
+  reverse energy (a CT clamped the wrong way round, or export) is never added as
+  consumption; the first reverse counts of an episode send a `reverse_energy` event with the
+  fix. This accounting is `meter.chip.energy_account`'s
   `EnergyAccount`, which the protocol owns (`energy`) and reads the chip through.
 
 A fault raises a `meter.chip.errors.BusError` subclass whose `kind` is its event kind. With
