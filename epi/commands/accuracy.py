@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ def parse_weights(value: str) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def _bar(label: str, total: int) -> Iterator[Any]:
+def _bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
     with click.progressbar(length=total, label=label, show_eta=True, show_percent=True,
                            show_pos=True, file=sys.stderr) as bar:
         yield bar.update

@@ -10,12 +10,12 @@ the whole click tree (lazy groups included) against it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import click
 from click.core import ParameterSource
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 #: the one name of each concept → spellings that mean the same and must stay hidden
 SYNONYMS: dict[str, tuple[str, ...]] = {
@@ -50,10 +50,10 @@ def renamed_option(old: str, new: str) -> Callable[[F], F]:
                         help=f"The old spelling of {new}.")
 
 
-def prefer_alias(new: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+def prefer_alias(new: str) -> Callable[[click.Context, click.Parameter, object], object]:
     """The callback of `new`: its value, or the hidden alias's when only that was given."""
 
-    def pick(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    def pick(ctx: click.Context, param: click.Parameter, value: object) -> object:
         given = ctx.meta.get(_meta_key(new))
         if given is None:
             return value

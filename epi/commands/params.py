@@ -12,7 +12,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -33,8 +33,8 @@ class FiniteFloat(click.ParamType):
                  lo_open: bool = False) -> None:
         self.lo, self.hi, self.lo_open = lo, hi, lo_open
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-                ) -> float:
+    def convert(self, value: str | float, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
         try:
             x = float(value)
         except (TypeError, ValueError):
@@ -63,7 +63,7 @@ class BoundedInt(click.ParamType):
     def __init__(self, lo: int | None = None, hi: int | None = None) -> None:
         self.lo, self.hi = lo, hi
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None
                 ) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             n = value
@@ -110,7 +110,7 @@ class SafeId(click.ParamType):
 
     name = "id"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None
                 ) -> str:
         try:
             return check_id(value, "value")
@@ -129,8 +129,8 @@ class OutputDir(click.Path):
     def __init__(self) -> None:
         super().__init__(path_type=Path, file_okay=False)
 
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
+    def convert(self, value: str | os.PathLike[str], param: click.Parameter | None,
+                ctx: click.Context | None) -> str | bytes | os.PathLike[str]:
         if isinstance(value, str) and not value.strip():
             self.fail("is empty: give a directory (use . for the current one)", param, ctx)
         return super().convert(value, param, ctx)

@@ -27,6 +27,7 @@ from epi.formats.fields import (
     check_str_list,
     read_json_object,
 )
+from epi.formats.json_types import JSONDict, JSONObject
 
 QUANT_FORMAT = "epi-quant-manifest"
 QUANT_VERSION = 1
@@ -35,7 +36,6 @@ MODEL_VERSION = 1
 MAX_BPW = 64  # no ggml type stores more than 32 bits per weight; 64 leaves room
 MAX_LAYER = 1_000_000
 
-JSONObject = dict[str, object]
 
 
 def manifest_beside(model: Path) -> Path:
@@ -48,7 +48,7 @@ def _bpw(value: object, where: str) -> float | None:
     return check_float(value, where, lo=0, hi=MAX_BPW, null_ok=True)
 
 
-def _opt_object(data: JSONObject, key: str, where: str) -> JSONObject:
+def _opt_object(data: JSONObject, key: str, where: str) -> JSONDict:
     """An optional object field ({} when absent)."""
     return check_object(data.get(key, {}), f"{where}: field {key}")
 
@@ -207,12 +207,12 @@ class QuantManifest:
     map_id: str
     map_file: str | None = None
     map_form: str | None = None
-    map: JSONObject = field(default_factory=dict)
-    inputs: JSONObject = field(default_factory=dict)
+    map: JSONDict = field(default_factory=dict)
+    inputs: JSONDict = field(default_factory=dict)
     epi_version: str | None = None
     base: BaseModel | None = None
     output: QuantOutput = field(default_factory=QuantOutput)
-    llama_cpp: JSONObject = field(default_factory=dict)
+    llama_cpp: JSONDict = field(default_factory=dict)
     file_type: str | None = None
     quantize_seconds: float | None = None
     layer_groups: list[LayerGroup] = field(default_factory=list)
@@ -221,10 +221,10 @@ class QuantManifest:
     fallbacks: list[Fallback] = field(default_factory=list)
     unpredicted: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    moe: JSONObject | None = None
+    moe: JSONDict | None = None
     tensors: list[TensorRow] = field(default_factory=list)
 
-    def to_json(self) -> JSONObject:
+    def to_json(self) -> JSONDict:
         """The manifest document (`format`, `format_version`, then every field)."""
         return {"format": QUANT_FORMAT, "format_version": QUANT_VERSION, **asdict(self)}
 
@@ -303,7 +303,7 @@ class ModelManifest:
     tied_output: bool | None = None
     prepare_seconds: float | None = None
 
-    def to_json(self) -> JSONObject:
+    def to_json(self) -> JSONDict:
         """The manifest document (`format`, `format_version`, then every field)."""
         return {"format": MODEL_FORMAT, "format_version": MODEL_VERSION, **asdict(self)}
 

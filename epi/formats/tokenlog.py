@@ -45,6 +45,7 @@ from epi.formats.fields import (
     read_bytes,
     read_json_object,
 )
+from epi.formats.json_types import JSONObject
 
 FORMAT = "epi-tokenlog"
 FORMAT_VERSION = 2  # 2: run.json `meters`, clock_sync entries keyed by meter_url
@@ -124,7 +125,7 @@ class TokenLog:
 
 
 # ------------------------------------------------------------------------------- run.json
-def check_header(h: dict[str, object], path: Path) -> None:
+def check_header(h: JSONObject, path: Path) -> None:
     """Check run.json's fields in place (one-line `UserError` naming the field)."""
     check_format(h, path, FORMAT, FORMAT_VERSION)
     w = f"{path}: field"
@@ -163,7 +164,7 @@ def check_header(h: dict[str, object], path: Path) -> None:
     _check_clock_sync(h, path)
 
 
-def _check_placement(h: dict[str, object], path: Path, status: str) -> None:
+def _check_placement(h: JSONObject, path: Path, status: str) -> None:
     placement = h.get("placement")
     if not isinstance(placement, list):
         raise UserError(f"{path}: field placement: expected a list, got {placement!r}")
@@ -186,7 +187,7 @@ def _check_placement(h: dict[str, object], path: Path, status: str) -> None:
         seen.add(node)
 
 
-def _check_meters(h: dict[str, object], path: Path) -> list[str] | None:
+def _check_meters(h: JSONObject, path: Path) -> list[str] | None:
     """Version 2's `meters` list (distinct daemon URLs), or None for a version-1 log."""
     if h.get("format_version") == 1:
         return None
@@ -201,7 +202,7 @@ def _check_meters(h: dict[str, object], path: Path) -> list[str] | None:
     return [str(m) for m in meters]
 
 
-def meter_of(entry: dict[str, object], meters: list[str] | None) -> int:
+def meter_of(entry: JSONObject, meters: list[str] | None) -> int:
     """Which meter (index into run.json `meters`) a checked clock_sync entry belongs to.
 
     A version-1 log (`meters` None) has one meter: every entry is meter 0."""
@@ -210,7 +211,7 @@ def meter_of(entry: dict[str, object], meters: list[str] | None) -> int:
     return meters.index(str(entry.get("meter_url")))
 
 
-def _check_clock_sync(h: dict[str, object], path: Path) -> None:
+def _check_clock_sync(h: JSONObject, path: Path) -> None:
     meters = _check_meters(h, path)
     for w, e in check_object_list(h.get("clock_sync", []), f"{path}: field clock_sync"):
         if meters is not None and e.get("meter_url") not in meters:

@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, overload
 
 from epi.core.errors import UserError
 from epi.core.vocabulary import Word
@@ -46,6 +46,7 @@ from epi.formats.fields import (
     read_bytes,
     read_json_object,
 )
+from epi.formats.json_types import JSONObject
 
 TRACE_FORMAT = "epi-trace"
 TRACE_FORMAT_VERSION = 1
@@ -69,6 +70,8 @@ class SampleRow(NamedTuple):
 
 
 SAMPLE_COLUMNS: tuple[str, ...] = SampleRow._fields
+# one column of samples.csv as this reader builds it (None: an empty field)
+SampleColumn = Sequence[int | float | None]
 
 
 class TraceEvent(NamedTuple):
@@ -232,7 +235,7 @@ class ChannelMeta:
     name: str
     node: str | None
     meter_constant_imp_per_kwh: float | None  # None: the meta does not give it
-    ct: Any = None
+    ct: JSONObject | None = None  # the current transformer's fields, as the meta gives them
     # Software power sources (docs/sources.md); the defaults describe a wall-meter channel.
     scope: str = WALL_SCOPE
     source: str | None = None
@@ -296,7 +299,7 @@ class Segment:
 
     number: int
     meta_path: Path
-    meta: dict[str, Any]
+    meta: dict[str, Any]  # the checked meta.json (its readers include the meter's soak test)
     channels: dict[int, ChannelMeta]
     sample_period_s: float | None  # None: not given and not inferable (< 2 samples)
     period_inferred: bool
@@ -365,7 +368,7 @@ class Trace:
 
 
 # ------------------------------------------------------------------------------- meta
-def check_meta(path: Path, meta: dict[str, Any], number: int) -> dict[int, ChannelMeta]:
+def check_meta(path: Path, meta: JSONObject, number: int) -> dict[int, ChannelMeta]:
     """Check a segment's meta.json in place; return its channel map (empty if not given)."""
     check_format(meta, path, TRACE_FORMAT, TRACE_FORMAT_VERSION)
     seg = meta.get("segment", number)
@@ -387,7 +390,8 @@ def check_meta(path: Path, meta: dict[str, Any], number: int) -> dict[int, Chann
         if meta.get(key) is not None and not isinstance(meta[key], dict):
             raise UserError(f"{where} {key}: expected an object or null, got {meta[key]!r}")
     stats = meta.get("stats") or {}
-    if "clean_stop" in stats and not isinstance(stats["clean_stop"], bool):
+    if isinstance(stats, dict) and "clean_stop" in stats and not isinstance(
+            stats["clean_stop"], bool):
         raise UserError(f"{where} stats.clean_stop: expected true or false")
     chans = meta.get("channels", [])
     if not isinstance(chans, list):
@@ -417,17 +421,17 @@ def check_meta(path: Path, meta: dict[str, Any], number: int) -> dict[int, Chann
         ct = c.get("ct")
         if ct is not None and not isinstance(ct, dict):
             raise UserError(f"{w}.ct: expected an object or null, got {ct!r}")
-        extra: dict[str, Any] = {"source": source}
-        if source is not None:
-            scope = c.get("scope", "other")
-            check_str(scope, f"{w}.scope", max_len=64)
-            extra["scope"] = scope
-        for key in ("resolution_j", "sample_period_s"):
-            if key in c:
-                extra[key] = check_float(c[key], f"{w}.{key}", lo=0.0, hi=MAX_SAMPLE_PERIOD_S
-                                         if key == "sample_period_s" else MAX_ABS_ENERGY_J,
-                                         lo_open=True, null_ok=True)
-        out[ch] = ChannelMeta(ch, name, node, mc, ct, **extra)
+        # a software channel's scope is its own ("other" when not given); a wall channel's is
+        # the meter's
+        scope = (check_str(c.get("scope", "other"), f"{w}.scope", max_len=64)
+                 if source is not None else WALL_SCOPE)
+        figures = {key: check_float(c[key], f"{w}.{key}", lo=0.0, hi=MAX_SAMPLE_PERIOD_S
+                                    if key == "sample_period_s" else MAX_ABS_ENERGY_J,
+                                    lo_open=True, null_ok=True) if key in c else None
+                   for key in ("resolution_j", "sample_period_s")}
+        out[ch] = ChannelMeta(ch, name, node, mc, ct, scope=scope, source=source,
+                              resolution_j=figures["resolution_j"],
+                              sample_period_s=figures["sample_period_s"])
     return out
 
 
@@ -457,8 +461,16 @@ class _RowError(Exception):
         self.torn = torn
 
 
+@overload
+def _int_col(values: list[str], name: str, lo: int, hi: int, nullable: Literal[False]
+             ) -> list[int]: ...
+@overload
+def _int_col(values: list[str], name: str, lo: int, hi: int, nullable: Literal[True]
+             ) -> list[int | None]: ...
 def _int_col(values: list[str], name: str, lo: int, hi: int, nullable: bool
              ) -> list[int] | list[int | None]:
+    """An integer column; a value outside [lo, hi] or not an integer is file damage (refused),
+    an empty field is None where the column may be empty."""
     try:  # fast path (C loops); the slow path below finds and names the bad row
         fast = list(map(int, values))
         if not fast or (lo <= min(fast) and max(fast) <= hi):
@@ -515,7 +527,7 @@ def _float_col(values: list[str], name: str, lo: float, hi: float,
 
 
 def _sample_columns(lines: list[str], channels: set[int] | None,
-                    out_of_range: list[tuple[int, str, float]]) -> dict[str, list[Any]]:
+                    out_of_range: list[tuple[int, str, float]]) -> dict[str, SampleColumn]:
     n_cols = len(SAMPLE_COLUMNS)
     counts = list(map(str.count, lines, itertools.repeat(",", len(lines))))
     if lines and set(counts) != {n_cols - 1}:
@@ -524,22 +536,23 @@ def _sample_columns(lines: list[str], channels: set[int] | None,
     # One split of the whole body, then every column is a stride of it (C loops only).
     flat = ",".join(lines).split(",") if lines else []
     by = {name: flat[k::n_cols] for k, name in enumerate(SAMPLE_COLUMNS)}
-    cols: dict[str, list[Any]] = {
+    chans = _int_col(by["channel"], "channel", 0, MAX_CHANNEL, False)
+    times = _int_col(by["t_mono_ns"], "t_mono_ns", 0, INT64_MAX, False)
+    cols: dict[str, SampleColumn] = {
         "seq": _int_col(by["seq"], "seq", 0, INT64_MAX, False),
-        "channel": _int_col(by["channel"], "channel", 0, MAX_CHANNEL, False),
-        "t_mono_ns": _int_col(by["t_mono_ns"], "t_mono_ns", 0, INT64_MAX, False),
+        "channel": chans,
+        "t_mono_ns": times,
         "t_real_ns": _int_col(by["t_real_ns"], "t_real_ns", 0, INT64_MAX, False),
     }
     for name, lo, hi in FLOAT_RANGES:
         cols[name] = _float_col(by[name], name, lo, hi, out_of_range)
     cols["status"] = _int_col(by["status"], "status", 0, MAX_STATUS, True)
-    present = set(cols["channel"])
+    present = set(chans)
     if channels and not present <= channels:
-        for i, ch in enumerate(cols["channel"]):
+        for i, ch in enumerate(chans):
             if ch not in channels:
                 raise _RowError(i, f"channel {ch} is not in the meta's channels "
                                    f"{sorted(channels)}")
-    chans, times = cols["channel"], cols["t_mono_ns"]
     k = len(present)
     # The daemon writes one row per channel per sweep in a fixed order: then channel c's
     # times are a stride of the column (no per-channel copy by comparison).
@@ -588,7 +601,7 @@ def sample_ends(columns: Mapping[str, Column]) -> dict[int, ChannelEnds]:
 
 
 def parse_samples(path: Path, channels: set[int] | None = None
-                  ) -> tuple[dict[str, list[Any]], int, list[tuple[int, str, float]]]:
+                  ) -> tuple[dict[str, SampleColumn], int, list[tuple[int, str, float]]]:
     """A segment's samples.csv by column, checked: (columns, crash-cut records dropped,
     readings outside their valid range as (file line, column, value), set to missing)."""
     lines, dropped = _read_complete_lines(path)

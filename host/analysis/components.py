@@ -83,7 +83,7 @@ def component_table(a: Analysis) -> pd.DataFrame:
     cached = getattr(a, "_component_table", None)
     if isinstance(cached, pd.DataFrame):
         return cached
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, str | int | float | None]] = []
     trace = a.trace
     win = a.windows
     for info in a.runs:
@@ -130,7 +130,7 @@ def component_table(a: Analysis) -> pd.DataFrame:
 
 def _row(a: Analysis, info: RunInfo, node: str, kind: str, ch: int | None, e: np.ndarray,
          ok: np.ndarray, dur: np.ndarray, tokens: np.ndarray, wall_e: np.ndarray,
-         main_is_wall: bool, reason: str) -> dict[str, object]:
+         main_is_wall: bool, reason: str) -> dict[str, str | int | float | None]:
     ci = a.trace.channels[ch] if ch is not None else None
     d = float(dur[ok].sum()) if ok.any() else float("nan")
     energy = float(e[ok].sum()) if ok.any() else float("nan")

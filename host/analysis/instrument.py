@@ -36,6 +36,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from epi.formats.json_types import JSON, JSONObject
+from host.analysis.power_source import MEASURED
 from host.analysis.traces import Trace
 from meter.plan import (
     CHIP_ENERGY_ACCURACY_PCT,
@@ -69,7 +71,7 @@ class Qualification:
     path: str | None
     detail: str  # one plain line for tables and the report
 
-    def as_json(self) -> dict[str, object]:
+    def as_json(self) -> dict[str, JSON]:
         return {"qualified": self.qualified, "passed": self.passed,
                 "class_pct": self.class_pct, "path": self.path, "detail": self.detail}
 
@@ -88,14 +90,14 @@ def _num(x: object) -> float | None:
     return float(x)
 
 
-def _channel_meta(trace: Trace) -> dict[int, dict[str, object]]:
+def _channel_meta(trace: Trace) -> dict[int, JSONObject]:
     """channel → its last segment's `channels[]` entry (meta.json); a joined trace's channels
     from the trace each came from."""
     if trace.origins:
         per = {id(t): _channel_meta(t) for t in trace.member_traces}
         return {new: per[id(t)][ch] for new, (t, ch) in trace.origins.items()
                 if ch in per[id(t)]}
-    out: dict[int, dict[str, object]] = {}
+    out: dict[int, JSONObject] = {}
     for seg in trace.segments:
         chans = seg.meta.get("channels")
         for ch in chans if isinstance(chans, list) else []:
@@ -112,7 +114,7 @@ def channel_terms(trace: Trace, sources: dict[int, str]) -> dict[int, ChannelIns
         if "modelled" in label:
             out[ch] = ChannelInstrument(ch, None, None, "modelled")
             continue
-        if label != "measured":
+        if label != MEASURED:
             out[ch] = ChannelInstrument(ch, None, None, "software source")
             continue
         meta = metas.get(ch, {})

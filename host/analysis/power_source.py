@@ -12,11 +12,15 @@ never reads as a measurement.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final, Literal
 
 from epi.formats.trace import WALL_SCOPE
 from host.analysis.traces import Trace
 
-MEASURED = "measured"
+MEASURED: Final = "measured"
+MODELLED: Final = "modelled"
+# what a report's power figures rest on, as a whole: a meter, or (any part of them) a model
+PowerKind = Literal["measured", "modelled"]
 COMPONENT = "component power, not wall power"
 MODEL_NAMES = {
     "activity": "ActivityModel: this machine's CPU activity mapped to power",

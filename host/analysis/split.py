@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON, JSONObject
 from epi.formats.tokenlog import TokenEvent, read_token_log
 
 
@@ -28,12 +29,12 @@ class HandoverCost:
     def share_of_prefill(self) -> float:
         return self.handover_ns / self.prefill_ns
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSON]:
         return {"request_id": self.request_id, "prefill_ns": self.prefill_ns,
                 "handover_ns": self.handover_ns}
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> HandoverCost:
+    def from_json(cls, data: JSONObject) -> HandoverCost:
         values = [data.get(k) for k in ("request_id", "prefill_ns", "handover_ns")]
         if not all(isinstance(v, int) for v in values):
             raise UserError(f"handover cost: request_id, prefill_ns and handover_ns must be "

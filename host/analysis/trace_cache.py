@@ -33,6 +33,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from epi.formats import trace as fmt
+from epi.formats.json_types import JSONObject
 
 CACHE_DIRNAME = ".epi-cache"
 CACHE_VERSION = 2
@@ -49,14 +50,14 @@ RACY_NS = 2_000_000_000
 def stat_key(st: os.stat_result) -> dict[str, int]:
     """What identifies one version of a file without reading it: size, mtime, ctime, inode.
 
-    Any write to the file sets its mtime and ctime; setting the mtime back (os.utime) sets
+    A write to the file sets its mtime and ctime; setting the mtime back (os.utime) sets
     the ctime again, and nothing but the kernel sets a ctime, so equal stat fields mean the
     file was not touched since (unless it was racy, see RACY_NS)."""
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
             "ino": st.st_ino, "dev": st.st_dev}
 
 
-def read_keyed(path: Path, channels: set[int] | None) -> tuple[bytes, dict[str, object] | None]:
+def read_keyed(path: Path, channels: set[int] | None) -> tuple[bytes, JSONObject | None]:
     """A file's bytes and its key: its stat fields (`stat_key`), when they were taken and the
     SHA-256 of the bytes (twice BLAKE2b's speed on CPUs with SHA instructions), with the
     channel set it is checked against; key None when the file changed while it was read (a
@@ -243,7 +244,7 @@ class CachedSamplesReader:
         return fmt.SegmentSamples(ParquetColumns(target, len(cols["seq"])), read.dropped,
                                   read.out_of_range, read.ends)
 
-    def _load(self, target: Path) -> tuple[dict[str, object], fmt.SegmentSamples] | None:
+    def _load(self, target: Path) -> tuple[JSONObject, fmt.SegmentSamples] | None:
         """A cache file's key and what it holds (its columns left on disk); None when it is
         absent, damaged or of another version."""
         try:
@@ -260,7 +261,7 @@ class CachedSamplesReader:
         except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
             return None  # absent, damaged or of another version: rebuilt from the CSV
 
-    def _rekey(self, target: Path, key: dict[str, object]) -> None:
+    def _rekey(self, target: Path, key: JSONObject) -> None:
         """Store the file's new key after a hit by content, so that the next analysis trusts
         its stat fields instead of reading and hashing it again (a copied trace, or a key
         first taken while the segment was racy: typically a campaign's last segment,
@@ -283,7 +284,7 @@ class CachedSamplesReader:
             with contextlib.suppress(OSError):
                 tmp.unlink()
 
-    def _write(self, target: Path, key: dict[str, object], read: fmt.SegmentSamples,
+    def _write(self, target: Path, key: JSONObject, read: fmt.SegmentSamples,
                cols: dict[str, np.ndarray]) -> bool:
         doc = {"key": key, "dropped": read.dropped,
                "out_of_range": [list(o) for o in read.out_of_range],

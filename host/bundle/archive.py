@@ -6,7 +6,7 @@ member is checked before any of it is used — a plain relative path (no `..`, n
 path, no backslash, no duplicate), a regular file (no link, device or directory trick), under
 the size limits, listed in `bundle.json` with the sha256 it has — and the whole bundle is read
 into memory, so nothing is ever written until all of it has passed. `unpack` then writes only
-below its output directory. Any problem is one `UserError` line naming the bundle, the
+below its output directory. Every problem is one `UserError` line naming the bundle, the
 member and the problem.
 """
 

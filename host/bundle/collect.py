@@ -28,6 +28,7 @@ from pathlib import Path
 
 from epi.core.errors import UserError
 from epi.formats.fields import parse_json_bytes
+from epi.formats.json_types import JSONObject
 
 MARGIN_S = 5.0
 _SAFE = re.compile(r"[^A-Za-z0-9._\-]+")
@@ -113,7 +114,7 @@ def excerpt_samples(data: bytes, ranges: list[tuple[int, int]]) -> tuple[bytes, 
     return b"\n".join(kept) + b"\n", len(kept) - 1, total
 
 
-def _trace_dirs(inputs: dict[str, object], analysis_dir: Path) -> list[Path]:
+def _trace_dirs(inputs: JSONObject, analysis_dir: Path) -> list[Path]:
     trace = inputs.get("trace")
     items = trace if isinstance(trace, list) else [trace]
     return [_input_path(t, analysis_dir, "trace") for t in items]

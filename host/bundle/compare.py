@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from epi.core.errors import UserError
 from epi.core.text import DASH, format_number
+from epi.formats.json_types import JSON
 from host.bundle.facts import ASPECTS, FLAG_ASPECTS, Config, Facts
 
 #: `epi compare`'s exit status when a difference makes the comparison unfair (the report
@@ -72,7 +73,7 @@ def _keys(all_facts: Sequence[Facts]) -> list[tuple[str | None, str | None]]:
     return keys
 
 
-def document(all_facts: Sequence[Facts]) -> dict[str, object]:
+def document(all_facts: Sequence[Facts]) -> dict[str, JSON]:
     """The comparison as one JSON document (`epi compare --json`; docs/bundle.md)."""
     keys = _keys(all_facts)
     diffs = differences(all_facts)

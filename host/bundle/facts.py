@@ -12,6 +12,7 @@ import io
 import json
 from dataclasses import dataclass, field
 
+from epi.formats.json_types import JSON, JSONObject
 from host.analysis.headline import is_headline
 from host.bundle.archive import Bundle
 
@@ -80,12 +81,12 @@ def _num(text: str | None) -> float | None:
         return None
 
 
-def _obj(bundle: Bundle, name: str) -> dict[str, object]:
+def _obj(bundle: Bundle, name: str) -> JSONObject:
     data = bundle.json(name)
     return data if isinstance(data, dict) else {}
 
 
-def _dicts(value: object) -> list[dict[str, object]]:
+def _dicts(value: object) -> list[JSONObject]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
@@ -93,7 +94,7 @@ def _text(values: set[str]) -> str:
     return "; ".join(sorted(values)) if values else "(not recorded)"
 
 
-def _runs(bundle: Bundle) -> list[dict[str, object]]:
+def _runs(bundle: Bundle) -> list[JSONObject]:
     return [_obj(bundle, n) for n in sorted(bundle.members)
             if n.startswith("runs/") and n.endswith("/run.json")]
 
@@ -107,7 +108,7 @@ def _map_sha(bundle: Bundle, map_id: object) -> str | None:
     return str(sha) if sha else None
 
 
-def _build_aspects(runs: list[dict[str, object]]) -> dict[str, str]:
+def _build_aspects(runs: list[JSONObject]) -> dict[str, str]:
     flags, versions, features = set(), set(), set()
     for r in runs:
         llama = r.get("llama_cpp")
@@ -167,17 +168,17 @@ def _accuracy_aspects(bundle: Bundle) -> dict[str, str]:
             "accuracy protocol": _text(protocol)}
 
 
-def _options(bundle: Bundle) -> dict[str, object]:
+def _options(bundle: Bundle) -> JSONObject:
     """The analysis options results.json records (empty when it records none)."""
     options = _obj(bundle, "analysis/results.json").get("options")
     return options if isinstance(options, dict) else {}
 
 
-def _settings_text(options: dict[str, object], keys: tuple[str, ...]) -> str:
+def _settings_text(options: JSONObject, keys: tuple[str, ...]) -> str:
     return json.dumps({k: options.get(k) for k in keys}, sort_keys=True)
 
 
-def _run_protocol(runs: list[dict[str, object]]) -> str:
+def _run_protocol(runs: list[JSONObject]) -> str:
     seen = set()
     for r in runs:
         settings = r.get("settings")
@@ -203,7 +204,7 @@ def facts(bundle: Bundle) -> Facts:
     options = _options(bundle)
     out = Facts(label=bundle.path.name, energy_basis=str(options.get("energy_basis", "gross")))
     runs = _runs(bundle)
-    models: dict[str, dict[str, object]] = {}
+    models: dict[str, dict[str, JSON]] = {}
     for r in runs:
         model = r.get("model")
         if isinstance(model, dict) and model.get("map_id"):

@@ -19,9 +19,9 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from epi.core.files import write_json_atomic
+from epi.formats.json_types import JSONObject
 from host.campaign.study import Study
 
 FILE = "accuracy-projection.json"
@@ -40,7 +40,7 @@ class AccuracyProjection:
     seconds: float
     measured: bool
     basis: str  # one line: where the figure comes from
-    settings: dict[str, Any] | None = None  # the accuracy settings it is valid for
+    settings: JSONObject | None = None  # the accuracy settings it is valid for
 
 
 def stage_items(study: Study) -> int:
@@ -54,7 +54,7 @@ def _ppl_windows(study: Study) -> int:
     return (a.ppl_windows or 0) if a.ppl else 0
 
 
-def settings_key(study: Study) -> dict[str, Any]:
+def settings_key(study: Study) -> JSONObject:
     """What a measured projection depends on (a change makes it stale)."""
     a = study.accuracy
     return {"benchmarks": dict(a.benchmarks), "ppl": a.ppl, "ppl_windows": a.ppl_windows,

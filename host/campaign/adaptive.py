@@ -32,10 +32,11 @@ import pandas as pd
 
 from epi.core.vocabulary import Word
 from host.analysis import sequential
+from host.analysis.headline import headline_rows
 from host.analysis.paired import common_rounds, round_pairs
 from host.analysis.sequential import SequentialVerdict
 from host.analysis.statistics import pareto_front
-from host.analysis.vocabulary import EnergyBasis, Phase, TokenUnit
+from host.analysis.vocabulary import EnergyBasis, Phase, VerdictState
 
 
 class Target(Word):
@@ -173,8 +174,7 @@ def round_values(repeats: pd.DataFrame, runs: pd.DataFrame, round_of_run: Mappin
     valid run gives None; a run with no round is left out.
     """
     ok = set(runs[(runs["phase"] == Phase.REQUEST) & runs["valid"].astype(bool)]["run_id"])
-    rows = repeats[(repeats["scope"] == "all") & (repeats["phase"] == Phase.REQUEST)
-                   & (repeats["unit"] == TokenUnit.GENERATED) & (repeats["basis"] == basis)]
+    rows = headline_rows(repeats, basis)
     valid: dict[tuple[str, int], list[float]] = {}
     for (cfg, run_id), g in rows.groupby(["config", "run_id"], sort=False):
         k = round_of_run.get(str(run_id))
@@ -211,7 +211,7 @@ class Assessment:
         10.2 % [4.71, 15.6] 95 % anytime-valid, n=3'."""
         c, v = self.comparison, self.verdict
         head = f"{TARGET_NAMES[c.kind]} {c.reference} → {c.candidate}: "
-        if v.state != "decided":
+        if v.state != VerdictState.DECIDED:
             return head + v.text(c.reference, c.candidate, what=f"saving of {c.candidate}",
                                  unit=" %")
         way = "less" if v.direction > 0 else "more"  # a positive saving: B draws less
@@ -309,9 +309,8 @@ def spread_from_analysis(analysis_dir: Path, *,
     if not need <= set(rep.columns) or not {"run_id", "phase", "valid"} <= set(runs.columns):
         return math.nan, 0
     ok = set(runs[(runs["phase"] == Phase.REQUEST) & runs["valid"].astype(bool)]["run_id"])
-    rows = rep[(rep["scope"] == "all") & (rep["phase"] == Phase.REQUEST)
-               & (rep["unit"] == TokenUnit.GENERATED) & (rep["basis"] == basis)
-               & rep["run_id"].isin(ok)]
+    rows = headline_rows(rep, basis)
+    rows = rows[rows["run_id"].isin(ok)]
     per: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     for cfg, g in rows.groupby("config", sort=True):
         v = pd.to_numeric(g["j_per_token"], errors="coerce").to_numpy(np.float64)

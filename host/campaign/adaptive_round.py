@@ -22,7 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 from epi.core.files import write_json_atomic
-from host.analysis.vocabulary import EnergyBasis, Phase, TokenUnit
+from host.analysis.headline import headline_rows
+from host.analysis.vocabulary import EnergyBasis
 from host.campaign import adaptive as ad
 
 DECISIONS_JSON = "decisions.json"
@@ -76,8 +77,7 @@ class RoundDecision:
 
 
 def _headline(results: pd.DataFrame, basis: str) -> pd.DataFrame:
-    h = results[(results["scope"] == "all") & (results["phase"] == Phase.REQUEST)
-                & (results["unit"] == TokenUnit.GENERATED) & (results["basis"] == basis)]
+    h = headline_rows(results, basis)
     return h.drop_duplicates("config").set_index("config")
 
 

@@ -27,6 +27,7 @@ from typing import TypedDict, Union, cast
 from epi.core.errors import UserError
 from epi.core.files import fsync_dir
 from epi.core.vocabulary import Word
+from epi.formats.json_types import JSONObject
 
 JOURNAL = "journal.jsonl"
 # step-result fields that name something the campaign made inside its directory
@@ -319,7 +320,7 @@ class Journal:
                 os.fsync(fh.fileno())
 
 
-def _field(ev: dict[str, object], key: str, kind: type, where: str) -> object:
+def _field(ev: JSONObject, key: str, kind: type, where: str) -> object:
     """An optional field of `kind` (None when absent or null); anything else is refused."""
     value = ev.get(key)
     if value is None:
@@ -329,16 +330,16 @@ def _field(ev: dict[str, object], key: str, kind: type, where: str) -> object:
     return value
 
 
-def _str(ev: dict[str, object], key: str, where: str) -> str | None:
+def _str(ev: JSONObject, key: str, where: str) -> str | None:
     value = _field(ev, key, str, where)
     return value if isinstance(value, str) else None
 
 
-def _int(ev: dict[str, object], key: str, where: str) -> int | None:
+def _int(ev: JSONObject, key: str, where: str) -> int | None:
     value = _field(ev, key, int, where)
     return value if isinstance(value, int) else None
 
 
-def _obj(ev: dict[str, object], key: str, where: str) -> dict[str, object] | None:
+def _obj(ev: JSONObject, key: str, where: str) -> dict[str, object] | None:
     value = _field(ev, key, dict, where)
     return value if isinstance(value, dict) else None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from epi import __version__
 from epi.core.errors import UserError
+from epi.formats.json_types import JSONObject
 from host.analysis.headline import is_headline
 from host.bundle.archive import Bundle, sha256_bytes
 from host.bundle.facts import _map_sha, _num, _obj, _runs
@@ -40,7 +41,7 @@ def _int(text: str | None) -> int:
 def figures(results_csv: str, bundle: Bundle) -> list[ConfigFigures]:
     """Every configuration's headline figures from a results table, joined to the bundle's
     runs (model sha256) and manifests (map sha256)."""
-    models: dict[str, dict[str, object]] = {}
+    models: dict[str, JSONObject] = {}
     for r in _runs(bundle):
         model = r.get("model")
         if isinstance(model, dict) and model.get("map_id"):
@@ -108,7 +109,7 @@ def protocol(bundle: Bundle) -> Protocol:
                     tokens_per_request=sorted(tokens), repeats=sorted(repeats), decide=decide)
 
 
-def recorded_hardware(bundle: Bundle) -> dict[str, object]:
+def recorded_hardware(bundle: Bundle) -> dict[str, list[str]]:
     """What the runs themselves record: the nodes and the llama.cpp build flags."""
     nodes, flags = set(), set()
     for r in _runs(bundle):

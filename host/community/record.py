@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSONObject
 
 FORMAT = "epi-community-submission"
 FORMAT_VERSION = 1
@@ -133,7 +134,7 @@ def missing_hardware(doc: object) -> list[str]:
     return [f for f in HARDWARE_FIELDS if hw.get(f) in (None, "", [])]
 
 
-def _object(value: object, where: str) -> dict[str, object]:
+def _object(value: object, where: str) -> JSONObject:
     if not isinstance(value, dict):
         raise UserError(f"{where}: expected a JSON object")
     return value
@@ -147,7 +148,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
 T = TypeVar("T")
 
 
-def _build(cls: type[T], obj: dict[str, object], where: str,
+def _build(cls: type[T], obj: JSONObject, where: str,
               nested: tuple[str, ...] = ()) -> T:
     """`cls(**obj)` after checking every field is present, none extra, and plain types."""
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]

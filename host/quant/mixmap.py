@@ -20,6 +20,7 @@ from pathlib import Path
 
 from epi.core.errors import UserError
 from epi.core.text import ranges_text
+from epi.formats.json_types import JSON
 from host.quant.quant_types import (
     FILE_TYPES,
     KIND_FAMILIES,
@@ -97,22 +98,23 @@ class MixMap:
     moe: dict[str, str] = field(default_factory=dict)
     form: str = "epi"  # "epi" or "paper": the form the file was written in
 
-    def canonical(self, *, compact_layers: bool = False) -> dict[str, object]:
+    def canonical(self, *, compact_layers: bool = False) -> dict[str, JSON]:
         """The map in epi's own form, whatever form it came in; `compact_layers` writes layer
         runs as "a-b" ranges (what `epi maps import` writes)."""
-        groups = []
+        groups: list[JSON] = []
         for g in self.groups:
-            entry: dict[str, object] = {"name": g.name}
+            entry: dict[str, JSON] = {"name": g.name}
             if g.fraction is not None:
                 entry["fraction"] = g.fraction
             else:
                 layers = list(g.layers or ())
-                entry["layers"] = _compact_layers(layers) if compact_layers else layers
+                entry["layers"] = (list(_compact_layers(layers)) if compact_layers
+                                   else list(layers))
             entry["type"] = g.type
             if g.overrides:
                 entry["overrides"] = dict(sorted(g.overrides.items()))
             groups.append(entry)
-        out: dict[str, object] = {
+        out: dict[str, JSON] = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "id": self.id,

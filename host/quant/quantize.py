@@ -20,10 +20,10 @@ from epi import __version__ as epi_version
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.core.text import ranges_text
+from epi.formats.json_types import JSONDict
 from epi.formats.manifests import (
     BaseModel,
     Fallback,
-    JSONObject,
     LayerGroup,
     QuantManifest,
     QuantOutput,
@@ -74,7 +74,7 @@ def _tensor_type_file(expansion: Expansion) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _is_up_to_date(manifest_path: Path, gguf_path: Path, inputs: JSONObject) -> bool:
+def _is_up_to_date(manifest_path: Path, gguf_path: Path, inputs: JSONDict) -> bool:
     if not (manifest_path.is_file() and gguf_path.is_file()):
         return False
     try:
@@ -115,7 +115,7 @@ def quantize_expansion(
     mixmap = expansion.mixmap
     gguf_path, manifest_path, log_path = output_paths(out_dir, mixmap.id)
     info = llama_info()
-    inputs: JSONObject = {
+    inputs: JSONDict = {
         "map_sha256": mixmap.content_key(),
         "base_sha256": base_sha256,
         "llama_cpp": dict(info),
@@ -184,7 +184,7 @@ def build_manifest(
     base: ModelInfo,
     base_sha256: str,
     gguf_path: Path,
-    inputs: JSONObject,
+    inputs: JSONDict,
     seconds: float,
     requantized: bool,
 ) -> QuantManifest:
@@ -248,7 +248,7 @@ def build_manifest(
     )
 
 
-def _moe_summary(tensors: list[TensorRow], n_expert: int) -> JSONObject | None:
+def _moe_summary(tensors: list[TensorRow], n_expert: int) -> JSONDict | None:
     """Per role (expert, shared_expert, router): 'requested→effective' type counts; None if dense.
 
     The same facts as the per-tensor rows, gathered so a reader sees at a glance what the
@@ -256,7 +256,7 @@ def _moe_summary(tensors: list[TensorRow], n_expert: int) -> JSONObject | None:
     """
     if n_expert <= 0:
         return None
-    out: JSONObject = {"n_expert": n_expert}
+    out: JSONDict = {"n_expert": n_expert}
     for role in ("expert", "shared_expert", "router"):
         counts: dict[str, int] = {}
         for t in tensors:

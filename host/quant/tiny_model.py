@@ -22,6 +22,7 @@ from typing import TypeVar
 import numpy as np
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON
 from host.llama.install import vocab_path
 
 _T = TypeVar("_T")
@@ -44,7 +45,7 @@ _VOCAB_FIELDS = (
 
 
 @functools.lru_cache(maxsize=2)
-def _vocab_fields(path: str) -> dict[str, object]:
+def _vocab_fields(path: str) -> dict[str, JSON]:
     """The tokenizer fields of llama.cpp's vocab-only file, read once per process: the gguf
     package's reader materialises the 32k-token arrays (about a second of CPU), and a test
     session writes a dozen models."""

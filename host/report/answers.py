@@ -22,8 +22,10 @@ import numpy as np
 import pandas as pd
 
 from epi.core.text import format_number
+from epi.formats.json_types import JSONObject
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import format_interval, pct
+from host.analysis.power_source import MODELLED
 from host.analysis.vocabulary import WindowKind
 from host.report import instrument
 from host.report.answer_model import (
@@ -44,7 +46,7 @@ from host.report.work_answers import size_answer, work_answer
 WHOLE_MODEL_GROUP = "all"
 
 
-def _rows(doc: Mapping[str, object], key: str) -> list[dict[str, object]]:
+def _rows(doc: Mapping[str, object], key: str) -> list[JSONObject]:
     value = doc.get(key)
     return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
 
@@ -233,7 +235,7 @@ def limits(rd: ReportData) -> list[str]:
     """What this study cannot tell, in plain words."""
     out = []
     lab = rd.labels
-    if lab.power_source == "modelled":
+    if lab.power_source == MODELLED:
         out.append("The power is modelled, not measured: these figures show what the "
                    "pipeline computes, not what real hardware draws.")
     out += instrument.limit_lines(rd)  # from the analysis's data, not a fixed line

@@ -36,7 +36,7 @@ from epi.formats.manifests import (
 )
 from host.analysis.headline import headline_rows
 from host.analysis.intervals import number, pct
-from host.analysis.power_source import COMPONENT
+from host.analysis.power_source import COMPONENT, MEASURED, MODELLED, PowerKind
 from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis, Phase, TokenUnit
 from host.report import checks
 from host.report.layer_columns import layer_group_cells
@@ -50,7 +50,7 @@ TOKEN_UNIT = {"prefill": "n_prompt_tokens", "decode": "n_generated_tokens",
 class Labels:
     """What every figure and table says about where its numbers come from."""
 
-    power_source: str  # "measured" | "modelled"
+    power_source: PowerKind
     power_detail: str
     energy_basis: str  # gross | net
     energy_method: str
@@ -123,8 +123,7 @@ class ReportData:
         n_rep = 0
         if len(reps):
             unit = TokenUnit.PROMPT if phase == Phase.PREFILL else TokenUnit.GENERATED
-            n_rep = len(reps[(reps["scope"] == SCOPE_ALL) & (reps["phase"] == phase)
-                             & (reps["unit"] == unit) & (reps["basis"] == self.basis)])
+            n_rep = len(headline_rows(reps, self.basis, phase=phase, unit=unit))
         return (f"{len(pr)} runs ({int(pr['valid'].sum())} valid), {n_rep} repeats, "
                 f"{int(pr['n_samples'].sum())} meter samples in {phase} windows")
 
@@ -145,7 +144,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
 WALL_METER = "wall meter: ATM90E26 metering chips"
 
 
-def power_labels(doc: Record, results: pd.DataFrame) -> tuple[str, str]:
+def power_labels(doc: Record, results: pd.DataFrame) -> tuple[PowerKind, str]:
     """("measured" | "modelled", detail) from the analysis column, else the trace metadata.
 
     The detail names what was measured: wall power (the board's metering chips) or component
@@ -162,12 +161,12 @@ def power_labels(doc: Record, results: pd.DataFrame) -> tuple[str, str]:
         parts = []
         for src in srcs:
             for one in src.split(" + "):
-                parts.append(f"measured {WALL_METER}" if one == "measured" and not comp_nodes
+                parts.append(f"measured {WALL_METER}" if one == MEASURED and not comp_nodes
                              else one)
         detail = "; ".join(dict.fromkeys(parts))
         if comp_nodes and COMPONENT not in detail:
             detail += f"; node(s) {', '.join(comp_nodes)}: {COMPONENT}"
-        return ("modelled" if modelled else "measured"), detail
+        return (MODELLED if modelled else MEASURED), detail
     trace = doc.get("trace") or {}
     if trace.get("emulated") or trace.get("power_models"):
         kinds = set()
@@ -185,10 +184,10 @@ def power_labels(doc: Record, results: pd.DataFrame) -> tuple[str, str]:
             detail += "; constant-power channels"
         if comp_nodes:
             detail += f"; node(s) {', '.join(comp_nodes)}: {COMPONENT} (measured)"
-        return "modelled", detail
+        return MODELLED, detail
     if comp_nodes:
-        return "measured", f"{COMPONENT} (software counters) on node(s) {', '.join(comp_nodes)}"
-    return "measured", WALL_METER
+        return MEASURED, f"{COMPONENT} (software counters) on node(s) {', '.join(comp_nodes)}"
+    return MEASURED, WALL_METER
 
 
 def _groups(rows: pd.DataFrame, cov_col: str, n_col: str | None, *, at_least: bool = False

@@ -37,7 +37,7 @@ from host.analysis.headline import headline_rows
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import number, pct
 from host.analysis.paired import pairing_label
-from host.analysis.power_source import COMPONENT
+from host.analysis.power_source import COMPONENT, MODELLED
 from host.analysis.vocabulary import SCOPE_ALL, WindowKind
 from host.report.data import ReportData, interval_text
 from host.report.label_layout import PointLabel, place_labels
@@ -69,13 +69,13 @@ def _stamp(ax: plt.Axes, rd: ReportData, basis: str | None = None) -> None:
     """A corner label on the plot itself: modelled power can never be mistaken for measured.
     `basis`: the figure's own energy basis where it is not the analysis's (one basis a
     figure)."""
-    text = ("MODELLED POWER (emulator)" if rd.labels.power_source == "modelled"
+    text = ("MODELLED POWER (emulator)" if rd.labels.power_source == MODELLED
             else "measured power")
     if COMPONENT in rd.labels.power_detail:
         text += f" · {COMPONENT.upper()}"
     ax.text(0.99, 0.01, f"{text} · {basis or rd.basis}", transform=ax.transAxes, ha="right",
             va="bottom", fontsize=7, color=MODELLED_COLOR
-            if rd.labels.power_source == "modelled" else "#333333", alpha=0.85, zorder=10,
+            if rd.labels.power_source == MODELLED else "#333333", alpha=0.85, zorder=10,
             bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5})
 
 

@@ -21,8 +21,11 @@ from host.analysis.guidance import (
     ToldApart,
     guidance,
 )
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import median_interval, number
+from host.analysis.vocabulary import Phase, VerdictState
+from host.report.answer_model import DECIDED
 from host.report.data import ReportData
 from host.report.sequential import load_decisions
 from host.report.tables import Table, _tail, with_ci
@@ -39,11 +42,11 @@ def decode_seconds(rd: ReportData) -> dict[str, Figure]:
     """Decode seconds per generated token per configuration: the valid decode repeats'
     duration per request × requests ÷ tokens, their median and its interval."""
     r = rd.repeats
-    need = {"config", "scope", "phase", "basis", "tokens", "n_requests",
+    need = {"config", "scope", "phase", "unit", "basis", "tokens", "n_requests",
             "duration_per_request_s"}
     if r.empty or not need <= set(r.columns):
         return {}
-    rows = r[(r["scope"] == "all") & (r["phase"] == "decode") & (r["basis"] == rd.basis)]
+    rows = headline_rows(r, rd.basis, phase=Phase.DECODE)
     if "reason" in rows.columns:
         rows = rows[rows["reason"].isna() | (rows["reason"].astype(str) == "")]
     out = {}
@@ -99,7 +102,7 @@ def paired_verdicts(rd: ReportData) -> ToldApart:
         if quantity == "energy" and decisions is not None:
             seq = decisions.verdict(a, b)
             if seq is not None:
-                return seq[0] == "decided"
+                return seq[0] == VerdictState.DECIDED
         key = "energy_distinguishable" if quantity == "energy" else "accuracy_distinguishable"
         for r in rows:
             if {r.get("config_a"), r.get("config_b")} == {a, b} and \
@@ -126,12 +129,12 @@ def guidance_table(rd: ReportData) -> Table:
     unit = {"latency-sensitive": "s per generated token (decode)",
             "energy-sensitive": "J per generated token", "quality-sensitive": "accuracy"}
     for rec in recommendations(rd):
-        told = ("—" if rec.status == "decided" or rec.config is None else
+        told = ("—" if rec.status == DECIDED or rec.config is None else
                 ", ".join(rec.rivals) if rec.rivals else "no interval")
         rows.append([rec.use, rec.criterion, rec.config or "none qualifies",
                      f"{_figure_text(rec)} {unit[rec.use]}",
                      f"{rec.status} on {QUANTITY_WORDS[rec.use]}", told])
-        classes.append("pareto" if rec.status == "decided" else "")
+        classes.append("pareto" if rec.status == DECIDED else "")
     loss, budget = thresholds(rd)
     caption = (f"The configuration to pick by use. Thresholds: accuracy loss {loss:.3g} "
                f"(absolute), J/token budget {budget:.3g}× the lowest (study file [analysis] "

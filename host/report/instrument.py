@@ -12,6 +12,8 @@ import math
 
 import pandas as pd
 
+from epi.formats.json_types import JSON
+from host.analysis.power_source import MODELLED
 from host.report.data import ReportData
 
 NOT_RECORDED = "not recorded (an analysis older than instrument uncertainty: re-run epi analyze)"
@@ -28,7 +30,7 @@ def figure_cell(row: pd.Series | None) -> str:
     return str(basis) if isinstance(basis, str) and basis else "n/a"
 
 
-def qualification(rd: ReportData) -> dict[str, object] | None:
+def qualification(rd: ReportData) -> dict[str, JSON] | None:
     """results.json's `instrument.qualification`, or None when the analysis has none."""
     inst = rd.doc.get("instrument")
     q = inst.get("qualification") if isinstance(inst, dict) else None
@@ -68,7 +70,7 @@ def limit_lines(rd: ReportData) -> list[str]:
     out = []
     q = qualification(rd)
     measured = measured_figures(rd)
-    if rd.labels.power_source == "modelled" and not measured:
+    if rd.labels.power_source == MODELLED and not measured:
         out.append("No instrument uncertainty applies: the power is modelled, so there is no "
                    "meter chain to qualify; the intervals cover repeat-to-repeat variation "
                    "only.")

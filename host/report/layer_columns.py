@@ -5,7 +5,7 @@ its name, its layers and the type the map asked for (`layer_groups`). A map whos
 named early / middle / late (epi's fraction maps, and the study paper's three-group maps,
 which the map reader names so) fills each column from its own group, with the group's layers:
 `demo_bookend_q8_q4_q8` on 30 layers reads Q8_0 (0-7) | Q4_0 (8-22) | Q8_0 (23-29). A map
-with one group fills all three. Any other map (e.g. a search map with one decision per run
+with one group fills all three. Every other map (e.g. a search map with one decision per run
 of layers) shows, in each quarter of the depth, its groups that fall there by layer range
 ("0-2:Q8_0 3-7:Q4_0"), so the cell states exactly which layers have which type.
 """

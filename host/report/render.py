@@ -13,6 +13,7 @@ import base64
 import html
 from dataclasses import dataclass
 
+from host.analysis.power_source import MODELLED
 from host.analysis.vocabulary import WindowKind
 from host.report import answers as answers_mod
 from host.report.answers import AnswerBlock
@@ -133,7 +134,7 @@ def _table_md(t: Table) -> str:
 def intro(rd: ReportData) -> tuple[str, str]:
     """(banner text, how-to-read text)."""
     lab = rd.labels
-    if lab.power_source == "modelled":
+    if lab.power_source == MODELLED:
         banner = ("Power in this report is MODELLED, not measured: " + lab.power_detail +
                   ". The numbers show what the pipeline computes; they are not a measurement "
                   "of real hardware.")

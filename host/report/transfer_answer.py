@@ -16,6 +16,7 @@ from pathlib import Path
 
 from epi.core.errors import UserError
 from epi.formats.manifests import QuantManifest
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import number
 from host.analysis.transfer import Transfer, rows_by_round, sign_flip_rounds_needed, transfer
@@ -51,8 +52,7 @@ def _round_values(rd: ReportData, keys: Mapping[str, tuple[str, str]],
     need = {"config", "scope", "phase", "unit", "basis", "j_per_token", "campaign_round"}
     if r.empty or not need <= set(r.columns):
         return {}
-    rows = r[(r["scope"] == "all") & (r["phase"] == "request") & (r["unit"] == "generated")
-             & (r["basis"] == rd.basis)]
+    rows = headline_rows(r, rd.basis)
     if "reason" in rows.columns:
         rows = rows[rows["reason"].isna() | (rows["reason"].astype(str) == "")]
     out = []
@@ -117,7 +117,7 @@ def transfer_answer(rd: ReportData) -> Answer | None:
         text += " " + _words(e, "EPI")
     else:
         text += " EPI: no accuracy for these maps, so only J/token is ranked."
-    status = DECIDED if all(s == "decided" for s in statuses) else UNDECIDED
+    status = DECIDED if all(s == DECIDED for s in statuses) else UNDECIDED
     return Answer("transfer", QUESTION, text, status)
 
 

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from host.analysis.headline import headline_rows
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import number
+from host.analysis.vocabulary import Phase, TokenUnit
 from host.report.data import ReportData
 from host.report.figures import VALID_COLOR, Figure, _caption, _g, _stamp
 from host.report.label_layout import PointLabel, place_labels
 from host.report.work_answers import bytes_per_token
 
-PANELS = (("prefill", "prompt", "prefill: J per prompt token"),
-          ("decode", "generated", "decode: J per generated token"))
+PANELS = ((Phase.PREFILL, TokenUnit.PROMPT, "prefill: J per prompt token"),
+          (Phase.DECODE, TokenUnit.GENERATED, "decode: J per generated token"))
 
 
 def energy_vs_bytes(rd: ReportData) -> Figure:
@@ -29,8 +31,7 @@ def energy_vs_bytes(rd: ReportData) -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     facts = []
     for ax, (phase, unit, title) in zip(axes, PANELS, strict=True):
-        rows = r[(r["scope"] == "all") & (r["phase"] == phase) & (r["unit"] == unit)
-                 & (r["basis"] == rd.basis)] if len(r) else r
+        rows = headline_rows(r, rd.basis, phase=phase, unit=unit) if len(r) else r
         labels = []
         for _, row in rows.iterrows():
             cfg = str(row["config"])

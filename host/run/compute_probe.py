@@ -33,6 +33,7 @@ import numpy as np
 
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
+from epi.formats.json_types import JSON
 from host.analysis.intervals import median_interval
 
 FORMAT = "epi-compute-probe"
@@ -69,7 +70,7 @@ class ComputeProbe:
     cache_bytes: int | None
     costs: dict[str, TypeCost]
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSON]:
         return {"format": FORMAT, "format_version": 1, "node": self.node, "build": self.build,
                 "threads": self.threads, "cache_bytes": self.cache_bytes,
                 "costs": {k: asdict(v) for k, v in self.costs.items()}}

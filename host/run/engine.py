@@ -59,8 +59,17 @@ def _llama_class() -> type:
     return EpiLlama
 
 
+class SamplerChain(Protocol):
+    """llama-cpp-python's `LlamaSampler`: the chain `EpiLlama._init_sampler` builds."""
+
+    @property
+    def sampler(self) -> object: ...  # the llama_sampler pointer, for llama_cpp's C functions
+
+
 class GenerationModel(Protocol):
     """What epi calls on a loaded `EpiLlama` (llama-cpp-python ships no type information)."""
+
+    n_tokens: int  # the Python wrapper's count of tokens in the context
 
     @property
     def model(self) -> object: ...  # the llama_model pointer, for llama_cpp's C functions
@@ -75,6 +84,8 @@ class GenerationModel(Protocol):
     def generate(self, tokens: Sequence[int]) -> Generator[int, None, None]: ...
 
     def epi_ban_tokens(self, token_ids: list[int]) -> None: ...
+
+    def _init_sampler(self) -> SamplerChain: ...  # greedy, the banned ids biased to -inf
 
 
 @dataclass

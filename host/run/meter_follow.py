@@ -25,12 +25,13 @@ from pathlib import Path
 from epi.core.errors import UserError
 from epi.core.files import read_boot_id
 from epi.core.net import split_daemon_url
+from epi.formats.json_types import JSONObject
 
 FOLLOW_NAME = "follow.pids"
 FOLLOW_DIR_PREFIX = "epi-meter-follow-"
 
 
-def _status(url: str) -> dict[str, object] | None:
+def _status(url: str) -> JSONObject | None:
     """The daemon's /status document, or None when it cannot be read."""
     try:
         host, port, base = split_daemon_url(url)
@@ -41,7 +42,7 @@ def _status(url: str) -> dict[str, object] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _trusted_follow_file(status: dict[str, object], this_boot: str | None) -> Path | None:
+def _trusted_follow_file(status: JSONObject, this_boot: str | None) -> Path | None:
     """The follow file /status names, when it is the daemon's own on this machine."""
     follow = status.get("follow_file")
     if not isinstance(follow, str) or not follow or this_boot is None:
@@ -76,7 +77,7 @@ class MeterFollow:
 
     def __init__(self, urls: list[str], echo: Callable[[str], None], *,
                  pid: int | None = None,
-                 read_status: Callable[[str], dict[str, object] | None] = _status) -> None:
+                 read_status: Callable[[str], JSONObject | None] = _status) -> None:
         self._urls = urls
         self._echo = echo
         self._pid = os.getpid() if pid is None else pid

@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from epi.formats.json_types import JSON
+
 PERF_TYPE_HARDWARE = 0
 PERF_TYPE_SOFTWARE = 1
 PERF_TYPE_RAW = 4
@@ -121,7 +123,7 @@ class Availability:
     events: list[Event] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSON]:
         return {"events": [e.name for e in self.events], "units": {e.name: e.unit
                                                                    for e in self.events},
                 "unavailable": dict(self.unavailable),

@@ -30,9 +30,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON
 from host.run.engine import GenerationModel, LoadedModel, Timing, load_model
 from host.run.perf_counters import RequestCounters
 
@@ -51,7 +51,7 @@ class SplitConfig:
     prefill: str
     decode: str
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSON]:
         return {"config_id": self.config_id,
                 "phases": {"prefill": self.prefill, "decode": self.decode}}
 
@@ -170,8 +170,7 @@ def clear(llm: GenerationModel) -> None:
     import llama_cpp
 
     llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(llm.ctx), True)
-    llm_any: Any = llm
-    llm_any.n_tokens = 0
+    llm.n_tokens = 0
 
 
 def decode_tokens(llm: GenerationModel, tokens: Sequence[int]) -> None:
@@ -200,8 +199,7 @@ class Sampler:
 
     def __init__(self, llm: GenerationModel) -> None:
         self.llm = llm
-        llm_any: Any = llm  # EpiLlama's sampler factory (host.run.engine), not in the Protocol
-        self._sampler = llm_any._init_sampler()  # kept alive: llama.cpp holds no reference
+        self._sampler = llm._init_sampler()  # kept alive: llama.cpp holds no reference
 
     def sample(self) -> int:
         import llama_cpp

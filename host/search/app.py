@@ -16,7 +16,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
@@ -24,7 +23,10 @@ import numpy as np
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.core.text import format_table
+from epi.formats.json_types import JSON
 from host.search.optimizer import Budget
+from host.search.records import Prediction
+from host.search.summary import ConfigRow, SearchSummary, SearchVerdict
 
 Echo = Callable[[str], None]
 
@@ -66,7 +68,7 @@ class SearchRequest:
 
 @dataclass(frozen=True)
 class SearchOutcome:
-    summary: dict[str, Any]  # host.search.driver.summary's JSON document (summary.json)
+    summary: SearchSummary  # host.search.driver.summary's result (summary.json)
     figure: Path
     pages: tuple[Path, Path]
 
@@ -117,7 +119,7 @@ def check_request(req: SearchRequest) -> None:
 
 
 def bound_options(req: SearchRequest, types: list[str] | tuple[str, ...],
-                  run_threads: int) -> dict[str, object]:
+                  run_threads: int) -> dict[str, JSON]:
     """The options whose change would make an earlier round's figures another search's: the
     space, the proxy's text and windows, what and how each map is measured. Budget, candidates
     and per-round count are left out: raising them is how a finished search is continued."""
@@ -230,8 +232,8 @@ def run(req: SearchRequest, echo: Echo) -> SearchOutcome:
                                         echo=echo)
     hand_ids = {map_id_of(p) for p in against_files}
     doc = summary(state, path, predictor, space, hand_ids)
-    write_json_atomic(out / "summary.json", doc)
-    rows_by_cfg = {r["config"]: r for r in doc["configs"]}
+    write_json_atomic(out / "summary.json", doc.to_json())
+    rows_by_cfg = {r.config: r for r in doc.configs}
     for cfg in state.search_maps:
         src = next(out.glob(f"round*/maps/{cfg}.json"), None)
         if src is not None:
@@ -257,72 +259,74 @@ def result_lines(o: SearchOutcome, out: Path) -> list[str]:
     """The table and model lines `epi search` prints at the end."""
     doc = o.summary
     rows = []
-    for r in doc["configs"]:
-        m = r["measured"]
-        lo, hi = r.get("predicted_epi_interval") or (None, None)
-        rows.append([r["config"], r["kind"], r.get("assignment", ""),
-                     _fmt(r.get("proxy_kl_nats")),
-                     _fmt(r.get("predicted_j_per_token")),
-                     _ci(m["j_per_token"], *m["j_per_token_ci"]),
-                     _fmt(r.get("energy_residual_j")),
-                     _fmt(r.get("predicted_accuracy")), _fmt(m["accuracy"]),
-                     _ci(r.get("predicted_epi"), lo, hi), _ci(m["epi"], *m["epi_ci"]),
-                     m["power_source"] or "?", m["reason"]])
-    em, am, verdict = doc["energy_model"], doc["accuracy_model"], doc["verdict"]
+    for r in doc.configs:
+        m, p = r.measured, r.prediction
+        rows.append([r.config, r.kind, r.assignment or "",
+                     _fmt(r.proxy_kl_nats),
+                     _fmt(p.j_per_token if p is not None else None),
+                     _ci(m.j_per_token, *m.j_per_token_ci),
+                     _fmt(r.energy_residual_j),
+                     _fmt(p.accuracy if p is not None else None), _fmt(m.accuracy),
+                     _predicted_epi(p), _ci(m.epi, *m.epi_ci),
+                     m.power_source or "?", m.reason])
+    pr, verdict = doc.predictor, doc.verdict
+    em, am = pr.energy, pr.accuracy
     return [
         format_table(["config", "kind", "layers:type", "proxy KL", "J/tok pred",
                       "J/tok meas [CI]", "J resid", "acc pred", "acc meas", "EPI pred [PI]",
                       "EPI meas [CI]", "power", "note"], rows),
         "pred = predicted when picked, before measuring (from the fit to every map measured "
         "before); J resid = measured − final energy fit",
-        f"energy model: J/token = {_fmt(em['intercept_j'])} + {_fmt(em['j_per_gb'])}·GB "
-        f"(n={em['n']}, residual sd {_fmt(em['residual_sd_j'])} J; prefill is in the "
-        f"intercept); accuracy model: acc = {_fmt(am['intercept'])} + "
-        f"{_fmt(am['per_nat'])}·KL (n={am['n']}, KL of the whole file"
-        + ("; slope held at 0: the free fit's was positive" if am.get("clamped") else "")
+        f"energy model: J/token = {_fmt(em.intercept)} + {_fmt(em.slope)}·GB "
+        f"(n={em.n}, residual sd {_fmt(em.residual_sd)} J; prefill is in the "
+        f"intercept); accuracy model: acc = {_fmt(am.intercept)} + "
+        f"{_fmt(am.slope)}·KL (n={am.n}, KL of the whole file"
+        + ("; slope held at 0: the free fit's was positive" if am.clamped else "")
         + ")",
         f"rank correlation with the composite: summed per-layer proxy "
-        f"{_fmt(doc['proxy_rank_correlation'])} (n={doc['proxy_rank_correlation_n']}), "
-        f"direct whole-file KL {_fmt(doc['direct_kl_rank_correlation'])}; with the "
-        f"perplexity: direct KL {_fmt(doc['direct_kl_ppl_rank_correlation'])}, summed "
-        f"proxy {_fmt(doc['proxy_ppl_rank_correlation'])} "
-        f"(n={doc['ppl_rank_correlation_n']})",
-        f"frontier: {verdict['frontier']['text']}",
+        f"{_fmt(pr.proxy_rank_correlation)} (n={pr.proxy_n}), "
+        f"direct whole-file KL {_fmt(pr.direct_kl_rank_correlation)}; with the "
+        f"perplexity: direct KL {_fmt(pr.direct_kl_ppl_rank_correlation)}, summed "
+        f"proxy {_fmt(pr.proxy_ppl_rank_correlation)} "
+        f"(n={pr.ppl_n})",
+        f"frontier: {verdict.frontier.text}",
         *comparison_lines(verdict),
-        f"verdict: {verdict['text']}",
+        f"verdict: {verdict.text}",
         f"wrote {out}/summary.json, {out}/maps/, {o.figure}, {o.pages[0]}, {o.pages[1]}",
     ]
 
 
-def comparison_lines(verdict: dict[str, Any]) -> list[str]:
+def _predicted_epi(p: Prediction | None) -> str:
+    """The pick-time EPI with its prediction interval ('null' where there was none)."""
+    return _ci(p.epi, *p.epi_interval) if p is not None else _ci(None, None, None)
+
+
+def comparison_lines(verdict: SearchVerdict) -> list[str]:
     """Each candidate's settled comparison with the best hand-made map, one line each."""
-    comps = verdict.get("comparisons") or []
-    counts = verdict.get("comparison_counts") or {}
+    comps = verdict.comparisons
+    counts = verdict.comparison_counts
     head = ("against the best hand-made map, per candidate ("
             + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + "):"
             if comps else "against the best hand-made map: no candidate compared yet")
     out = [head] + [f"  {c['config']}: {c['text']}" for c in comps]
     out += [f"  {c}: not compared (measured before comparisons were recorded)"
-            for c in verdict.get("not_compared") or []]
+            for c in verdict.not_compared]
     return out
 
 
-def write_found_map(src: Path, dst: Path, row: dict[str, object] | None) -> None:
+def write_found_map(src: Path, dst: Path, row: ConfigRow | None) -> None:
     """Copy a found map into OUT/maps with its measured and pick-time predicted EPI appended to
     its free-text `description` (the only free-text field the map format has), so the file
     carries its own figures. The round's copy, which the campaign measured, is left as it is."""
     doc = json.loads(src.read_text())
     if row is not None:
-        m = row["measured"]
-        assert isinstance(m, dict)
-        pi = row.get("predicted_epi_interval")
-        lo, hi = pi if isinstance(pi, (list, tuple)) and len(pi) == 2 else (None, None)
+        m = row.measured
         doc["description"] = (
-            f"{doc.get('description', '')}. Measured EPI {_ci(m['epi'], *m['epi_ci'])} "
-            f"(J/token {_ci(m['j_per_token'], *m['j_per_token_ci'])}, accuracy "
-            f"{_fmt(m['accuracy'])}; power: {m['power_source'] or 'not stated'}"
-            + (f"; {m['reason']}" if m["reason"] else "") + "); predicted when picked: EPI "
-            f"{_ci(row.get('predicted_epi'), lo, hi)}"
+            f"{doc.get('description', '')}. Measured EPI {_ci(m.epi, *m.epi_ci)} "
+            f"(J/token {_ci(m.j_per_token, *m.j_per_token_ci)}, accuracy "
+            f"{_fmt(m.accuracy)}; power: {m.power_source or 'not stated'}"
+            + (f"; {m.reason}" if m.reason else "") + "); predicted when picked: EPI "
+            f"{_predicted_epi(row.prediction)}"
         )
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.write_text(json.dumps(doc, indent=2) + "\n")

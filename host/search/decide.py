@@ -82,7 +82,7 @@ def candidate_verdict(best_hand: Measured, cand: Measured, rules: DecisionRules,
     saving = ad.paired_savings_pct(values, best_hand.config, cand.config)
     found = ad.assess(rules, [comp], values, rounds_done, out_of_time=True)[0]
     v = found.verdict
-    decided, undecided = v.state == "decided", v.state == "undecided"
+    decided, undecided = v.state == State.DECIDED, v.state == State.UNDECIDED
     reason = _undecided_reason(v.n, best_hand, cand, rules) if undecided else ""
     figures = _VerdictFigures(
         config=cand.config, against=best_hand.config, state=v.state,
@@ -121,7 +121,7 @@ def _text(found: ad.Assessment, doc: _VerdictFigures, cand: Measured,
           best: Measured) -> str:
     """One line: the campaign's own comparison text, the reason, and the accuracies."""
     line = found.text()
-    if doc["state"] == "undecided" and doc["paired_rounds"] < FIRST_FINITE_ROUND:
+    if doc["state"] == State.UNDECIDED and doc["paired_rounds"] < FIRST_FINITE_ROUND:
         line += f"; why: {doc['reason']}"
     acc = (f"; accuracy {cand.accuracy:.3g} vs {best.accuracy:.3g} (scored once, not "
            "resolved by rounds)" if math.isfinite(cand.accuracy) and

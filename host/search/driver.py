@@ -14,11 +14,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.formats.fields import check_float
+from epi.formats.json_types import JSON
 from host.campaign.adaptive import DecisionRules
 from host.search.decide import (
     CandidateVerdict,
@@ -39,9 +40,16 @@ from host.search.space import (
     mixmap_document,
     write_mixmap,
 )
-
-SEARCH_FORMAT = "epi-search"
-SEARCH_FORMAT_VERSION = 1
+from host.search.summary import (
+    SEARCH_FORMAT,
+    SEARCH_FORMAT_VERSION,
+    ConfigKind,
+    ConfigRow,
+    FrontierMove,
+    FrontierShift,
+    SearchSummary,
+    SearchVerdict,
+)
 
 
 @dataclass
@@ -58,7 +66,7 @@ class SearchSettings:
     # the candidate rounds' decision rules (each campaign's [decide]: rounds, margin, alpha)
     rules: DecisionRules = field(default_factory=lambda: DecisionRules(("baseline",)))
     # what a state of this search must describe (host.search.identity.search_identity)
-    identity: dict[str, object] = field(default_factory=dict)
+    identity: dict[str, JSON] = field(default_factory=dict)
 
 
 @dataclass
@@ -74,7 +82,7 @@ class SearchState:
     # config -> summed per-layer proxy KL (search maps; hand-made maps expressible in the space)
     proxy_kl: dict[str, float] = field(default_factory=dict)
     # the model, maps, options and build this state describes (None: an older state's)
-    identity: dict[str, object] | None = None
+    identity: dict[str, JSON] | None = None
     # config -> its settled comparison with the best hand-made map (host.search.decide)
     verdicts: dict[str, CandidateVerdict] = field(default_factory=dict)
 
@@ -174,7 +182,7 @@ def settle_round(state: SearchState, results: Sequence[Measured], baseline: str,
         echo(f"round {by[cid].round}: {v['text']}")
 
 
-def check_state(path: Path, identity: dict[str, object]) -> SearchState:
+def check_state(path: Path, identity: dict[str, JSON]) -> SearchState:
     """The saved state, refused in one line if it describes another search; a state with
     nothing measured yet becomes this search's."""
     state = SearchState.load(path)
@@ -237,7 +245,7 @@ def frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]
     return sorted({p for p in points if not dominated(p, points)})
 
 
-def frontier_shift(hand: Sequence[Measured], found: Sequence[Measured]) -> dict[str, Any]:
+def frontier_shift(hand: Sequence[Measured], found: Sequence[Measured]) -> FrontierShift:
     """How far the measured search maps move the measured hand-made frontier, if at all.
 
     For each found map not dominated by a hand-made one: the J/token it saves against the
@@ -252,17 +260,16 @@ def frontier_shift(hand: Sequence[Measured], found: Sequence[Measured]) -> dict[
         if dominated((m.j_per_token, m.accuracy), hand_pts):
             continue
         better = [h for h in hand if h.accuracy >= m.accuracy]
-        move: dict[str, Any] = {"config": m.config, "j_per_token": m.j_per_token,
-                                "accuracy": m.accuracy}
         if better:
             ref = min(better, key=lambda h: h.j_per_token)
-            move.update(against=ref.config, against_accuracy=ref.accuracy,
-                        j_saving_frac=(ref.j_per_token - m.j_per_token) / ref.j_per_token,
-                        intervals_overlap=_overlap(m.j_per_token_ci, ref.j_per_token_ci))
+            move = FrontierMove(m.config, m.j_per_token, m.accuracy, against=ref.config,
+                                against_accuracy=ref.accuracy,
+                                j_saving_frac=(ref.j_per_token - m.j_per_token) / ref.j_per_token,
+                                intervals_overlap=_overlap(m.j_per_token_ci, ref.j_per_token_ci))
         else:
             ref = max(hand, key=lambda h: h.accuracy)
-            move.update(against=ref.config, accuracy_gain=m.accuracy - ref.accuracy,
-                        intervals_overlap=None)
+            move = FrontierMove(m.config, m.j_per_token, m.accuracy, against=ref.config,
+                                accuracy_gain=m.accuracy - ref.accuracy)
         moves.append(move)
     if not hand or not found:
         text = "no frontier comparison: measured points are missing on one side"
@@ -272,22 +279,21 @@ def frontier_shift(hand: Sequence[Measured], found: Sequence[Measured]) -> dict[
     else:
         parts = []
         for mv in moves:
-            if "j_saving_frac" in mv:
-                ref_acc = mv["against_accuracy"]
-                trade = ("at equal accuracy" if mv["accuracy"] >= ref_acc else
-                         f"at lower accuracy ({mv['accuracy']:.3g} vs {ref_acc:.3g}): a new "
+            if mv.j_saving_frac is not None and mv.against_accuracy is not None:
+                ref_acc = mv.against_accuracy
+                trade = ("at equal accuracy" if mv.accuracy >= ref_acc else
+                         f"at lower accuracy ({mv.accuracy:.3g} vs {ref_acc:.3g}): a new "
                          "trade-off point, not a gain at equal accuracy")
-                parts.append(f"{mv['config']} uses {100 * mv['j_saving_frac']:.1f} % less "
-                             f"J/token than {mv['against']}, the cheapest hand-made map at "
+                parts.append(f"{mv.config} uses {100 * mv.j_saving_frac:.1f} % less "
+                             f"J/token than {mv.against}, the cheapest hand-made map at "
                              f"least as accurate, {trade}"
-                             + (" (J/token intervals overlap)" if mv["intervals_overlap"]
+                             + (" (J/token intervals overlap)" if mv.intervals_overlap
                                 else ""))
             else:
-                parts.append(f"{mv['config']} is {mv['accuracy_gain']:+.3f} more accurate than "
-                             f"the most accurate hand-made map {mv['against']}")
+                parts.append(f"{mv.config} is {mv.accuracy_gain:+.3f} more accurate than "
+                             f"the most accurate hand-made map {mv.against}")
         text = "the frontier moved: " + "; ".join(parts)
-    return {"text": text, "moves": moves,
-            "hand_made_frontier": [list(p) for p in frontier(hand_pts)]}
+    return FrontierShift(text, tuple(moves), tuple(frontier(hand_pts)))
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool | None:
@@ -296,7 +302,7 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool | None:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def verdict(state: SearchState, hand_made: set[str]) -> dict[str, Any]:
+def verdict(state: SearchState, hand_made: set[str]) -> SearchVerdict:
     """Measured search maps against the measured hand-made frontier."""
     latest = latest_measured(state)
     hand = [m for c, m in latest.items() if c in hand_made and m.usable]
@@ -325,12 +331,11 @@ def verdict(state: SearchState, hand_made: set[str]) -> dict[str, Any]:
                         if overlap else ""))
     decided = [state.verdicts[c] for c in state.search_maps if c in state.verdicts]
     unjudged = [c for c in state.search_maps if c not in state.verdicts]
-    return {"text": text, "on_or_beyond_frontier": on_or_beyond,
-            "best_hand_made": best_hand.config if best_hand else None,
-            "best_search": best_found.config if best_found else None,
-            "frontier": frontier_shift(hand, found),
-            "comparisons": decided, "comparison_counts": verdict_counts(decided),
-            "not_compared": unjudged}
+    return SearchVerdict(text, tuple(on_or_beyond),
+                         best_hand.config if best_hand else None,
+                         best_found.config if best_found else None,
+                         frontier_shift(hand, found), tuple(decided), verdict_counts(decided),
+                         tuple(unjudged))
 
 
 def _num(x: object) -> str:
@@ -456,7 +461,7 @@ def run_search(
 
 
 def summary(state: SearchState, path: list[Candidate], predictor: Predictor,
-            space: SearchSpace, hand_made: set[str]) -> dict[str, Any]:
+            space: SearchSpace, hand_made: set[str]) -> SearchSummary:
     """The search's result document: every measured configuration with its predicted and
     measured figures side by side, both fitted models with their validity, and the verdict.
 
@@ -471,48 +476,17 @@ def summary(state: SearchState, path: list[Candidate], predictor: Predictor,
         c = by_assignment.get(tuple(assignment)) if assignment else None
         resid = (m.j_per_token - predictor.j_per_token(m.size_bytes / 1e9)
                  if m.usable and m.size_bytes else math.nan)
-        row: dict[str, Any] = {
-            "config": cfg,
-            "kind": "search" if assignment else "hand-made" if cfg in hand_made else "other",
-            "measured": m.as_dict(), "direct_kl_nats": state.direct_kl.get(cfg),
-            "proxy_kl_nats": state.proxy_kl.get(cfg),
-            "energy_residual_j": resid if math.isfinite(resid) else None,
-        }
+        kind: ConfigKind = ("search" if assignment else "hand-made" if cfg in hand_made
+                            else "other")
+        row = ConfigRow(cfg, kind, m, state.direct_kl.get(cfg), state.proxy_kl.get(cfg),
+                        resid if math.isfinite(resid) else None)
         if assignment is not None:
-            row["assignment"] = assignment_text(assignment)
-            if c is not None:
-                row["bpw"] = c.bpw
-            row["decision"] = state.verdicts.get(cfg)
-            pred = state.predictions.get(cfg)
-            if pred is None:  # a state written before predictions were stored
-                row["prediction_note"] = "no pick-time prediction was stored"
-            else:
-                row.update(pred.to_json())
-                row["predicted_at"] = "pick time, before measuring"
+            row = replace(row, assignment=assignment_text(assignment),
+                          bpw=c.bpw if c is not None else None,
+                          decision=state.verdicts.get(cfg),
+                          prediction=state.predictions.get(cfg))
         rows.append(row)
-    additivity = [(state.proxy_kl[r["config"]], r["direct_kl_nats"]) for r in rows
-                  if r["config"] in state.proxy_kl and r.get("direct_kl_nats") is not None]
-    return {
-        "format": SEARCH_FORMAT, "format_version": SEARCH_FORMAT_VERSION,
-        "types": list(space.types),
-        "energy_model": {"intercept_j": predictor.energy.intercept,
-                         "j_per_gb": predictor.energy.slope, "n": predictor.energy.n,
-                         "residual_sd_j": predictor.energy.residual_sd,
-                         "residuals_j": list(predictor.energy.residuals),
-                         "fitted": predictor.energy.fitted},
-        "accuracy_model": {"intercept": predictor.accuracy.intercept,
-                           "per_nat": predictor.accuracy.slope, "n": predictor.accuracy.n,
-                           "x": "direct whole-file KL (nats/token)",
-                           "residuals": list(predictor.accuracy.residuals),
-                           "fitted": predictor.accuracy.fitted,
-                           "clamped": predictor.accuracy.clamped},
-        "proxy_rank_correlation": predictor.proxy_rank_correlation,
-        "proxy_rank_correlation_n": predictor.proxy_n,
-        "direct_kl_rank_correlation": predictor.direct_kl_rank_correlation,
-        "direct_kl_ppl_rank_correlation": predictor.direct_kl_ppl_rank_correlation,
-        "proxy_ppl_rank_correlation": predictor.proxy_ppl_rank_correlation,
-        "ppl_rank_correlation_n": predictor.ppl_n,
-        "additivity_pairs_nats": additivity,
-        "configs": rows,
-        "verdict": verdict(state, hand_made),
-    }
+    additivity = [(state.proxy_kl[r.config], r.direct_kl_nats) for r in rows
+                  if r.config in state.proxy_kl and r.direct_kl_nats is not None]
+    return SearchSummary(tuple(space.types), predictor, tuple(additivity), tuple(rows),
+                         verdict(state, hand_made))

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import textwrap
 from pathlib import Path
-from typing import Any
+
+from host.search.summary import SearchSummary
 
 
 def _finite(*xs: object) -> bool:
@@ -28,7 +29,7 @@ def _err(v: float, ci: object) -> list[list[float]] | None:
     return [[max(v - lo, 0.0)], [max(hi - v, 0.0)]]
 
 
-def plot_search(summary: dict[str, Any], out: Path) -> list[Path]:
+def plot_search(summary: SearchSummary, out: Path) -> list[Path]:
     """Write search.png and search.svg into `out`; returns their paths."""
     import matplotlib
 
@@ -36,30 +37,30 @@ def plot_search(summary: dict[str, Any], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
     from matplotlib.transforms import blended_transform_factory
 
-    rows = summary["configs"]
-    sources = sorted({r["measured"]["power_source"] for r in rows if r["measured"]["power_source"]})
+    rows = summary.configs
+    sources = sorted({r.measured.power_source for r in rows if r.measured.power_source})
     label = ", ".join(sources) if sources else "power source not stated"
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5.2))
     at_accuracy: dict[float, int] = {}  # labels of points at one accuracy alternate above/below
     for r in rows:
-        m = r["measured"]
-        j, a = m["j_per_token"], m["accuracy"]
+        m = r.measured
+        j, a = m.j_per_token, m.accuracy
         if not _finite(j, a):
             continue
-        hand = r["kind"] == "hand-made"
-        other = r["kind"] == "other"  # measured in a round's campaign, neither kind: × only
+        hand = r.kind == "hand-made"
+        other = r.kind == "other"  # measured in a round's campaign, neither kind: × only
         color = "0.45" if hand else "0.7" if other else "tab:blue"
-        ax.errorbar([j], [a], xerr=_err(j, m["j_per_token_ci"]), fmt="none", ecolor=color,
+        ax.errorbar([j], [a], xerr=_err(j, m.j_per_token_ci), fmt="none", ecolor=color,
                     elinewidth=1, capsize=3, zorder=2)
         ax.scatter([j], [a], marker="o" if hand else "x" if other else "*",
                    s=40 if hand or other else 110, color=color, zorder=3)
         nth = at_accuracy.get(round(a, 6), 0)
         at_accuracy[round(a, 6)] = nth + 1
-        ax.annotate(r["config"], (j, a), fontsize=7, xytext=(4, 3 if nth % 2 == 0 else -10),
+        ax.annotate(r.config, (j, a), fontsize=7, xytext=(4, 3 if nth % 2 == 0 else -10),
                     textcoords="offset points")
     ax.margins(x=0.1, y=0.15)  # points on the edge would hide under the legend or the frame
-    front = summary["verdict"].get("frontier", {})
-    pts = sorted(front.get("hand_made_frontier") or [])
+    front = summary.verdict.frontier
+    pts = sorted(front.hand_made_frontier)
     if pts:
         # the staircase of what the hand-made maps attain: from each frontier point rightwards
         # (more J/token) at its accuracy, up to the next point, and on to the plot's edge
@@ -86,27 +87,27 @@ def plot_search(summary: dict[str, Any], out: Path) -> list[Path]:
         return name
 
     for r in rows:
-        if r["kind"] != "search":
+        if r.kind != "search":
             continue
-        m = r["measured"]
-        pe = r.get("predicted_epi")
-        if _finite(pe):
-            bx.errorbar([k - 0.12], [pe], yerr=_err(pe, r.get("predicted_epi_interval")),
+        m = r.measured
+        pred = r.prediction
+        if pred is not None and pred.epi is not None and _finite(pred.epi):
+            bx.errorbar([k - 0.12], [pred.epi], yerr=_err(pred.epi, pred.epi_interval),
                         fmt="*", mfc="none", mec="tab:blue", ecolor="tab:blue", ms=11,
                         capsize=3, label=once("predicted at pick"))
-        if _finite(m["epi"]):
-            bx.errorbar([k + 0.12], [m["epi"]], yerr=_err(m["epi"], m["epi_ci"]), fmt="*",
+        if _finite(m.epi):
+            bx.errorbar([k + 0.12], [m.epi], yerr=_err(m.epi, m.epi_ci), fmt="*",
                         color="tab:blue", ms=11, capsize=3, label=once("measured"))
         else:  # an empty slot would read as a missing plot; say why it is empty
             bx.text(k + 0.12, 0.03, "no measured EPI", rotation=90, fontsize=7, color="0.4",
                     ha="center", va="bottom",
                     transform=blended_transform_factory(bx.transData, bx.transAxes))
-        names.append(r["config"])
+        names.append(r.config)
         k += 1
-    best = summary["verdict"].get("best_hand_made")
-    best_row = next((r for r in rows if r["config"] == best), None)
-    if best_row is not None and _finite(best_row["measured"]["epi"]):
-        bx.axhline(best_row["measured"]["epi"], color="0.45", linestyle=":", linewidth=1,
+    best = summary.verdict.best_hand_made
+    best_row = next((r for r in rows if r.config == best), None)
+    if best_row is not None and _finite(best_row.measured.epi):
+        bx.axhline(best_row.measured.epi, color="0.45", linestyle=":", linewidth=1,
                    label=f"best hand-made ({best}), measured")
     bx.set_xticks(range(len(names)), names, rotation=20, fontsize=7)
     bx.set_xlim(-0.5, max(len(names), 1) - 0.5)
@@ -115,7 +116,7 @@ def plot_search(summary: dict[str, Any], out: Path) -> list[Path]:
     bx.grid(alpha=0.3)
     if names:
         bx.legend(fontsize=7)
-    shift = front.get("text") or ""
+    shift = front.text
     fig.suptitle("epi search: ○ hand-made maps, ★ maps found by search")
     fig.text(0.01, 0.01, "\n".join(textwrap.wrap(shift, 170)), fontsize=8, va="bottom")
     fig.tight_layout(rect=(0, 0.06, 1, 1))

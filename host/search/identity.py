@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON, JSONObject
 
 SAMPLE_BYTES = 16 << 20  # hashed at each end of the base model
 FLOAT_TYPES = ("F32", "F16", "BF16")
@@ -55,7 +56,7 @@ def maps_identity(maps: list[Path]) -> dict[str, str]:
 
 
 def search_identity(base: Path, maps: list[Path], options: Mapping[str, object],
-                    build: Mapping[str, object]) -> dict[str, object]:
+                    build: Mapping[str, object]) -> dict[str, JSON]:
     """The identity a state of this search must carry (plain JSON values)."""
     doc = {"model": model_identity(base), "maps": maps_identity(maps),
            "options": dict(options), "llama_cpp": dict(build)}
@@ -81,7 +82,7 @@ def first_difference(stored: object, wanted: object, where: str = "") -> str | N
     return None
 
 
-def check_identity(stored: dict[str, object] | None, wanted: dict[str, object],
+def check_identity(stored: JSONObject | None, wanted: JSONObject,
                    has_work: bool, path: Path) -> None:
     """Refuse a state that describes another search (or cannot say what it describes)."""
     if not has_work:

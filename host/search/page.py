@@ -14,32 +14,33 @@ import base64
 import html
 import math
 from pathlib import Path
-from typing import Any
 
+from host.analysis.vocabulary import VerdictState
 from host.report.render import CSS, _table_html, _table_md
 from host.report.tables import Table, num, with_ci
+from host.search.summary import ConfigRow, SearchSummary
 
 
-def _pi(row: dict[str, Any]) -> str:
-    lo, hi = row.get("predicted_epi_interval") or (None, None)
-    return with_ci(row.get("predicted_epi"), lo, hi)
+def _pi(row: ConfigRow) -> str:
+    p = row.prediction
+    return with_ci(p.epi, *p.epi_interval) if p is not None else with_ci(None, None, None)
 
 
-def configs_table(doc: dict[str, Any]) -> Table:
+def configs_table(doc: SearchSummary) -> Table:
     """Every measured configuration, predicted beside measured, never in its place."""
     rows, classes = [], []
-    for r in doc["configs"]:
-        m = r["measured"]
+    for r in doc.configs:
+        m, p = r.measured, r.prediction
         rows.append([
-            r["config"], r["kind"], r.get("assignment", ""), num(r.get("proxy_kl_nats")),
-            num(r.get("direct_kl_nats")),
-            num(r.get("predicted_j_per_token")),
-            with_ci(m["j_per_token"], *m["j_per_token_ci"]), num(r.get("energy_residual_j")),
-            num(r.get("predicted_accuracy")), num(m["accuracy"]),
-            _pi(r), with_ci(m["epi"], *m["epi_ci"]),
-            m["power_source"] or "not stated", m["reason"],
+            r.config, r.kind, r.assignment or "", num(r.proxy_kl_nats),
+            num(r.direct_kl_nats),
+            num(p.j_per_token if p is not None else None),
+            with_ci(m.j_per_token, *m.j_per_token_ci), num(r.energy_residual_j),
+            num(p.accuracy if p is not None else None), num(m.accuracy),
+            _pi(r), with_ci(m.epi, *m.epi_ci),
+            m.power_source or "not stated", m.reason,
         ])
-        usable = math.isfinite(m["j_per_token"]) and math.isfinite(m["accuracy"])
+        usable = math.isfinite(m.j_per_token) and math.isfinite(m.accuracy)
         classes.append("" if usable else "invalid")
     return Table(
         "configs", "Configurations: predicted (when picked) and measured",
@@ -52,10 +53,10 @@ def configs_table(doc: dict[str, Any]) -> Table:
         rows, classes)
 
 
-def comparisons_table(doc: dict[str, Any]) -> Table:
+def comparisons_table(doc: SearchSummary) -> Table:
     """Each candidate against the best hand-made map: decided, equivalent or undecided."""
     rows, classes = [], []
-    for c in doc["verdict"].get("comparisons") or []:
+    for c in doc.verdict.comparisons:
         lo, hi = c.get("interval_pct") or (None, None)
         state = c["state"] + (f" ({c['direction']})" if c.get("direction") else "")
         rows.append([c["config"], c["against"], state,
@@ -64,7 +65,7 @@ def comparisons_table(doc: dict[str, Any]) -> Table:
                      str(c["rounds_done"]),
                      "" if c.get("rounds_needed") is None else str(c["rounds_needed"]),
                      c.get("reason") or ""])
-        classes.append("" if c["state"] != "undecided" else "invalid")
+        classes.append("" if c["state"] != VerdictState.UNDECIDED else "invalid")
     return Table(
         "comparisons", "Each candidate against the best hand-made map",
         "Paired saving of J per generated token per campaign round (% of the hand-made map's; "
@@ -76,40 +77,41 @@ def comparisons_table(doc: dict[str, Any]) -> Table:
          "paired rounds", "rounds run", "rounds needed", "reason"], rows, classes)
 
 
-def model_lines(doc: dict[str, Any]) -> list[str]:
+def model_lines(doc: SearchSummary) -> list[str]:
     """The two models and the proxy's validity, one sentence each."""
-    em, am = doc["energy_model"], doc["accuracy_model"]
-    res = ", ".join(num(x, "+.3g") for x in em["residuals_j"]) or "none"
+    p = doc.predictor
+    em, am = p.energy, p.accuracy
+    res = ", ".join(num(x, "+.3g") for x in em.residuals) or "none"
     return [
-        f"Energy model: J/token = {num(em['intercept_j'])} + {num(em['j_per_gb'])} · GB of "
-        f"weights (n = {em['n']}, residual sd {num(em.get('residual_sd_j'))} J; residuals "
+        f"Energy model: J/token = {num(em.intercept)} + {num(em.slope)} · GB of "
+        f"weights (n = {em.n}, residual sd {num(em.residual_sd)} J; residuals "
         f"{res} J). Prefill and fixed per-request work are lumped into the intercept.",
-        f"Accuracy model: composite = {num(am['intercept'])} + {num(am['per_nat'])} · KL "
-        f"(n = {am['n']}), fitted on each file's directly measured KL and applied to a "
+        f"Accuracy model: composite = {num(am.intercept)} + {num(am.slope)} · KL "
+        f"(n = {am.n}), fitted on each file's directly measured KL and applied to a "
         f"candidate's summed per-layer proxy."
         + (" The free fit's slope was positive (accuracy rising with divergence from the "
            "base: the composite cannot resolve these KL differences), so the slope is held at "
            "0: predicted accuracy is the mean, and candidates rank by energy alone."
-           if am.get("clamped") else ""),
+           if am.clamped else ""),
         f"Rank correlation with the measured composite: summed per-layer proxy "
-        f"{num(doc['proxy_rank_correlation'])} (n = {doc.get('proxy_rank_correlation_n', '?')}, "
+        f"{num(p.proxy_rank_correlation)} (n = {p.proxy_n}, "
         f"the quantity the search ranks by); direct whole-file KL "
-        f"{num(doc.get('direct_kl_rank_correlation'))}.",
+        f"{num(p.direct_kl_rank_correlation)}.",
         f"Rank correlation with the measured perplexity (higher KL should mean higher "
-        f"perplexity): direct whole-file KL {num(doc.get('direct_kl_ppl_rank_correlation'))}, "
-        f"summed per-layer proxy {num(doc.get('proxy_ppl_rank_correlation'))} "
-        f"(n = {doc.get('ppl_rank_correlation_n', 0)} maps with a perplexity).",
+        f"perplexity): direct whole-file KL {num(p.direct_kl_ppl_rank_correlation)}, "
+        f"summed per-layer proxy {num(p.proxy_ppl_rank_correlation)} "
+        f"(n = {p.ppl_n} maps with a perplexity).",
     ]
 
 
-def write_page(doc: dict[str, Any], out: Path, png: Path) -> tuple[Path, Path]:
+def write_page(doc: SearchSummary, out: Path, png: Path) -> tuple[Path, Path]:
     """Write search.html and search.md into `out`; returns their paths."""
-    sources = sorted({r["measured"]["power_source"] for r in doc["configs"]
-                      if r["measured"]["power_source"]})
+    sources = sorted({r.measured.power_source for r in doc.configs
+                      if r.measured.power_source})
     modelled = not sources or any(not s.startswith("measured") for s in sources)
     banner = ("Power is MODELLED (" if modelled else "Power is measured (") + \
         (", ".join(sources) or "source not stated") + ")."
-    verdict = doc["verdict"]
+    verdict = doc.verdict
     table = configs_table(doc)
     comps = comparisons_table(doc)
     lines = model_lines(doc)
@@ -119,8 +121,8 @@ def write_page(doc: dict[str, Any], out: Path, png: Path) -> tuple[Path, Path]:
     body = [
         f"<h1>{title}</h1>",
         f'<div class="banner {cls}">{html.escape(banner)}</div>',
-        f"<p><b>Verdict:</b> {html.escape(verdict['text'])}</p>",
-        f"<p><b>Frontier:</b> {html.escape(verdict['frontier']['text'])}</p>",
+        f"<p><b>Verdict:</b> {html.escape(verdict.text)}</p>",
+        f"<p><b>Frontier:</b> {html.escape(verdict.frontier.text)}</p>",
         f'<figure><img alt="search" src="data:image/png;base64,{img}"><figcaption>'
         "Left: measured J/token (bars: campaign intervals) and composite accuracy; the line is "
         "the hand-made frontier. Right: EPI predicted at pick time (bars: prediction interval) "
@@ -132,8 +134,8 @@ def write_page(doc: dict[str, Any], out: Path, png: Path) -> tuple[Path, Path]:
     page = (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
     md = "\n".join([
-        f"# {title}", "", f"**{banner}**", "", f"**Verdict:** {verdict['text']}", "",
-        f"**Frontier:** {verdict['frontier']['text']}", "", f"![search]({png.name})", "",
+        f"# {title}", "", f"**{banner}**", "", f"**Verdict:** {verdict.text}", "",
+        f"**Frontier:** {verdict.frontier.text}", "", f"![search]({png.name})", "",
         _table_md(comps), _table_md(table), "## Models", "", *[f"- {s}" for s in lines], "",
     ])
     paths = (out / "search.html", out / "search.md")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from epi.core.errors import UserError
 from epi.formats.fields import check_float, check_int
+from epi.formats.json_types import JSON
 
 
 def _strs(value: object, where: str) -> tuple[str, ...]:
@@ -36,7 +37,7 @@ class SearchRound:
     picked: tuple[str, ...]  # the search candidates' config ids
     against: str | None
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSON]:
         return {"round": self.number, "maps": list(self.maps), "picked": list(self.picked),
                 "against": self.against}
 
@@ -63,7 +64,7 @@ class Prediction:
     fit_n: int  # runs the energy model was fitted on
     accuracy_fit_n: int  # configurations the accuracy model was fitted on
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSON]:
         return {"predicted_j_per_token": self.j_per_token,
                 "predicted_accuracy": self.accuracy, "predicted_epi": self.epi,
                 "predicted_epi_interval": list(self.epi_interval), "fit_n": self.fit_n,

@@ -40,7 +40,8 @@ def reg_name(address):
 class VerifiedAccess:
     """LastData-verified reads, read-clear reads and writes of one chip (module docstring).
 
-    `now()` stamps read-clear reads (`rc_t`, in the caller's ticks); `stats` counts accesses.
+    `now()` stamps read-clear reads (`t_read_clear`, in the caller's ticks); `stats` counts
+    accesses.
     """
 
     def __init__(self, read_word, write_word, now, retries=5):
@@ -48,9 +49,9 @@ class VerifiedAccess:
         self.write_word = write_word
         self.now = now
         self.retries = max(1, retries)
-        self.ld = None  # type: int | None  # what LastData holds after our last access
-        self.rc_t = 0  # type: int  # when the last read-clear read reached the chip
-        self.rc_other = None  # type: int | None  # the word read, LastData said otherwise
+        self.last_data = None  # type: int | None  # what LastData holds after our last access
+        self.t_read_clear = 0  # type: int  # when the last read-clear read reached the chip
+        self.read_clear_other = None  # type: int | None  # the word read, LastData said otherwise
         # words of read attempts LastData did not confirm (a read a bit error redirected to a
         # read-clear register cleared it: its word is here; the caller empties the list)
         self.unconfirmed = []  # type: list[int]
@@ -72,18 +73,18 @@ class VerifiedAccess:
             v = self.read_word(address)
             l1 = self.read_word(regs.LAST_DATA)
             if v is not None and v == l1:
-                self.ld = v
+                self.last_data = v
                 return v
             l2 = self.read_word(regs.LAST_DATA)
             if v is not None and l2 == v:
-                self.ld = v
+                self.last_data = v
                 return v
             seen.append((v, l1, l2))
             for w in (v, l1, l2):
                 if w is not None:
                     self.unconfirmed.append(w)
         self.stats["verify_failures"] += 1
-        self.ld = None
+        self.last_data = None
         if all_absent([w for attempt in seen for w in attempt]):
             raise ChipAbsentError("%s: no answer from the chip (%d tries)"
                                   % (reg_name(address), len(seen)))
@@ -96,7 +97,7 @@ class VerifiedAccess:
         # type: (int) -> int
         """A read-clear register, never re-read once the chip may have cleared it."""
         self.stats["reads"] += 1
-        self.rc_other = None
+        self.read_clear_other = None
         sentinel = self.ensure_sentinel()
         v = None
         lastdata = []  # type: list
@@ -104,33 +105,33 @@ class VerifiedAccess:
             if attempt:
                 self.stats["read_retries"] += 1
             v = self.read_word(address)
-            self.rc_t = self.now()
+            self.t_read_clear = self.now()
             lastdata = []
             executed = True
             for _ in range(self.retries + 1):
-                ld = self.read_word(regs.LAST_DATA)
-                if ld is None:
+                last_data = self.read_word(regs.LAST_DATA)
+                if last_data is None:
                     continue
-                if v is not None and ld == v:
-                    self.ld = v
+                if v is not None and last_data == v:
+                    self.last_data = v
                     if lastdata:
                         self.stats["lastdata_recoveries"] += 1
                     return v
-                if ld in lastdata:  # LastData is stable at ld
-                    if ld == sentinel:
+                if last_data in lastdata:  # LastData is stable at last_data
+                    if last_data == sentinel:
                         executed = False  # the read never reached the chip: nothing cleared
                         break
-                    self.ld = ld
+                    self.last_data = last_data
                     self.stats["lastdata_recoveries"] += 1
                     # v was garbled on MISO, or a redirected LastData read overwrote LastData
                     # with another register's word: keep v for the energy check
-                    self.rc_other = v
-                    return ld
-                lastdata.append(ld)
+                    self.read_clear_other = v
+                    return last_data
+                lastdata.append(last_data)
             if executed:
                 break  # LastData never settled: the cleared value is unknowable
         self.stats["verify_failures"] += 1
-        self.ld = None
+        self.last_data = None
         if all_absent(lastdata) and all_absent([v]):
             raise ChipAbsentError("%s: no answer from the chip" % reg_name(address))
         raise VerifyError("%s: read-clear value not recoverable from LastData (read %s, "
@@ -141,16 +142,16 @@ class VerifiedAccess:
     def ensure_sentinel(self):
         # type: () -> int | None
         """Make sure LastData holds a known word before a read-clear read; return it."""
-        if self.ld is None:
+        if self.last_data is None:
             self.read(regs.CAL_START)
-        return self.ld
+        return self.last_data
 
     def write(self, address, value):
         # type: (int, int) -> None
         """Write a word and confirm it through LastData (re-writing if it did not land)."""
         value &= 0xFFFF
         self.stats["writes"] += 1
-        if self.ld is None or self.ld == value:
+        if self.last_data is None or self.last_data == value:
             self._make_lastdata_differ(value)
         seen = []  # type: list
         answered = False
@@ -163,18 +164,18 @@ class VerifiedAccess:
                 seen.append("no answer")
             l1 = self.read_word(regs.LAST_DATA)
             if l1 == value:
-                self.ld = value
+                self.last_data = value
                 return
             l2 = self.read_word(regs.LAST_DATA)
             if l2 == value:
-                self.ld = value
+                self.last_data = value
                 return
             seen.append("LastData %s/%s" % (hexword(l1), hexword(l2)))
             answered = answered or l1 is not None or l2 is not None
             if l1 is not None and l1 == l2 and l1 != value:
-                self.ld = l1
+                self.last_data = l1
         self.stats["verify_failures"] += 1
-        self.ld = None
+        self.last_data = None
         if not answered:
             raise ChipAbsentError("%s <- 0x%04X: no answer from the chip"
                                   % (reg_name(address), value))
@@ -190,7 +191,7 @@ class VerifiedAccess:
             except VerifyError:
                 continue
         # every candidate holds `value` (or cannot be read): the write check may pass falsely
-        self.ld = None
+        self.last_data = None
 
 
 def all_absent(words):

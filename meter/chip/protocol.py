@@ -28,15 +28,16 @@ What it guarantees, and how (application note §4.3; docs/atm90e26.md):
   ours), never by a second SysStatus read: a chip may clear those bits on read, and metering
   must not stay stopped with frozen registers.
 - Energy: ATenergy (absolute active, read-clear, 0.1 pulse per count) is checked against the
-  power over the interval (`checked_energy`: counts above the hard bound, outside what the
-  Pmean before and after the window allow (`meter.chip.energy_window`), or equal to another
-  register's word of the reading, are re-read once, which tells a read redirected to another
-  register from a genuine one; a genuine one is counted), unwrapped after a long gap, and
-  added to `counts`, an int that never
-  wraps — less its reverse part: ANenergy (reverse active) is read right after it and kept
-  apart in `reverse_counts`, so reverse energy (a CT clamped the wrong way round, or export)
-  is never added as consumption; the first reverse counts of an episode send a
-  `reverse_energy` event with the fix.
+  power over the interval (`EnergyAccount.checked_energy`: counts above the hard bound,
+  outside what the Pmean before and after the window allow (`meter.chip.energy_window`), or
+  equal to another register's word of the reading, are re-read once, which tells a read
+  redirected to another register from a genuine one; a genuine one is counted), unwrapped
+  after a long gap, and added to `counts`, an int that never wraps — less its reverse part:
+  ANenergy (reverse active) is read right after it and kept apart in `reverse_counts`, so
+  reverse energy (a CT clamped the wrong way round, or export) is never added as
+  consumption; the first reverse counts of an episode send a `reverse_energy` event with the
+  fix. This accounting is `meter.chip.energy_account`'s
+  `EnergyAccount`, which the protocol owns (`energy`) and reads the chip through.
 
 A fault raises a `meter.chip.errors.BusError` subclass whose `kind` is its event kind. With
 `report_faults` the fault is also sent to `on_event` (and marked `reported`); with
@@ -44,10 +45,11 @@ A fault raises a `meter.chip.errors.BusError` subclass whose `kind` is its event
 raise (`recovered = True`), else the chip is marked `needs_init` for the caller to re-start.
 """
 
-from meter.chip import energy_window, plausibility
+from meter.chip import plausibility
 from meter.chip import registers as regs
 from meter.chip.access import ABSENT_WORDS, VerifiedAccess, all_absent, hexword, reg_name
 from meter.chip.calibration import EMULATED_FRONTEND
+from meter.chip.energy_account import EnergyAccount
 from meter.chip.errors import (
     BusError,
     ChecksumError,
@@ -60,10 +62,6 @@ from meter.chip.errors import (
 
 RESET_FUNC_EN = regs.BY_NAME["FuncEn"].reset
 CHECKSUM_ERR_MASK = regs.CAL_ERR_MASK | regs.ADJ_ERR_MASK
-# ANenergy counts accepted without a negative Pmean (a direction change inside one interval)
-REVERSE_SLACK_COUNTS = 2
-# windows whose counts wait for a first trusted power to tell their direction
-UNDIRECTED_MAX_WINDOWS = 10
 PROTOCOL_STATS = ("reinits", "wrap_corrections", "implausible_rereads", "implausible_rejected",
                   "energy_misreads", "energy_rereads", "misreads")
 
@@ -96,21 +94,71 @@ class Protocol(VerifiedAccess):
         self.unready_measurements = unready_measurements  # read (and dropped) when not ready
         self.needs_init = True  # type: bool
         self.measuring_since = None  # type: int | None  # when measuring (re)started
-        self.counts = 0  # type: int  # cumulative forward counts: ATenergy less ANenergy
-        self.reverse_counts = 0  # type: int  # cumulative ANenergy counts (reverse active)
-        self.reverse_carry = 0  # type: int  # ANenergy read ahead of ATenergy (read later)
-        self.reversing = False  # type: bool  # inside a reverse-energy episode
-        self.reverse_episode = 0  # type: int  # reverse counts since the episode began
-        self.undirected = 0  # type: int  # counts metered before any trusted power
-        self.undirected_windows = 0  # type: int  # windows held so (at most the limit)
-        self.t_energy = None  # type: int | None  # when the last ATenergy read was
-        self.last_power = None  # type: float | None  # W of the last accepted reading
+        self.energy = EnergyAccount(self)  # the cumulative energy and its checks
         self.rejected = []  # type: list[int]  # words of this reading rejected as misreads
         self.known_words = []  # type: list[int]  # other registers' words of this reading
-        # intervals the chip could not meter: (t_from, t_to, reason, estimate_j or None)
-        self.unmetered = []  # type: list[tuple[int, int, str, float | None]]
         for key in PROTOCOL_STATS:
             self.stats[key] = 0
+
+    # ---- the energy account, as the driver and the firmware read and set it ----------------
+    @property
+    def counts(self):
+        # type: () -> int
+        return self.energy.counts
+
+    @counts.setter
+    def counts(self, value):
+        # type: (int) -> None
+        self.energy.counts = value
+
+    @property
+    def reverse_counts(self):
+        # type: () -> int
+        return self.energy.reverse_counts
+
+    @reverse_counts.setter
+    def reverse_counts(self, value):
+        # type: (int) -> None
+        self.energy.reverse_counts = value
+
+    @property
+    def reverse_carry(self):
+        # type: () -> int
+        return self.energy.reverse_carry
+
+    @reverse_carry.setter
+    def reverse_carry(self, value):
+        # type: (int) -> None
+        self.energy.reverse_carry = value
+
+    @property
+    def t_energy(self):
+        # type: () -> int | None
+        return self.energy.t_energy
+
+    @t_energy.setter
+    def t_energy(self, value):
+        # type: (int | None) -> None
+        self.energy.t_energy = value
+
+    @property
+    def last_power(self):
+        # type: () -> float | None
+        return self.energy.last_power
+
+    @last_power.setter
+    def last_power(self, value):
+        # type: (float | None) -> None
+        self.energy.last_power = value
+
+    @property
+    def unmetered(self):
+        # type: () -> list[tuple[int, int, str, float | None]]
+        return self.energy.unmetered
+
+    def note_unmetered(self, t_from, t_to, reason):
+        # type: (int | None, int | None, str) -> str
+        return self.energy.note_unmetered(t_from, t_to, reason)
 
     # ---- events -----------------------------------------------------------------------------
     def event(self, kind, detail):
@@ -135,7 +183,7 @@ class Protocol(VerifiedAccess):
         self.needs_init = True
         self.measuring_since = None
         self.write_word(regs.SOFT_RESET, regs.SOFT_RESET_CODE)  # a lost one shows below
-        self.ld = 0x0000  # LastData after a reset
+        self.last_data = 0x0000  # LastData after a reset
         if self.sleep is not None:
             self.sleep(self.reset_settle_ticks)
         cal = self.calibration
@@ -157,24 +205,7 @@ class Protocol(VerifiedAccess):
         self.measuring_since = self.now()
         self.needs_init = False
         self.stats["reinits"] += 1
-        self.read_clear(regs.AT_ENERGY)  # discard what was metered during the sequence
-        self.t_energy = self.rc_t
-        # a discarding read a bit error sent elsewhere clears nothing: the next reading would
-        # count the interval just declared unmetered. Read again: a cleared register holds
-        # what the few ms since can meter (kept); more, and the first read did not clear
-        # (this read's counts are the discarded ones: metering restarts from it)
-        again = self.read_clear(regs.AT_ENERGY)
-        dt_s = self.seconds(self.rc_t - self.t_energy)
-        jpc = self.calibration.joules_per_count()
-        if self.last_power is None:
-            residue = plausibility.physical_bound_counts(dt_s, jpc, self.limits)
-        else:
-            residue = energy_window.counts_range(self.last_power, self.last_power, dt_s, jpc,
-                                                 self.pmean_step_w())[1]
-        if again <= residue:
-            self.counts += again
-        self.t_energy = self.rc_t
-        self.reverse_carry = 0
+        self.energy.restart()  # discard what was metered during the sequence
 
     def write_blocks(self, cal):
         """CalStart 5678 → metering → CS1; AdjStart 5678 → measurement → CS2; both 8765."""
@@ -283,7 +314,7 @@ class Protocol(VerifiedAccess):
             self.read_measurements(self.unready_measurements)
         cal_start = self.read(regs.CAL_START)
         counts = self.read_clear(regs.AT_ENERGY)
-        t_energy = self.rc_t
+        t_energy = self.t_read_clear
         status = self.classify(func_en, cal_start, status, counts, t_energy)
         power = apparent = None
         if values is not None and problem is None:
@@ -292,12 +323,7 @@ class Protocol(VerifiedAccess):
         # words a read redirected to another register would return (FuncEn 02H and Pmean
         # 4AH are one MOSI bit from ATenergy 42H): an energy word equal to one is re-read
         self.known_words = [func_en, cal_start, self.calibration.get("FuncEn")] + (words or [])
-        counts = self.checked_energy(counts, t_energy, power, apparent)
-        counts = self.unwrap(counts, t_energy, power)
-        self.counts += self.split_reverse(counts, t_energy, power)
-        self.t_energy = t_energy
-        if power is not None:
-            self.last_power = power
+        self.energy.add_window(counts, t_energy, power, apparent)
         if problem is not None:
             self.fault(ImplausibleReadingError(
                 "measurements implausible twice in a row: %s; no reading" % problem))
@@ -407,206 +433,3 @@ class Protocol(VerifiedAccess):
             raise
         note = self.note_unmetered(t_from, self.t_energy, reason)
         self.event("reinit", "re-initialised after %s; %s" % (reason, note))
-
-    def note_unmetered(self, t_from, t_to, reason):
-        # type: (int | None, int | None, str) -> str
-        if t_from is None or t_to is None or t_to <= t_from:
-            return "no metered interval lost"
-        dt_s = self.seconds(t_to - t_from)
-        p = self.last_power
-        est = None if p is None else abs(p) * dt_s
-        self.unmetered.append((t_from, t_to, reason, est))
-        est_text = "unknown" if est is None else "≈%.3f J at the last power" % est
-        return "energy over %.3f s not metered (%s), excluded from energy_j" % (dt_s, est_text)
-
-    # ---- energy -----------------------------------------------------------------------------
-    def checked_energy(self, counts, t, power_w, apparent_va):
-        """ATenergy counts checked against the power over the interval since the last read.
-
-        A word read and a LastData that disagreed (`rc_other`): the one the power supports is
-        taken. Counts above what the power allows (with no trusted power: what any load in
-        the channel's ranges allows) are re-read at once. A redirected read (a MOSI bit error
-        sent it to another register) did not clear ATenergy, so the re-read finds the
-        interval's counts still there: those are taken (`misread`). A genuine read found next
-        to nothing left: the first word is not believable and is discarded, at the cost of at
-        most that interval's energy (`implausible`).
-        """
-        if self.t_energy is None:
-            return counts
-        jpc = self.calibration.joules_per_count()
-        dt_s = self.seconds(t - self.t_energy)
-        if power_w is None:
-            bound = plausibility.physical_bound_counts(dt_s, jpc, self.limits)
-        else:
-            powers = [power_w, apparent_va or 0.0]
-            if self.last_power is not None:
-                powers.append(self.last_power)
-            bound = plausibility.energy_bound_counts(powers, dt_s, jpc, self.limits)
-        other = self.rc_other
-        if other is not None and other != counts and power_w is not None:
-            expected = self._expected_counts(power_w, dt_s, jpc)
-            if abs(other - expected) < abs(counts - expected):
-                self.event("misread", "ATenergy read %d but LastData then held %d; %d expected "
-                           "from the power: %d counted" % (other, counts, int(expected), other))
-                counts, other = other, None
-        if counts <= bound:
-            if power_w is None and self.last_power is None:
-                return counts
-            before = self.last_power if self.last_power is not None else power_w
-            after = power_w if power_w is not None else before  # no trusted power now
-            counts = self._recovered_counts(counts, dt_s, after, jpc)
-            lo, hi = energy_window.counts_range(before, after, dt_s, jpc, self.pmean_step_w())
-            if lo <= counts <= hi and counts not in self.known_words:
-                return counts
-            power_w = after
-            expected = self._expected_counts(power_w, dt_s, jpc)
-            return self._reread_energy(counts, t, expected, power_w, apparent_va, jpc)
-        self.stats["energy_misreads"] += 1
-        again = self.read_clear(regs.AT_ENERGY)
-        residue = plausibility.energy_bound_counts(
-            [power_w or 0.0, apparent_va or 0.0], self.seconds(self.rc_t - t), jpc, self.limits)
-        first = "ATenergy read %d counts (%.3f J) in %.3f s where the power allows %d" % (
-            counts, counts * jpc, dt_s, int(bound))
-        if again > residue:
-            self.event("misread", "%s; the register still held %d counts, so the first read "
-                       "did not reach ATenergy: discarded, %d counted" % (first, again, again))
-            return again
-        if other is not None and other <= bound:
-            self.event("misread", "%s; the register read %d but LastData then said %d (a "
-                       "redirected LastData read overwrites it): %d counted"
-                       % (first, other, counts, other))
-            return other + again
-        note = self.note_unmetered(self.t_energy, t, "ATenergy word not believable")
-        self.event("implausible", "%s; a re-read found %d counts: the register was read, but "
-                   "the word is not believable (a load that rose that fast would show in the "
-                   "power registers): discarded, %d counted; %s" % (first, again, again, note))
-        return again
-
-    def _reread_energy(self, counts, t, expected, power_w, apparent_va, jpc):
-        """Counts within the bounds but outside what the Pmean before and after the window
-        allow (`energy_window`), or equal to another register's word: read ATenergy again.
-        Finding the interval's counts still there, the first read went to another register
-        (discarded). Finding next to nothing, the register was read: a load that changed
-        within the window (the Pmean registers refresh once a measurement cycle, so a drop
-        may not show yet): both reads counted, never refused."""
-        self.stats["energy_rereads"] += 1
-        try:
-            again = self.read_clear(regs.AT_ENERGY)
-        except BusError:
-            return counts  # the re-read itself failed: the first word stands
-        residue = plausibility.energy_bound_counts(
-            [power_w, apparent_va or 0.0], self.seconds(self.rc_t - t), jpc, self.limits)
-        if again <= residue:
-            return counts + again
-        self.stats["energy_misreads"] += 1
-        self.event("misread", "ATenergy read %d counts where the power says %d; the register "
-                   "still held %d, so the first read did not reach ATenergy: discarded, %d "
-                   "counted" % (counts, int(expected), again, again))
-        return again
-
-    def pmean_step_w(self):
-        # type: () -> float
-        """Half the Pmean register step as read (0 when read with its LSB extension)."""
-        return self.quanta.get("Pmean", 0.0) if self.quanta else 0.0
-
-    def _expected_counts(self, power_w, dt_s, jpc):
-        last = self.last_power if self.last_power is not None else power_w
-        return (abs(power_w) + abs(last)) / 2 * dt_s / jpc
-
-    def _recovered_counts(self, counts, dt_s, power_w, jpc):
-        """A read that a MOSI bit error redirected to ATenergy (FuncEn 02H and Pmean 4AH are
-        one bit away from 42H) cleared it and returned the counts as a misread word: when the
-        counts fall short of the power by about such a word, that word is the missing energy."""
-        if power_w is None or not (self.rejected or self.unconfirmed):
-            return counts
-        expected = self._expected_counts(power_w, dt_s, jpc)
-        if expected < 20 or counts >= expected / 2:
-            return counts
-        for w in self.rejected + self.unconfirmed:
-            if abs(counts + w - expected) <= expected / 4:
-                self.event("misread", "ATenergy read %d counts where the power says %d; a "
-                           "misread word of this reading was %d (a read redirected to "
-                           "ATenergy clears it): counted" % (counts, int(expected), w))
-                return counts + w
-        return counts
-
-    def split_reverse(self, counts, t, power_w):
-        # type: (int, int, float | None) -> int
-        """The forward part of `counts` (absolute, ATenergy read at `t`): ANenergy, read now,
-        is the reverse part, kept in `reverse_counts`. ANenergy read a moment after ATenergy
-        may hold a few counts ATenergy shows next time: carried over, so totals stay exact.
-
-        ANenergy is read only when Pmean was negative in this reading or the last (or counts
-        are carried over): a forward-only channel reads exactly what it read before. Reverse
-        flow that never turns a reading's Pmean negative stays in ANenergy until one does, and
-        is then bounded below. A word above the absolute counts plus what the power allows
-        since is a misread (ignored: the sign of Pmean decides); so is a failed read."""
-        jpc = self.calibration.joules_per_count()
-        negative = power_w is not None and power_w < 0
-        if (power_w is None and self.last_power is None
-                and self.undirected_windows < UNDIRECTED_MAX_WINDOWS):
-            # direction unknown (no trusted power now nor before: the first windows after
-            # start while the chip is not ready): held, not counted either way, until a
-            # trusted power says which way (ANenergy keeps accumulating meanwhile, so the
-            # split below then covers these windows too; no extra bus traffic). A channel
-            # whose power is never trusted gets its counts back as before, a few windows late.
-            self.undirected += counts
-            self.undirected_windows += 1
-            return 0
-        counts += self.undirected
-        self.undirected = 0
-        may_reverse = negative or (self.last_power is not None and self.last_power < 0)
-        if not may_reverse and not self.reverse_carry:
-            # forward power now and before: ANenergy is not read (the bus traffic of a
-            # forward-only channel stays as it was); what it holds waits for a negative Pmean
-            return counts
-        try:
-            reverse = self.read_clear(regs.AN_ENERGY)
-        except BusError:
-            reverse = counts if negative else 0
-        else:
-            room = plausibility.physical_bound_counts(self.seconds(self.rc_t - t), jpc,
-                                                      self.limits)
-            if reverse > counts + room:
-                self.stats["energy_misreads"] += 1
-                self.event("misread", "ANenergy read %d counts (absolute %d, Pmean %s): not "
-                           "the reverse register's word; %s" % (
-                               reverse, counts, "-" if power_w is None else "%.3f" % power_w,
-                               "all reverse" if negative else "none counted as reverse"))
-                reverse = counts if negative else 0
-        reverse += self.reverse_carry
-        used = reverse if reverse < counts else counts
-        self.reverse_carry = reverse - used
-        self.reverse_counts += used
-        self.reverse_episode += used
-        if self.reverse_episode > REVERSE_SLACK_COUNTS and not self.reversing:
-            # the episode's counts, not one window's: at 20 Hz on a coarse meter constant a
-            # window holds fewer counts than the slack, and the event never came
-            self.reversing = True
-            seen = self.reverse_episode
-            self.event("reverse_energy", "%d counts (%.3f J) of REVERSE active energy "
-                       "(ANenergy): the CT is clamped the wrong way round, or this node exports "
-                       "energy. Not counted as consumption. Fix: turn the clamp round (its arrow "
-                       "pointing at the load) and restart the run" % (seen, seen * jpc))
-        elif not used and not negative:
-            self.reversing = False
-            self.reverse_episode = 0
-        return counts - used
-
-    def unwrap(self, counts, t, power_w):
-        """Add whole register wraps that a long gap between reads can hide."""
-        if self.t_energy is None or power_w is None:
-            return counts
-        dt_s = self.seconds(t - self.t_energy)
-        expected = self._expected_counts(power_w, dt_s, self.calibration.joules_per_count())
-        if not expected < 1e300 or expected < regs.ENERGY_WRAP / 2:  # not finite, or no wrap
-            return counts
-        wraps = round((expected - counts) / regs.ENERGY_WRAP)
-        if wraps <= 0:
-            return counts
-        self.stats["wrap_corrections"] += 1
-        fixed = counts + wraps * regs.ENERGY_WRAP
-        self.event("late", "%.1f s between energy reads: the register wrapped %d× (read %d, "
-                   "≈%d counts expected from the mean power); counted %d"
-                   % (dt_s, wraps, counts, int(expected), fixed))
-        return fixed

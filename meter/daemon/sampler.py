@@ -57,8 +57,6 @@ from meter.errors import (
 from meter.recording.disk_full import DiskFullWatch
 from meter.recording.failure_run import FailureRun
 
-SamplerClock = Clock  # the earlier name
-
 
 class SampleSource(Protocol):
     """What the sampler needs of a driver (``meter.driver.atm90e26.ATM90E26Driver``)."""

@@ -34,9 +34,7 @@ from meter.driver.plausibility import Limits
 from meter.driver.reading import Reading
 from meter.errors import BusError
 
-__all__ = ["ATM90E26Driver", "Reading", "Sample", "UnmeteredInterval"]
-
-Sample = Reading  # the earlier name of the reading record
+__all__ = ["ATM90E26Driver", "Reading", "UnmeteredInterval"]
 
 _SAMPLE_VALUES = ("Urms", "Irms", "Pmean", "Qmean", "Smean", "PowerF", "Pangle", "Freq")
 _N_LINE_VALUES = {  # register -> Reading.n_line key
@@ -230,7 +228,7 @@ class ATM90E26Driver:
         p.measuring_since = self.clock.monotonic_ns()
         p.calibration = cal
         p.read_clear(regs.AT_ENERGY)
-        p.t_energy = p.rc_t
+        p.t_energy = p.t_read_clear
         p.reverse_carry = 0
         p.note_unmetered(t0, p.t_energy, "calibration rewritten")
 
@@ -316,7 +314,7 @@ class ATM90E26Driver:
     @property
     def last_read_clear_t_ns(self) -> int:
         """When the last read-clear read reached the chip."""
-        return self.protocol.rc_t
+        return self.protocol.t_read_clear
 
     def add_energy_counts(self, counts: int, t_mono_ns: int | None = None) -> None:
         """Count energy a procedure read from ATenergy itself (metered up to `t_mono_ns`)."""

@@ -283,24 +283,27 @@ def test_search_loop_refits_measures_the_budget_and_resumes(tmp_path: Path) -> N
     assert pred.accuracy.slope == pytest.approx(-0.05)
     assert pred.proxy_rank_correlation == pytest.approx(1.0)
     doc = summary(state, path, pred, space, {"uniform_q8_0", "uniform_q4_0"})
-    searched = {r["config"]: r for r in doc["configs"] if r["kind"] == "search"}
+    searched = {r.config: r for r in doc.configs if r.kind == "search"}
     for cfg, r in searched.items():
-        assert r["predicted_epi"] == state.predictions[cfg].epi
+        assert r.prediction == state.predictions[cfg]
         # round 1 picks: fitted on the 2 hand-made maps; round 2's on those and round 1's two
         assert state.predictions[cfg].fit_n == (2 if cfg.startswith("search_r1_") else 4)
-        assert r["predicted_j_per_token"] == pytest.approx(r["measured"]["j_per_token"])
-        assert r["predicted_at"].startswith("pick time")
-        assert r["decision"] == state.verdicts[cfg]
+        assert r.prediction.j_per_token == pytest.approx(r.measured.j_per_token)
+        row = r.to_json()
+        assert row["predicted_epi"] == state.predictions[cfg].epi
+        assert row["predicted_at"] == "pick time, before measuring"
+        assert row["decision"] == state.verdicts[cfg]
     # hand-made maps sit on the same summed per-layer proxy as the candidates
-    rows = {r["config"]: r for r in doc["configs"]}
-    assert rows["uniform_q4_0"]["proxy_kl_nats"] == pytest.approx(
+    rows = {r.config: r for r in doc.configs}
+    assert rows["uniform_q4_0"].proxy_kl_nats == pytest.approx(
         candidate_kl(("Q4_0",) * 4, kl_table))
-    assert doc["proxy_rank_correlation_n"] == 5  # 2 hand-made + 3 search maps
-    assert doc["direct_kl_rank_correlation"] == pytest.approx(1.0)
-    assert len(doc["energy_model"]["residuals_j"]) == 5
-    assert all(abs(r["energy_residual_j"]) < 1e-9 for r in rows.values())
-    assert doc["verdict"]["best_search"] is not None
-    assert doc["verdict"]["comparison_counts"] == {"decided": 3}
+    assert doc.predictor.proxy_n == 5  # 2 hand-made + 3 search maps
+    assert doc.predictor.direct_kl_rank_correlation == pytest.approx(1.0)
+    assert len(doc.predictor.energy.residuals) == 5
+    assert all(r.energy_residual_j is not None and abs(r.energy_residual_j) < 1e-9
+               for r in rows.values())
+    assert doc.verdict.best_search is not None
+    assert doc.verdict.comparison_counts == {"decided": 3}
     # the same command again: everything is in search.json, nothing is measured twice, and
     # the verdicts are the saved ones
     calls.clear()
@@ -319,9 +322,9 @@ def test_verdict_says_so_when_nothing_beats_the_hand_made_maps() -> None:
     state = SearchState(measured=[m("hand", 1.0, 0.5), m("s1", 1.2, 0.45)],
                         search_maps={"s1": ["Q4_0"]})
     v = verdict(state, {"hand"})
-    assert "found nothing with a lower measured EPI" in v["text"]
-    assert "its best, s1, measured 2.667" in v["text"] and "overlap" not in v["text"]
-    assert v["on_or_beyond_frontier"] == []
+    assert "found nothing with a lower measured EPI" in v.text
+    assert "its best, s1, measured 2.667" in v.text and "overlap" not in v.text
+    assert v.on_or_beyond_frontier == ()
 
 
 def test_an_invalid_anchor_re_measurement_keeps_the_earlier_valid_figures() -> None:
@@ -338,7 +341,7 @@ def test_an_invalid_anchor_re_measurement_keeps_the_earlier_valid_figures() -> N
     assert "round 0" in counted.reason and "repeat CV 9.4%" in counted.reason
     # the verdict compares against the hand-made map's valid figures, not against nothing
     v = verdict(state, {"hand"})
-    assert v["best_hand_made"] == "hand" and "found nothing with a lower" in v["text"]
+    assert v.best_hand_made == "hand" and "found nothing with a lower" in v.text
     # a valid later measurement still replaces an earlier one (drift shows in the anchor)
     hand_r2 = replace(hand_r0, round=2, j_per_token=0.95)
     state.measured.append(hand_r2)
@@ -428,14 +431,16 @@ def test_predicted_is_the_pick_time_prediction_not_the_final_refit(tmp_path: Pat
     state, path, final = run_search(
         space, kl_table, settings, fake_measurer(space, kl_table, [], noise=0.05),
         lambda p: candidate_kl(json.loads(p.read_text()), kl_table), echo=lambda s: None)
-    doc = summary(state, path, final, space, {"uniform_q8_0", "uniform_q5_0", "uniform_q4_0"})
-    later = [r for r in doc["configs"] if r["config"].startswith("search_r2_")]
+    result = summary(state, path, final, space, {"uniform_q8_0", "uniform_q5_0", "uniform_q4_0"})
+    later = [r for r in result.configs if r.config.startswith("search_r2_")]
     assert later
     by_assignment = {c.assignment: c for c in path}
     for r in later:
-        c = by_assignment[tuple(state.search_maps[r["config"]])]
-        assert r["predicted_j_per_token"] == state.predictions[r["config"]].j_per_token
-        assert r["predicted_j_per_token"] != pytest.approx(final.j_per_token(c.gb), abs=1e-9)
+        c = by_assignment[tuple(state.search_maps[r.config])]
+        assert r.prediction is not None
+        predicted = r.prediction.j_per_token
+        assert predicted == state.predictions[r.config].j_per_token
+        assert predicted != pytest.approx(final.j_per_token(c.gb), abs=1e-9)
         # the stored figure is the pick-time line's J/token at this candidate's size: an
         # independent least-squares line (numpy) through rounds 0 and 1's measured (GB,
         # J/token) points, which the round-2 picks were predicted from. A prediction stored on
@@ -443,9 +448,8 @@ def test_predicted_is_the_pick_time_prediction_not_the_final_refit(tmp_path: Pat
         r0 = list({m.config: m for m in state.measured if m.round <= 1}.values())  # latest
         slope, intercept = np.polyfit([(m.size_bytes or 0) / 1e9 for m in r0],
                                       [m.j_per_token for m in r0], 1)
-        assert r["predicted_j_per_token"] == pytest.approx(intercept + slope * c.gb,
-                                                           rel=1e-9)
-        assert r["predicted_j_per_token"] != pytest.approx(
+        assert predicted == pytest.approx(intercept + slope * c.gb, rel=1e-9)
+        assert predicted != pytest.approx(
             pick_prediction(final, c).j_per_token, rel=1e-6)  # not the refit
     # the stored prediction survives a reload of search.json
     from host.search.driver import SearchState
@@ -463,22 +467,29 @@ def test_frontier_shift_states_the_move_or_that_there_is_none() -> None:
 
     hand = [m("h_big", 2.0, 0.50), m("h_small", 1.0, 0.40), m("h_bad", 2.5, 0.45)]
     moved = frontier_shift(hand, [m("s", 1.5, 0.50)])
-    assert moved["moves"][0]["against"] == "h_big"
-    assert moved["moves"][0]["j_saving_frac"] == pytest.approx(0.25)
-    assert "25.0 % less J/token than h_big" in moved["text"]
-    assert "at equal accuracy" in moved["text"]
+    assert moved.moves[0].against == "h_big"
+    assert moved.moves[0].j_saving_frac == pytest.approx(0.25)
+    assert "25.0 % less J/token than h_big" in moved.text
+    assert "at equal accuracy" in moved.text
     # cheaper but less accurate than every hand-made map that is as accurate: a trade-off,
     # never worded as a gain "at equal or better accuracy"
     traded = frontier_shift(hand, [m("t", 0.8, 0.35)])
-    assert traded["moves"][0]["against"] == "h_small"
-    assert traded["moves"][0]["j_saving_frac"] == pytest.approx(0.2)
-    assert "at lower accuracy (0.35 vs 0.4)" in traded["text"]
-    assert "equal accuracy" not in traded["text"].replace("not a gain at equal accuracy", "")
-    assert moved["hand_made_frontier"] == [[1.0, 0.40], [2.0, 0.50]]  # h_bad is dominated
+    assert traded.moves[0].against == "h_small"
+    assert traded.moves[0].j_saving_frac == pytest.approx(0.2)
+    assert "at lower accuracy (0.35 vs 0.4)" in traded.text
+    assert "equal accuracy" not in traded.text.replace("not a gain at equal accuracy", "")
+    assert moved.hand_made_frontier == ((1.0, 0.40), (2.0, 0.50))  # h_bad is dominated
+    # the JSON form keeps the keys of each kind of move
+    assert moved.to_json()["hand_made_frontier"] == [[1.0, 0.40], [2.0, 0.50]]
+    assert list(moved.moves[0].to_json()) == ["config", "j_per_token", "accuracy", "against",
+                                              "against_accuracy", "j_saving_frac",
+                                              "intervals_overlap"]
     above = frontier_shift(hand, [m("s", 3.0, 0.55)])
-    assert above["moves"][0]["accuracy_gain"] == pytest.approx(0.05)
+    assert above.moves[0].accuracy_gain == pytest.approx(0.05)
+    assert list(above.moves[0].to_json()) == ["config", "j_per_token", "accuracy", "against",
+                                              "accuracy_gain", "intervals_overlap"]
     still = frontier_shift(hand, [m("s", 2.2, 0.45)])
-    assert still["moves"] == [] and "did not move" in still["text"]
+    assert still.moves == () and "did not move" in still.text
 
 
 def test_hand_made_map_assignment_in_the_search_space(tmp_path: Path) -> None:
@@ -568,10 +579,15 @@ def test_found_map_carries_its_figures_and_still_validates(tmp_path: Path) -> No
     src = tmp_path / "r" / "search_r1_s003.json"
     src.parent.mkdir()
     src.write_text(json.dumps(mixmap_document("search_r1_s003", ("Q8_0", "Q4_0"), space, "x")))
-    row = {"measured": {"epi": 1.2, "epi_ci": [1.1, 1.3], "j_per_token": 0.6,
-                        "j_per_token_ci": [0.55, 0.65], "accuracy": 0.5,
-                        "power_source": "modelled (emulated meter)", "reason": ""},
-           "predicted_epi": 1.25, "predicted_epi_interval": [1.0, 1.5]}
+    from host.search.records import Prediction
+    from host.search.summary import ConfigRow
+
+    measured = Measured("search_r1_s003", 1, None, 1, 0.6, (0.55, 0.65), 0.5, 1.2, (1.1, 1.3),
+                        "modelled (emulated meter)", "")
+    row = ConfigRow("search_r1_s003", "search", measured, None, None, None,
+                    assignment="0:Q8_0 1:Q4_0",
+                    prediction=Prediction(None, None, 1.25, (1.0, 1.5), fit_n=2,
+                                          accuracy_fit_n=2))
     write_found_map(src, tmp_path / "maps" / src.name, row)
     found = load_mixmap(tmp_path / "maps" / src.name)
     assert "Measured EPI 1.2 [1.1, 1.3]" in found.description
@@ -593,7 +609,7 @@ def test_figure_and_page_show_frontier_intervals_and_models(tmp_path: Path) -> N
     html_path, md_path = write_page(doc, tmp_path, figs[0])
     page = html_path.read_text()
     assert "data:image/png;base64," in page and "MODELLED" in page
-    assert doc["verdict"]["frontier"]["text"] in page
+    assert doc.verdict.frontier.text in page
     md = md_path.read_text()
     assert "![search](search.png)" in md and "residuals" in md and "intercept" in md
     assert "EPI pred [PI]" in md and "summed per-layer proxy" in md
