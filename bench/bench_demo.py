@@ -21,11 +21,22 @@ keep N cores busy — issue 28's "one core kept busy by an unrelated load". Figu
   without the rounds they would need (analysis/decisions.json: "gives no round count", or
   still "undecided so far").
 
+- `demo-rq1-pair-frac`: runs whose first answer (same perplexity, different joules) is
+  asked of a perplexity-matched pair (decided or undecided), not "cannot be answered";
+- `demo-two-decided-frac`: runs in which at least two of the comparisons the study names
+  ended decided (or equivalent) — the demo deciding;
+- `demo-sizing-stated-frac`: runs whose console states the plan's sizing (`sized to this
+  machine` or `cannot fit`, host/campaign/sizing.py) before round 1;
+- `demo-wall-s-warm`: the wall time of runs after the first (models, data and accuracy
+  cached by content), idle (`--busy-cores 0`).
+
+`--runs N` repeats the whole demo N times, each from a fresh campaign directory.
+
 Every run's net and gross repeat CV (request phase) and reasons are printed too, and the
 re-measures the campaign made of refused runs (`[decide] remeasure`, docs/campaign.md: their
 directories `runs/<config>/round<k>-take<t>-attempt<j>`; the refused runs stay counted above).
 
-Usage: `python bench/bench_demo.py [--busy-cores 1] [--max-rounds N] [--keep]`;
+Usage: `python bench/bench_demo.py [--busy-cores 1] [--runs N] [--max-rounds N] [--keep]`;
 `--from DIR/demo` prints the figures of a kept run's campaign directory (the `demo` folder
 inside the directory `--keep` names) without running anything; its BENCH lines carry the load
 of when they are printed, not of the run.
@@ -134,6 +145,23 @@ def undecided_without_count(decisions: Path) -> tuple[int | None, list[str]]:
     return len(bad), lines
 
 
+def console_figures(console: str) -> tuple[bool, bool]:
+    """(the first answer is asked of a matched pair, the sizing is stated) from the demo's
+    console (its last lines are the report's answers, host/campaign/console_answers.py)."""
+    first = re.search(r"(?m)^\s+1\. \[([^\]]+)\]", console)
+    asked = first is not None and first.group(1) != "cannot be answered from this study"
+    stated = "sized to this machine" in console or "cannot fit:" in console
+    return asked, stated
+
+
+def decided_count(decisions: Path) -> int:
+    """Comparisons the final decision left decided or equivalent."""
+    if not decisions.is_file():
+        return 0
+    states = json.loads(decisions.read_text()).get("states", {})
+    return int(states.get("decided", 0)) + int(states.get("equivalent", 0))
+
+
 def report(out: Path, note: str) -> int:
     """Print a finished demo campaign's runs and decisions, and its BENCH lines."""
     n_valid, n_runs, lines = run_validity(out / "analysis" / "runs.csv")
@@ -169,6 +197,8 @@ def main() -> int:
     ap.add_argument("--max-rounds", type=int, default=None,
                     help="override [decide] max_rounds (a short check; goals are for the study)")
     ap.add_argument("--keep", action="store_true", help="keep the campaign directory")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="whole demos, each from a fresh campaign directory (default 1)")
     ap.add_argument("--from", dest="done", type=Path, default=None,
                     help="a kept run's campaign directory: print its figures, run nothing")
     args = ap.parse_args()
@@ -176,6 +206,27 @@ def main() -> int:
         return report(args.done, f"from {args.done}")
     if args.busy_cores < 0 or (args.max_rounds is not None and args.max_rounds < 3):
         ap.error("--busy-cores must be >= 0 and --max-rounds >= 3")
+    if args.runs < 1:
+        ap.error("--runs must be >= 1")
+    rows = [one_demo(args, k) for k in range(args.runs)]
+    done = [r for r in rows if r is not None]
+    note = f"{args.busy_cores} busy core(s), {len(done)} of {args.runs} run(s) finished"
+    if done:
+        emit("demo-rq1-pair-frac", round(sum(r[1] for r in done) / len(done), 4), len(done),
+             None, note)
+        emit("demo-two-decided-frac", round(sum(r[2] >= 2 for r in done) / len(done), 4),
+             len(done), None, note + "; decided per run: " + ", ".join(str(r[2]) for r in done))
+        emit("demo-sizing-stated-frac", round(sum(r[3] for r in done) / len(done), 4),
+             len(done), None, note)
+        warm = [r[0] for r in done[1:]]
+        if warm and args.busy_cores == 0:
+            emit("demo-wall-s-warm", round(max(warm), 1), len(warm), None,
+                 note + "; the slowest warm run")
+    return 0 if len(done) == args.runs else 1
+
+
+def one_demo(args: argparse.Namespace, k: int) -> tuple[float, bool, int, bool] | None:
+    """One whole demo: (wall s, RQ1 asked of a pair, comparisons decided, sizing stated)."""
 
     work = Path(tempfile.mkdtemp(prefix="epi-bench-demo-"))
     out = work / "demo"
@@ -199,17 +250,22 @@ def main() -> int:
           f"{load[0]:.2f} (1 min), {load[1]:.2f} (5 min), {load[2]:.2f} (15 min)")
     if proc.returncode != 0:
         print(proc.stdout[-3000:], proc.stderr[-3000:])
-        return 1
-    note = f"{args.busy_cores} busy core(s)" + (f"; max_rounds {args.max_rounds}"
-                                                 if args.max_rounds else "")
+        return None
+    note = f"{args.busy_cores} busy core(s), run {k + 1}" + (
+        f"; max_rounds {args.max_rounds}" if args.max_rounds else "")
     emit("demo-wall-s", round(wall_s, 1), 1, None, note)
     report(out, note)
+    console = proc.stdout + proc.stderr
+    asked, stated = console_figures(console)
+    n_decided = decided_count(out / "analysis" / "decisions.json")
+    print(f"run {k + 1}: first answer asked of a matched pair: {asked}; comparisons decided "
+          f"or equivalent: {n_decided}; sizing stated: {stated}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     else:
-        (work / "demo-console.txt").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+        (work / "demo-console.txt").write_text(console, encoding="utf-8")
         print(f"kept: {work} (the demo's console output in demo-console.txt)")
-    return 0
+    return wall_s, asked, n_decided, stated
 
 
 if __name__ == "__main__":

@@ -237,6 +237,26 @@ GOALS: dict[str, dict[str, Any]] = {
         "goal": 1.0, "op": ">=", "unit": "fraction",
         "text": "runs of that demo whose every phase passes the default validity gates",
     },
+    "demo-rq1-pair-frac": {
+        "goal": 1.0, "op": ">=", "unit": "fraction",
+        "text": "demo runs (bench_demo.py --runs 4 --busy-cores 0) whose first answer (same "
+                "perplexity, different joules) is asked of a perplexity-matched pair",
+    },
+    "demo-two-decided-frac": {
+        "goal": 0.75, "op": ">=", "unit": "fraction",
+        "text": "demo runs in which at least 2 of the comparisons the study names end decided "
+                "or equivalent (idle 2-core VM, 4 runs: at least 3 of 4)",
+    },
+    "demo-sizing-stated-frac": {
+        "goal": 1.0, "op": ">=", "unit": "fraction",
+        "text": "demo runs whose console states the run sizing (what the budget can decide) "
+                "before round 1, idle or with one core busy",
+    },
+    "demo-wall-s-warm": {
+        "goal": 960.0, "op": "<=", "unit": "s",
+        "text": "the slowest warm demo (runs 2-4 of bench_demo.py --runs 4 --busy-cores 0: "
+                "models, data and accuracy cached): 16 min",
+    },
     "demo-undecided-without-round-count": {
         "goal": 0, "op": "<=", "unit": "comparisons",
         "text": "comparisons the demo study names left undecided without the rounds they "
