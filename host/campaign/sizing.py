@@ -121,8 +121,9 @@ class RunSizing:
         else:
             total = self.rounds_target * self.n_configs * self.per_run_s
             out.append(f"cannot fit: {why} ({format_duration(total)} of runs of "
-                       f"{self.tokens} tokens, the shortest this meter's rate allows: "
-                       f"{MIN_DECODE_SAMPLES} samples per decode window); {hold}. Comparisons "
+                       f"{self.tokens} tokens, the shortest the sizing takes: {MIN_DECODE_SAMPLES} "
+                       f"meter samples per decode window, {MIN_TOKENS} tokens at least); "
+                       f"{hold}. Comparisons "
                        "may end undecided: raise decide.time_budget_min, or continue later "
                        "with `epi campaign STUDY --extend-budget 10m`")
         return out
