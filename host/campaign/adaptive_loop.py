@@ -22,11 +22,11 @@ still fits.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from epi.core.files import write_json_atomic
 from host.campaign.adaptive import round_order
 from host.campaign.adaptive_round import (
     DECISIONS_JSON,
@@ -34,6 +34,7 @@ from host.campaign.adaptive_round import (
     assess_dir,
     decide_after_round,
 )
+from host.campaign.budget import settle_line
 from host.campaign.journal import JournalState
 from host.campaign.layout import Layout
 from host.campaign.plan import CLOSING_STEPS, Plan, Step, StepKind
@@ -105,6 +106,15 @@ def assess(c: CampaignLike, state: JournalState, round_k: int) -> RoundDecision:
                               per_run_s=measured_s / n_runs if n_runs else None)
 
 
+def settle_command(analysis_dir: Path) -> str | None:
+    """The final decision's command that would settle what the budget left undecided."""
+    try:
+        value = json.loads((analysis_dir / DECISIONS_JSON).read_text()).get("settle_command")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
+
+
 def run_adaptive_rounds(c: CampaignLike, state: JournalState,
                         run: Callable[[Step], None], say: Callable[[str], None]) -> None:
     """Assess after the last planned round; add and `run` rounds until the decision stops.
@@ -126,8 +136,14 @@ def run_adaptive_rounds(c: CampaignLike, state: JournalState,
         if not d.next_configs:
             layout_analysis = c.layout.analysis
             layout_analysis.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(assess_dir(c.layout.root, k) / DECISIONS_JSON,
-                            layout_analysis / DECISIONS_JSON)
+            doc = json.loads((assess_dir(c.layout.root, k) / DECISIONS_JSON).read_text())
+            _, measured_s, n_runs = runs_so_far(c.layout.root, c.plan, state)
+            settle = settle_line(doc, c.study.path, c.layout.root,
+                                 measured_s / n_runs if n_runs else None,
+                                 c.study.decide.rules.max_rounds)
+            # the report and the console give the same command (settle_command)
+            write_json_atomic(layout_analysis / DECISIONS_JSON,
+                              {**doc, "settle_command": settle})
             return
         k += 1
         per_run = next((s.estimate_s for s in c.plan.run_steps), 0.0)

@@ -17,6 +17,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -128,17 +129,18 @@ def extend(study: Study, seconds: float) -> list[str]:
     return lines
 
 
-def settle_line(root: Path, study_path: Path, per_run_s: float | None,
-                max_rounds: int) -> str | None:
-    """The one command that would settle what the budget left undecided (the campaign's last
-    console line), from its final decision (analysis/decisions.json): how many more rounds
-    the slowest undecided comparison needs at the spread measured, of how many
-    configurations, at the measured time per run. None when the budget did not end it."""
+def settle_line(decision: Mapping[str, object], study_path: Path, root: Path,
+                per_run_s: float | None, max_rounds: int) -> str | None:
+    """The one command that would settle what the budget left undecided, from the campaign's
+    final decision (decisions.json): how many more rounds the slowest undecided comparison
+    needs at the spread measured, of how many configurations, at the measured time per run.
+    None when the budget did not end the rounds."""
     try:
-        doc = json.loads((root / "analysis" / DECISIONS_JSON).read_text())
-        spent, done = bool(doc["budget_spent"]), int(doc["rounds_done"])
-        comps = [c for c in doc.get("comparisons", []) if c.get("state") == "undecided"]
-    except (OSError, ValueError, KeyError, TypeError):
+        spent, done = bool(decision["budget_spent"]), int(str(decision["rounds_done"]))
+        records = decision.get("comparisons", [])
+        assert isinstance(records, list)
+        comps = [c for c in records if isinstance(c, dict) and c.get("state") == "undecided"]
+    except (KeyError, TypeError, ValueError, AssertionError):
         return None
     if not spent or not comps:
         return None

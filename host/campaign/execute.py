@@ -34,7 +34,7 @@ from typing import TextIO
 
 from epi.core.errors import UserError
 from host.campaign import accuracy_projection, procs, sizing
-from host.campaign.adaptive_loop import run_adaptive_rounds
+from host.campaign.adaptive_loop import run_adaptive_rounds, settle_command
 from host.campaign.adaptive_round import finished as adaptive_finished
 from host.campaign.budget import with_extensions
 from host.campaign.journal import (
@@ -596,16 +596,9 @@ class Campaign:
 
             for line in answer_lines(self.layout.analysis):
                 self.echo(line)
-            if self.study.decide is not None:
-                from host.campaign.adaptive_loop import runs_so_far
-                from host.campaign.budget import settle_line
-
-                _, measured_s, n_runs = runs_so_far(self.layout.root, self.plan, state)
-                settle = settle_line(self.layout.root, self.study.path,
-                                     measured_s / n_runs if n_runs else None,
-                                     self.study.decide.rules.max_rounds)
-                if settle:
-                    self.echo(settle)
+            settle = settle_command(self.layout.analysis)
+            if settle:
+                self.echo(settle)
             return self.layout.report_html
 
 

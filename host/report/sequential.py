@@ -32,6 +32,8 @@ class SequentialDecisions:
     alpha: float
     # (config a, config b) → (state, line): the one verdict of each comparison, either order
     by_pair: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    # the command that would settle what the budget left undecided (`--extend-budget`)
+    settle_command: str | None = None
 
     def verdict(self, a: str, b: str) -> tuple[str, str] | None:
         """The sequential (state, line) of the comparison of `a` and `b`, in either order."""
@@ -80,8 +82,11 @@ def load_decisions(analysis_dir: Path) -> SequentialDecisions | None:
                                             for k in ("a", "b", "state", "text"))):
             raise bad(f"comparisons[{i}]", "a record with a, b, state and text")
         by_pair[(str(r["a"]), str(r["b"]))] = (str(r["state"]), str(r["text"]))
+    settle = doc.get("settle_command")
+    if settle is not None and not isinstance(settle, str):
+        raise bad("settle_command", "a string or null")
     return SequentialDecisions(rounds, list(lines), dict(states), spent, method, float(alpha),
-                               by_pair)
+                               by_pair, settle or None)
 
 
 def limit_line(dec: SequentialDecisions) -> str:
@@ -94,4 +99,12 @@ def limit_line(dec: SequentialDecisions) -> str:
             f"{states}{spent}. "
             "The fixed-sample intervals in this report do not account for the campaign's "
             "repeated looks: where the two disagree, trust the sequential verdict, listed "
-            "here: " + " | ".join(dec.lines))
+            "here: " + " | ".join(dec.lines)) + _settle(dec.settle_command)
+
+
+def _settle(line: str | None) -> str:
+    """'. What would settle the undecided ones: `COMMAND` (why)' from the campaign's line."""
+    if not line or ": " not in line:
+        return ""
+    command, _, why = line.split(": ", 1)[1].partition(" (")
+    return f". What would settle the undecided ones: `{command}`" + (f" ({why}" if why else "")

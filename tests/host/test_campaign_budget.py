@@ -142,10 +142,9 @@ def test_the_dry_run_shows_the_extended_budget(tmp_path: Path) -> None:
     assert "stops starting rounds after 15 min of measuring" in r.output
 
 
-def _final(root: Path, comps: list[dict[str, object]], *, spent: bool, done: int) -> None:
-    (root / "analysis").mkdir(parents=True, exist_ok=True)
-    (root / "analysis" / DECISIONS_JSON).write_text(json.dumps({
-        "rounds_done": done, "comparisons": comps, "budget_spent": spent, "next_configs": []}))
+def _final(comps: list[dict[str, object]], *, spent: bool, done: int) -> dict[str, object]:
+    return {"rounds_done": done, "comparisons": comps, "budget_spent": spent,
+            "next_configs": []}
 
 
 def test_the_settle_line_sizes_the_extension_from_the_decision(tmp_path: Path) -> None:
@@ -155,15 +154,35 @@ def test_the_settle_line_sizes_the_extension_from_the_decision(tmp_path: Path) -
         {"a": "q8", "b": "q4", "state": "undecided", "rounds_needed": 7},
         {"a": "q8", "b": "q5", "state": "undecided", "rounds_needed": 5},
         {"a": "q8", "b": "q6", "state": "decided", "rounds_needed": None}]
-    _final(tmp_path, comps, spent=True, done=4)
-    line = settle_line(tmp_path, Path("s.toml"), 30.0, 8)
+    study, root = Path("s.toml"), Path("camp")
+    line = settle_line(_final(comps, spent=True, done=4), study, root, 30.0, 8)
     # 3 more rounds (7 − 4) of 3 configurations (q8, q4, q5) at 30 s: 270 s → 5 min
-    assert line is not None and "--extend-budget 5m" in line
+    assert line is not None and "epi campaign s.toml --out camp --extend-budget 5m" in line
     assert "2 comparison(s)" in line and "3 more round(s) of 3 configuration(s)" in line
     assert "max_rounds" not in line
-    assert "max_rounds >= 7" in (settle_line(tmp_path, Path("s.toml"), 30.0, 6) or "")
-    _final(tmp_path, comps, spent=False, done=4)  # stopped by settling, not by the budget
-    assert settle_line(tmp_path, Path("s.toml"), 30.0, 8) is None
-    _final(tmp_path, [{"a": "x", "b": "y", "state": "undecided", "rounds_needed": None}],
-           spent=True, done=3)
-    assert "--extend-budget 10m" in (settle_line(tmp_path, Path("s.toml"), 30.0, 8) or "")
+    assert "max_rounds >= 7" in (settle_line(_final(comps, spent=True, done=4), study, root,
+                                             30.0, 6) or "")
+    # stopped by settling, not by the budget
+    assert settle_line(_final(comps, spent=False, done=4), study, root, 30.0, 8) is None
+    unknown = _final([{"a": "x", "b": "y", "state": "undecided", "rounds_needed": None}],
+                     spent=True, done=3)
+    assert "--extend-budget 10m" in (settle_line(unknown, study, root, 30.0, 8) or "")
+
+
+def test_the_report_gives_the_same_command_as_the_console(tmp_path: Path) -> None:
+    from host.campaign.adaptive_loop import settle_command
+    from host.report.sequential import limit_line, load_decisions
+
+    cmd = "to settle the 1 comparison(s) the budget left undecided: epi campaign s.toml " \
+        "--out camp --extend-budget 5m (about 2 more round(s))"
+    doc = {"rounds_done": 3, "lines": ["x"], "states": {"undecided": 1},
+           "budget_spent": True, "method": "Lai", "alpha": 0.05, "settle_command": cmd}
+    (tmp_path / DECISIONS_JSON).write_text(json.dumps(doc))
+    assert settle_command(tmp_path) == cmd
+    dec = load_decisions(tmp_path)
+    assert dec is not None
+    assert "settle the undecided ones: `epi campaign s.toml --out camp --extend-budget 5m` " \
+        "(about 2 more round(s))" in limit_line(dec)
+    (tmp_path / DECISIONS_JSON).write_text(json.dumps({**doc, "settle_command": None}))
+    assert settle_command(tmp_path) is None
+    assert "What would settle" not in limit_line(load_decisions(tmp_path))  # type: ignore[arg-type]
