@@ -186,3 +186,76 @@ def test_the_report_gives_the_same_command_as_the_console(tmp_path: Path) -> Non
     (tmp_path / DECISIONS_JSON).write_text(json.dumps({**doc, "settle_command": None}))
     assert settle_command(tmp_path) is None
     assert "What would settle" not in limit_line(load_decisions(tmp_path))  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_an_extended_campaign_measures_more_rounds_and_reports_again(
+        tmp_path: Path, tiny_model: Path) -> None:
+    """The whole path: a budget that ends the rounds at the minimum with the comparison
+    undecided, the console's settle command, then `--extend-budget` measuring round 4 and
+    analysing again."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.host.campaign_fixtures import run_tables, write_prompts
+
+    repo = Path(__file__).resolve().parents[2]
+    prompts = write_prompts(tmp_path / "prompts.json")
+    study = tmp_path / "study.toml"
+    study.write_text(f"""
+[study]
+name = "extend"
+seed = 4
+out = "camp"
+baseline = "uniform_q8"
+
+[[models]]
+name = "tiny"
+path = "{tiny_model}"
+maps = ["{repo}/quantmaps/uniform_q8.json", "{repo}/quantmaps/mix_high_early.json"]
+
+[meter]
+emulate = true
+rate_hz = 40
+
+[analysis]
+cv_threshold = 0.5           # the mechanics are under test, not a quiet machine
+max_resolution_frac = 0.05
+lag = "auto"
+
+[decide]
+compare = ["baseline"]
+min_rounds = 3
+max_rounds = 5
+time_budget_min = 0.05       # 3 s: spent by the minimum rounds
+alpha = 0.001                # a 99.9 % sequence: three rounds cannot decide
+size_runs = false
+{run_tables(prompts)}""")
+
+    def campaign(*extra: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "epi", "campaign", str(study), *extra],
+                           cwd=repo, capture_output=True, text=True, timeout=880, check=False)
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out[-4000:]
+        return out
+
+    camp = tmp_path / "camp"
+    first = campaign()
+    m = re.search(r"to settle the 1 comparison\(s\) the budget left undecided: "
+                  r"epi campaign (\S+) --out (\S+) --extend-budget (\d+)m", first)
+    assert m, first[-3000:]
+    assert m.group(1) == str(study) and m.group(2) == str(camp)
+    d3 = json.loads((camp / "analysis" / "decisions.json").read_text())
+    assert d3["rounds_done"] == 3 and d3["budget_spent"]
+    assert d3["settle_command"] in first  # one command, console and record alike
+    report_before = (camp / "report" / "report.md").stat().st_mtime_ns
+    second = campaign("--extend-budget", f"{m.group(3)}m")
+    assert f"measuring budget extended by {int(m.group(3)):g} min" in second
+    assert "the adaptive rounds were reopened" in second
+    assert (camp / "assess" / "round-3" / "decisions.before-extension-1.json").is_file()
+    ran4 = sorted(p.parent.name for p in (camp / "runs").glob("*/round4-attempt1"))
+    assert ran4 == ["mix_high_early", "uniform_q8"]
+    final = json.loads((camp / "analysis" / "decisions.json").read_text())
+    assert final["rounds_done"] >= 4
+    assert (camp / "report" / "report.md").stat().st_mtime_ns > report_before
