@@ -167,7 +167,7 @@ def _meta(plan: BridgePlan, emu: EmulatedBoard | None) -> dict[str, object]:
         "power_model": _power_model(emu.models) if emu else None,
         "sample_period_s": 1.0 / plan.rate_hz if plan.rate_hz else None,
         "channels": [{"channel": c.index, "name": c.name, "node": c.node,
-                      "meter_constant_imp_per_kwh": None, "ct": None,
+                      "ct": None,
                       "calibration": {"source": "MCU flash (see bridge.firmware)"},
                       "bus": {"kind": "bridge"}, "emulated": plan.emulate}
                      for c in plan.enabled],

@@ -43,6 +43,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from epi.core.errors import UserError
 from meter.bridge.clockmap import ClockMapper, Mapping
 from meter.bridge.hello import Hello, parse_hello
 from meter.bridge.link import Link, wire_ns
@@ -459,10 +460,20 @@ class BridgeRecorder:
     def _hello(self, f: dict[str, object]) -> None:
         try:
             hello = parse_hello(f)
-        except LineError as exc:  # never convert counts with a constant that is not one
+        except LineError as exc:
+            # A hello passed its CRC, so the firmware means it: an MCU announcing impossible
+            # channels or constants is misconfigured, and no count can become joules. Stop
+            # with the reason (in the trace and on the console) rather than record a trace
+            # whose energy cannot be known.
             self.stats.unparsable += 1
-            self.event(None, "bus_error", f"bridge: hello dropped: {exc.detail}")
-            return
+            self._refuse_hello(exc.detail[:300], "fix the firmware's configuration (epi meter "
+                               "firmware console, `hello`)")
+        missing = sorted(n for n in self.only_channels or () if hello.channel(n) is None)
+        if missing:  # those channels would record nothing, silently, for the whole run
+            detail = (f"hello: channels lists {[c.channel for c in hello.channels]!r:.80}, "
+                      f"without the board's channel(s) {missing!r:.80}")
+            self._refuse_hello(detail, "enable those channels in the firmware's "
+                               "configuration, or disable them in the board file")
         boot = hello.boot
         if self.boot is not None and boot != self.boot:
             self._mcu_reset(f"new boot id {boot} (was {self.boot})")
@@ -492,6 +503,12 @@ class BridgeRecorder:
                                          "joules_per_count": joules_per_count(mc)}}
             entries.append(entry)
         self.writer.update_meta(bridge=self.describe(), channels=entries)
+
+    def _refuse_hello(self, detail: str, remedy: str) -> None:
+        """Stop: a `bus_error` event in the trace, then the one-line UserError (exit 2)."""
+        self.event(None, "bus_error", f"bridge: hello refused: {detail}", limit=False)
+        raise UserError(f"bridge: the MCU's hello is refused ({detail}); the recorder stopped "
+                        f"without converting a count: {remedy}")
 
     def _mcu_reset(self, why: str) -> None:
         """The MCU restarted: its counts and clock start again."""
