@@ -133,7 +133,9 @@ def run_bridge(plan: BridgePlan, session: RecordingSession) -> RunResult:
             hub.publish(msg)
 
         recorder.on_sample = publish
-        recorder.on_fault = state.record_fault
+        # a fault on no channel is the link's (a bad line), not a failed read of every one
+        recorder.on_fault = lambda channel, kind: state.record_fault(
+            channel, kind, down=channel is not None)
         recorder.on_sweep = lambda: state.record_sweep(late=False, skipped=0, jitter={})
         session.attach(recorder)
         session.log(f"epi meter: bridge {'(emulated MCU) ' if plan.emulate else ''}on {where} "

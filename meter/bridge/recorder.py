@@ -196,7 +196,7 @@ class BridgeRecorder:
         self._stop = threading.Event()
         self.ready = threading.Event()  # set when the first sample row is written
         self.on_sample: Callable[[dict[str, object]], None] | None = None  # live state/stream
-        self.on_fault: Callable[[int | None, str], None] | None = None  # /metrics fault counter
+        self.on_fault: Callable[[int | None, str], None] | None = None  # /metrics, /status
         self.on_sweep: Callable[[], None] | None = None  # /metrics and /status sweeps_total
         self._next_storage = 0
         self._disk_full = DiskFullWatch()
@@ -226,6 +226,9 @@ class BridgeRecorder:
         t_mono, t_real = t if t is not None else self._now()
         if kind not in ("gap", "start", "stop", "late"):
             self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
+            if self.on_fault is not None:  # /status and /metrics, as the direct path's
+                # (a reverse_energy here is what `epi doctor` reads as a reversed CT)
+                self.on_fault(channel, kind)
         if limit:
             admitted = self._event_budget.admit(channel, kind, t_mono, detail)
             if admitted is None:

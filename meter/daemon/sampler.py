@@ -237,6 +237,10 @@ class Sampler:
         self._unmetered_seen = {ch.index: len(_unmetered(ch.driver)) for ch in self.channels}
         # the chain checks itself (counter vs integral of Pmean, P vs U·I·PF)
         self._checks = {ch.index: _self_check(ch.driver, period_s) for ch in self.channels}
+        if self.state is not None:  # a channel without a check shows no verdict at all
+            for index, check in self._checks.items():
+                if check is not None:
+                    self.state.record_chain(index, False, None)
 
     # -- control ------------------------------------------------------------------------------
     def stop(self) -> None:
