@@ -300,7 +300,8 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
         "epi_meter_sustainable_rate_hertz",
         "gauge",
         "Sweeps per second the bus sustains as driven, measured as the daemon runs "
-        "(1 / p90 of the sweep durations); absent until the first sweep.",
+        "(1 / p90 of the sweep durations, at most the wire's own rate); absent until the "
+        "first sweep.",
     )
     if sustainable is not None:
         out.sample("epi_meter_sustainable_rate_hertz", {}, float(sustainable))

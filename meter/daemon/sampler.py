@@ -164,12 +164,19 @@ class SamplerStats:
     lateness: JitterStats = field(default_factory=JitterStats)
     sweep_duration: JitterStats = field(default_factory=JitterStats)
 
+    wire_rate_hz: float | None = None  # what the bus's wire time alone allows (a cap)
+
     @property
     def sustainable_rate_hz(self) -> float | None:
         """Sweeps per second the bus kept up as driven, measured as the run goes:
-        1 / (p90 of the sweep durations so far); None before the first sweep (never 0)."""
+        1 / (p90 of the sweep durations so far), never above the wire's own rate (emulated
+        chips answer without the wire time, so their sweeps can be shorter than the bus
+        allows); None before the first sweep (never 0)."""
         p90 = self.sweep_duration.quantile_ns(0.9)
-        return 1e9 / p90 if p90 else None
+        if not p90:
+            return None
+        rate = 1e9 / p90
+        return min(rate, self.wire_rate_hz) if self.wire_rate_hz else rate
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -186,6 +193,7 @@ class SamplerStats:
             "schedule_lateness_ns": self.lateness.as_dict(),
             "sweep_duration_ns": self.sweep_duration.as_dict(),
             "sustainable_rate_hz": self.sustainable_rate_hz,
+            "wire_rate_hz": self.wire_rate_hz,
         }
 
 
@@ -205,6 +213,7 @@ class Sampler:
         absent_retry_s: float = 1.0,
         stats_interval_s: float = 5.0,
         before_sweep: Callable[[int], None] | None = None,
+        wire_rate_hz: float | None = None,
     ) -> None:
         if not period_s > 0:
             raise ValueError("period_s must be positive")
@@ -219,7 +228,7 @@ class Sampler:
         self.absent_retry_ns = round(absent_retry_s * 1e9)
         self.stats_interval_ns = round(stats_interval_s * 1e9)
         self.before_sweep = before_sweep
-        self.stats = SamplerStats()
+        self.stats = SamplerStats(wire_rate_hz=wire_rate_hz)
         self._runs = {ch.index: _ChannelRun() for ch in self.channels}
         self._names = {ch.index: ch.name for ch in self.channels}
         self._event_budget = EventBudget()
