@@ -14,6 +14,11 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+# The event kinds the direct path counts as a channel's faults (meter/daemon/sampler.py) and
+# a full disk: /metrics exports each at 0 before its first occurrence.
+COUNTED_FAULT_KINDS = ("absent", "bus_error", "checksum_error", "chip_reset", "disk_full",
+                       "implausible", "reinit", "reverse_energy")
+
 
 @dataclass
 class ChannelInfo:
@@ -235,11 +240,13 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
         if energy is not None:
             out.sample("epi_meter_energy_joules_total", labels(ch), energy)
 
-    out.family("epi_meter_status_bits", "gauge", "SysStatus bits of the latest sample.")
+    # not `..._status_bits`: a name part that is a unit ("bits") reads as one to promtool
+    out.family("epi_meter_sys_status", "gauge",
+               "SysStatus register (a bit field) of the latest sample.")
     for ch, up, _, _, last in channels:
         status = _number(last.get("status")) if up and last is not None else None
         if status is not None:
-            out.sample("epi_meter_status_bits", labels(ch), status)
+            out.sample("epi_meter_sys_status", labels(ch), status)
 
     out.family("epi_meter_channel_up", "gauge", "1 if the channel's latest read succeeded.")
     for ch, up, _, _, _ in channels:
@@ -261,8 +268,11 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
 
     out.family("epi_meter_faults_total", "counter", "Faults per channel and kind.")
     for ch, _, _, faults, _ in channels:
-        for kind in sorted(faults):
-            out.sample("epi_meter_faults_total", {**labels(ch), "kind": kind}, faults[kind])
+        # every counted kind from the first scrape (0): a series that appears only at its
+        # first fault shows no data, and rate()/increase() miss that first fault
+        for kind in sorted(set(COUNTED_FAULT_KINDS) | set(faults)):
+            out.sample("epi_meter_faults_total", {**labels(ch), "kind": kind},
+                       faults.get(kind, 0))
 
     out.family("epi_meter_chain_disagreement", "gauge",
                "1 while the channel's energy counter and the integral of its power readings "

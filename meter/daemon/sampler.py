@@ -43,7 +43,7 @@ from meter.clock import Clock, is_simulated
 from meter.daemon.event_budget import EventBudget
 from meter.daemon.jitter import JitterStats
 from meter.daemon.live_stream import LiveHub
-from meter.daemon.metrics import MeterState
+from meter.daemon.metrics import COUNTED_FAULT_KINDS, MeterState
 from meter.daemon.trace import UNMETERED_GAP_REASON, TraceWriter, gap_detail
 from meter.driver.atm90e26 import UnmeteredInterval
 from meter.driver.selfcheck import ChainSelfCheck, SelfCheckConfig
@@ -86,10 +86,9 @@ _FAULT_KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (ChecksumError, "checksum_error"),
     (ImplausibleReadingError, "implausible"),
 )
-FAULT_EVENT_KINDS = frozenset(
-    {"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "implausible",
-     "reverse_energy"}  # counted per channel: /status and `epi doctor` show a reversed CT
-)
+# counted per channel (/status and `epi doctor` show a reversed CT); a full disk is counted
+# apart, once per episode (DiskFullWatch)
+FAULT_EVENT_KINDS = frozenset(COUNTED_FAULT_KINDS) - {"disk_full"}
 _BACKOFF_AFTER = 3  # consecutive failed reads before a channel is only retried now and then
 
 
