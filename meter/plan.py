@@ -334,15 +334,60 @@ def _remedies(chain: Chain, low: LoadFigures, high: LoadFigures, opts: PlanOptio
         if higher:
             out.append(f"or PGA gain {higher[0]} (MMode Lgain; the ADC sees {higher[0]}x the "
                        "signal, the CT and burden the same)")
+    overload = high.current_a > hi_a
+    if overload:
+        out += _overload_remedies(chain, low, high)
     if low.counts_per_prefill * opts.max_count_frac < 1.0:
         mc = chain.meter_constant_imp_per_kwh / (low.counts_per_prefill * opts.max_count_frac)
         out.append(f"raise meter_constant_imp_per_kwh to {mc:.3g} (PL constant "
                    f"{ideal_pl(chain, meter_constant=mc):.4g})")
+    if high.wrap_s < 4 * chain.sample_period_s:
+        # the counter must not wrap twice between two reads: at most one wrap per 4 sweeps
+        mc = chain.meter_constant_imp_per_kwh * high.wrap_s / (4 * chain.sample_period_s)
+        counts = low.counts_per_prefill * mc / chain.meter_constant_imp_per_kwh
+        short = (f"; it leaves {counts:.3g} counts per {opts.prefill_s:g} s prefill at "
+                 f"{low.load_w:g} W" if counts * opts.max_count_frac < 1.0 else "")
+        out.append(f"lower meter_constant_imp_per_kwh to <= {mc:.3g} (the energy register then "
+                   f"wraps after 4 sweeps at {high.load_w:g} W), or sweep faster{short}")
     if abs(pl_bias_pct(chain)) > 0.05 or ideal_pl(chain) < 0.5 / (MIN_PL_FOR_BIAS_PCT / 100):
         mc = PL_NUMERATOR * chain.pga_gain * chain.v_l_mv * chain.v_u_mv / (
             chain.un_v * chain.ib_a * 0.5 / (MIN_PL_FOR_BIAS_PCT / 100))
+        # more signal would push an overloaded chain further past the top of its range
+        more = "" if overload else ", or more signal (turns, burden, PGA gain)"
         out.append(f"for a PL-constant rounding below {MIN_PL_FOR_BIAS_PCT:g} %: meter constant "
-                   f"<= {mc:.3g} imp/kWh, or more signal (turns, burden, PGA gain)")
+                   f"<= {mc:.3g} imp/kWh{more}")
+    return out
+
+
+def _overload_remedies(chain: Chain, low: LoadFigures, high: LoadFigures) -> list[str]:
+    """The highest load draws more than the top of the range: less signal where the ADC is
+    the limit (fewer turns, a smaller burden, a lower PGA gain, a CT of a higher ratio), a CT
+    rated for more where the CT is. Less signal raises the bottom of the range by as much."""
+    out = []
+    if chain.max_current_a is not None and high.current_a > chain.max_current_a:
+        out.append(f"a CT rated for at least {high.current_a:.3g} A (ct.max_current_a is "
+                   f"{chain.max_current_a:g} A; less signal does not help a CT past its rating)")
+    adc_top = full_scale_current_a(chain)
+    if high.current_a <= adc_top:
+        return out
+    less = high.current_a / adc_top  # the factor the signal must drop by
+    options = []
+    turns = math.floor(chain.turns / less)
+    if chain.turns > 1 and turns >= 1:
+        options.append(f"loop the feed {turns} time(s) through the clamp (ct.turns = {turns})")
+    if chain.burden_ohm is not None:
+        options.append(f"a burden of {chain.burden_ohm / less:.3g} ohm")
+    lower = [g for g in PGA_GAINS if g <= chain.pga_gain / less]
+    if lower and chain.pga_gain > 1:
+        options.append(f"PGA gain {lower[-1]} (MMode Lgain)")
+    if chain.ct_ratio is not None:
+        options.append(f"a CT of ratio {chain.ct_ratio * less:.3g}:1 or more")
+    if options:
+        lo_a = adc_top * less / CHIP_DYNAMIC_RANGE
+        note = (f"; the bottom of the range rises to {lo_a * 1000:.3g} mA, above the "
+                f"{low.current_a * 1000:.3g} mA of {low.load_w:g} W: the loads span more than "
+                "the chip's 5000:1, meter them on two channels" if low.current_a < lo_a else "")
+        out.append(f"less signal, {less:.3g}x: " + ", or ".join(options) + note)
     return out
 
 
@@ -411,7 +456,8 @@ def render(plans: list[ChannelPlan], opts: PlanOptions) -> str:
                    f"{hi_a:.3g} A; ADC headroom {hr} (full scale "
                    f"{ADC_FULL_SCALE_MV_PEAK_ASSUMED:g} mV peak assumed)")
         for f in p.loads:
-            out.append(f"  at {f.load_w:g} W, {f.volts:g} V: {f.current_a * 1000:.4g} mA, "
+            out.append(f"  at {f.load_w:g} W, {f.volts:g} V, power factor "
+                       f"{opts.power_factor:g} (--pf): {f.current_a * 1000:.4g} mA, "
                        f"{f.input_mv_rms:.4g} mV at the input")
             steps = ", ".join(f"{s.register} {s.step:g}{' ' + s.unit if s.unit else ''} "
                               f"({s.step_pct:.3g} %; {s.step_extended:.3g} with LSB)"

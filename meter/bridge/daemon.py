@@ -133,7 +133,9 @@ def run_bridge(plan: BridgePlan, session: RecordingSession) -> RunResult:
             hub.publish(msg)
 
         recorder.on_sample = publish
-        recorder.on_fault = state.record_fault
+        # a fault on no channel is the link's (a bad line), not a failed read of every one
+        recorder.on_fault = lambda channel, kind: state.record_fault(
+            channel, kind, down=channel is not None)
         recorder.on_sweep = lambda: state.record_sweep(late=False, skipped=0, jitter={})
         session.attach(recorder)
         session.log(f"epi meter: bridge {'(emulated MCU) ' if plan.emulate else ''}on {where} "
@@ -167,7 +169,7 @@ def _meta(plan: BridgePlan, emu: EmulatedBoard | None) -> dict[str, object]:
         "power_model": _power_model(emu.models) if emu else None,
         "sample_period_s": 1.0 / plan.rate_hz if plan.rate_hz else None,
         "channels": [{"channel": c.index, "name": c.name, "node": c.node,
-                      "meter_constant_imp_per_kwh": None, "ct": None,
+                      "ct": None,
                       "calibration": {"source": "MCU flash (see bridge.firmware)"},
                       "bus": {"kind": "bridge"}, "emulated": plan.emulate}
                      for c in plan.enabled],

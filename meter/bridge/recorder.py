@@ -43,6 +43,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from epi.core.errors import UserError
 from meter.bridge.clockmap import ClockMapper, Mapping
 from meter.bridge.hello import Hello, parse_hello
 from meter.bridge.link import Link, wire_ns
@@ -54,7 +55,15 @@ from meter.bridge.protocol import (
     command,
     decode_line,
 )
-from meter.bridge.trust import counts_problem, power_problem, sweep_problem, time_problem
+from meter.bridge.trust import (
+    FUTURE_TOLERANCE_NS,
+    MAX_MCU_US,
+    counts_problem,
+    pong_problem,
+    power_problem,
+    sweep_problem,
+    time_problem,
+)
 from meter.chip.calibration import joules_per_count
 from meter.clock import Clock
 from meter.daemon.event_budget import EventBudget
@@ -70,6 +79,7 @@ INITIAL_PINGS = 8
 DENSE_PINGS_S = 30.0  # after a boot's first ping, ping 10× as often: drift is fitted sooner
 STORAGE_CHECK_S = 0.5  # how often the trace directory's presence and the disk are checked
 REBASE_AFTER = 3  # rejected readings in a row after which a channel's counts are taken anew
+PONG_REBASE_AFTER = 3  # agreeing rejected pongs in a row after which the mapping starts anew
 
 
 @dataclass
@@ -90,6 +100,7 @@ class BridgeStats:
     suppressed_events: int = 0
     rejected_sweeps: int = 0
     rejected_readings: int = 0
+    rejected_pongs: int = 0
     faults: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
@@ -177,6 +188,7 @@ class BridgeRecorder:
         self._dense_until: int | None = None  # end of this boot's dense ping phase
         self._ping_req_bytes = 0
         self._pings: dict[int, int] = {}
+        self._odd_pongs: list[tuple[int, int, int, int, int]] = []  # rejected, in a row
         self._next_ping = 0
         self._next_fit = 0
         self._next_meta = 0
@@ -184,7 +196,7 @@ class BridgeRecorder:
         self._stop = threading.Event()
         self.ready = threading.Event()  # set when the first sample row is written
         self.on_sample: Callable[[dict[str, object]], None] | None = None  # live state/stream
-        self.on_fault: Callable[[int | None, str], None] | None = None  # /metrics fault counter
+        self.on_fault: Callable[[int | None, str], None] | None = None  # /metrics, /status
         self.on_sweep: Callable[[], None] | None = None  # /metrics and /status sweeps_total
         self._next_storage = 0
         self._disk_full = DiskFullWatch()
@@ -214,6 +226,9 @@ class BridgeRecorder:
         t_mono, t_real = t if t is not None else self._now()
         if kind not in ("gap", "start", "stop", "late"):
             self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
+            if self.on_fault is not None:  # /status and /metrics, as the direct path's
+                # (a reverse_energy here is what `epi doctor` reads as a reversed CT)
+                self.on_fault(channel, kind)
         if limit:
             admitted = self._event_budget.admit(channel, kind, t_mono, detail)
             if admitted is None:
@@ -403,14 +418,18 @@ class BridgeRecorder:
             ping_id = f.get("id")
             t_send = self._pings.pop(ping_id, None) if isinstance(ping_id, int) else None
             t_us = f.get("t")
-            if t_send is not None and isinstance(t_us, int):
-                self.stats.pongs += 1
+            if t_send is not None and isinstance(t_us, int) and not isinstance(t_us, bool):
                 # both lines' wire times are known exactly: the request's from what was
                 # sent, the answer's from its length (it was stamped before it was sent)
                 wire = self.wire_time
-                self.mapper.add(t_send, t_us, t_recv,
-                                wire_req_ns=wire_ns(self._ping_req_bytes, self.baud) if wire else 0,
-                                wire_reply_ns=wire_ns(n_bytes, self.baud) if wire else 0)
+                exchange = (t_send, t_us, t_recv,
+                            wire_ns(self._ping_req_bytes, self.baud) if wire else 0,
+                            wire_ns(n_bytes, self.baud) if wire else 0)
+                if not self._pong_trusted(ping_id, exchange):
+                    return
+                self.stats.pongs += 1
+                self.mapper.add(t_send, t_us, t_recv, wire_req_ns=exchange[3],
+                                wire_reply_ns=exchange[4])
                 if self.mapper.mapping is None or len(self.mapper.pings) <= INITIAL_PINGS or (
                         self._dense_until is not None and t_recv < self._dense_until):
                     self._refit()  # every pong while the mapping is young
@@ -426,6 +445,46 @@ class BridgeRecorder:
         elif msg.kind == "err":
             self.stats.command_errors += 1
             self.log(f"epi meter bridge: firmware refused a command: {f.get('error')}")
+
+    def _pong_trusted(self, ping_id: object, exchange: tuple[int, int, int, int, int]) -> bool:
+        """Whether a pong may join the clock mapping (trust.pong_problem); one that may not is
+        dropped with a `bus_error` event. PONG_REBASE_AFTER such pongs in a row that agree
+        with each other are the MCU's clock itself having moved: the mapping starts again
+        from them."""
+        t_send, t_us, t_recv = exchange[:3]
+        problem = pong_problem(t_send, t_us, t_recv, self.mapper.mapping)
+        if problem is None:
+            self._odd_pongs = []
+            return True
+        self.stats.rejected_pongs += 1
+        if not 0 <= t_us <= MAX_MCU_US:
+            self._odd_pongs = []  # never a clock to follow
+        else:
+            self._odd_pongs = [*self._odd_pongs, exchange][-PONG_REBASE_AFTER:]
+        odd = self._odd_pongs
+        # offsets (Pi receipt − MCU time) of the odd pongs: the same clock when they agree
+        # within their round trips and the sweeps' tolerance
+        offsets = [r - u * 1000 for _, u, r, _, _ in odd]
+        rtt = max((r - s for s, _, r, _, _ in odd), default=0)
+        if len(odd) == PONG_REBASE_AFTER and \
+                max(offsets) - min(offsets) <= rtt + FUTURE_TOLERANCE_NS:
+            self.mapper = ClockMapper()
+            for s_ns, u, r, req, rep in odd:
+                self.mapper.add(s_ns, u, r, wire_req_ns=req, wire_reply_ns=rep)
+            self._odd_pongs = []
+            self.stats.pongs += len(odd)
+            self.event(None, "bus_error", f"bridge: pong {str(ping_id)[:20]}: {problem}; "
+                       f"{PONG_REBASE_AFTER} pongs in a row agree with each other: the MCU's "
+                       "clock moved, the clock mapping is refitted from them", limit=False)
+            if self.mapping is not None:
+                self.clock_history.append({"boot": self.boot, **self.mapping.describe(),
+                                           "ended": "MCU clock moved"})
+            self.mapping = None
+            self._refit()
+            return False
+        self.event(None, "bus_error", f"bridge: pong {str(ping_id)[:20]} dropped: {problem}; "
+                   "the clock mapping is not moved")
+        return False
 
     def _unmetered(self, f: dict[str, object], t_recv: int) -> None:
         """The MCU's chip protocol could not meter an interval (its counts leave it out):
@@ -444,7 +503,8 @@ class BridgeRecorder:
                        f"channel {str(n)[:20]}, {str(t0_us)[:24]}..{str(t1_us)[:24]} µs")
             return
         t0, t1 = m.to_mono_ns(t0_us), m.to_mono_ns(t1_us)
-        problem = time_problem(t1, t_recv, m.uncertainty_ns, None)
+        problem = time_problem(t1, t_recv, m.uncertainty_ns, None) or \
+            time_problem(t0, t_recv, m.uncertainty_ns, None)
         if problem is not None:
             self.event(n, "bus_error", f"bridge: unmetered interval from the MCU dropped: "
                        f"{problem}")
@@ -459,10 +519,20 @@ class BridgeRecorder:
     def _hello(self, f: dict[str, object]) -> None:
         try:
             hello = parse_hello(f)
-        except LineError as exc:  # never convert counts with a constant that is not one
+        except LineError as exc:
+            # A hello passed its CRC, so the firmware means it: an MCU announcing impossible
+            # channels or constants is misconfigured, and no count can become joules. Stop
+            # with the reason (in the trace and on the console) rather than record a trace
+            # whose energy cannot be known.
             self.stats.unparsable += 1
-            self.event(None, "bus_error", f"bridge: hello dropped: {exc.detail}")
-            return
+            self._refuse_hello(exc.detail[:300], "fix the firmware's configuration (epi meter "
+                               "firmware console, `hello`)")
+        missing = sorted(n for n in self.only_channels or () if hello.channel(n) is None)
+        if missing:  # those channels would record nothing, silently, for the whole run
+            detail = (f"hello: channels lists {[c.channel for c in hello.channels]!r:.80}, "
+                      f"without the board's channel(s) {missing!r:.80}")
+            self._refuse_hello(detail, "enable those channels in the firmware's "
+                               "configuration, or disable them in the board file")
         boot = hello.boot
         if self.boot is not None and boot != self.boot:
             self._mcu_reset(f"new boot id {boot} (was {self.boot})")
@@ -492,6 +562,12 @@ class BridgeRecorder:
                                          "joules_per_count": joules_per_count(mc)}}
             entries.append(entry)
         self.writer.update_meta(bridge=self.describe(), channels=entries)
+
+    def _refuse_hello(self, detail: str, remedy: str) -> None:
+        """Stop: a `bus_error` event in the trace, then the one-line UserError (exit 2)."""
+        self.event(None, "bus_error", f"bridge: hello refused: {detail}", limit=False)
+        raise UserError(f"bridge: the MCU's hello is refused ({detail}); the recorder stopped "
+                        f"without converting a count: {remedy}")
 
     def _mcu_reset(self, why: str) -> None:
         """The MCU restarted: its counts and clock start again."""
@@ -555,10 +631,14 @@ class BridgeRecorder:
             return
         m = self.mapping
         t_line = m.to_mono_ns(sw.t_us)
+        last = self.last_sweep_t[0] if self.last_seq is not None and \
+            self.last_sweep_t is not None else None
+        offsets = [r.offset_us for r in sw.channels] or [0]
+        # the latest and the earliest row of the sweep: neither in the future, before the
+        # sweep before it, nor outside what a trace's t_mono_ns can hold
         problem = sweep_problem(sw) or time_problem(
-            m.to_mono_ns(sw.t_us + max((r.offset_us for r in sw.channels), default=0)), t_recv,
-            m.uncertainty_ns, self.last_sweep_t[0] if self.last_seq is not None and
-            self.last_sweep_t is not None else None)
+            m.to_mono_ns(sw.t_us + max(offsets)), t_recv, m.uncertainty_ns, last) or \
+            time_problem(m.to_mono_ns(sw.t_us + min(offsets)), t_recv, m.uncertainty_ns, last)
         if problem is not None:
             self.stats.rejected_sweeps += 1
             self.event(None, "bus_error", f"bridge: sweep seq {sw.seq} dropped: {problem}")

@@ -11,11 +11,14 @@ energy (docs/bridge.md "What the host never trusts"):
 * `counts_problem`: cumulative counts that went back, or that grew faster than the power
   read at both ends of the interval allows (the direct path's bound), or, without a power,
   than any load the chip can meter (its registers' full scale at the top of the mains range);
-* `power_problem`: a power beyond that full scale.
+* `power_problem`: a power beyond that full scale;
+* `pong_problem`: a clock pong whose MCU time cannot have been read within its round trip
+  (beyond 64 bits, negative, or far from the clock mapping so far).
 """
 
 from __future__ import annotations
 
+from meter.bridge.clockmap import Mapping
 from meter.bridge.protocol import Sweep
 from meter.chip.plausibility import LAG_FACTOR, REGISTER_MAX_CURRENT_A, SLACK_COUNTS
 
@@ -30,6 +33,9 @@ HOST_FLOOR_W = 25.0
 FUTURE_TOLERANCE_NS = 1_000_000_000
 # A sweep may be mapped this far before the one before it (offset changes between refits).
 BACKWARD_TOLERANCE_NS = 1_000_000_000
+MAX_MONO_NS = 2**63 - 1  # a trace's t_mono_ns is a signed 64-bit time
+# The latest MCU time a pong may carry: mapped onto nanoseconds it must stay a 64-bit time.
+MAX_MCU_US = MAX_MONO_NS // 1000
 
 
 def sweep_problem(sw: Sweep) -> str | None:
@@ -45,12 +51,34 @@ def sweep_problem(sw: Sweep) -> str | None:
 def time_problem(t_line_ns: int, t_recv_ns: int, uncertainty_ns: float,
                  last_line_ns: int | None) -> str | None:
     """Why a sweep mapped to `t_line_ns` (CLOCK_MONOTONIC) cannot have been measured then."""
+    if not 0 <= t_line_ns <= MAX_MONO_NS:  # a row the trace reader would refuse
+        return f"stamped at {t_line_ns} ns, outside CLOCK_MONOTONIC's 0..2^63-1"
     ahead = t_line_ns - t_recv_ns
     if ahead > FUTURE_TOLERANCE_NS + max(uncertainty_ns, 0):
         return f"stamped {ahead / 1e9:.3f} s after it was received (a time in the future)"
     if last_line_ns is not None and t_line_ns < last_line_ns - BACKWARD_TOLERANCE_NS:
         return (f"stamped {(last_line_ns - t_line_ns) / 1e9:.3f} s before the sweep before it "
                 "(time went back within one boot)")
+    return None
+
+
+
+
+def pong_problem(t_send_ns: int, t_mcu_us: int, t_recv_ns: int,
+                 mapping: Mapping | None) -> str | None:
+    """Why a pong's MCU time cannot have been read between the ping's send and the answer's
+    receipt: outside 0..MAX_MCU_US, or, once a mapping exists, mapped further outside that
+    round trip than the sweeps' tolerance plus the mapping's uncertainty."""
+    if not 0 <= t_mcu_us <= MAX_MCU_US:
+        return f"time {t_mcu_us} µs is outside 0..{MAX_MCU_US}"
+    if mapping is None:
+        return None
+    at = mapping.to_mono_ns(t_mcu_us)
+    tol = FUTURE_TOLERANCE_NS + max(mapping.uncertainty_ns, 0)
+    if at > t_recv_ns + tol:
+        return f"time maps {(at - t_recv_ns) / 1e9:.3f} s after the answer was received"
+    if at < t_send_ns - tol:
+        return f"time maps {(t_send_ns - at) / 1e9:.3f} s before the ping was sent"
     return None
 
 

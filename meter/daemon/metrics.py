@@ -14,6 +14,11 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+# The event kinds the direct path counts as a channel's faults (meter/daemon/sampler.py) and
+# a full disk: /metrics exports each at 0 before its first occurrence.
+COUNTED_FAULT_KINDS = ("absent", "bus_error", "checksum_error", "chip_reset", "disk_full",
+                       "implausible", "reinit", "reverse_energy")
+
 
 @dataclass
 class ChannelInfo:
@@ -31,6 +36,7 @@ class _ChannelState:
     up: bool = False
     samples_total: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+    chain_checked: bool = False  # whether a chain self-check runs on it (a bridge: none)
     chain_disagreement: bool = False  # the self-check's verdict now
     chain_ratio: float | None = None  # |counter − integral| / allowance; None: no full window
 
@@ -64,12 +70,17 @@ class MeterState:
         """The channels this daemon samples."""
         return set(self._channels)
 
-    def record_fault(self, channel: int | None, kind: str) -> None:
+    def record_fault(self, channel: int | None, kind: str, *, down: bool = True) -> None:
+        """Count a fault on `channel` (None: every channel). `down`: a read failure of that
+        kind marks the channel down until its next sample (False where the fault is the
+        link's, not a channel's read: the bridge's bad lines). A channel this daemon does not
+        sample is not counted."""
         with self._lock:
-            targets = self._channels.values() if channel is None else [self._channels[channel]]
+            targets = list(self._channels.values()) if channel is None else \
+                [self._channels[channel]] if channel in self._channels else []
             for ch in targets:
                 ch.faults[kind] = ch.faults.get(kind, 0) + 1
-                if kind in ("bus_error", "absent", "chip_reset"):
+                if down and kind in ("bus_error", "absent", "chip_reset"):
                     ch.up = False
 
     def record_chain(self, channel: int, disagreeing: bool, ratio: float | None) -> None:
@@ -77,6 +88,7 @@ class MeterState:
         disagrees beyond the allowance, and the ratio of the gap to the allowance."""
         with self._lock:
             ch = self._channels[channel]
+            ch.chain_checked = True
             ch.chain_disagreement = disagreeing
             ch.chain_ratio = ratio
 
@@ -115,7 +127,9 @@ class MeterState:
                         "up": c.up,
                         "samples_total": c.samples_total,
                         "faults": dict(c.faults),
-                        "chain_disagreement": c.chain_disagreement,
+                        # null where no self-check runs (absent, not "agreeing")
+                        "chain_disagreement": c.chain_disagreement if c.chain_checked
+                        else None,
                         "chain_disagreement_ratio": c.chain_ratio,
                         "last": dict(c.last) if c.last else None,
                     }
@@ -180,7 +194,7 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
             for c in state._channels.values()
         ]
         chains = [(c.info, c.chain_disagreement, c.chain_ratio)
-                  for c in state._channels.values()]
+                  for c in state._channels.values() if c.chain_checked]
         info = dict(state.info)
         sweeps, late, skipped = (
             state.sweeps_total,
@@ -226,11 +240,13 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
         if energy is not None:
             out.sample("epi_meter_energy_joules_total", labels(ch), energy)
 
-    out.family("epi_meter_status_bits", "gauge", "SysStatus bits of the latest sample.")
+    # not `..._status_bits`: a name part that is a unit ("bits") reads as one to promtool
+    out.family("epi_meter_sys_status", "gauge",
+               "SysStatus register (a bit field) of the latest sample.")
     for ch, up, _, _, last in channels:
         status = _number(last.get("status")) if up and last is not None else None
         if status is not None:
-            out.sample("epi_meter_status_bits", labels(ch), status)
+            out.sample("epi_meter_sys_status", labels(ch), status)
 
     out.family("epi_meter_channel_up", "gauge", "1 if the channel's latest read succeeded.")
     for ch, up, _, _, _ in channels:
@@ -252,17 +268,22 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
 
     out.family("epi_meter_faults_total", "counter", "Faults per channel and kind.")
     for ch, _, _, faults, _ in channels:
-        for kind in sorted(faults):
-            out.sample("epi_meter_faults_total", {**labels(ch), "kind": kind}, faults[kind])
+        # every counted kind from the first scrape (0): a series that appears only at its
+        # first fault shows no data, and rate()/increase() miss that first fault
+        for kind in sorted(set(COUNTED_FAULT_KINDS) | set(faults)):
+            out.sample("epi_meter_faults_total", {**labels(ch), "kind": kind},
+                       faults.get(kind, 0))
 
     out.family("epi_meter_chain_disagreement", "gauge",
                "1 while the channel's energy counter and the integral of its power readings "
-               "(or P and U*I*PF) disagree beyond what register steps and averaging allow.")
+               "(or P and U*I*PF) disagree beyond what register steps and averaging allow; "
+               "absent on a channel without a self-check (a bridge).")
     for ch, bad, _ in chains:
         out.sample("epi_meter_chain_disagreement", labels(ch), 1 if bad else 0)
     out.family("epi_meter_chain_disagreement_ratio", "gauge",
                "Counter-vs-integral gap over its allowance in the last self-check window "
-               "(above 1: a disagreement); NaN until a full window.")
+               "(above 1: a disagreement); NaN until a full window; absent on a channel "
+               "without a self-check.")
     for ch, _, ratio in chains:
         out.sample("epi_meter_chain_disagreement_ratio", labels(ch),
                    math.nan if ratio is None else ratio)
@@ -289,7 +310,8 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
         "epi_meter_sustainable_rate_hertz",
         "gauge",
         "Sweeps per second the bus sustains as driven, measured as the daemon runs "
-        "(1 / p90 of the sweep durations); absent until the first sweep.",
+        "(1 / p90 of the sweep durations, at most the wire's own rate); absent until the "
+        "first sweep.",
     )
     if sustainable is not None:
         out.sample("epi_meter_sustainable_rate_hertz", {}, float(sustainable))

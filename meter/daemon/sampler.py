@@ -43,7 +43,7 @@ from meter.clock import Clock, is_simulated
 from meter.daemon.event_budget import EventBudget
 from meter.daemon.jitter import JitterStats
 from meter.daemon.live_stream import LiveHub
-from meter.daemon.metrics import MeterState
+from meter.daemon.metrics import COUNTED_FAULT_KINDS, MeterState
 from meter.daemon.trace import UNMETERED_GAP_REASON, TraceWriter, gap_detail
 from meter.driver.atm90e26 import UnmeteredInterval
 from meter.driver.selfcheck import ChainSelfCheck, SelfCheckConfig
@@ -84,10 +84,9 @@ _FAULT_KINDS: tuple[tuple[type[BaseException], str], ...] = (
     (ChecksumError, "checksum_error"),
     (ImplausibleReadingError, "implausible"),
 )
-FAULT_EVENT_KINDS = frozenset(
-    {"bus_error", "chip_reset", "reinit", "absent", "checksum_error", "implausible",
-     "reverse_energy"}  # counted per channel: /status and `epi doctor` show a reversed CT
-)
+# counted per channel (/status and `epi doctor` show a reversed CT); a full disk is counted
+# apart, once per episode (DiskFullWatch)
+FAULT_EVENT_KINDS = frozenset(COUNTED_FAULT_KINDS) - {"disk_full"}
 _BACKOFF_AFTER = 3  # consecutive failed reads before a channel is only retried now and then
 
 
@@ -162,12 +161,19 @@ class SamplerStats:
     lateness: JitterStats = field(default_factory=JitterStats)
     sweep_duration: JitterStats = field(default_factory=JitterStats)
 
+    wire_rate_hz: float | None = None  # what the bus's wire time alone allows (a cap)
+
     @property
     def sustainable_rate_hz(self) -> float | None:
         """Sweeps per second the bus kept up as driven, measured as the run goes:
-        1 / (p90 of the sweep durations so far); None before the first sweep (never 0)."""
+        1 / (p90 of the sweep durations so far), never above the wire's own rate (emulated
+        chips answer without the wire time, so their sweeps can be shorter than the bus
+        allows); None before the first sweep (never 0)."""
         p90 = self.sweep_duration.quantile_ns(0.9)
-        return 1e9 / p90 if p90 else None
+        if not p90:
+            return None
+        rate = 1e9 / p90
+        return min(rate, self.wire_rate_hz) if self.wire_rate_hz else rate
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -184,6 +190,7 @@ class SamplerStats:
             "schedule_lateness_ns": self.lateness.as_dict(),
             "sweep_duration_ns": self.sweep_duration.as_dict(),
             "sustainable_rate_hz": self.sustainable_rate_hz,
+            "wire_rate_hz": self.wire_rate_hz,
         }
 
 
@@ -203,6 +210,7 @@ class Sampler:
         absent_retry_s: float = 1.0,
         stats_interval_s: float = 5.0,
         before_sweep: Callable[[int], None] | None = None,
+        wire_rate_hz: float | None = None,
     ) -> None:
         if not period_s > 0:
             raise ValueError("period_s must be positive")
@@ -217,7 +225,7 @@ class Sampler:
         self.absent_retry_ns = round(absent_retry_s * 1e9)
         self.stats_interval_ns = round(stats_interval_s * 1e9)
         self.before_sweep = before_sweep
-        self.stats = SamplerStats()
+        self.stats = SamplerStats(wire_rate_hz=wire_rate_hz)
         self._runs = {ch.index: _ChannelRun() for ch in self.channels}
         self._names = {ch.index: ch.name for ch in self.channels}
         self._event_budget = EventBudget()
@@ -235,6 +243,10 @@ class Sampler:
         self._unmetered_seen = {ch.index: len(_unmetered(ch.driver)) for ch in self.channels}
         # the chain checks itself (counter vs integral of Pmean, P vs U·I·PF)
         self._checks = {ch.index: _self_check(ch.driver, period_s) for ch in self.channels}
+        if self.state is not None:  # a channel without a check shows no verdict at all
+            for index, check in self._checks.items():
+                if check is not None:
+                    self.state.record_chain(index, False, None)
 
     # -- control ------------------------------------------------------------------------------
     def stop(self) -> None:

@@ -275,7 +275,7 @@ class MeterDaemon:
                 channels, clock, writer, period_s=period_s, state=session.state,
                 hub=session.hub, late_tolerance_s=o.late_tolerance_s,
                 absent_retry_s=o.retry_interval_s, stats_interval_s=o.stats_interval_s,
-                before_sweep=injector,
+                before_sweep=injector, wire_rate_hz=budget.wire_rate_hz,
             )
             sampler_ref.append(sampler)
             if recorder is not None:

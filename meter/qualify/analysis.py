@@ -97,10 +97,10 @@ def counter_integral_allowance_frac(win: Window, class_pct: float) -> float:
 
 def judge_channel(name: str, idle: Window, loaded: Window, reference_j: float,
                   reference_pct: float, class_pct: float, start_w: float,
-                  min_load_w: float, crosstalk: dict[str, float],
+                  min_load_w: float, crosstalk: dict[str, Crosstalk],
                   low_pf: tuple[Window, float] | None = None) -> ChannelQualification:
-    """All findings of one channel. `crosstalk` maps each other channel to the energy this
-    one metered while only that one was loaded (idle floor removed); `low_pf` is a loaded
+    """All findings of one channel. `crosstalk` maps each other channel to what this one
+    saw of it while only that one was loaded (idle floor removed); `low_pf` is a loaded
     window at a low power factor with its reference energy."""
     q = ChannelQualification(name, class_pct)
     f = q.findings
@@ -145,12 +145,18 @@ def judge_channel(name: str, idle: Window, loaded: Window, reference_j: float,
         f.append(Finding("counter_vs_integral", abs(gap) <= allow, gap, allow,
                          f"counter {gap:+.3%} from the integral of Pmean (allowed ± {allow:.3%})"
                          ": beyond it, the PL constant, Lgain or a power offset is wrong"))
-    worst = max(crosstalk.items(), key=lambda kv: kv[1], default=None)
-    if worst is not None:
-        other, frac = worst
+    unknown = [(o, c) for o, c in crosstalk.items() if c.fraction is None]
+    known = [(o, c.fraction, c.basis) for o, c in crosstalk.items() if c.fraction is not None]
+    worst = max(known, key=lambda kv: kv[1], default=None)
+    if unknown:  # not judged is not passed
+        other, c = unknown[0]
+        f.append(Finding("crosstalk", False, None, CROSSTALK_LIMIT_FRAC,
+                         f"from {other}: {c.basis}"))
+    elif worst is not None:
+        other, frac, basis = worst
         f.append(Finding("crosstalk", frac <= CROSSTALK_LIMIT_FRAC, frac, CROSSTALK_LIMIT_FRAC,
-                         f"{frac:.3%} of {other}'s current seen here while only {other} was "
-                         "loaded"))
+                         f"{frac:.3%} of {other}'s load seen here while only {other} was "
+                         f"loaded (by {basis})"))
     if low_pf is not None:
         win, ref = low_pf
         err_low, u_low = energy_error(win, ref, reference_pct)
@@ -162,14 +168,45 @@ def judge_channel(name: str, idle: Window, loaded: Window, reference_j: float,
     return q
 
 
+@dataclass(frozen=True)
+class Crosstalk:
+    """What a victim channel sees of an aggressor's load: `fraction` (None when it cannot be
+    estimated) and `basis`, how it was estimated or why it could not be."""
+
+    fraction: float | None
+    basis: str
+
+
 def crosstalk_fraction(victim_loaded_other: Window, victim_idle: Window,
-                       aggressor_loaded: Window) -> float:
-    """What the victim sees while only the aggressor is loaded, over what the aggressor sees:
-    by current (Irms with its LSB extension resolves µA, well below the start-up threshold a
-    small crosstalk never reaches), else by energy; the victim's idle level removed."""
-    if victim_loaded_other.rows and victim_idle.rows and aggressor_loaded.rows:
-        extra = victim_loaded_other.mean_current_a - victim_idle.mean_current_a
-        return max(extra, 0.0) / max(aggressor_loaded.mean_current_a, 1e-12)
-    extra = (victim_loaded_other.counter_j + victim_loaded_other.reverse_j
-             - victim_idle.counter_j / victim_idle.seconds * victim_loaded_other.seconds)
-    return max(extra, 0.0) / max(aggressor_loaded.counter_j, 1e-12)
+                       aggressor_loaded: Window, aggressor_reference_j: float) -> Crosstalk:
+    """What the victim sees while only the aggressor is loaded, over what the aggressor draws.
+
+    By current where the victim has readings (Irms with its LSB extension resolves µA, well
+    below the start-up threshold a small crosstalk never reaches), else by energy; the
+    victim's idle level removed. The aggressor's side comes from its own readings only where
+    they saw the load: readings refused wholesale (a power offset fails P = U·I·PF on every
+    one) or a dead aggressor would divide by nothing. Then its load comes from the reference
+    (the current at the voltage seen, PF 1: the qualification's loaded step)."""
+    ref_w = aggressor_reference_j / aggressor_loaded.seconds if aggressor_loaded.seconds > 0 \
+        else 0.0
+    if victim_loaded_other.rows and victim_idle.rows:
+        extra = max(victim_loaded_other.mean_current_a - victim_idle.mean_current_a, 0.0)
+        if aggressor_loaded.rows and aggressor_loaded.mean_current_a >= DEAD_CURRENT_A:
+            return Crosstalk(extra / aggressor_loaded.mean_current_a, "current")
+        volts = aggressor_loaded.mean_voltage_v if aggressor_loaded.rows else \
+            victim_loaded_other.mean_voltage_v
+        if ref_w > 0 and volts > 0:
+            return Crosstalk(extra / (ref_w / volts), "current, the aggressor's from the "
+                             "reference (its own readings saw no current)")
+        return Crosstalk(None, "n/a: the loaded channel's readings saw no current and the "
+                         "reference no energy (nothing to compare with)")
+    extra_j = max(victim_loaded_other.counter_j + victim_loaded_other.reverse_j
+                  - victim_idle.counter_j / victim_idle.seconds * victim_loaded_other.seconds,
+                  0.0)
+    if aggressor_loaded.counter_j > 2 * aggressor_loaded.joules_per_count:
+        return Crosstalk(extra_j / aggressor_loaded.counter_j, "energy")
+    if aggressor_reference_j > 0:
+        return Crosstalk(extra_j / aggressor_reference_j, "energy, the aggressor's from the "
+                         "reference (its counter saw none)")
+    return Crosstalk(None, "n/a: no readings here, and the loaded channel's counter and the "
+                     "reference saw no energy (nothing to compare with)")

@@ -138,7 +138,8 @@ def qualify(drivers: Sequence[ATM90E26Driver], names: Sequence[str], clock: Cloc
     plant.set_load(None)
     results = []
     for c, d in enumerate(drivers):
-        cross = {names[o]: crosstalk_fraction(loaded[o][0][c], idle[c], loaded[o][0][o])
+        cross = {names[o]: crosstalk_fraction(loaded[o][0][c], idle[c], loaded[o][0][o],
+                                              loaded[o][1])
                  for o in range(len(drivers)) if o != c}
         results.append(judge_channel(
             names[c], idle[c], loaded[c][0][c], loaded[c][1], reference.uncertainty_pct,

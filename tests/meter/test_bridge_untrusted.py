@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from epi.core.errors import UserError
 from meter.bridge.recorder import BridgeRecorder
 from meter.bridge.trust import max_counts
 from meter.chip.calibration import joules_per_count
@@ -59,15 +60,24 @@ def honest(replace: dict[int, bytes] | None = None,
 
 
 def record(tmp_path: Path, script: list[tuple[int, bytes]],
-           mcu: ScriptedMCU | None = None) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+           mcu: ScriptedMCU | None = None, *, refused: list[str] | None = None
+           ) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """Record the script; a refused hello stops the recorder (its message appended to
+    `refused` when given, else raised)."""
     clock = SimulatedClock()
     writer = TraceWriter(tmp_path, {"channels": [{"channel": 0, "name": "ch0"},
                                                  {"channel": 1, "name": "ch1"}]})
     link = mcu or ScriptedMCU(clock, script)
     link.clock = clock
     rec = BridgeRecorder(link, clock, writer, baud=115200, wire_time=False)
-    rec.run(duration_s=(START_US + (N_SWEEPS + 5) * PERIOD_US) / 1e6)
-    writer.close()
+    try:
+        rec.run(duration_s=(START_US + (N_SWEEPS + 5) * PERIOD_US) / 1e6)
+    except UserError as exc:
+        if refused is None:
+            raise
+        refused.append(str(exc))
+    finally:
+        writer.close()
     return rows(tmp_path, 1), rows(tmp_path, 2)
 
 
@@ -245,7 +255,11 @@ def test_generated_mcu_lines_never_become_energy_without_an_event(
         tmp_path_factory: pytest.TempPathFactory, mutations: dict[int, tuple[Any, ...]]) -> None:
     tmp = tmp_path_factory.mktemp("fuzz")
     script = honest({q: _mutated(q, m) for q, m in mutations.items()})
-    samples, events = record(tmp, script)  # returns: no crash, no hang (simulated time)
+    refused: list[str] = []
+    samples, events = record(tmp, script, refused=refused)  # no crash, no hang
+    if refused:  # a stop with one line, only ever for a hello the protocol does not allow
+        assert "hello is refused" in refused[0]
+        assert any(m[0] == "hello" for m in mutations.values())
     for ch in POWER_W:
         got = [(int(r["seq"]), int(r["t_mono_ns"]), float(r["energy_j"])) for r in samples
                if int(r["channel"]) == ch]  # file order (a seq may repeat after a reset)

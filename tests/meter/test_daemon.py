@@ -267,6 +267,28 @@ def test_cli_out_is_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert code == 2 and "--out" in err and "is not a writable directory (not a directory)" in err
 
 
+@pytest.mark.parametrize("emulate", ["--emulate", "--emulate-bridge"])
+@pytest.mark.parametrize(("out", "message"), [
+    ("", "--out: is empty"),
+    (" ", "--out: is empty"),
+    ("/sys/kernel", "--out /sys/kernel: /sys/kernel is not a writable directory"),
+    ("/proc/epi-out", "--out /proc/epi-out: /proc is not a writable directory"),
+])
+def test_cli_out_empty_or_unwritable_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    emulate: str, out: str, message: str,
+) -> None:
+    """`--out ''` (an unset shell variable) used to record into the current directory; an
+    existing directory nothing can be created in (/sys/kernel) was a crash log."""
+    monkeypatch.chdir(tmp_path)
+    code, err = _epi(["meter", "run", emulate, "--out", out, "--duration", "1", "--listen",
+                      "off"], monkeypatch, capsys)
+    assert code == 2, err
+    assert err.startswith("epi: error: ") and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err and "crash" not in err
+    assert list(tmp_path.iterdir()) == []  # nothing written where it was run
+
+
 def test_cli_emulated_run_prints_its_plan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:

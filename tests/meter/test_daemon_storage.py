@@ -57,7 +57,8 @@ def test_daemon_on_a_full_disk_keeps_sampling_counts_drops_and_resumes(
         sampler, url = daemon.sampler, daemon.server.url  # type: ignore[union-attr]
         assert sampler is not None
         _wait_for("rows on disk", lambda: sampler.stats.samples_written >= 20)
-        assert _disk_full_counts(_metrics(url)) == {}  # no disk_full before the disk fills
+        # no disk_full before the disk fills (each channel's counter there, at 0)
+        assert _disk_full_counts(_metrics(url)) == {"0": 0.0, "1": 0.0, "2": 0.0, "3": 0.0}
         disk.room = 0  # the trace's file system is full from now on
         _wait_for("dropped rows", lambda: sampler.stats.samples_dropped >= 40)
         full = _metrics(url)

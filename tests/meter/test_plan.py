@@ -168,3 +168,41 @@ def test_bad_inputs_are_one_line_and_nonzero(tmp_path: Path) -> None:
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "Traceback" not in proc.stderr
     assert "ct.max_current_a" in proc.stderr
+
+
+def test_an_overload_gets_less_signal_never_more(tmp_path: Path) -> None:
+    """3000 W at 230 V draws 13.04 A; the ADC's assumed 500 mV peak at 50 mV per A (2000:1
+    into 100 ohm) tops the range at 500 / (50·√2) = 7.07 A. The remedy used to be only "more
+    signal" (the wrong direction): the burden must shrink by 13.04 / 7.07."""
+    path = _board(tmp_path, "ratio = 2000, burden_ohm = 100.0")
+    p = plan_board(load_board(path), PlanOptions(load_w=(300.0, 3000.0)))[0]
+    assert any("above the top of the range" in x for x in p.problems)
+    assert not any("more signal" in x or "turns =" in x for x in p.remedies), p.remedies
+    top_a = 500.0 / (50.0 * math.sqrt(2))
+    less = 3000.0 / 230.0 / top_a
+    burden = f"a burden of {100.0 / less:.3g} ohm"
+    assert any(burden in x and "less signal" in x for x in p.remedies), p.remedies
+    assert any(f"ratio {2000.0 * less:.3g}:1" in x for x in p.remedies), p.remedies
+    # and the burden it names brings 3000 W inside the range
+    fixed = _board(tmp_path, f"ratio = 2000, burden_ohm = {100.0 / less * 0.999:.6f}")
+    q = plan_board(load_board(fixed), PlanOptions(load_w=(300.0, 3000.0)))[0]
+    assert not any("above the top of the range" in x for x in q.problems), q.problems
+
+
+def test_an_overload_past_the_cts_rating_asks_for_another_ct(tmp_path: Path) -> None:
+    path = _board(tmp_path, "ratio = 2000, burden_ohm = 100.0, max_current_a = 5.0")
+    p = plan_board(load_board(path), PlanOptions(load_w=(2.7, 1500.0)))[0]
+    # 1500 W / 230 V = 6.52 A: under the ADC's 7.07 A, over the CT's 5 A
+    assert any(f"a CT rated for at least {1500 / 230:.3g} A" in x for x in p.remedies)
+    assert not any("more signal" in x for x in p.remedies), p.remedies
+
+
+def test_the_plan_prints_the_power_factor_it_assumes() -> None:
+    """A Pi's supply at PF 0.6 draws 2.7 / (230 · 0.6) = 19.57 mA, not 11.74 mA."""
+    result = CliRunner().invoke(meter, ["plan", str(REFERENCE), "--load-w", "2.7..9.5",
+                                        "--pf", "0.6"])
+    assert result.exit_code == 0, result.output
+    assert f"at 2.7 W, 230 V, power factor 0.6 (--pf): {2.7 / (230 * 0.6) * 1000:.4g} mA" \
+        in result.output
+    default = CliRunner().invoke(meter, ["plan", str(REFERENCE), "--load-w", "2.7..9.5"])
+    assert f"power factor 1 (--pf): {2.7 / 230 * 1000:.4g} mA" in default.output

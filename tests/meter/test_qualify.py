@@ -133,3 +133,41 @@ def test_cli_saves_the_result_and_exits_1_on_a_fault(tmp_path: Path) -> None:
     bad = subprocess.run([*cmd[:-4], "--inject", "gain:7=0.1"], capture_output=True,
                          text=True, cwd=REPO, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def _crosstalk(q: ChannelQualification):  # type: ignore[no-untyped-def]
+    return next(f for f in q.findings if f.name == "crosstalk")
+
+
+@pytest.mark.parametrize("aggressor", [ChannelFaults(errors={"power_offset_w": OFFSET_W}),
+                                       ChannelFaults(dead=True)],
+                         ids=["offset", "dead"])
+def test_crosstalk_from_an_offset_or_dead_channel_is_still_measured(
+        aggressor: ChannelFaults) -> None:
+    """5 % of ch0's load coupled into ch1. A 0.2 W offset on ch0 makes every one of its
+    readings fail P = U·I·PF (no current to divide by): the estimate fell back to energy,
+    which ch1's counter never meters below its start-up threshold, and passed at 0 %. A dead
+    ch0 read 0 A and gave 152343750000 %. Either way the load ch0 drew is the reference's
+    (7 W at PF 1), so ch1 sees 5 % of it by current, as injected."""
+    q = _run([aggressor, ChannelFaults(crosstalk_from=0, crosstalk_fraction=0.05)])[1]
+    cross = _crosstalk(q)
+    assert not cross.ok
+    assert cross.value == pytest.approx(0.05, rel=0.02)
+    assert "from the reference" in cross.detail
+
+
+def test_crosstalk_without_anything_to_compare_is_na_not_a_number() -> None:
+    from meter.qualify.analysis import crosstalk_fraction, judge_channel
+
+    victim_idle = Window(10.0, 0.0, 0.0, 0.0, 0.0, 0.0001, 230.0, 50, 0, 0.0036)
+    victim = Window(10.0, 0.0, 0.0, 0.0, 0.0, 0.0016, 230.0, 50, 0, 0.0036)
+    silent = Window(10.0, 0.0, 0.0, 0.0, 0.0, 0.0, 230.0, 50, 0, 0.0036)
+    c = crosstalk_fraction(victim, victim_idle, silent, 0.0)  # no current, no reference
+    assert c.fraction is None and c.basis.startswith("n/a")
+    loaded = Window(10.0, 70.0, 0.0, 70.0, 7.0, 7.0 / 230, 230.0, 50, 0, 0.0036)
+    q = judge_channel("ch1", victim_idle, loaded, 70.0, 0.1, 1.0, 0.46, 2.7, {"ch0": c})
+    cross = _crosstalk(q)
+    assert cross.value is None and not cross.ok and "n/a" in cross.detail
+    # by current with a known reference: (0.0016 − 0.0001) A of 7 W / 230 V
+    ok = crosstalk_fraction(victim, victim_idle, silent, 70.0)
+    assert ok.fraction == pytest.approx(0.0015 / (7.0 / 230.0))

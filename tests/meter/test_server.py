@@ -56,8 +56,11 @@ def test_metrics_parse_and_carry_readings_and_counters(offset_server: MeterServe
     assert energy.name == "epi_meter_energy_joules_total" and energy.value == 6.5
     up = {s.labels["channel"]: s.value for s in fams["epi_meter_channel_up"].samples}
     assert up == {"0": 1.0, "1": 0.0}
-    (fault,) = fams["epi_meter_faults"].samples
-    assert fault.labels["kind"] == "absent" and fault.labels["channel"] == "1" and fault.value == 1
+    # every counted kind is exported from the start, at 0 until it occurs
+    faults = {(s.labels["channel"], s.labels["kind"]): s.value
+              for s in fams["epi_meter_faults"].samples}
+    assert {k: v for k, v in faults.items() if v} == {("1", "absent"): 1.0}
+    assert faults[("0", "absent")] == 0 and faults[("1", "reverse_energy")] == 0
     samples = {s.labels["channel"]: s.value for s in fams["epi_meter_samples"].samples}
     assert samples == {"0": 2.0, "1": 0.0}
     assert fams["epi_meter_late_sweeps"].samples[0].value == 1
