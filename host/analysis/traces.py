@@ -491,8 +491,12 @@ def read_trace(path: str | Path, *, max_gap_periods: float = 3.0, cache: bool = 
     for seg in raw.segments:
         if not seg.channels:
             raise UserError(f"{seg.meta_path}: field channels must be a non-empty list")
+        recorded = set(seg.ends)  # the channels with rows in this segment
         for ch, info in seg.channels.items():
-            if info.meter_constant_imp_per_kwh is None and info.source is None:
+            # a segment without rows (a bridge stopped before the MCU's hello, or one that
+            # refused it) needs no meter constant: no count of it is turned into joules
+            if info.meter_constant_imp_per_kwh is None and info.source is None \
+                    and ch in recorded:
                 raise UserError(f"{seg.meta_path}: field channels[{ch}]."
                                 "meter_constant_imp_per_kwh is missing (expected a number > 0)")
     channels = raw.channels
