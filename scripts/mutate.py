@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=60, help="mutants to sample (default 60)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=240.0, help="per mutant, seconds")
+    ap.add_argument("--max-tests", type=int, default=8,
+                    help="covering test files run per mutant (default 8)")
     ap.add_argument("--packages", nargs="*", default=list(PACKAGES))
     ap.add_argument("--only", nargs="*", default=None, help="mutant keys PATH:INDEX to run")
     ap.add_argument("--list", action="store_true", help="list the candidate sites and stop")
@@ -271,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     all_sites = {m: sites(m) for m in modules(tuple(a.packages))}
     if a.list:
         for m, ss in all_sites.items():
-            print(f"{m}: {len(ss)} sites, tests: {len(covering_tests(m))} files")
+            print(f"{m}: {len(ss)} sites, tests: {len(covering_tests(m, a.max_tests))} files")
         print(f"total {sum(len(s) for s in all_sites.values())} sites")
         return 0
     if a.only:
@@ -287,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     baseline: dict[str, bool] = {}
     t_all = time.monotonic()
     for i, site in enumerate(picked, 1):
-        tests = covering_tests(site.path)
+        tests = covering_tests(site.path, a.max_tests)
         if tests and site.path not in baseline:
             res, _, first = run_tests(tests, a.timeout)
             baseline[site.path] = res == "pass"
@@ -303,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     counted = [o for o in outcomes if o.status in ("killed", "survived", "timeout")]
     killed = [o for o in counted if o.status != "survived"]
     rate = len(killed) / len(counted) if counted else float("nan")
-    summary = {"seed": a.seed, "n_sampled": len(picked), "n_counted": len(counted),
+    summary = {"seed": a.seed, "max_tests": a.max_tests, "n_sampled": len(picked),
+               "n_counted": len(counted),
                "killed": len(killed), "survived": len(counted) - len(killed),
                "no_tests": sum(o.status == "no tests" for o in outcomes),
                "kill_rate": rate, "minutes": (time.monotonic() - t_all) / 60,
