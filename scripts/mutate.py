@@ -40,6 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("host/analysis", "host/accuracy", "meter/chip", "epi/formats")
 TEST_ROOT = ROOT / "tests"
+#: test files kept for mutants an earlier run saw survive: run first within the file cap
+MUTANT_TESTS = ("test_caught_changes", "test_mutation_survivors", "test_chip_mutation_survivors")
 
 BINOP_SWAP: dict[type[ast.operator], type[ast.operator]] = {
     ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
@@ -192,8 +194,7 @@ def _direct_tests(path: str) -> list[str]:
 def covering_tests(path: str, limit: int = 8) -> list[str]:
     """Test files that import the module (by dotted name or `from pkg import mod`), then
     those of the library modules that import it (a module reached only through another,
-    such as a checker its protocol calls); at most `limit` files, the test file named after
-    the module first (with -x a kill is usually seen there first)."""
+    such as a checker its protocol calls); at most `limit` files."""
     mod = Path(path).stem
     found = _direct_tests(path)
     pat = _importers_pattern(path)
@@ -201,7 +202,10 @@ def covering_tests(path: str, limit: int = 8) -> list[str]:
         rel = lib.relative_to(ROOT).as_posix()
         if rel != path and pat.search(lib.read_text(errors="replace")):
             found += [t for t in _direct_tests(rel) if t not in found]
-    found = sorted(dict.fromkeys(found), key=lambda t: mod not in Path(t).stem)
+    # first the tests written against mutants (they name the module's edge cases), then the
+    # one named after the module, then the rest in path order
+    found = sorted(dict.fromkeys(found), key=lambda t: (Path(t).stem not in MUTANT_TESTS,
+                                                        mod not in Path(t).stem))
     return found[:limit]  # a list shared by the cache: callers do not change it
 
 
