@@ -170,3 +170,18 @@ def test_a_small_positive_meter_constant_is_read(tmp_path, synth_tools) -> None:
     root = _flat_trace(tmp_path / "z", synth_tools, 5.0, meter_constant=0.0)
     with pytest.raises(UserError, match="meter_constant_imp_per_kwh"):
         read_trace(root)
+
+
+@pytest.mark.parametrize("n_reasons,text", [
+    (3, "r0; r1; r2"), (4, "r0; r1; r2; +1 more"), (6, "r0; r1; r2; +3 more")])
+def test_merged_invalid_intervals_name_three_reasons_and_count_the_rest(
+        n_reasons: int, text: str) -> None:
+    """Overlapping invalid intervals merge into one; its reason names the first three
+    distinct reasons and says how many more there were."""
+    from host.analysis.align import Intervals
+
+    iv = Intervals.build([10 * k for k in range(n_reasons)],
+                         [10 * k + 15 for k in range(n_reasons)],
+                         [f"r{k}" for k in range(n_reasons)])
+    assert len(iv) == 1 and iv.reason[0] == text
+    assert (iv.start_ns[0], iv.end_ns[0]) == (0, 10 * (n_reasons - 1) + 15)
