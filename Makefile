@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 EPI := $(VENV)/bin/epi
 STAMP := $(VENV)/.epi-setup
 
-.PHONY: setup demo test test-fast lint bench clean firmware-tools chromium cross-compiler
+.PHONY: setup demo test test-fast lint bench mutate clean firmware-tools chromium cross-compiler
 
 setup: $(STAMP)
 
@@ -50,6 +50,14 @@ lint: setup
 # every bench/bench_*.py, then one table: figure, goal, measured, verdict (docs/bench.md)
 bench: setup
 	$(PY) bench/run_all.py
+
+# mutation testing over host/analysis, host/accuracy, meter/chip and epi/formats: a seeded
+# sample of one-change mutants, each run against the fast tests that cover its module
+# (scripts/mutate.py; kill rate and survivors in docs/development.md)
+MUTATE_N ?= 60
+MUTATE_SEED ?= 1
+mutate: setup
+	$(PY) scripts/mutate.py --n $(MUTATE_N) --seed $(MUTATE_SEED)
 
 clean:
 	rm -rf $(VENV) out

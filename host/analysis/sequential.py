@@ -134,8 +134,9 @@ def rounds_for(sd: float, diff: float, *, alpha: float = DEFAULT_ALPHA, c: float
     d = abs(diff)
     if d == 0:
         return None
-    with np.errstate(divide="ignore"):
-        ok = np.nonzero(_need_per_sd(alpha, c, power) <= d / sd)[0]
+    # sd = 0 (identical rounds): any finite need qualifies; Python's float division by 0
+    # raises, so the ratio is spelled out
+    ok = np.nonzero(_need_per_sd(alpha, c, power) <= (d / sd if sd > 0 else math.inf))[0]
     return int(ok[0]) + 2 if len(ok) else None
 
 

@@ -120,17 +120,26 @@ def test_missing_meter_constant_is_refused_by_the_analysis(flat):
 
 
 def test_missing_sample_period_is_inferred_and_the_gap_rule_holds(flat):
-    """Issue 11: without sample_period_s the 2 s gap was accepted; now the period is inferred
-    from the samples (and a note says so), so the gap rule still applies."""
-    root = flat(drop=lambda ch, t: 13 * NS < t < 15 * NS)
+    """Without sample_period_s the period is inferred from the samples (and a note says so),
+    so the gap rule still applies. Channel 1 keeps one sweep in five (0.5 s apart): the
+    period is the fastest channel's 0.1 s, not 0.5 s, so a 1 s hole in channel 0 (over 3
+    periods of 0.1 s, under 3 of 0.5 s) is a gap, as is the 2 s hole in both."""
+    def slow_ch1(ch: int, t: int) -> bool:
+        return ch == 1 and round((t - 10 * NS) / (NS // 10)) % 5 != 0
+
+    root = flat(drop=lambda ch, t: 13 * NS < t < 15 * NS or (16 * NS < t < 17 * NS and ch == 0)
+                or slow_ch1(ch, t))
     meta_p = root / "seg-000001.meta.json"
     meta = json.loads(meta_p.read_text())
     del meta["sample_period_s"]
     meta_p.write_text(json.dumps(meta))
     tr = read_trace(root)
     assert any(re.search(r"no sample_period_s; inferred 0\.(1|09)\d* s", n) for n in tr.notes)
-    r = window_energy(tr.series(0, BOOT), np.array([13 * NS]), np.array([15 * NS]))
-    assert np.isnan(r.energy_j[0]) and "sample gap longer than 3" in r.reason[0]
+    r = window_energy(tr.series(0, BOOT), np.array([13 * NS, 16 * NS]),
+                      np.array([15 * NS, 17 * NS]))
+    assert np.isnan(r.energy_j).all()
+    assert all("sample gap longer than 3" in x for x in r.reason)
+    assert np.median(np.diff(tr.series(1, BOOT).t_mono_ns)) == pytest.approx(0.5 * NS, rel=0.05)
 
 
 def test_segment_without_events_csv_is_refused(flat):

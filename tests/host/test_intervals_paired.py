@@ -169,9 +169,17 @@ def test_paired_items_resolve_a_difference_independent_wilson_intervals_hide():
 
 
 def test_newcombe_interval_covers_95_percent_in_simulation():
+    """Coverage near 95 % both ways, and a width near the normal-theory one for this design:
+    an interval of [−1, 1] covers everything, so coverage alone cannot tell a right interval.
+
+    With probability 0.8 both answers come from one uniform u (a = u < 0.55, b = u < 0.60:
+    then a = 1, b = 0 is impossible), else independently. The discordant rates are
+    p10 = 0.2 · 0.55 · 0.40 and p01 = 0.8 · 0.05 + 0.2 · 0.45 · 0.60, so the difference's
+    variance is (p10 + p01 − (p01 − p10)²) / n and the 95 % width 2 · 1.96 · its root."""
     rng = np.random.default_rng(11)
     n, trials, hits = 150, 1500, 0
     p_a, p_b, rho_share = 0.55, 0.60, 0.8
+    widths = []
     for _ in range(trials):
         shared = rng.random(n) < rho_share
         u = rng.random(n)
@@ -179,7 +187,12 @@ def test_newcombe_interval_covers_95_percent_in_simulation():
         b = np.where(shared, u < p_b, rng.random(n) < p_b)
         _, lo, hi = paired.newcombe_paired_interval(*paired.paired_table(a, b))
         hits += lo <= p_b - p_a <= hi
-    assert hits / trials > 0.93
+        widths.append(hi - lo)
+    assert 0.93 < hits / trials < 0.97
+    p10 = (1 - rho_share) * p_a * (1 - p_b)
+    p01 = rho_share * (p_b - p_a) + (1 - rho_share) * (1 - p_a) * p_b
+    width = 2 * 1.959964 * np.sqrt((p10 + p01 - (p01 - p10) ** 2) / n)
+    assert float(np.mean(widths)) == pytest.approx(width, rel=0.10)
 
 
 def test_composite_accuracy_difference_weights_benchmarks():

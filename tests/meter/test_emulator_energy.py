@@ -136,6 +136,22 @@ def test_a_read_gap_longer_than_a_register_wrap_is_corrected() -> None:
     assert "wrapped 1×" in events[0][1]
 
 
+def test_a_wrap_under_varying_power_is_counted_by_the_nearest_whole_number() -> None:
+    """9 W at both reads, 15 W for 1376 s between: the two readings' mean power expects
+    75 000 counts where the chip counted 97 933 (read as 97 933 − 65 536 = 32 397). The
+    missing counts are 0.65 of a wrap: the nearest whole number (1) restores the energy,
+    truncating (0) would lose 65 536 counts (23.6 kJ)."""
+    clock = SimulatedClock()
+    t0 = clock.monotonic_ns()
+    model = ScriptedProfile([(0, 9.0), (800, 15.0), (800 + 1376, 9.0)], start_mono_ns=t0)
+    driver, _chip, _r0, events = _run(model, clock, hours=3000 / 3600, period_s=3000)
+    truth = model.energy_j(driver.energy_epoch_mono_ns, driver.energy_t_mono_ns)  # type: ignore[arg-type]
+    jpc = driver.calibration.joules_per_count()
+    assert truth / jpc > regs.ENERGY_WRAP + 75_000 * 0.25  # the power did vary that much
+    assert abs(driver.energy_j - truth) < jpc
+    assert [k for k, _ in events] == ["late"] and "wrapped 1×" in events[0][1]
+
+
 def test_below_the_start_threshold_nothing_is_metered() -> None:
     clock = SimulatedClock()
     # start threshold of the design calibration: 0.2 % of Ib · Un = 0.46 W

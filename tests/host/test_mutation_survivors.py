@@ -1,0 +1,187 @@
+"""Tests for real gaps that `make mutate` (scripts/mutate.py) found: a mutant of the module
+survived every test that covers it. Each expected value comes from the documented contract
+(the docstring or the format), not from today's output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from epi.formats.trace import parse_gap_detail
+from meter.chip.plausibility import Limits
+
+INT64_MAX = 2**63 - 1
+
+
+@pytest.mark.parametrize("end", [0, 1, INT64_MAX])
+def test_a_gap_end_anywhere_in_0_to_2_63_is_read(end: int) -> None:
+    """A gap event's ends lie in [0, 2^63): both bounds included on the low side."""
+    assert parse_gap_detail(f"end_mono_ns={end} end_real_ns={end}; missed sweeps") == (
+        end, end, "missed sweeps")
+
+
+@pytest.mark.parametrize("end", [-1, INT64_MAX + 1])
+def test_a_gap_end_outside_0_to_2_63_is_refused(end: int) -> None:
+    with pytest.raises(ValueError, match="outside"):
+        parse_gap_detail(f"end_mono_ns={end} end_real_ns=; x")
+
+
+def test_limits_are_equal_exactly_when_they_describe_the_same_bounds() -> None:
+    a = Limits((200.0, 260.0), (45.0, 55.0), 60.0, 11.5)
+    assert a == Limits((200.0, 260.0), (45.0, 55.0), 60.0, 11.5)
+    assert a != Limits((200.0, 260.0), (45.0, 55.0), 60.0, 12.0)
+    assert a != Limits((200.0, 250.0), (45.0, 55.0), 60.0, 11.5)
+    assert a != "Limits"
+
+
+@pytest.mark.parametrize("field", ["uncertainty_ns", "t_local_mono_ns"])
+def test_a_clock_sync_of_zero_is_read_and_a_negative_one_refused(tmp_path, synth_tools,
+                                                                field: str) -> None:
+    """run.json's clock_sync times and uncertainties are integers ≥ 0 (docs/formats.md): 0 is
+    a value (the same host's clock has no offset uncertainty), −1 is not."""
+    import json
+
+    from epi.core.errors import UserError
+    from host.analysis.tokenlog_reader import read_run
+
+    ns = synth_tools.NS
+    run = synth_tools.write_run(tmp_path / "r", synth_tools.make_schedule(500 * ns))
+    header = json.loads((run / "run.json").read_text())
+    for value, ok in ((0, True), (-1, False)):
+        header["clock_sync"][0][field] = value
+        (run / "run.json").write_text(json.dumps(header))
+        if ok:
+            assert read_run(run).header["clock_sync"][0][field] == 0
+        else:
+            with pytest.raises(UserError, match=field):
+                read_run(run)
+
+
+def test_check_int_enforces_both_bounds_inclusively() -> None:
+    """An integer within [lo, hi], both ends included; no bound when a bound is None."""
+    from epi.core.errors import UserError
+    from epi.formats.fields import check_int
+
+    assert check_int(4, "x", lo=0, hi=4) == 4
+    assert check_int(0, "x", lo=0, hi=4) == 0
+    assert check_int(-(2**70), "x", lo=None, hi=None) == -(2**70)
+    for bad in (5, -1):
+        with pytest.raises(UserError, match=r"x: expected an integer"):
+            check_int(bad, "x", lo=0, hi=4)
+
+
+def test_a_model_manifest_with_no_parameters_is_refused(tmp_path) -> None:
+    """A model has at least one parameter: n_params 0 is refused, 1 is read."""
+    import json
+
+    from epi.core.errors import UserError
+    from epi.formats.manifests import check_model_manifest
+
+    doc = {"format": "epi-model-manifest", "format_version": 1, "size_bytes": 1000,
+           "n_params": 1, "n_layers": 2}
+    assert check_model_manifest(json.loads(json.dumps(doc)), "m").n_params == 1
+    doc["n_params"] = 0
+    with pytest.raises(UserError, match="n_params"):
+        check_model_manifest(doc, "m")
+
+
+@pytest.mark.parametrize("sd", [0.0, 0.4])
+def test_a_small_spread_gets_a_power_analysis(sd: float) -> None:
+    """Any finite spread ≥ 0 is a spread to plan with (below 1 % too, and 0: identical
+    rounds); only a NaN or a negative one means none was measured."""
+    from host.analysis.sequential import power_lines
+
+    lines = power_lines(sd, 20, [1.0, 2.0])
+    assert lines[0].startswith(f"power analysis at a per-round spread of {sd:.3g}")
+    # no spread at all: a difference is decided as soon as the sequence is finite
+    assert "rounds" in lines[1] and "more rounds than searched" not in lines[1]
+    assert power_lines(float("nan"), 20, [1.0]) == [
+        "power analysis: no per-round spread measured yet"]
+
+
+def _flat_trace(tmp_path, tools, power_w: float, **kw):
+    ns = tools.NS
+    prof = {0: tools.Steps(np.array([0], np.int64), np.array([power_w]))}
+    return tools.write_trace(tmp_path / "trace", prof, 10 * ns, 12 * ns, **kw)
+
+
+@pytest.mark.parametrize("status,ok", [(0xFFFF, True), (0x10000, False)])
+def test_a_status_word_is_16_bits(tmp_path, synth_tools, status: int, ok: bool) -> None:
+    """docs/formats.md §1: status is an integer in [0, 65535]; 65536 is a damaged row."""
+    from epi.core.errors import UserError
+    from host.analysis.traces import read_trace
+
+    root = _flat_trace(tmp_path, synth_tools, 5.0, status=lambda ch, t: status)
+    if ok:
+        read_trace(root)
+    else:
+        with pytest.raises(UserError, match=r"status is 65536, expected an integer in "
+                                            r"\[0, 65535\]"):
+            read_trace(root)
+
+
+def test_a_reading_at_the_bottom_of_its_range_is_kept(tmp_path, synth_tools) -> None:
+    """A 0 W load reads 0 A, the bottom of current_a's range [0, 1e4]: kept. One current of
+    20 kA (above 1e4 A) in the same column is the only reading set to missing."""
+    from host.analysis.traces import read_trace
+
+    root = _flat_trace(tmp_path, synth_tools, 0.0)
+    p = root / "seg-000001.samples.csv"
+    lines = p.read_text().splitlines()
+    assert ",230.0,0.0," in lines[1]
+    lines[1] = lines[1].replace(",230.0,0.0,", ",230.0,20000.0,", 1)
+    p.write_text("\n".join(lines) + "\n")
+    notes = [n for n in read_trace(root).notes if "outside their valid range" in n]
+    assert len(notes) == 1 and ": 1 reading(s) outside" in notes[0]
+
+
+def test_nothing_to_measure_names_each_run(tmp_path, synth_tools) -> None:
+    """Every run warm-up only: the one-line refusal names each run and why."""
+    from epi.core.errors import UserError
+    from host.analysis.pipeline import analyze
+
+    ns = synth_tools.NS
+    sched = synth_tools.make_schedule(500 * ns, n_repeats=0, warmups=1)
+    synth_tools.write_trace(tmp_path / "trace", {0: sched.profile(**synth_tools.LEVELS)},
+                            498 * ns, sched.requests[-1]["end"] + 3 * ns)
+    run = synth_tools.write_run(tmp_path / "r", sched)
+    with pytest.raises(UserError, match=rf"no run has anything to measure: {run}: nothing to "
+                                        "measure"):
+        analyze([run], tmp_path / "trace")
+
+
+def test_only_requests_without_tokens_are_noted_as_silent(tmp_path, synth_tools) -> None:
+    """Every request of the synthetic run generated 16 tokens: no "generated no tokens" note
+    (the note counts the requests with 0 tokens, here none)."""
+    from host.analysis.tokenlog_reader import read_run
+
+    run = synth_tools.write_run(tmp_path / "r", synth_tools.make_schedule(500 * synth_tools.NS))
+    assert not [n for n in read_run(run).notes if "generated no tokens" in n]
+
+
+def test_a_small_positive_meter_constant_is_read(tmp_path, synth_tools) -> None:
+    """The meter constant is any positive number up to the maximum (open at 0): 0.5 imp/kWh
+    is read; 0 is refused."""
+    from epi.core.errors import UserError
+    from host.analysis.traces import read_trace
+
+    root = _flat_trace(tmp_path, synth_tools, 5.0, meter_constant=0.5)
+    assert read_trace(root).segments[0].channels[0].meter_constant_imp_per_kwh == 0.5
+    root = _flat_trace(tmp_path / "z", synth_tools, 5.0, meter_constant=0.0)
+    with pytest.raises(UserError, match="meter_constant_imp_per_kwh"):
+        read_trace(root)
+
+
+@pytest.mark.parametrize("n_reasons,text", [
+    (3, "r0; r1; r2"), (4, "r0; r1; r2; +1 more"), (6, "r0; r1; r2; +3 more")])
+def test_merged_invalid_intervals_name_three_reasons_and_count_the_rest(
+        n_reasons: int, text: str) -> None:
+    """Overlapping invalid intervals merge into one; its reason names the first three
+    distinct reasons and says how many more there were."""
+    from host.analysis.align import Intervals
+
+    iv = Intervals.build([10 * k for k in range(n_reasons)],
+                         [10 * k + 15 for k in range(n_reasons)],
+                         [f"r{k}" for k in range(n_reasons)])
+    assert len(iv) == 1 and iv.reason[0] == text
+    assert (iv.start_ns[0], iv.end_ns[0]) == (0, 10 * (n_reasons - 1) + 15)
