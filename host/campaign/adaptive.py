@@ -118,15 +118,25 @@ def comparisons(rules: DecisionRules, configs: Sequence[str], *, baseline: str |
     notes: list[str] = []
     seen: set[frozenset[str]] = set()
 
+    kind_of: dict[frozenset[str], str] = {}
+    named_again: list[str] = []  # this target's pairs that another target compares already
+
     def add(kind: str, a: str, b: str) -> None:
-        if a != b and frozenset((a, b)) not in seen:
+        if a == b:
+            return
+        if frozenset((a, b)) not in seen:
             seen.add(frozenset((a, b)))
+            kind_of[frozenset((a, b))] = kind
             out.append(Comparison(kind, a, b))
+        elif kind_of[frozenset((a, b))] != kind:
+            named_again.append(f"{a} → {b} (compared as "
+                               f"{TARGET_NAMES[kind_of[frozenset((a, b))]]})")
 
     j = dict(j_per_token or {})
     for word in rules.targets:
         target = Target(word)
         before = len(out)
+        named_again.clear()
         if target is Target.BASELINE:
             if baseline is None or baseline not in configs:
                 notes.append("savings vs baseline: the study names no baseline among its "
@@ -155,7 +165,10 @@ def comparisons(rules: DecisionRules, configs: Sequence[str], *, baseline: str |
                            key=lambda c: j[c])
             for a, b in pairwise(front):
                 add(target, a, b)
-        if len(out) == before and not any(n.startswith(TARGET_NAMES[target]) for n in notes):
+        if named_again:
+            notes.append(f"{TARGET_NAMES[target]}: {'; '.join(named_again)}")
+        elif len(out) == before and not any(n.startswith(TARGET_NAMES[target])
+                                            for n in notes):
             notes.append(f"{TARGET_NAMES[target]}: no pair to compare")
     return out, notes
 

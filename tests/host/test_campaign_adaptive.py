@@ -202,3 +202,20 @@ def test_spread_from_an_earlier_analysis(tmp_path: Path) -> None:
     assert n == 4 and sd == pytest.approx(float(np.std(savings, ddof=1)), rel=1e-9)
     sd_none, n_none = ad.spread_from_analysis(tmp_path / "missing")
     assert np.isnan(sd_none) and n_none == 0
+
+
+def test_a_matched_pair_compared_as_a_baseline_saving_is_said_so_not_missing() -> None:
+    rules = ad.DecisionRules(targets=("baseline", "ppl_matched"))
+    comps, notes = ad.comparisons(rules, ["q8", "q4_1", "q4_0"], baseline="q8",
+                                  j_per_token={"q8": 1.0, "q4_1": 1.2, "q4_0": 0.8},
+                                  ppl={"q8": 43.19, "q4_1": 43.20, "q4_0": 50.85})
+    assert [(c.kind, c.reference, c.candidate) for c in comps] == [
+        ("baseline", "q8", "q4_1"), ("baseline", "q8", "q4_0")]
+    assert notes == ["perplexity-matched pair: q4_1 → q8 (compared as savings vs baseline)"]
+    # without the baseline target the pair is its own comparison, the dearer as reference
+    comps2, notes2 = ad.comparisons(ad.DecisionRules(targets=("ppl_matched",)),
+                                    ["q8", "q4_1", "q4_0"], j_per_token={"q8": 1.0, "q4_1": 1.2},
+                                    ppl={"q8": 43.19, "q4_1": 43.20, "q4_0": 50.85})
+    assert [(c.kind, c.reference, c.candidate) for c in comps2] == [
+        ("ppl_matched", "q4_1", "q8")]
+    assert notes2 == []
