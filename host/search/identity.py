@@ -89,7 +89,8 @@ def check_identity(stored: JSONObject | None, wanted: JSONObject,
         return  # nothing measured yet: the state is this run's from now on
     if stored is None:
         raise UserError(f"{path}: this search state does not say which model, maps, options "
-                        "and llama.cpp build it describes (written by an older epi); use a "
+                        "and llama.cpp build it describes (its 'identity' is missing: not written "
+                        "by this version's epi search, but by hand or by an older one); use a "
                         "new --out, or remove it to search again")
     diff = first_difference(stored, wanted)
     if diff is not None:

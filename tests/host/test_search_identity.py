@@ -61,10 +61,12 @@ def test_a_state_that_cannot_say_what_it_describes_is_refused(tmp_path: Path) ->
     _search(tmp_path, IDENTITY)
     state = tmp_path / "s" / "search.json"
     doc = json.loads(state.read_text())
-    del doc["identity"]  # as an older epi wrote it
+    del doc["identity"]  # as an older epi wrote it, or a hand
     state.write_text(json.dumps(doc))
-    with pytest.raises(UserError, match="does not say which model"):
+    with pytest.raises(UserError, match="does not say which model") as exc:
         _search(tmp_path, IDENTITY)
+    # the message names what is missing, and does not guess who wrote the file
+    assert "'identity' is missing" in str(exc.value) and "by hand or by an older" in str(exc.value)
 
 
 def _leaves(doc: object, where: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
