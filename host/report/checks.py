@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.errors import UserError
-from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis
+from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis, Phase, TokenUnit
 
 KEY = ("config", "scope", "phase", "unit", "basis")
 # Columns that hold joules (or joules per token): never negative on the gross basis, whose
@@ -168,6 +168,9 @@ def check_verdicts(verdicts: pd.DataFrame, path: Path, results: pd.DataFrame,
     """runs.csv agrees with results.csv: per configuration and phase, the number of valid
     runs is the one results.csv's figures were computed from."""
     if verdicts.empty:
+        if run_ids:
+            raise _fail(path, f"holds no run, but results.json lists {len(run_ids)} (files "
+                        "from different analyses, or emptied)")
         return
     unknown = sorted(set(verdicts["run_id"].astype(str)) - run_ids)
     if unknown:
@@ -183,6 +186,12 @@ def check_verdicts(verdicts: pd.DataFrame, path: Path, results: pd.DataFrame,
         if not np.isfinite(want):
             continue
         got = int(counts.get((str(r["config"]), str(r["phase"])), 0))
+        figure = pd.to_numeric(r.get("j_per_token_median"), errors="coerce")
+        if (want > 0 and not np.isfinite(figure) and r["phase"] == Phase.REQUEST
+                and r.get("unit") == TokenUnit.GENERATED):
+            raise _fail(path.with_name("results.csv"), f"configuration {r['config']!r}: "
+                        f"j_per_token_median is empty although {int(want)} valid run(s) "
+                        "give it (edited, or a damaged analysis)")
         if got != int(want):
             raise _fail(path, f"configuration {r['config']!r} phase {r['phase']!r}: {got} "
                         f"valid run(s), but results.csv's figures come from {int(want)} "

@@ -312,3 +312,24 @@ def test_generated_results_json_records_are_refused_or_worded(study_analysis_sha
     report_tables.build_all(rd)
     answers.build(rd)
     method.measurement_block(rd)
+
+
+def test_an_emptied_runs_csv_is_refused_not_read_as_no_valid_run(cli: Runner, study_analysis,
+                                                                 tmp_path: Path) -> None:
+    adir, _ = study_analysis
+    runs = _csv(adir, "runs.csv")
+    runs.iloc[0:0].to_csv(adir / "runs.csv", index=False)  # the header only
+    _one_line_refusal(cli, adir, tmp_path / "r", "runs.csv", "holds no run", "results.json")
+
+
+def test_a_null_headline_beside_valid_runs_is_refused(cli: Runner, study_analysis,
+                                                      tmp_path: Path) -> None:
+    adir, _ = study_analysis
+    res = _csv(adir, "results.csv")
+    head = ((res["config"] == "q4") & (res["scope"] == "all") & (res["phase"] == "request")
+            & (res["unit"] == "generated") & (res["basis"] == "gross"))
+    assert int(res.loc[head, "n_runs_valid"].iloc[0]) > 0
+    res.loc[head, "j_per_token_median"] = float("nan")
+    res.to_csv(adir / "results.csv", index=False)
+    _one_line_refusal(cli, adir, tmp_path / "r", "results.csv", "'q4'",
+                      "j_per_token_median is empty")
