@@ -49,7 +49,7 @@ def test_a_study_already_on_a_cluster_is_not_told_to_use_one(tmp_path: Path, n: 
         "threads = 2                  # scoring is not measured: use both cores",
         f'threads = 2\ncluster = "local:{n}"')
     (tmp_path / "s.toml").write_text(src.replace('"../', f'"{REPO}/').replace(
-        'prompts = "prompts-demo-long.json"', f'prompts = "{REPO}/examples/prompts-demo-long.json"'
+        'prompts = "prompts-demo-two.json"', f'prompts = "{REPO}/examples/prompts-demo-two.json"'
     ).replace('"maps/demo_q8_q4_q4.json"', f'"{REPO}/examples/maps/demo_q8_q4_q4.json"'))
     lines = shorten_lines(build_plan(load_study(tmp_path / "s.toml")), set())
     assert not any("Dask workers" in line for line in lines)
