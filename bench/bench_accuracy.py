@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import emit, machine_line, summary
 
-from host.accuracy import crosscheck, evaldata
+from host.accuracy import crosscheck, evaldata, window_context
 from host.accuracy import multiple_choice as mc
 from host.accuracy import perplexity as ppl
 from host.accuracy.readers import load_items
@@ -99,8 +99,8 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=4, help="perplexity windows W (and 2W)")
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--ppl-batch", type=int, default=None,
-                    help="perplexity tokens per decode for both tools (default: each "
-                    "tool's own: epi one window per decode, llama-perplexity 2048)")
+                    help="perplexity tokens per decode for both tools (default: "
+                    "llama-perplexity's 2048, n_batch / n_ctx windows per decode, on both)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="rounds (median and spread)")
     ap.add_argument("--only", choices=("mc", "ppl"), help="time one of the two (default both)")
@@ -133,7 +133,8 @@ def main() -> None:
                 tokens = scorer.tokenize(ppl.read_text(text_path))
                 return ppl.perplexity_tokens(scorer, tokens, args.ctx, args.ctx,
                                              k * args.windows,
-                                             batch_tokens=args.ppl_batch)
+                                             batch_tokens=args.ppl_batch
+                                             or window_context.DEFAULT_BATCH_TOKENS)
 
         def theirs_ppl(k: int) -> dict:
             # at llama-perplexity's own default batch (2048: n_batch / n_ctx chunks per

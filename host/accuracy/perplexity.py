@@ -10,13 +10,15 @@ with `stride ≤ n_ctx/2` it is the usual sliding window, every token after the 
 scored once with at least `n_ctx − stride` tokens before it.
 
 Windows are evaluated `n_seq = max(1, batch_tokens // n_ctx)` at a time, each under its own
-sequence id with its own KV stream, in one llama.cpp decode call (llama-perplexity's rule;
-its default batch is 2048 tokens). The default here is one window per call: packing gives
-bit-identical perplexity but measured no faster on the 2-core VM (CPU time 1.06-1.14x of one
-window per call, 2026-11-28, load 2.4-3.7; docs/bench.md), since llama.cpp still splits the
-batch into micro-batches of 512 tokens, one window each. Logits are requested only for the
-rows that predict a scored token, as llama-perplexity requests them; the KV cache is cleared
-before each batch of windows, as llama-perplexity clears it per batch of chunks.
+sequence id with its own KV stream, in one llama.cpp decode call: llama-perplexity's rule,
+and by default its default batch of 2048 tokens (4 windows of 512 per call). The perplexity
+is bit-identical to one window per call (SmolLM2-135M, 8 windows of 512: 40.7863233277 both
+ways) and the CPU time within noise of it (2.20 against 2.26 CPU s per window, 4 runs each on
+the loaded 2-core VM, 2026-11-29): llama.cpp still computes in micro-batches of 512 tokens,
+one window each, as llama-perplexity does, so the two tools do the same work per window.
+Logits are requested only for the rows that predict a scored token, as llama-perplexity
+requests them; the KV cache is cleared before each batch of windows, as llama-perplexity
+clears it per batch of chunks.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from epi.core.errors import UserError
 from host.accuracy.branching import Group
 from host.accuracy.scorer import Scorer
 from host.accuracy.stats import perplexity_stats
-from host.accuracy.window_context import windows_per_decode
+from host.accuracy.window_context import DEFAULT_BATCH_TOKENS, windows_per_decode
 
 
 def read_text(path: Path) -> str:
@@ -78,13 +80,13 @@ def perplexity_tokens(
     stride: int,
     max_windows: int | None,
     progress: Callable[[int], None] | None = None,
-    batch_tokens: int | None = None,
+    batch_tokens: int | None = DEFAULT_BATCH_TOKENS,
 ) -> dict[str, Any]:
     """Perplexity and its standard error over the windows of `tokens`.
 
-    `batch_tokens` sets how many windows share one decode call (llama-perplexity's `-b`,
-    whose default is window_context.DEFAULT_BATCH_TOKENS); None or a value below `n_ctx`
-    means one window per call."""
+    `batch_tokens` sets how many windows share one decode call (llama-perplexity's `-b`, and
+    its default, window_context.DEFAULT_BATCH_TOKENS); None or a value below `n_ctx` means
+    one window per call."""
     m = scored_per_window(n_ctx, stride)
     nll_sum = 0.0
     nll2_sum = 0.0

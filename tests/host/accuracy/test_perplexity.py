@@ -70,10 +70,14 @@ def test_windows_per_decode_follows_llama_perplexity() -> None:
     s = RecordingScorer(add_bos=False)
     ppl.perplexity_tokens(s, list(range(5000)), 512, 512, None, batch_tokens=1024)
     assert s.decodes == [2, 2, 2, 2, 1]  # 9 windows, two per decode
-    for batch in (100, None):  # below one window, or the default: one window per decode
+    for batch in (100, 511, None):  # below one window, or none: one window per decode
         s = RecordingScorer(add_bos=False)
         ppl.perplexity_tokens(s, list(range(5000)), 512, 512, None, batch_tokens=batch)
         assert s.decodes == [1] * 9
+    # by default llama-perplexity's own batch of 2048 tokens: 2048 / 512 = 4 windows per call
+    s = RecordingScorer(add_bos=False)
+    ppl.perplexity_tokens(s, list(range(5000)), 512, 512, None)
+    assert s.decodes == [4, 4, 1]
 
 
 def test_sliding_window_scores_every_token_once() -> None:
@@ -119,7 +123,7 @@ def test_perplexity_matches_an_independent_computation(tiny_model: Path, ppl_tex
     n_windows = 2
     with Scorer(tiny_model, 128, 2) as scorer:
         tokens = scorer.tokenize(ppl.read_text(ppl_text))
-        out = ppl.perplexity_tokens(scorer, tokens, 128, 128, n_windows)
+        out = ppl.perplexity_tokens(scorer, tokens, 128, 128, n_windows, batch_tokens=None)
         # both windows in one decode, separate sequence ids and KV streams (llama-perplexity's
         # n_batch / n_ctx rule): checked against the same independent reference below
         packed = ppl.perplexity_tokens(scorer, tokens, 128, 128, n_windows, batch_tokens=256)
