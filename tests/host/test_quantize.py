@@ -161,13 +161,13 @@ def test_every_shipped_map_on_the_test_model(
     tiny_model: Path, quantized: Callable[[MixMap], QuantResult]
 ) -> None:
     maps, _ = load_mixmaps([STUDY, STUDY / "demo"])
-    assert len(maps) == 29
+    assert len(maps) == 30
     base = read_model(tiny_model)
     first_of: dict[str, MixMap] = {}
     for m in maps:
-        # two shipped maps repeat another's content (mix_high_middle = mix_bookend_low,
-        # demo_q8_0 = uniform_q8): the same request gives the same file, so each such map is
-        # checked to ask llama-quantize for exactly what the first asked, not quantized again
+        # one shipped map repeats another's content (mix_high_middle = mix_bookend_low): the
+        # same request gives the same file, so such a map is checked to ask llama-quantize for
+        # exactly what the first asked, not quantized again
         same = first_of.setdefault(m.content_key(), m)
         if same is not m:
             ours, theirs = (expand(x, base.shape, base.tensors) for x in (m, same))
@@ -178,7 +178,7 @@ def test_every_shipped_map_on_the_test_model(
         result = quantized(m)
         check_tensor_by_tensor(result.manifest.to_json(), result.output, tiny_model)
         assert result.manifest.to_json()["unpredicted"] == []
-    assert len(first_of) == 27
+    assert len(first_of) == 29
 
 
 @pytest.fixture(scope="module")
