@@ -52,6 +52,7 @@ def test_a_redirected_lastdata_read_never_throws_cleared_counts_away() -> None:
     chip = RedirectingChip(redirect={1})
     access = VerifiedAccess(chip.read_word, chip.write_word, lambda: 0)
     assert access.read(regs.CAL_START) == 0  # "confirmed": LastData agreed
+    assert access.ld == 0
     at_energy_read = None
 
     def read_word(address: int) -> int:
