@@ -141,20 +141,9 @@ class VerifiedAccess:
 
     def ensure_sentinel(self):
         # type: () -> int | None
-        """Make sure LastData holds a known, distinctive word before a read-clear read; return
-        it. Never 0000H or FFFFH: those are what a read redirected (by a MOSI bit error) to an
-        invalid or empty register leaves in LastData, so a LastData read redirected after the
-        read-clear read would look like the sentinel, and the counts that read cleared would
-        be thrown away as "never reached the chip"."""
-        if self.last_data is not None and self.last_data not in ABSENT_WORDS:
-            return self.last_data
-        for address in SENTINEL_CANDIDATES:
-            try:
-                word = self.read(address)
-            except VerifyError:
-                continue
-            if word not in ABSENT_WORDS:
-                return word
+        """Make sure LastData holds a known word before a read-clear read; return it."""
+        if self.last_data is None:
+            self.read(regs.CAL_START)
         return self.last_data
 
     def write(self, address, value):
