@@ -133,8 +133,9 @@ def settle_line(decision: Mapping[str, object], study_path: Path, root: Path,
                 per_run_s: float | None, max_rounds: int) -> str | None:
     """The one command that would settle what the budget left undecided, from the campaign's
     final decision (decisions.json): how many more rounds the slowest undecided comparison
-    needs at the spread measured, of how many configurations, at the measured time per run.
-    None when the budget did not end the rounds."""
+    that decide.max_rounds can still settle needs at the spread measured, of how many
+    configurations, at the measured time per run; comparisons beyond the round limit are
+    named apart. None when the budget did not end the rounds."""
     try:
         spent, done = bool(decision["budget_spent"]), int(str(decision["rounds_done"]))
         records = decision.get("comparisons", [])
@@ -144,17 +145,29 @@ def settle_line(decision: Mapping[str, object], study_path: Path, root: Path,
         return None
     if not spent or not comps:
         return None
-    configs = {str(c["a"]) for c in comps} | {str(c["b"]) for c in comps}
-    more = [int(c["rounds_needed"]) - done for c in comps
-            if isinstance(c.get("rounds_needed"), int) and c["rounds_needed"] > done]
+    needs = {id(c): int(c["rounds_needed"]) for c in comps
+             if isinstance(c.get("rounds_needed"), int)}
+    # aim at the comparisons the study's round limit can still settle; one that needs far
+    # more rounds would make the command absurd for all the others: it is named instead
+    within = [c for c in comps if needs.get(id(c), max_rounds + 1) <= max_rounds]
+    aim = within or comps
+    left = [c for c in comps if c not in aim]
+    configs = {str(c["a"]) for c in aim} | {str(c["b"]) for c in aim}
+    more = [max(needs[id(c)] - done, 1) for c in aim if id(c) in needs]
     if more and per_run_s:
         minutes = max(1, math.ceil(max(more) * len(configs) * per_run_s / 60))
         why = (f"about {max(more)} more round(s) of {len(configs)} configuration(s) at "
-               f"~{per_run_s:.0f} s a run, the slowest comparison's need at the spread measured")
+               f"~{per_run_s:.0f} s a run, at the spread measured")
         if done + max(more) > max_rounds:
             why += f"; it also needs decide.max_rounds >= {done + max(more)} in the study file"
     else:
         minutes = 10
         why = "how many rounds is not known yet: too few paired rounds to measure the spread"
-    return (f"to settle the {len(comps)} comparison(s) the budget left undecided: "
+    if left:
+        why += "; not " + ", ".join(
+            f"{c['a']} → {c['b']} (about {needs[id(c)]} rounds)" if id(c) in needs
+            else f"{c['a']} → {c['b']}" for c in left)
+    what = (f"the {len(comps)} comparison(s)" if not left
+            else f"{len(aim)} of the {len(comps)} comparison(s)")
+    return (f"to settle {what} the budget left undecided: "
             f"epi campaign {study_path} --out {root} --extend-budget {minutes}m ({why})")
