@@ -67,6 +67,17 @@ def measurement_block(rd: ReportData) -> list[tuple[str, str]]:
         ("sample counts", "; ".join(f"{phase}: {rd.counts(phase)}"
                                     for phase in ("request", "prefill", "decode"))),
         ("invalid runs", "left out of every median, interval and the Pareto frontier; shown "
-         "with their own measured figures (hollow grey markers, shaded rows) and reasons"),
+         "with their own measured figures (hollow grey markers, shaded rows) and reasons"
+         + _spread_gate(rd)),
     ]
     return entries
+
+
+def _spread_gate(rd: ReportData) -> str:
+    """The repeat-spread gate the analysis applied, as results.json's options give it."""
+    options = rd.doc.get("options")
+    cv = options.get("cv_threshold") if isinstance(options, dict) else None
+    if not isinstance(cv, int | float) or isinstance(cv, bool):
+        return ""
+    return (f"; among the gates, a run is refused when its repeats' J/token vary by a CV above "
+            f"{100 * cv:g} % (cv_threshold{'' if cv == 0.03 else ', the default is 3 %'})")

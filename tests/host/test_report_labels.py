@@ -205,3 +205,14 @@ def test_corrupt_manifest_is_said_corrupt_with_its_path(mixed_n: Path,  # noqa: 
     assert "corrupt manifest" in t.caption and str(bad) in t.caption
     q8 = next(r for r in t.rows if r[0] == "q8")
     assert q8[1:4] == ["?"] * 3  # no manifest at all
+
+
+@pytest.mark.parametrize(("cv", "said"), [(0.03, "a CV above 3 % (cv_threshold)"),
+                                          (0.08, "above 8 % (cv_threshold, the default is 3 %)")])
+def test_the_measurement_block_states_the_repeat_spread_gate(mixed_n: Path,  # noqa: F811
+                                                             cv: float, said: str) -> None:
+    doc = json.loads((mixed_n / "results.json").read_text())
+    doc["options"]["cv_threshold"] = cv
+    (mixed_n / "results.json").write_text(json.dumps(doc))
+    entries = dict(measurement_block(report_data.load(mixed_n)))
+    assert said in entries["invalid runs"]
