@@ -65,6 +65,14 @@ from host.run.runner import (
     help="Warm-up passes before them (logged, marked warmup=1).",
 )
 @click.option(
+    "--warmup-tokens",
+    type=BoundedInt(1, 1_000_000),
+    default=None,
+    help="Tokens generated per warm-up request [default: --tokens]. A short warm-up loads "
+    "the weights and the compute graphs as well as a full one (llama-bench warms up with "
+    "one token).",
+)
+@click.option(
     "--threads",
     type=THREADS,
     default=None,
@@ -145,6 +153,7 @@ def run(
     tokens: int,
     repeats: int,
     warmups: int,
+    warmup_tokens: int | None,
     threads: int | None,
     workers: str | None,
     split: str | None,
@@ -167,6 +176,7 @@ def run(
         tokens=tokens,
         repeats=repeats,
         warmups=warmups,
+        warmup_tokens=warmup_tokens,
         threads=threads,
         workers=workers,
         split=split,

@@ -257,13 +257,34 @@ def assess(rules: DecisionRules, comps: Sequence[Comparison], values: RoundValue
     return out
 
 
-def configs_to_measure(assessments: Sequence[Assessment]) -> list[str]:
-    """Configurations of comparisons not yet settled (first-named order), for the next round."""
+def out_of_reach(assessments: Sequence[Assessment], max_rounds: int | None
+                 ) -> list[Assessment]:
+    """Unsettled comparisons that `max_rounds` cannot settle at the spread measured so far:
+    the rounds they would need exceed the limit, or no round count resolves them (a measured
+    difference of about 0 and no margin to show equivalence within)."""
+    if max_rounds is None:
+        return []
+    return [s for s in assessments if not s.verdict.settled and s.verdict.n >= 2
+            and (s.verdict.rounds_needed is None or s.verdict.rounds_needed > max_rounds)]
+
+
+def configs_to_measure(assessments: Sequence[Assessment], max_rounds: int | None = None
+                       ) -> list[str]:
+    """Configurations of comparisons not yet settled (first-named order), for the next round.
+
+    With `max_rounds`, comparisons out of its reach (`out_of_reach`) add no configuration of
+    their own while any other comparison is still open: their rounds go to the comparisons
+    the limit can settle (a configuration they share with those is measured all the same,
+    so they keep gaining pairs). The anytime-valid sequence stays valid whichever rounds are
+    measured, so this choice of where to spend rounds cannot bias a verdict. When every open
+    comparison is out of reach, all of them are measured, as without the limit."""
+    far = {id(s) for s in out_of_reach(assessments, max_rounds)}
+    open_ = [s for s in assessments if not s.verdict.settled]
+    aim = [s for s in open_ if id(s) not in far] or open_
     want: dict[str, None] = {}
-    for s in assessments:
-        if not s.verdict.settled:
-            want.setdefault(s.comparison.reference)
-            want.setdefault(s.comparison.candidate)
+    for s in aim:
+        want.setdefault(s.comparison.reference)
+        want.setdefault(s.comparison.candidate)
     return list(want)
 
 
@@ -357,7 +378,7 @@ def plan_lines(rules: DecisionRules, spread_pct: float, spread_basis: str) -> li
              "(Lai 1976; docs/analysis.md)"]
     if rules.remeasure:
         lines.append(f"re-measure: a run refused only for its repeat spread is measured again "
-                     f"at once, up to {rules.remeasure} time(s) in its round, while its "
-                     "configuration has no valid run; each re-measure counts against the "
+                     f"at once, up to {rules.remeasure} time(s) in its round, so its "
+                     "comparisons keep the round's pairs; each re-measure counts against the "
                      "budget (docs/campaign.md)")
     return lines + power_lines(rules, spread_pct, spread_basis)

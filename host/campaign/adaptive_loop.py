@@ -130,7 +130,10 @@ def run_adaptive_rounds(c: CampaignLike, state: JournalState,
         say(f"after round {k}: " + ", ".join(f"{n} {s}" for s, n in sorted(d.states.items()))
             + ("; budget spent" if d.budget_spent else "")
             + (f"; round {k + 1} measures {', '.join(d.next_configs)}" if d.next_configs
-               else "; no more rounds"))
+               else "; no more rounds")
+            + (f" (none for {'; '.join(d.out_of_reach)} alone: beyond decide.max_rounds "
+               f"{c.study.decide.rules.max_rounds} at the spread so far)"
+               if d.next_configs and d.out_of_reach else ""))
         for line in d.lines:
             say("  " + line)
         if not d.next_configs:

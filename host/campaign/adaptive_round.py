@@ -74,6 +74,9 @@ class RoundDecision:
     next_configs: tuple[str, ...]  # empty: the campaign stops adding rounds
     states: dict[str, int]  # "decided"/"equivalent"/"undecided" → count
     budget_spent: bool
+    # open comparisons that max_rounds cannot settle at the spread so far, as "A → B (about
+    # N rounds)": no round is added for them alone (host.campaign.adaptive.out_of_reach)
+    out_of_reach: tuple[str, ...] = ()
 
 
 def _headline(results: pd.DataFrame, basis: str) -> pd.DataFrame:
@@ -106,7 +109,8 @@ def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Seq
             notes = d.get("notes", [])
             return RoundDecision(int(d["rounds_done"]), tuple(d["lines"]) + tuple(notes),
                                  tuple(d["next_configs"]), dict(d["states"]),
-                                 bool(d["budget_spent"]))
+                                 bool(d["budget_spent"]),
+                                 tuple(str(x) for x in d.get("out_of_reach", [])))
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable: decide again
     results = pd.read_csv(analysis_dir / "results.csv")
@@ -119,7 +123,7 @@ def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Seq
                              pd.read_csv(analysis_dir / "runs.csv"), round_of_run, basis=basis)
     spent = rounds_done >= rules.max_rounds
     found = ad.assess(rules, comps, values, rounds_done, out_of_time=spent)
-    n_next = len(ad.configs_to_measure(found))
+    n_next = len(ad.configs_to_measure(found, rules.max_rounds))
     if (not spent and n_next and rules.time_budget_s is not None and per_run_s is not None
             and measured_s + per_run_s * n_next > rules.time_budget_s):
         spent = True  # the next round would not fit: the budget is spent now
@@ -127,9 +131,17 @@ def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Seq
     states: dict[str, int] = {}
     for s in found:
         states[s.verdict.state] = states.get(s.verdict.state, 0) + 1
-    nxt = () if spent else tuple(ad.configs_to_measure(found))  # a spent budget ends it
+    nxt = () if spent else tuple(ad.configs_to_measure(found, rules.max_rounds))
+    beyond = ad.out_of_reach(found, rules.max_rounds)
+    n_open = sum(1 for s in found if not s.verdict.settled)
+    # all open ones beyond reach: every one is measured as before, none is set aside
+    far = () if spent or len(beyond) == n_open else tuple(
+        f"{s.comparison.reference} → {s.comparison.candidate} ("
+        + (f"about {s.verdict.rounds_needed} rounds" if s.verdict.rounds_needed
+           else "no round count") + ")"
+        for s in beyond)
     decision = RoundDecision(rounds_done, tuple([s.text() for s in found] + notes), nxt,
-                             states, spent)
+                             states, spent, far)
     # "lines": one verdict per comparison (the report checks them against "states");
     # "notes": what could not be compared (e.g. "frontier neighbours: no pair to compare")
     write_json_atomic(saved, {"rounds_done": rounds_done,
@@ -144,6 +156,7 @@ def decide_after_round(analysis_dir: Path, rules: ad.DecisionRules, configs: Seq
                                                "text": s.text()}
                                               for s in found],
                               "next_configs": list(decision.next_configs),
+                              "out_of_reach": list(far),
                               "states": states, "budget_spent": spent,
                               "method": ad.sequential.METHOD,
                               "margin_pct": rules.margin_pct, "alpha": rules.alpha})

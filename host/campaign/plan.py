@@ -182,9 +182,13 @@ def meter_lines(study: Study) -> list[str]:
 def run_seconds(study: Study, n_prompts: int, prompt_tokens: int) -> float:
     """Projected seconds of one `epi run` with the study's settings (estimate rates)."""
     r, e = study.run, study.estimate
-    passes = r.warmups + r.repeats_per_run
-    per_pass = prompt_tokens / e.prefill_tok_s + n_prompts * r.tokens / e.decode_tok_s
-    return e.load_s + passes * per_pass + r.repeats_per_run * (r.idle_s + r.cooldown_s)
+    warm = min(r.warmup_tokens or r.tokens, r.tokens)
+
+    def per_pass(tokens: int) -> float:
+        return prompt_tokens / e.prefill_tok_s + n_prompts * tokens / e.decode_tok_s
+
+    return (e.load_s + r.warmups * per_pass(warm) + r.repeats_per_run * per_pass(r.tokens)
+            + r.repeats_per_run * (r.idle_s + r.cooldown_s))
 
 
 DEFAULT_METER_RATE_HZ = 20.0  # the emulated daemon's default sweep rate (4 chips, 160 kHz)
@@ -197,7 +201,8 @@ def run_shape(study: Study) -> RunShape:
     r = study.run
     prompts = load_prompt_set(r.prompts).prompts
     return RunShape(n_prompts=len(prompts), prompt_tokens=sum(p.n_tokens for p in prompts),
-                    passes=r.warmups + r.repeats_per_run, repeats=r.repeats_per_run,
+                    warmups=r.warmups, repeats=r.repeats_per_run,
+                    warmup_tokens=r.warmup_tokens,
                     pause_s=r.idle_s + r.cooldown_s, settle_s=settle_seconds(study))
 
 

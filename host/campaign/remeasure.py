@@ -1,18 +1,22 @@
-"""Measure a refused run's configuration again, at once, while that configuration has no valid run.
+"""Measure a run refused for its repeat spread again, at once, in its own round.
 
 A run whose repeats disagree by more than the repeat-CV gate is refused by the analysis
 (host/analysis/verdicts.py), rightly: on a machine whose speed wanders from one ten-second
-stretch to the next, whether a run's two repeats agree is a matter of when it ran. A
-configuration all of whose runs were refused has no figure at all, and its comparisons have
-no paired round, so nothing else the campaign could measure next is worth more than that
-configuration again. With `[decide] remeasure = N` the campaign therefore checks every finished
-run at once (the analysis of that one run on the live trace, ~0.4 s) and, when
+stretch to the next, whether a run's two repeats agree is a matter of when it ran. A refused
+run costs more than itself: the comparisons are paired by round, so every comparison of its
+configuration loses that round's pair (a refused baseline run loses it for all of them), and a
+configuration all of whose runs were refused has no figure at all. One more run of that
+configuration, in the same round, gives the pairs back for the price of one run, where a new
+round costs a run of every configuration and loses its own pairs the same way (at a refusal
+rate p, each comparison keeps a round with probability (1 − p)² without re-measures and
+(1 − p²)² with one; the demo's VM refused p ≈ 0.24). With `[decide] remeasure = N` the
+campaign therefore checks every finished run at once (the analysis of that one run on the
+live trace, ~0.4 s) and, when
 
 - the run is refused, and every refused phase only for its repeat spread (any other reason —
   too few samples, saturation, clock, lag, counter resolution, a failed run — would refuse the
   next run the same way, and a window crossing faults/gaps cannot be told from a dead channel
   or a daemon that keeps skipping sweeps: `host.analysis.verdicts.worth_measuring_again`),
-- its configuration has no valid run yet (every phase valid, by the same check), and
 - the time budget still holds one more run at the mean run duration so far, beside the runs
   the plan still holds (the minimum rounds run whatever the budget, so a re-measure must not
   take their time),
@@ -164,10 +168,6 @@ class Remeasurer:
         found = self.check(run_dir)
         if found.valid or not found.transient:
             return None
-        for other in self.plan.run_steps:
-            d = self._run_dir(other, state) if other.config == step.config else None
-            if d is not None and d != run_dir and self.check(d).valid:
-                return None  # the configuration has a valid run: its figure exists
         if self.time_budget_s is not None:
             # the runs the plan still holds (the minimum rounds run whatever the budget) keep
             # their share: a re-measure only takes time the budget has beyond them
@@ -177,9 +177,18 @@ class Remeasurer:
                 return None
         take = take_step(step, step.take + 1, "the run before was refused for its repeat spread")
         line = (f"re-measuring {step.config} in round {step.round} (take {take.take}): its run "
-                f"was refused for its repeat spread only ({found.why}) and {step.config} has no "
-                "valid run yet")
+                f"was refused for its repeat spread only ({found.why}); "
+                + (f"{step.config} has no valid run yet" if not self._has_valid_run(step, state)
+                   else f"without a valid run its comparisons lose round {step.round}'s pairs"))
         return take, line
+
+    def _has_valid_run(self, step: Step, state: JournalState) -> bool:
+        """Whether `step`'s configuration has a valid finished run (any round)."""
+        for other in self.plan.run_steps:
+            d = self._run_dir(other, state) if other.config == step.config else None
+            if d is not None and self.check(d).valid:
+                return True
+        return False
 
     def run_takes(self, step: Step, state: JournalState, run: Callable[[Step], None],
                   say: Callable[[str], None]) -> None:

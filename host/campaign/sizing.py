@@ -56,10 +56,11 @@ class RunShape:
 
     n_prompts: int
     prompt_tokens: int  # summed over the prompt set
-    passes: int  # warm-ups + measured repeats
-    repeats: int
+    warmups: int  # warm-up passes
+    repeats: int  # measured passes
     pause_s: float  # idle baseline + cool-down, per measured repeat
     settle_s: float  # the thermal settle before each run
+    warmup_tokens: int | None = None  # tokens per warm-up request (None: the run's)
 
 
 @dataclass(frozen=True)
@@ -130,11 +131,14 @@ class RunSizing:
 
 
 def run_seconds(shape: RunShape, tokens: int, probe: SpeedProbe) -> float:
-    """Projected seconds of one run of `tokens` tokens per request at the probe's rates."""
-    per_pass = (shape.prompt_tokens / probe.prefill_tok_s
-                + shape.n_prompts * tokens / probe.decode_tok_s)
-    return probe.load_s + shape.passes * per_pass + shape.repeats * shape.pause_s \
-        + shape.settle_s
+    """Projected seconds of one run of `tokens` tokens per request at the probe's rates (its
+    warm-up requests generate `warmup_tokens`, never more than `tokens`)."""
+    def per_pass(n: int) -> float:
+        return shape.prompt_tokens / probe.prefill_tok_s + shape.n_prompts * n / probe.decode_tok_s
+
+    warm = min(shape.warmup_tokens or tokens, tokens)
+    return (probe.load_s + shape.warmups * per_pass(warm) + shape.repeats * per_pass(tokens)
+            + shape.repeats * shape.pause_s + shape.settle_s)
 
 
 def floor_tokens(decode_tok_s: float, rate_hz: float) -> int:

@@ -53,6 +53,7 @@ class RunArgs(TypedDict):
     tokens: int
     repeats: int
     warmups: int
+    warmup_tokens: int | None  # tokens per warm-up request (absent in older specs: `tokens`)
     threads: int | None
     workers: str | None
     split: str | None

@@ -116,6 +116,7 @@ def do_run(a: RunArgs) -> StepResult:
     s = RunSettings(model=Path(a["model"]), out=Path(a["out"]),
                     prompts=Path(a["prompts"]) if a["prompts"] else None,
                     tokens=a["tokens"], repeats=a["repeats"], warmups=a["warmups"],
+                    warmup_tokens=a.get("warmup_tokens"),
                     threads=a["threads"], workers=a["workers"], split=a["split"],
                     meters=tuple(a["meters"]), idle_s=a["idle_s"], cooldown_s=a["cooldown_s"],
                     seed=a["seed"], node=a["node"], map_id=a.get("map_id"),

@@ -67,6 +67,7 @@ class RunSpec:
     tokens: int = 16
     repeats_per_run: int = 3
     warmups: int = 1
+    warmup_tokens: int | None = None  # tokens per warm-up request (None: `tokens`)
     prompts: Path | None = None
     threads: int | None = None
     idle_s: float = 3.0
@@ -581,6 +582,7 @@ def _run_table(path: Path, doc: dict[str, object]) -> RunSpec:
         tokens=r.integer("tokens", 16, 2, high=1_000_000),
         repeats_per_run=r.integer("repeats_per_run", 3, 2, high=10_000),
         warmups=r.integer("warmups", 1, 0, high=1000),
+        warmup_tokens=r.integer("warmup_tokens", None, 1, high=1_000_000),
         prompts=(path.parent / prompts) if prompts else None,
         threads=r.integer("threads", None, 1, high=MAX_THREADS),
         idle_s=r.real("idle_s", 3.0, 0.0, high=DAY_S),

@@ -56,6 +56,7 @@ class Job:
     split: tuple[float, ...]
     predicted: dict[str, list[int]]  # worker node → units llama.cpp should give it
     decode_model: str = ""  # a split configuration's decode GGUF (host/run/split.py)
+    warmup_tokens: int = 0  # tokens per warm-up request (0: `tokens`)
 
 
 def child_main(conn: Connection, job: Job) -> None:
@@ -118,6 +119,7 @@ def _run(conn: Connection, job: Job, run_dir: Path) -> None:
     request_id = 0
 
     def one_request(repeat: int, warmup: bool, prompt_id: str, tokens: tuple[int, ...]) -> None:
+        n_generate = job.warmup_tokens if warmup and job.warmup_tokens else job.tokens
         nonlocal request_id
         handover = None
         t: Timing
@@ -125,12 +127,12 @@ def _run(conn: Connection, job: Job, run_dir: Path) -> None:
         if split is not None:
             from host.run.split import timed_split_request
 
-            st = timed_split_request(split, list(tokens), job.tokens, counters)
+            st = timed_split_request(split, list(tokens), n_generate, counters)
             t = st
             handover = (st.t_handover_start_mono_ns, st.t_handover_start_real_ns,
                         st.t_handover_end_mono_ns, st.t_handover_end_real_ns)
         else:
-            t = timed_request(llm, list(tokens), job.tokens, counters)
+            t = timed_request(llm, list(tokens), n_generate, counters)
         perf.write(request_id, counters)
         rec = RequestRecord(
             request_id=request_id,

@@ -74,6 +74,7 @@ class RunSettings:
     tokens: int = DEFAULT_TOKENS
     repeats: int = DEFAULT_REPEATS
     warmups: int = DEFAULT_WARMUPS
+    warmup_tokens: int | None = None  # tokens per warm-up request (None: `tokens`)
     threads: int | None = None
     workers: str | None = None
     split: str | None = None
@@ -108,11 +109,17 @@ class Plan:
     prefill_map_id: str | None = None
 
 
+def warmup_tokens(s: RunSettings) -> int:
+    """Tokens per warm-up request: `--warmup-tokens`, never more than `--tokens`."""
+    return s.tokens if s.warmup_tokens is None else min(s.warmup_tokens, s.tokens)
+
+
 def _check_numbers(s: RunSettings) -> None:
     checks: tuple[tuple[str, float, float], ...] = (
         ("--tokens", s.tokens, 1),
         ("--repeats", s.repeats, 1),
         ("--warmups", s.warmups, 0),
+        ("--warmup-tokens", s.warmup_tokens if s.warmup_tokens is not None else 1, 1),
         ("--threads", s.threads if s.threads is not None else 1, 1),
     )
     for name, value, low in checks:
@@ -214,6 +221,7 @@ def _header_fields(plan: Plan) -> dict[str, object]:
             "tokens_per_request": s.tokens,
             "repeats": s.repeats,
             "warmups": s.warmups,
+            "warmup_tokens_per_request": warmup_tokens(s),
             "idle_s": s.idle_s,
             "cooldown_s": s.cooldown_s,
             "prompts_file": str(plan.prompt_set.path),
@@ -394,7 +402,10 @@ def run(
     echo(
         f"epi run: {f.path.name} ({f.n_layers} layers, sha256 {f.sha256[:12]}), "
         f"{_plural(n_prompts, 'prompt')} x {_plural(settings.repeats, 'repeat')} + "
-        f"{_plural(settings.warmups, 'warm-up pass', 'warm-up passes')}, "
+        f"{_plural(settings.warmups, 'warm-up pass', 'warm-up passes')}"
+        + (f" of {warmup_tokens(settings)} tokens" if settings.warmups
+           and warmup_tokens(settings) != settings.tokens else "")
+        + ", "
         f"{settings.tokens} tokens each, {_plural(plan.threads, 'thread')}"
         + (f", workers {', '.join(e.address for e in plan.endpoints)}" if plan.endpoints else "")
     )
@@ -456,6 +467,7 @@ def _supervise(
         tokens=s.tokens,
         repeats=s.repeats,
         warmups=s.warmups,
+        warmup_tokens=warmup_tokens(s),
         idle_s=s.idle_s,
         cooldown_s=s.cooldown_s,
         workers=tuple((e.host, e.port, e.node) for e in plan.endpoints),

@@ -149,6 +149,27 @@ def test_assess_marks_the_budget_and_says_what_it_would_need() -> None:
     assert not early.verdict.settled and ad.configs_to_measure([early]) == ["a", "b"]
 
 
+def test_rounds_go_to_the_comparisons_max_rounds_can_settle() -> None:
+    """a → b: savings 13, 10, 7 % (mean 10, sd 3): the 95 % sequence's half-width at n = 5 is
+    2.53 sd (Lai's closed form), so about 5 rounds decide it, within max_rounds 8. a → c:
+    savings 1, −1, 0.1 % (mean 0.03, sd 1) with 0.1 % worth resolving: thousands of rounds.
+    c alone is then not measured; when a → c is the only open comparison it is (nothing
+    within reach to give its rounds to)."""
+    rules = ad.DecisionRules(targets=("baseline",), min_rounds=3, max_rounds=8, margin_pct=0.1)
+    values = {"a": {1: 1.0, 2: 1.0, 3: 1.0}, "b": {1: 0.87, 2: 0.90, 3: 0.93},
+              "c": {1: 0.99, 2: 1.01, 3: 0.999}}
+    comps, _ = ad.comparisons(rules, ["a", "b", "c"], baseline="a")
+    found = ad.assess(rules, comps, values, 3)
+    ab, ac = found
+    assert (ab.comparison.candidate, ac.comparison.candidate) == ("b", "c")
+    assert not ab.verdict.settled and ab.verdict.rounds_needed is not None
+    assert 4 <= ab.verdict.rounds_needed <= 8
+    assert [s.comparison.candidate for s in ad.out_of_reach(found, 8)] == ["c"]
+    assert ad.configs_to_measure(found, 8) == ["a", "b"]
+    assert ad.configs_to_measure(found) == ["a", "b", "c"]  # no limit: every open one
+    assert ad.configs_to_measure([ac], 8) == ["a", "c"]
+
+
 def test_power_lines_name_the_margin_and_the_basis() -> None:
     rules = ad.DecisionRules(margin_pct=3.0, max_rounds=8)
     lines = ad.power_lines(rules, 1.5, "measured by a 3-round probe")

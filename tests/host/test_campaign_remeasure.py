@@ -111,7 +111,7 @@ OTHER = RunCheck(False, False, "decode: meter saturated")
 VALID = RunCheck(True, False, "")
 
 
-def test_the_rule_re_measures_only_a_spread_refusal_of_a_configuration_without_a_valid_run(
+def test_the_rule_re_measures_a_spread_refusal_only_and_says_what_the_round_would_lose(
         tmp_path: Path) -> None:
     f = _Fake(tmp_path)
     s = f.step("uniform_q8", 1)
@@ -125,12 +125,15 @@ def test_the_rule_re_measures_only_a_spread_refusal_of_a_configuration_without_a
     o = f.step("mix_high_early", 1)
     f.finish(o, OTHER)
     assert f.r.next_take(o, f.state) is None
-    # a configuration with a valid run (another round) is not measured again
+    # a configuration with a valid run (another round) is measured again too: its round's
+    # pairs are lost without it, and the line says so
     v = f.step("mix_high_late", 1)
     f.finish(v, VALID)
     w = f.step("mix_high_late", 2)
     f.finish(w, SPREAD)
-    assert f.r.next_take(w, f.state) is None
+    got = f.r.next_take(w, f.state)
+    assert got is not None and got[0].step_id == "run:mix_high_late:2:take2"
+    assert "lose round 2's pairs" in got[1] and "no valid run yet" not in got[1]
     # a valid run is not measured again
     assert f.r.next_take(v, f.state) is None
 
@@ -194,11 +197,11 @@ SCRIPT = {  # step id → what the check of its run finds (unnamed: valid)
     "run:mix_high_early:2": SPREAD,             # still no valid run → take 2, valid
     "run:mix_high_late:1": OTHER,               # not for its spread: not measured again
     "run:mix_high_late:2": SPREAD,              # → take 2, valid
-    "run:uniform_q4km:2": SPREAD,               # valid in round 1: not measured again
+    "run:uniform_q4km:2": SPREAD,               # valid in round 1: its round 2 pairs → take 2
 }
 EXPECTED = ["run:uniform_q8:1:take2", "run:mix_high_early:1:take2",
             "run:mix_high_early:1:take3", "run:mix_high_early:2:take2",
-            "run:mix_high_late:2:take2"]
+            "run:mix_high_late:2:take2", "run:uniform_q4km:2:take2"]
 
 
 def _fake_campaign(monkeypatch: pytest.MonkeyPatch, ran: list[str]) -> None:

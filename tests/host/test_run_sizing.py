@@ -29,7 +29,7 @@ from host.campaign.sizing import (
 PROBE = SpeedProbe(model="m.gguf", threads=1, prompt_tokens=256, decode_tokens=64,
                    prefill_tok_s=800.0, decode_tok_s=50.0, load_s=1.0)
 # 3 prompts of 960 tokens in all, 1 warm-up + 2 repeats, 3 s of pauses a repeat, 2 s settle
-SHAPE = RunShape(n_prompts=3, prompt_tokens=960, passes=3, repeats=2, pause_s=3.0,
+SHAPE = RunShape(n_prompts=3, prompt_tokens=960, warmups=1, repeats=2, pause_s=3.0,
                  settle_s=2.0)
 
 
@@ -174,3 +174,15 @@ def test_the_campaign_runs_the_size_it_recorded(tmp_path: Path, tiny_model: Path
     (study.out / SIZING_JSON).unlink()
     c2 = Campaign(study)
     assert c2._args(c2.plan.run_steps[0], JournalState())[0]["tokens"] == 128
+
+
+def test_short_warm_ups_are_projected_at_their_own_tokens() -> None:
+    """A warm-up of 16 tokens costs its prefill and 16 tokens a prompt, not the run's tokens;
+    a warm-up asked longer than the run is cut to the run's (as the runner does)."""
+    short = RunShape(n_prompts=3, prompt_tokens=960, warmups=1, repeats=2, pause_s=3.0,
+                     settle_s=2.0, warmup_tokens=16)
+    by_hand_short = 1.0 + (960 / 800 + 3 * 16 / 50) + 2 * (960 / 800 + 3 * 256 / 50) + 6 + 2
+    assert run_seconds(short, 256, PROBE) == pytest.approx(by_hand_short)
+    long = RunShape(n_prompts=3, prompt_tokens=960, warmups=1, repeats=2, pause_s=3.0,
+                    settle_s=2.0, warmup_tokens=10_000)
+    assert run_seconds(long, 256, PROBE) == pytest.approx(by_hand(256))

@@ -243,12 +243,33 @@ def test_not_a_gguf(monkeypatch, capsys, tmp_path: Path) -> None:
     assert code == 2 and "not a GGUF file" in err and err.count("\n") == 1
 
 
+def test_short_warm_ups_generate_their_own_tokens_and_the_log_says_so(
+        tiny_model: Path, tmp_path: Path) -> None:
+    """`warmup_tokens`: every warm-up request generates that many tokens, every measured one
+    the run's, and run.json records both (a warm-up longer than the run is cut to the run's)."""
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps(SMALL_PROMPTS))
+    for asked, warm in ((3, 3), (100, TOKENS)):
+        out = tmp_path / f"log{asked}"
+        run(RunSettings(model=tiny_model, out=out, prompts=prompts, tokens=TOKENS, repeats=1,
+                        warmups=2, warmup_tokens=asked, threads=1, idle_s=0.0, cooldown_s=0.0,
+                        meter="http://meter.test:8757"),
+            echo=lambda line: None, clock_sync=_fake_sync()[0])
+        log = read_token_log(out)
+        rq = log.requests
+        assert rq.loc[rq["warmup"].astype(bool), "n_generated_tokens"].tolist() == [warm] * 4
+        assert rq.loc[~rq["warmup"].astype(bool), "n_generated_tokens"].tolist() == [TOKENS] * 2
+        s = log.header["settings"]
+        assert (s["tokens_per_request"], s["warmup_tokens_per_request"]) == (TOKENS, warm)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--tokens", "300"], "exceeds the context length 512"),
         (["--tokens", "0"], "--tokens: 0 is below the minimum 1"),
         (["--repeats", "0"], "--repeats: 0 is below the minimum 1"),
+        (["--warmup-tokens", "0"], "--warmup-tokens"),
         (["--threads", "0"], "--threads: 0 is below the minimum 1"),
         (["--idle-s", "-1"], "--idle-s"),
         (["--split", "1,1"], "--split: only applies with --workers"),
