@@ -16,10 +16,10 @@ VALUES = {"base": [0.100, 0.103, 0.098, 0.101], "cheap": [0.090, 0.0927, 0.0882,
           "close": [0.1005, 0.1021, 0.0992, 0.1009]}
 
 
-def _analysis(d: Path, rounds: int) -> dict[str, int]:
+def _analysis(d: Path, rounds: int, values: dict[str, list[float]] = VALUES) -> dict[str, int]:
     d.mkdir(parents=True, exist_ok=True)
     rep, runs, res, round_of_run = [], [], [], {}
-    for cfg, vals in VALUES.items():
+    for cfg, vals in values.items():
         for k in range(1, rounds + 1):
             rid = f"{cfg}-{k}"
             round_of_run[rid] = k
@@ -51,6 +51,26 @@ def test_decision_measures_only_undecided_configurations_and_is_kept(tmp_path: P
     again = decide_after_round(tmp_path / "a", rules, list(VALUES), rmap, 4, baseline="base",
                                measured_s=1e9, per_run_s=60.0)
     assert again == d
+
+
+def test_a_comparison_beyond_max_rounds_adds_no_configuration_of_its_own(tmp_path: Path
+                                                                         ) -> None:
+    """base → mid saves 7, 3, 5, 5 % (mean 5, sd 1.6): undecided at n = 4 (Lai's half-width
+    3.34 sd), about 5 rounds at that spread; base → close saves about 0 % with 0.2 % worth
+    resolving: far beyond max_rounds 8. The next round measures base and mid only, and says
+    why close is left out."""
+    values = {"base": VALUES["base"], "close": VALUES["close"],
+              "mid": [0.100 * 0.93, 0.103 * 0.97, 0.098 * 0.95, 0.101 * 0.95]}
+    rules = ad.DecisionRules(targets=("baseline",), min_rounds=3, max_rounds=8, margin_pct=0.2)
+    rmap = _analysis(tmp_path / "r", 4, values)
+    d = decide_after_round(tmp_path / "r", rules, list(values), rmap, 4, baseline="base")
+    assert d.states == {"undecided": 2} and not d.budget_spent
+    assert d.next_configs == ("base", "mid")
+    assert len(d.out_of_reach) == 1 and d.out_of_reach[0].startswith("base → close (about ")
+    saved = json.loads((tmp_path / "r" / DECISIONS_JSON).read_text())
+    assert saved["out_of_reach"] == list(d.out_of_reach)
+    again = decide_after_round(tmp_path / "r", rules, list(values), rmap, 4, baseline="base")
+    assert again.out_of_reach == d.out_of_reach  # a resumed campaign reads it back
 
 
 def test_budget_spent_stops_and_says_what_is_undecided(tmp_path: Path) -> None:
