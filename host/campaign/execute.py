@@ -195,7 +195,9 @@ class Campaign:
                                 out=str(lay.root / "accuracy" / f"{cfg.config_id}.json"),
                                 cluster=a.cluster, shots=dict(a.shots),
                                 shot_seed=a.shot_seed,
-                                store=str(a.store.resolve()) if a.store else None), None
+                                store=str(a.store.resolve()) if a.store else None,
+                                decode_model=str(cfg.decode_gguf) if cfg.decode_gguf
+                                else None), None
         if step.kind == StepKind.RUN:
             assert cfg is not None
             r = st.run

@@ -39,6 +39,7 @@ from host.accuracy.results import (
 )
 from host.accuracy.scorer import Scorer
 from host.accuracy.split_scoring import SplitScorer
+from host.campaign.study import load_study
 from host.errors import StoreError
 from host.gguf_io.file import sha256_file
 from host.quant.gguf_info import read_model
@@ -279,3 +280,87 @@ def test_a_bad_decode_model_is_one_line_exit_2(tiny_model: Path, prepared: Path,
         assert proc.stderr.count("\n") == 1 and problem in proc.stderr, (args, proc.stderr)
         assert "--decode-model" in proc.stderr, proc.stderr
     assert not Path(out).exists()
+
+
+SPLIT_ID = "q8_prefill_q4_decode"
+
+
+def _split_study(tmp_path: Path, model: Path, ppl_text: Path) -> Path:
+    maps = REPO / "quantmaps"
+    p = tmp_path / "study.toml"
+    p.write_text(f"""
+[study]
+name = "split-acc"
+out = "camp"
+
+[[models]]
+name = "tiny"
+path = "{model}"
+maps = ["{maps}/uniform_q8.json", "{maps}/uniform_q4km.json"]
+splits = [{{ id = "{SPLIT_ID}", prefill = "uniform_q8", decode = "uniform_q4km" }}]
+
+[run]
+prompts = "{REPO / 'examples' / 'prompts-demo-long.json'}"
+
+[meter]
+emulate = true
+
+[accuracy]
+benchmarks = {{ mmlu = 10 }}
+shots = {{}}
+ppl = "{ppl_text}"
+ppl_windows = 2
+threads = 2
+""")
+    return p
+
+
+@pytest.mark.slow
+@pytest.mark.shares_cpu
+def test_a_campaign_scores_the_split_and_the_analysis_joins_it(
+        tiny_model: Path, prepared: Path, ppl_text: Path, tmp_path: Path) -> None:
+    import io
+    from types import SimpleNamespace
+
+    from host.analysis.accuracy_file import load_accuracy
+    from host.analysis.model import Options
+    from host.campaign.execute import Campaign
+    from host.campaign.journal import JournalState
+    from host.campaign.step import do_accuracy, do_quantize
+
+    c = Campaign(load_study(_split_study(tmp_path, tiny_model, ppl_text)),
+                 stream=io.StringIO())
+    steps = {s.step_id: s for s in c.plan.steps}
+    for s in c.plan.steps:
+        if s.kind == "quantize":
+            do_quantize(c._args(s, JournalState())[0])  # type: ignore[arg-type]
+    args = {cid: dict(c._args(steps[f"accuracy:{cid}"], JournalState())[0])
+            for cid in ("uniform_q8", "uniform_q4km", SPLIT_ID)}
+    split_cfg = c.plan.config(SPLIT_ID)
+    assert args[SPLIT_ID]["model"] == str(split_cfg.gguf)
+    assert args[SPLIT_ID]["decode_model"] == str(split_cfg.decode_gguf)
+    assert args["uniform_q8"].get("decode_model") is None
+    docs = []
+    for a in args.values():
+        do_accuracy(a)  # type: ignore[arg-type]
+        docs.append(read_results(Path(str(a["out"]))))
+    merged = {**docs[0], "models": [m for d in docs for m in d["models"]]}
+    acc_file = write_results(tmp_path / "accuracy.json", merged)  # consistent: 3 entries
+    read_results(acc_file)
+    sha = {cid: sha256_file(Path(str(a["model"]))) for cid, a in args.items()}
+    q4_sha = sha256_file(split_cfg.decode_gguf)  # type: ignore[arg-type]
+
+    def run(cid: str, header: dict[str, object]) -> SimpleNamespace:
+        return SimpleNamespace(config=cid, run=SimpleNamespace(header=header))
+
+    runs = [run("uniform_q8", {"model": {"sha256": sha["uniform_q8"]}}),
+            run("uniform_q4km", {"model": {"sha256": q4_sha}}),
+            run(SPLIT_ID, {"model": {"sha256": sha["uniform_q8"]},
+                           "split": {"decode": {"sha256": q4_sha}}})]
+    accs, ppls, notes = load_accuracy(acc_file, runs, Options())  # type: ignore[arg-type]
+    assert set(accs) == set(ppls) == {"uniform_q8", "uniform_q4km", SPLIT_ID}, notes
+    # each configuration has its own entry's perplexity: the split's is not its prefill
+    # parent's (same prefill sha256) nor its decode parent's
+    split_entry = next(m for m in merged["models"] if "split" in m)
+    assert ppls[SPLIT_ID] == split_entry["perplexity"]["ppl"]
+    assert len({ppls["uniform_q8"], ppls["uniform_q4km"], ppls[SPLIT_ID]}) == 3
