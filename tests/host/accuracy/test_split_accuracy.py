@@ -364,3 +364,22 @@ def test_a_campaign_scores_the_split_and_the_analysis_joins_it(
     split_entry = next(m for m in merged["models"] if "split" in m)
     assert ppls[SPLIT_ID] == split_entry["perplexity"]["ppl"]
     assert len({ppls["uniform_q8"], ppls["uniform_q4km"], ppls[SPLIT_ID]}) == 3
+
+
+def test_the_report_says_null_only_for_a_split_without_accuracy() -> None:
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from host.analysis.split_compare import SplitParents
+    from host.report.split_table import _accuracy_sentence
+
+    splits = [SplitParents("s1", "a", "b"), SplitParents("s2", "a", "c")]
+    scored = SimpleNamespace(results=pd.DataFrame(
+        {"config": ["s1", "s2", "a"], "accuracy": [0.4, 0.5, float("nan")]}))
+    text = _accuracy_sentence(scored, splits)  # type: ignore[arg-type]
+    assert "null" not in text and "EPI table" in text
+    one = SimpleNamespace(results=pd.DataFrame(
+        {"config": ["s1", "s2"], "accuracy": [0.4, float("nan")]}))
+    text = _accuracy_sentence(one, splits)  # type: ignore[arg-type]
+    assert "No accuracy for s2 " in text and "null" in text and "s1" not in text
