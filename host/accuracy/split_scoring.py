@@ -68,8 +68,9 @@ def score_across(pre: BranchingContext, dec: BranchingContext,
     copied as the unsplit scorer copies it); the state of every sequence is handed to `dec`,
     which decodes the scored tokens.
     """
-    pre_entries: list[Entry] = []
-    dec_entries: list[Entry] = []
+    # per group: its tokens on the prefill model, then its continuation tokens on the decode one
+    pre_parts: list[list[Entry]] = []
+    dec_parts: list[list[Entry]] = []
     out: list[list[np.ndarray]] = []
     seq_base = 0
     seq_limit = pre.n_seq_max - (1 if pre.prefix else 0)
@@ -84,6 +85,8 @@ def score_across(pre: BranchingContext, dec: BranchingContext,
         last_needed = c == min(group.starts)
         resident = pre._resident(group)
         copies += [(i, resident) for i in ids if resident]
+        pre_entries: list[Entry] = []
+        dec_entries: list[Entry] = []
         for p in range(resident, c):
             want = p == c - 1 and last_needed
             pre_entries.append((first[p], p, ids, (g, -1, p) if want else None))
@@ -96,25 +99,30 @@ def score_across(pre: BranchingContext, dec: BranchingContext,
                 entry = (seq[p], p, (seq_base + k,), (g, k, p) if want else None)
                 (pre_entries if p < s else dec_entries).append(entry)
         out.append([np.empty(len(seq) - group.starts[k]) for k, seq in enumerate(group.seqs)])
+        _matrix_path(pre_entries, dec_entries)
+        pre_parts.append(pre_entries)
+        dec_parts.append(dec_entries)
         seq_base += n
-    if len(pre_entries) + len(dec_entries) + len(pre.prefix) > pre.n_ctx:
+    if sum(map(len, pre_parts + dec_parts)) + len(pre.prefix) > pre.n_ctx:
         raise ValueError("groups do not fit the context")
-    _matrix_path(pre_entries, dec_entries)
     lc = pre._lc
     pre._clear_items(seq_base)
     lc.llama_memory_clear(dec._mem, True)
     try:
         for seq_id, n_resident in copies:
             lc.llama_memory_seq_cp(pre._mem, pre.prefix_seq, seq_id, 0, n_resident)
-        for lo in range(0, len(pre_entries), pre.n_batch):
-            chunk = pre_entries[lo:lo + pre.n_batch]
-            pre._decode(chunk)
-            pre._collect(chunk, groups, out)
-        write_state(lc, dec.ctx, read_state(lc, pre.ctx))
-        for lo in range(0, len(dec_entries), dec.n_batch):
-            chunk = dec_entries[lo:lo + dec.n_batch]
-            dec._decode(chunk)
-            dec._collect(chunk, groups, out)
+        for ctx, parts in ((pre, pre_parts), (dec, dec_parts)):
+            if ctx is dec:
+                write_state(lc, dec.ctx, read_state(lc, pre.ctx))
+            # one group (an item, a perplexity window) per decode call: llama.cpp then cuts
+            # its micro-batches as the unsplit scorer's one-window calls do, so the figures
+            # stay the unsplit ones with one map for both phases (several windows in one
+            # call would share micro-batches, which round differently)
+            for entries in parts:
+                for lo in range(0, len(entries), ctx.n_batch):
+                    chunk = entries[lo:lo + ctx.n_batch]
+                    ctx._decode(chunk)
+                    ctx._collect(chunk, groups, out)
     finally:
         pre._clear_items(seq_base)
         lc.llama_memory_clear(dec._mem, True)
