@@ -383,3 +383,19 @@ def test_the_report_says_null_only_for_a_split_without_accuracy() -> None:
         {"config": ["s1", "s2"], "accuracy": [0.4, float("nan")]}))
     text = _accuracy_sentence(one, splits)  # type: ignore[arg-type]
     assert "No accuracy for s2 " in text and "null" in text and "s1" not in text
+
+
+@pytest.mark.slow
+@pytest.mark.shares_cpu
+def test_a_campaign_split_step_with_a_cluster_is_scored_here_as_a_split(
+        tiny_model: Path, prepared: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from host.campaign.step import do_accuracy
+
+    out = tmp_path / "split.json"
+    do_accuracy({"model": str(tiny_model), "decode_model": str(tiny_model),
+                 "benchmarks": {"mmlu": 10}, "ppl": None, "ppl_windows": None, "threads": 2,
+                 "seed": 0, "out": str(out), "cluster": "local:1"})
+    (m,) = read_results(out)["models"]
+    assert m["split"]["decode"]["sha256"] == m["sha256"]  # scored as a split, not unsplit
+    assert "a split configuration is scored on this host, not on local:1" in capsys.readouterr().out
