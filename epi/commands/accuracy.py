@@ -79,6 +79,11 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     lines = []
     for m in doc["models"]:
         head = f"{Path(m['path']).name}  sha256 {m['sha256'][:12]}  map_id {m['map_id']}"
+        split = m.get("split")
+        if split is not None:
+            d = split["decode"]
+            head = (f"split: prefill {Path(m['path']).name} (sha256 {m['sha256'][:12]}), "
+                    f"decode {Path(d['path']).name} (sha256 {d['sha256'][:12]})")
         lines.append(head)
         p = m["perplexity"]
         if p is not None:
@@ -151,13 +156,23 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
                    "(docs/accuracy.md).")
 @click.option("--shot-seed", default=DEFAULT_SHOT_SEED, show_default=True, type=SEED,
               help="Seed that draws the ARC and HellaSwag shots.")
+@click.option("--decode-model", default=None, type=click.Path(path_type=Path),
+              metavar="GGUF",
+              help="Score the split configuration that prefills on MODEL and decodes on this "
+                   "GGUF (another quantization of the same base model): each item's context "
+                   "on MODEL, the continuation on GGUF after a KV-state handover "
+                   "(docs/accuracy.md, \"Split configurations\").")
 @click.option("--out", default="accuracy.json", show_default=True,
               type=click.Path(path_type=Path), help="Results file (epi-accuracy JSON).")
 def accuracy(models: tuple[Path, ...], bench: str, n: int, seed: int, ppl: str | None,
              ctx: int, stride: int | None, ppl_windows: int, weights: str, metric: str,
              threads: int | None, data_dir: Path | None, crosscheck: bool, no_cache: bool,
-             cluster: str | None, shots: str, shot_seed: int, out: Path) -> None:
+             cluster: str | None, shots: str, shot_seed: int, decode_model: Path | None,
+             out: Path) -> None:
     """Perplexity and multiple-choice accuracy of each MODEL (GGUF), cached, into --out."""
+    if decode_model is not None and cluster is not None:
+        raise UserError("--decode-model: a split configuration is scored on this host only, "
+                        "not on a Dask cluster (drop --cluster)")
     if n < 0:
         raise UserError(f"--n: subset size must be 0 (all) or positive, got {n}")
     if ppl_windows < 0:
@@ -184,7 +199,8 @@ def accuracy(models: tuple[Path, ...], bench: str, n: int, seed: int, ppl: str |
         doc = evaluate_on_cluster(list(models), settings, parse_cluster(cluster), threads,
                                   progress=_bar, echo=echo)
     else:
-        doc = evaluate(list(models), settings, progress=_bar, echo=echo)
+        doc = evaluate(list(models), settings, progress=_bar, echo=echo,
+                       decode_model=decode_model)
     write_results(out, doc)
     for line in summary_lines(doc):
         click.echo(line)

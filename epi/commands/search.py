@@ -91,6 +91,10 @@ from host.search.optimizer import Budget
 @click.option("--run-threads", type=THREADS, default=None,
               help="Threads of the metered runs (default: 1 with the emulated meter, leaving a "
                    "core to its daemon as the demo does; else --threads).")
+@click.option("--phase-split", is_flag=True,
+              help="The phase split as a dimension: also measure each pick as two split "
+                   "configurations with the best hand-made map (prefill on one, decode on the "
+                   "other; both models resident in the runs). docs/search.md.")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | None,
            max_bpw: float | None, max_size_mb: float | None, min_accuracy: float | None,
@@ -101,7 +105,7 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
            prompts: Path | None, tokens: int,
            repeats: int, cooldown_s: float | None, idle_s: float | None, min_rounds: int,
            max_rounds: int, margin_pct: float, items: int,
-           threads: int | None, run_threads: int | None, seed: int) -> None:
+           threads: int | None, run_threads: int | None, phase_split: bool, seed: int) -> None:
     """Search per-layer quantization maps of BASE (an F16 GGUF) that beat hand-made ones.
 
     Round 0 measures the hand-made maps; proxies (per-layer KL sensitivity, a fitted energy
@@ -121,7 +125,7 @@ def search(base: Path, out: Path, against: tuple[Path, ...], types_text: str | N
         tokens=tokens, repeats=repeats, cooldown_s=cooldown_s, idle_s=idle_s,
         min_rounds=min_rounds, max_rounds=max_rounds,
         margin_pct=margin_pct, items=items, threads=threads,
-        run_threads=run_threads, seed=seed)
+        run_threads=run_threads, seed=seed, phase_split=phase_split)
     check_request(req)
     outcome = run(req, click.echo)
     for line in result_lines(outcome, out):

@@ -100,7 +100,9 @@ def check_one_entry_per_model(models: Sequence[object], where: str) -> None:
     for i, m in enumerate(models):
         if not isinstance(m, Mapping):
             continue
-        sha = m.get("sha256")
+        from host.accuracy.results import entry_join_key
+
+        sha = entry_join_key(m)  # a split is its own configuration beside its prefill model
         j = seen.setdefault(sha, i)
         if j != i and m != models[j]:
             raise UserError(f"{where}: models[{j}] and models[{i}] are two different entries "

@@ -189,18 +189,25 @@ def _llama_version() -> str:
 
 
 class _Models:
-    """One loaded model at a time, re-created only when a bigger context is needed."""
+    """One loaded model at a time, re-created only when a bigger context is needed; a split
+    configuration's two (`decode`: its decode model, host/accuracy/split_scoring.py)."""
 
-    def __init__(self, path: Path, threads: int) -> None:
+    def __init__(self, path: Path, threads: int, decode: Path | None = None) -> None:
         self.path = path
         self.threads = threads
+        self.decode = decode
         self.scorer: Scorer | None = None
 
     def get(self, n_ctx: int) -> Scorer:
         if self.scorer is not None and self.scorer.n_ctx >= n_ctx:
             return self.scorer
         self.close()
-        self.scorer = Scorer(self.path, n_ctx, self.threads)
+        if self.decode is not None:
+            from host.accuracy.split_scoring import SplitScorer
+
+            self.scorer = SplitScorer(self.path, self.decode, n_ctx, self.threads)
+        else:
+            self.scorer = Scorer(self.path, n_ctx, self.threads)
         return self.scorer
 
     def close(self) -> None:
@@ -218,19 +225,33 @@ def _mc_context(models: _Models, items: Sequence[Item], ctx: int) -> int:
     return max(ctx, -(-largest // 256) * 256)
 
 
-def benchmark_key(sha: str, bd: BenchData, settings: Settings) -> dict[str, JSON]:
-    """The store key of one benchmark's scores (host/accuracy/distributed.py uses it too)."""
+def benchmark_key(sha: str, bd: BenchData, settings: Settings,
+                  decode_sha: str | None = None) -> dict[str, JSON]:
+    """The store key of one benchmark's scores (host/accuracy/distributed.py uses it too);
+    a split configuration's carries its decode model's sha256 too, so a split result and an
+    unsplit one never share a key."""
     return {"kind": "benchmark", "benchmark": bd.name, "model_sha256": sha,
             "items_sha256": bd.subset["items_sha256"], "n": bd.subset["n"],
             "seed": settings.seed, "ctx": settings.ctx, "format": FORMAT,
             "shots": bd.protocol["shots"], "shot_seed": bd.protocol["shot_seed"],
             "template_version": bd.protocol["template_version"],
-            "scorer_version": cache.SCORER_VERSION, "llama_cpp_python": _llama_version()}
+            "scorer_version": cache.SCORER_VERSION, "llama_cpp_python": _llama_version(),
+            **split_key(decode_sha)}
+
+
+def split_key(decode_sha: str | None) -> dict[str, JSON]:
+    """The store-key fields of a split configuration (none for an unsplit model: its keys,
+    and so its stored results, stay what they were)."""
+    if decode_sha is None:
+        return {}
+    from host.accuracy.split_scoring import SEMANTICS
+
+    return {"decode_model_sha256": decode_sha, "split_semantics": SEMANTICS}
 
 
 def evaluate_benchmark(models: _Models, sha: str, bd: BenchData, settings: Settings,
-                       progress: Progress) -> dict[str, object]:
-    key = benchmark_key(sha, bd, settings)
+                       progress: Progress, decode_sha: str | None = None) -> dict[str, object]:
+    key = benchmark_key(sha, bd, settings, decode_sha)
     stored = cache.load_result(key) if settings.use_cache else None
     if stored is None:
         n_ctx = _mc_context(models, bd.items, settings.ctx)
@@ -266,11 +287,12 @@ def _ppl_tokens(models: _Models, settings: Settings) -> tuple[list[int], str]:
 
 
 def evaluate_perplexity(models: _Models, sha: str, settings: Settings, text_sha: str,
-                        progress: Progress) -> dict[str, object]:
+                        progress: Progress, decode_sha: str | None = None) -> dict[str, object]:
     stride = settings.stride or settings.ctx
     key = {"kind": "perplexity", "model_sha256": sha, "text_sha256": text_sha,
            **ppl.settings(settings.ctx, stride, settings.ppl_windows),
-           "scorer_version": cache.SCORER_VERSION, "llama_cpp_python": _llama_version()}
+           "scorer_version": cache.SCORER_VERSION, "llama_cpp_python": _llama_version(),
+           **split_key(decode_sha)}
     stored = cache.load_result(key) if settings.use_cache else None
     cached = stored is not None
     if stored is None:
@@ -371,23 +393,40 @@ def composite_block(results: Mapping[str, Mapping[str, object]], weights: dict[s
     return block
 
 
+def split_block(model: Path, decode: Path, sha: str, decode_sha: str) -> dict[str, JSON]:
+    """A split entry's `split` field: both phases' GGUFs, how the state crossed, the rule."""
+    from host.accuracy.split_scoring import HANDOVER, SEMANTICS
+
+    return {"prefill": {"path": str(model), "sha256": sha, "map_id": read_map_id(model)},
+            "decode": {"path": str(decode), "sha256": decode_sha,
+                       "map_id": read_map_id(decode)},
+            "handover": HANDOVER, "semantics": SEMANTICS}
+
+
 def evaluate_model(model: Path, settings: Settings, benches: dict[str, BenchData],
                    progress: Progress = no_progress,
-                   echo: Callable[[str], None] = lambda s: None) -> ModelEntry:
-    """Every requested figure for one model."""
+                   echo: Callable[[str], None] = lambda s: None,
+                   decode_model: Path | None = None) -> ModelEntry:
+    """Every requested figure for one model, or (`decode_model`) for the split configuration
+    that prefills on `model` and decodes on `decode_model` (host/accuracy/split_scoring.py)."""
     model = Path(model)
     check_gguf(model)
     t0 = time.monotonic()
     sha = cache.model_sha256(model)
+    decode_sha = None if decode_model is None else cache.model_sha256(decode_model)
     entry: ModelEntry = {"path": str(model), "sha256": sha, "map_id": read_map_id(model),
                              "size_bytes": model.stat().st_size}
-    models = _Models(model, settings.threads)
+    if decode_model is not None and decode_sha is not None:
+        entry["map_id"] = None  # two maps: `split` names both
+        entry["split"] = split_block(model, Path(decode_model), sha, decode_sha)
+    models = _Models(model, settings.threads, decode_model)
     try:
         perplexity = None
         if settings.ppl_file is not None:
             text_sha = cache.file_sha256(settings.ppl_file)
-            perplexity = evaluate_perplexity(models, sha, settings, text_sha, progress)
-        results = {name: evaluate_benchmark(models, sha, bd, settings, progress)
+            perplexity = evaluate_perplexity(models, sha, settings, text_sha, progress,
+                                             decode_sha)
+        results = {name: evaluate_benchmark(models, sha, bd, settings, progress, decode_sha)
                    for name, bd in benches.items()}
     finally:
         models.close()
@@ -420,16 +459,35 @@ def check_settings(settings: Settings) -> None:
         raise UserError("--threads: must be at least 1")
 
 
+def check_split_request(models: Sequence[Path], settings: Settings, decode_model: Path) -> None:
+    """A split is scored for one prefill model, without llama-perplexity (which cannot hand a
+    sequence over); both files one base model's. One line each, before anything loads."""
+    from host.accuracy.split_scoring import check_split
+
+    if len(models) != 1:
+        raise UserError(f"--decode-model: a split configuration has one prefill MODEL, "
+                        f"{len(models)} were given")
+    if settings.crosscheck:
+        raise UserError("--decode-model: --crosscheck is not offered for a split "
+                        "(llama-perplexity cannot hand a sequence over to a second model)")
+    check_split(Path(models[0]), Path(decode_model))
+
+
 def evaluate(models: Sequence[Path], settings: Settings, progress: Progress = no_progress,
-             echo: Callable[[str], None] = lambda s: None) -> AccuracyDocument:
-    """The `epi-accuracy` document for `models`."""
+             echo: Callable[[str], None] = lambda s: None,
+             decode_model: Path | None = None) -> AccuracyDocument:
+    """The `epi-accuracy` document for `models`; with `decode_model`, for the split
+    configuration that prefills on the one MODEL and decodes on `decode_model`."""
     from host.llama.install import llama_info
 
     check_settings(settings)
     for m in models:
         check_gguf(Path(m))
+    if decode_model is not None:
+        check_split_request(models, settings, decode_model)
     benches = load_benchmarks(settings)
-    entries = [evaluate_model(Path(m), settings, benches, progress, echo) for m in models]
+    entries = [evaluate_model(Path(m), settings, benches, progress, echo, decode_model)
+               for m in models]
     return {
         "format": RESULTS_FORMAT,
         "format_version": FORMAT_VERSION,

@@ -105,11 +105,32 @@ def _check_items(items: object, where: str) -> None:
             raise UserError(f"{where}.{key}: outcomes must be 0 or 1")
 
 
+def _check_sha(value: object, where: str) -> str:
+    if not (isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value)):
+        raise UserError(f"{where}: not a sha256 hex digest")
+    return value
+
+
+def _check_split(split: object, sha: str, where: str) -> None:
+    """A split entry's `split` block: both phases' sha256; the prefill one is the entry's."""
+    if split is None:
+        return
+    if not isinstance(split, dict):
+        raise UserError(f"{where}: field split: expected an object or absent")
+    for phase in ("prefill", "decode"):
+        block = split.get(phase)
+        if not isinstance(block, dict):
+            raise UserError(f"{where}: field split.{phase}: expected an object")
+        _check_sha(block.get("sha256"), f"{where}: field 'split.{phase}.sha256'")
+    if split["prefill"]["sha256"] != sha:
+        raise UserError(f"{where}: field 'split.prefill.sha256' differs from the entry's "
+                        "sha256 (the prefill model is the entry's model)")
+
+
 def check_model_entry(m: Mapping[str, object], where: str) -> None:
     """Every field of a model entry that a reader uses: types, ranges, finiteness."""
-    sha = m["sha256"]
-    if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
-        raise UserError(f"{where}: field 'sha256': not a sha256 hex digest")
+    sha = _check_sha(m["sha256"], f"{where}: field 'sha256'")
+    _check_split(m.get("split"), sha, where)
     check_str(m["path"], f"{where}: field path")
     check_id(m["map_id"], f"{where}: field map_id", null_ok=True)
     ppl = m["perplexity"]
@@ -151,9 +172,34 @@ def read_results(path: Path) -> AccuracyDocument:
     return checked
 
 
+def join_key(sha256: str, decode_sha256: str | None = None) -> str:
+    """What an entry is found by: the model's sha256, or for a split configuration both
+    phases' (prefill>decode), so a split never takes its prefill parent's figures."""
+    return sha256 if decode_sha256 is None else f"{sha256}>{decode_sha256}"
+
+
+def entry_join_key(m: Mapping[str, Any]) -> str:
+    """The join key of one model entry (its `split` block names the decode model)."""
+    split = m.get("split")
+    decode = split.get("decode") if isinstance(split, Mapping) else None
+    return join_key(str(m.get("sha256")),
+                    str(decode.get("sha256")) if isinstance(decode, Mapping) else None)
+
+
+def run_join_key(header: Mapping[str, Any]) -> str:
+    """The join key of a run (its run.json header): `model.sha256`, and a split run's
+    `split.decode.sha256`."""
+    model = header.get("model")
+    split = header.get("split")
+    decode = split.get("decode") if isinstance(split, Mapping) else None
+    return join_key(str(model.get("sha256")) if isinstance(model, Mapping) else "None",
+                    str(decode.get("sha256")) if isinstance(decode, Mapping) else None)
+
+
 def accuracy_by_sha256(doc: AccuracyDocument) -> dict[str, ModelEntry]:
-    """{model sha256: model entry} — the join the EPI analysis makes with token logs."""
-    return {m["sha256"]: m for m in doc["models"]}
+    """{join key: model entry} — the join the EPI analysis makes with token logs: an unsplit
+    model's sha256, a split configuration's `join_key` (`run_join_key` gives a run's)."""
+    return {entry_join_key(m): m for m in doc["models"]}
 
 
 def figure(block: Mapping[str, object], key: str, what: str) -> float:

@@ -20,11 +20,11 @@ def load_accuracy(path: Path | None, runs: Sequence[RunInfo], opts: Options
     ppl: dict[str, float] = {}
     notes: list[str] = []
     if path is not None:
-        from host.accuracy.results import accuracy_by_sha256, read_results
+        from host.accuracy.results import accuracy_by_sha256, read_results, run_join_key
 
         by_sha = accuracy_by_sha256(read_results(path))
         for info in runs:
-            entry = by_sha.get(str(info.run.model.get("sha256")))
+            entry = by_sha.get(run_join_key(info.run.header))  # a split: both models' sha256
             if entry is None or info.config in accs:
                 continue
             p = entry.get("perplexity") or {}

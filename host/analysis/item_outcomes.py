@@ -20,13 +20,18 @@ def load_item_outcomes(path: Path | None, runs: Sequence[RunInfo], opts: Options
     """({config: {benchmark: {item id: 0/1}}}, {benchmark: weight}) from the accuracy file."""
     if path is None:
         return {}, {}
-    from host.accuracy.results import accuracy_by_sha256, outcomes_by_item, read_results
+    from host.accuracy.results import (
+        accuracy_by_sha256,
+        outcomes_by_item,
+        read_results,
+        run_join_key,
+    )
 
     by_sha = accuracy_by_sha256(read_results(path))
     out: dict[str, dict[str, dict[str, int]]] = {}
     weights: dict[str, float] = {}
     for info in runs:
-        entry = by_sha.get(str(info.run.model.get("sha256")))
+        entry = by_sha.get(run_join_key(info.run.header))  # a split: both models' sha256
         if entry is None or info.config in out:
             continue
         benches = entry.get("benchmarks") or {}

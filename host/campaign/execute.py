@@ -190,12 +190,15 @@ class Campaign:
         if step.kind == StepKind.ACCURACY:
             assert cfg is not None
             a = st.accuracy
-            return AccuracyArgs(model=str(cfg.gguf), benchmarks=dict(a.benchmarks), ppl=a.ppl,
-                                ppl_windows=a.ppl_windows, threads=a.threads, seed=a.seed,
-                                out=str(lay.root / "accuracy" / f"{cfg.config_id}.json"),
-                                cluster=a.cluster, shots=dict(a.shots),
-                                shot_seed=a.shot_seed,
-                                store=str(a.store.resolve()) if a.store else None), None
+            acc = AccuracyArgs(model=str(cfg.gguf), benchmarks=dict(a.benchmarks), ppl=a.ppl,
+                               ppl_windows=a.ppl_windows, threads=a.threads, seed=a.seed,
+                               out=str(lay.root / "accuracy" / f"{cfg.config_id}.json"),
+                               cluster=a.cluster, shots=dict(a.shots),
+                               shot_seed=a.shot_seed,
+                               store=str(a.store.resolve()) if a.store else None)
+            if cfg.decode_gguf is not None:  # a split only: the others' specs are unchanged
+                acc["decode_model"] = str(cfg.decode_gguf)
+            return acc, None
         if step.kind == StepKind.RUN:
             assert cfg is not None
             r = st.run

@@ -262,8 +262,6 @@ def build_plan(study: Study, accuracy: AccuracyProjection | None = None) -> Plan
             f"; on {workers} Dask worker(s) ({a.cluster})" if workers
             else f"; on {a.cluster} (time not divided: set [accuracy] cluster_workers)")
         for c in configs:
-            if c.is_split:  # scoring across a handover is not implemented: said in the plan
-                continue
             steps.append(Step(f"accuracy:{c.config_id}", StepKind.ACCURACY, c.config_id,
                               estimate_s=acc.seconds / (workers or 1),
                               detail=", ".join(f"{b} {n}" for b, n in a.benchmarks.items())

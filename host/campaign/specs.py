@@ -44,6 +44,7 @@ class AccuracyArgs(_AccuracyArgsCore, total=False):
     store: str | None  # the shared accuracy store (EPI_ACCURACY_STORE)
     shots: dict[str, int]  # few-shot examples per benchmark (absent: zero-shot)
     shot_seed: int
+    decode_model: str  # a split configuration's decode GGUF (`--decode-model`); absent: unsplit
 
 
 class RunArgs(TypedDict):

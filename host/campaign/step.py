@@ -67,12 +67,17 @@ def do_accuracy(a: AccuracyArgs) -> StepResult:
     from host.accuracy.results import write_results
 
     model = Path(a["model"])
+    decode = Path(d) if (d := a.get("decode_model")) else None
     if a.get("store"):
         from host.accuracy import store
 
         # every scorer of this step (this process, local Dask workers it starts) shares it
         os.environ[store.ENV] = str(a.get("store"))
     cluster = a.get("cluster")
+    if decode is not None and cluster:
+        _echo(f"{model.name}: a split configuration is scored on this host, not on {cluster} "
+              "(both models and the handover in one process)")
+        cluster = None
     by_n: dict[int, list[str]] = {}
     for bench, n in a["benchmarks"].items():
         by_n.setdefault(int(n), []).append(bench)
@@ -91,7 +96,7 @@ def do_accuracy(a: AccuracyArgs) -> StepResult:
 
             part = evaluate_on_cluster([model], s, parse_cluster(cluster), echo=_echo)
         else:
-            part = evaluate([model], s, echo=_echo)
+            part = evaluate([model], s, echo=_echo, decode_model=decode)
         if doc is None:
             doc = part
             doc["settings"]["n"] = dict(a["benchmarks"])

@@ -3,8 +3,9 @@ the study-level answer "does any split beat both of its parent maps?".
 
 Figures: results.csv (median J per generated token per phase with its interval, the report's
 basis); differences: analysis/splits.json (host/analysis/split_compare.py: the split minus
-each parent, paired by campaign round). The answer is on J/token: a split's accuracy is not
-scored (scoring across a handover is not implemented), so its EPI is null and says so.
+each parent, paired by campaign round). The answer is on J/token; a split's accuracy is scored
+across the handover (docs/accuracy.md, "Split configurations"), and a split without it (no
+accuracy file, or no entry for both its models) is named, its EPI null.
 """
 
 from __future__ import annotations
@@ -31,6 +32,26 @@ def _figure(rd: ReportData, config: str, phase: str) -> str:
                    coverage=r["ci_coverage"], n=r["n_repeats"])
 
 
+def _unscored(rd: ReportData, splits: list[split_compare.SplitParents]) -> list[str]:
+    """The splits whose accuracy results.csv lacks (their EPI is null)."""
+    r = rd.results
+    out = []
+    for s in splits:
+        acc = r[r["config"] == s.config]["accuracy"] if "accuracy" in r.columns else None
+        if acc is None or not acc.notna().any():
+            out.append(s.config)
+    return out
+
+
+def _accuracy_sentence(rd: ReportData, splits: list[split_compare.SplitParents]) -> str:
+    missing = _unscored(rd, splits)
+    if not missing:
+        return ("A split's accuracy is scored across the handover (the context on the "
+                "prefill map, the continuation on the decode map): its EPI is in the EPI table.")
+    return (f"No accuracy for {', '.join(missing)} (no accuracy file entry for both its "
+            "models), so its EPI is null.")
+
+
 def _delta(d: split_compare.PhaseDifference) -> str:
     text = with_ci(d.delta_j_per_token, d.ci_lo, d.ci_hi, coverage=d.ci_coverage,
                    n=d.n_pairs)
@@ -55,9 +76,8 @@ def split_table(rd: ReportData) -> Table | None:
                "decode and the whole request: per generated token) beside its parents' "
                "(median [interval] coverage n), and the split minus each parent (mean "
                "difference of J/token paired by campaign round [interval] coverage n pairs). "
-               "The handover is inside the split's decode window: its cost is counted. A "
-               "split's accuracy is not scored (scoring across a handover is not implemented), "
-               "so its EPI is null." + _tail(rd))
+               "The handover is inside the split's decode window: its cost is counted. "
+               + _accuracy_sentence(rd, splits) + _tail(rd))
     return Table("splits", "Split configurations beside their parents", caption,
                  ["split", "phase", "split J/token", "prefill parent", "decode parent",
                   "Δ vs prefill parent", "Δ vs decode parent"], rows)
@@ -87,5 +107,8 @@ def split_answer(rd: ReportData) -> Answer | None:
     if status == UNDECIDED:
         text += (" What would decide it: more paired rounds of the splits and their parents "
                  "(`[decide] compare = [\"all_pairs\"]`, or a larger time budget).")
-    text += " On J/token only: a split's accuracy is not scored, so EPI cannot rank it."
+    missing = _unscored(rd, splits)
+    text += (" On J/token; the splits' accuracy and EPI are in the EPI table." if not missing
+             else f" On J/token only: {', '.join(missing)} has no accuracy, so EPI cannot "
+             "rank it.")
     return Answer("split", QUESTION, text, status)

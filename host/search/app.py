@@ -64,6 +64,7 @@ class SearchRequest:
     threads: int | None = None
     run_threads: int | None = None
     seed: int = 0
+    phase_split: bool = False  # also measure each pick split with the baseline, both ways
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,9 @@ def bound_options(req: SearchRequest, types: list[str] | tuple[str, ...],
             # campaign's defaults) still resumes
             **{k: v for k, v in (("cooldown_s", req.cooldown_s), ("idle_s", req.idle_s),
                                  ("max_resolution_frac", req.max_resolution_frac))
-               if v is not None}}
+               if v is not None},
+            # bound only when on: a search without splits keeps the identity it had
+            **({"phase_split": True} if req.phase_split else {})}
 
 
 def _held_out_text(name: str, echo: Echo) -> Path:
@@ -223,7 +226,7 @@ def run(req: SearchRequest, echo: Echo) -> SearchOutcome:
     settings = SearchSettings(
         out=out, budget=req.budget, candidates=req.candidates, per_round=req.per_round,
         objective=req.objective, against=against_files, seed=req.seed,
-        identity=identity,
+        identity=identity, phase_split=req.phase_split,
         rules=DecisionRules(("baseline",), req.min_rounds, req.max_rounds,
                             margin_pct=req.margin_pct),
     )

@@ -28,7 +28,7 @@ from host.search.decide import (
     verdict_counts,
 )
 from host.search.identity import check_identity
-from host.search.measure import Measured, Measurer
+from host.search.measure import Measured, Measurer, PhaseSplit
 from host.search.models import Predictor, fit_predictor
 from host.search.optimizer import Budget, Candidate, descent_path, pick_candidates
 from host.search.records import Prediction, SearchRound
@@ -67,6 +67,9 @@ class SearchSettings:
     rules: DecisionRules = field(default_factory=lambda: DecisionRules(("baseline",)))
     # what a state of this search must describe (host.search.identity.search_identity)
     identity: dict[str, JSON] = field(default_factory=dict)
+    # the phase split as a dimension: each pick is also measured as two split configurations
+    # with the round's baseline (prefill on one, decode on the other; `phase_splits`)
+    phase_split: bool = False
 
 
 @dataclass
@@ -85,6 +88,13 @@ class SearchState:
     identity: dict[str, JSON] | None = None
     # config -> its settled comparison with the best hand-made map (host.search.decide)
     verdicts: dict[str, CandidateVerdict] = field(default_factory=dict)
+    # split configuration -> [prefill map id, decode map id] (`epi search --phase-split`)
+    phase_splits: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def candidates(self) -> list[str]:
+        """Every configuration the search proposed: its maps, then its split pairs."""
+        return [*self.search_maps, *self.phase_splits]
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -97,6 +107,8 @@ class SearchState:
             "proxy_kl_nats": self.proxy_kl,
             "identity": self.identity,
             "verdicts": self.verdicts,
+            # only a search with splits writes the key: the others' state is as it was
+            **({"phase_splits": self.phase_splits} if self.phase_splits else {}),
         }
 
     @classmethod
@@ -151,11 +163,18 @@ class SearchState:
                 for v in verdicts.values()):
             raise UserError(f"{path}: field 'verdicts': expected objects with a state and a "
                             "text")
+        splits: dict[str, list[str]] = {}
+        for k, v in table("phase_splits").items():
+            if not (isinstance(v, list) and len(v) == 2 and all(isinstance(t, str) for t in v)):
+                raise UserError(f"{path}: field phase_splits.{k}: expected [prefill map id, "
+                                "decode map id]")
+            splits[k] = list(v)
         return cls(round_records,
                    [Measured.from_json(m, f"{path}: measured[{i}]")
                     for i, m in enumerate(measured)],
                    kl("direct_kl_nats"), maps, preds, kl("proxy_kl_nats"), identity,
-                   cast(dict[str, CandidateVerdict], verdicts))  # state and text checked
+                   cast(dict[str, CandidateVerdict], verdicts),  # state and text checked
+                   splits)
 
 
 def map_id_of(p: Path) -> str:
@@ -306,7 +325,7 @@ def verdict(state: SearchState, hand_made: set[str]) -> SearchVerdict:
     """Measured search maps against the measured hand-made frontier."""
     latest = latest_measured(state)
     hand = [m for c, m in latest.items() if c in hand_made and m.usable]
-    found = [m for c, m in latest.items() if c in state.search_maps and m.usable]
+    found = [m for c, m in latest.items() if c in state.candidates and m.usable]
     hand_pts = [(m.j_per_token, m.accuracy) for m in hand]
     on_or_beyond = [m.config for m in found if not dominated((m.j_per_token, m.accuracy), hand_pts)]
     best_hand = min((m for m in hand if math.isfinite(m.epi)), key=lambda m: m.epi, default=None)
@@ -329,8 +348,8 @@ def verdict(state: SearchState, hand_made: set[str]) -> SearchVerdict:
             text += (f"; its best, {best_found.config}, measured {best_found.epi:.4g}"
                      + ("; their intervals overlap, so the two cannot be told apart"
                         if overlap else ""))
-    decided = [state.verdicts[c] for c in state.search_maps if c in state.verdicts]
-    unjudged = [c for c in state.search_maps if c not in state.verdicts]
+    decided = [state.verdicts[c] for c in state.candidates if c in state.verdicts]
+    unjudged = [c for c in state.candidates if c not in state.verdicts]
     return SearchVerdict(text, tuple(on_or_beyond),
                          best_hand.config if best_hand else None,
                          best_found.config if best_found else None,
@@ -445,12 +464,17 @@ def run_search(
                 state.proxy_kl[cid] = c.kl
                 echo(f"round {round_no}: {cid} {assignment_text(c.assignment)} ({c.bpw:.3f} bpw)"
                      + _prediction_text(pred))
-        results = measure(round_no, round_dir, maps, baseline)
+        splits = phase_splits(picks, round_no, baseline) if settings.phase_split else []
+        for sid, pre, dec in splits:
+            state.phase_splits[sid] = [pre, dec]
+            echo(f"round {round_no}: {sid} (prefill on {pre}, decode on {dec})")
+        results = (measure(round_no, round_dir, maps, baseline, splits) if splits
+                   else measure(round_no, round_dir, maps, baseline))
         for m in results:
             if m.gguf and m.config not in state.direct_kl and Path(m.gguf).exists():
                 state.direct_kl[m.config] = direct_kl(Path(m.gguf))
         state.measured.extend(results)
-        picked = [f"search_r{round_no}_s{c.step:03d}" for c in picks]
+        picked = [f"search_r{round_no}_s{c.step:03d}" for c in picks] + [s for s, _, _ in splits]
         if baseline is not None:
             settle_round(state, results, baseline, picked, settings.rules, echo)
         state.rounds.append(SearchRound(round_no, tuple(p.name for p in maps), tuple(picked),
@@ -458,6 +482,23 @@ def run_search(
         write_json_atomic(state_path, state.to_json())
     predictor = fit_from(state)
     return state, path, predictor
+
+
+def phase_splits(picks: Sequence[Candidate], round_no: int, baseline: str | None
+                 ) -> list[PhaseSplit]:
+    """The phase split as a search dimension: each pick paired with the round's baseline (the
+    best hand-made map) both ways — prefill on the pick and decode on the baseline, and the
+    reverse. Prefill is compute-bound and decode memory-bound, so a map that suits one phase
+    need not suit the other; the campaign measures each pair as one configuration beside its
+    parents (docs/search.md, "The phase split")."""
+    if baseline is None:
+        return []
+    out: list[PhaseSplit] = []
+    for c in picks:
+        cid = f"search_r{round_no}_s{c.step:03d}"
+        out += [(f"{cid}.prefill-{baseline}.decode", cid, baseline),
+                (f"{baseline}.prefill-{cid}.decode", baseline, cid)]
+    return out
 
 
 def summary(state: SearchState, path: list[Candidate], predictor: Predictor,
@@ -477,7 +518,7 @@ def summary(state: SearchState, path: list[Candidate], predictor: Predictor,
         resid = (m.j_per_token - predictor.j_per_token(m.size_bytes / 1e9)
                  if m.usable and m.size_bytes else math.nan)
         kind: ConfigKind = ("search" if assignment else "hand-made" if cfg in hand_made
-                            else "other")
+                            else "split" if cfg in state.phase_splits else "other")
         row = ConfigRow(cfg, kind, m, state.direct_kl.get(cfg), state.proxy_kl.get(cfg),
                         resid if math.isfinite(resid) else None)
         if assignment is not None:
@@ -485,6 +526,10 @@ def summary(state: SearchState, path: list[Candidate], predictor: Predictor,
                           bpw=c.bpw if c is not None else None,
                           decision=state.verdicts.get(cfg),
                           prediction=state.predictions.get(cfg))
+        if cfg in state.phase_splits:
+            pre, dec = state.phase_splits[cfg]
+            row = replace(row, assignment=f"prefill {pre}, decode {dec}",
+                          decision=state.verdicts.get(cfg))
         rows.append(row)
     additivity = [(state.proxy_kl[r.config], r.direct_kl_nats) for r in rows
                   if r.config in state.proxy_kl and r.direct_kl_nats is not None]

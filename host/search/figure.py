@@ -49,10 +49,12 @@ def plot_search(summary: SearchSummary, out: Path) -> list[Path]:
             continue
         hand = r.kind == "hand-made"
         other = r.kind == "other"  # measured in a round's campaign, neither kind: × only
-        color = "0.45" if hand else "0.7" if other else "tab:blue"
+        split = r.kind == "split"  # a (prefill map, decode map) pair: a diamond
+        color = ("0.45" if hand else "0.7" if other else "tab:orange" if split
+                 else "tab:blue")
         ax.errorbar([j], [a], xerr=_err(j, m.j_per_token_ci), fmt="none", ecolor=color,
                     elinewidth=1, capsize=3, zorder=2)
-        ax.scatter([j], [a], marker="o" if hand else "x" if other else "*",
+        ax.scatter([j], [a], marker="o" if hand else "x" if other else "D" if split else "*",
                    s=40 if hand or other else 110, color=color, zorder=3)
         nth = at_accuracy.get(round(a, 6), 0)
         at_accuracy[round(a, 6)] = nth + 1

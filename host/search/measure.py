@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 from epi.core.errors import UserError
 from epi.formats.manifests import read_quant_manifest
@@ -107,9 +108,19 @@ def _figure(value: object, where: str) -> float:
     return float(value)
 
 
-# (round, its directory, its maps, the baseline its [decide] rounds compare with, or None for
-# fixed rounds) → every map's measured figures
-Measurer = Callable[[int, Path, Sequence[Path], "str | None"], list["Measured"]]
+#: a split configuration measured in a round: (its id, the prefill map id, the decode map id)
+PhaseSplit = tuple[str, str, str]
+
+
+class Measurer(Protocol):
+    """(round, its directory, its maps, the baseline its [decide] rounds compare with, or None
+    for fixed rounds, and with `epi search --phase-split` the round's split configurations of
+    those maps) → every configuration's measured figures. A search without splits calls it
+    with the first four only."""
+
+    def __call__(self, round_no: int, round_dir: Path, maps: Sequence[Path],
+                 baseline: str | None = None, splits: Sequence[PhaseSplit] = ()
+                 ) -> list[Measured]: ...
 
 
 @dataclass(frozen=True)
@@ -156,7 +167,7 @@ def _toml_value(v: object) -> str:
 
 
 def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out: Path,
-               baseline: str | None = None) -> str:
+               baseline: str | None = None, splits: Sequence[PhaseSplit] = ()) -> str:
     """A campaign study file for one round: `settings.repeats` fixed rounds, or, with a
     `baseline` (the best hand-made map), adaptive rounds that decide every map's saving
     against it (`[decide] compare = ["baseline"]`)."""
@@ -166,7 +177,8 @@ def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out:
              f"out = {_toml_value(str(out.resolve()))}", "",
              "[[models]]", f"name = {_toml_value(settings.base.stem)}",
              f"path = {_toml_value(str(settings.base.resolve()))}",
-             f"maps = {_toml_value([str(m.resolve()) for m in maps])}", "",
+             f"maps = {_toml_value([str(m.resolve()) for m in maps])}",
+             *([f"splits = {_splits_toml(splits)}"] if splits else []), "",
              "[run]", f"tokens = {settings.tokens}",
              f"repeats_per_run = {settings.repeats_per_run}"]
     if settings.prompts is not None:
@@ -208,6 +220,11 @@ def study_text(name: str, settings: CampaignSettings, maps: Sequence[Path], out:
                   f"min_rounds = {settings.min_rounds}", f"max_rounds = {settings.max_rounds}",
                   f"margin_pct = {settings.margin_pct!r}"]
     return "\n".join(lines) + "\n"
+
+
+def _splits_toml(splits: Sequence[PhaseSplit]) -> str:
+    """The study file's `splits` of [[models]] (docs/campaign.md, "Split configurations")."""
+    return _toml_value([{"id": s, "prefill": pre, "decode": dec} for s, pre, dec in splits])
 
 
 def check_study(settings: CampaignSettings, maps: Sequence[Path], work_dir: Path,
@@ -331,7 +348,8 @@ def campaign_measurer(settings: CampaignSettings, echo: Callable[[str], None]) -
     [decide] rounds measure each map until its saving against the baseline is settled."""
 
     def measure(round_no: int, round_dir: Path, maps: Sequence[Path],
-                baseline: str | None = None) -> list[Measured]:
+                baseline: str | None = None, splits: Sequence[PhaseSplit] = ()
+                ) -> list[Measured]:
         from host.campaign.execute import Campaign
         from host.campaign.study import load_study
 
@@ -339,7 +357,7 @@ def campaign_measurer(settings: CampaignSettings, echo: Callable[[str], None]) -
         study = round_dir / "study.toml"
         campaign_dir = round_dir / "campaign"
         study.write_text(study_text(f"search-round{round_no}", settings, maps, campaign_dir,
-                                    baseline))
+                                    baseline, splits))
         echo(f"search round {round_no}: campaign {study}"
              + (f" (rounds {settings.min_rounds}–{settings.max_rounds}, until each map's "
                 f"saving against {baseline} is decided)" if baseline else ""))

@@ -20,7 +20,7 @@ from host.search.records import Prediction
 SEARCH_FORMAT = "epi-search"
 SEARCH_FORMAT_VERSION = 1
 
-ConfigKind = Literal["search", "hand-made", "other"]
+ConfigKind = Literal["search", "hand-made", "split", "other"]
 
 
 @dataclass(frozen=True)
