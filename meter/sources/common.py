@@ -13,6 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from epi.formats.json_types import JSON
+
 COMPONENT_LABEL = "component power, not wall power"
 SCOPES = frozenset({"wall", "package", "dram", "platform", "gpu", "board_rails", "other"})
 SYSFS_ROOT_ENV = "EPI_SYSFS_ROOT"
@@ -55,9 +57,9 @@ class ChannelSpec:
     measures: str  # one sentence: what it sees and what it misses
     path: str | None = None  # sysfs directory, device, or command it reads
     max_range_j: float | None = None  # an energy counter wraps to 0 after this (RAPL)
-    extra: dict[str, object] = field(default_factory=dict)
+    extra: dict[str, JSON] = field(default_factory=dict)
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "source": self.source,
             "scope": self.scope,
@@ -91,7 +93,7 @@ class PowerSource(ABC):
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release the library or files (most sources hold nothing open)."""
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {"kind": self.kind, "min_interval_s": self.min_interval_s}
 
 

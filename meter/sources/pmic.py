@@ -82,7 +82,7 @@ class PmicSource(PowerSource):
         self._spec = ChannelSpec(
             source="pmic", name="pmic:board-rails", scope="board_rails", counter="power",
             resolution_j=None, resolution_w=None, measures=MEASURES, path=" ".join(COMMAND),
-            extra={"rails": self.rails},
+            extra={"rails": list(self.rails)},
         )
 
     def channels(self) -> list[ChannelSpec]:

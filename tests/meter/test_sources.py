@@ -325,7 +325,7 @@ def test_probe_says_which_are_readable(tmp_path: pathlib.Path, monkeypatch: pyte
     deny(monkeypatch, "power1_input")
     env = SourceEnv(sysfs_root=tmp_path, nvml=lambda: NvmlBinding(FakeNvmlLib([1], [1])),
                     pmic_runner=lambda argv: PMIC_SAMPLE)
-    got = {p["source"]: (p["present"], p["readable"]) for p in probe_sources(env)}
+    got = {p.source: (p.present, p.readable) for p in probe_sources(env)}
     assert got == {"rapl": (True, True), "hwmon": (True, False), "nvml": (True, True),
                    "pmic": (True, True)}
 
