@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from epi.formats.json_types import JSON
+
 # The event kinds the direct path counts as a channel's faults (meter/daemon/sampler.py) and
 # a full disk: /metrics exports each at 0 before its first occurrence.
 COUNTED_FAULT_KINDS = ("absent", "bus_error", "checksum_error", "chip_reset", "disk_full",
@@ -51,7 +53,7 @@ class MeterState:
         self.sweeps_total = 0
         self.late_sweeps_total = 0
         self.skipped_sweeps_total = 0
-        self.jitter: dict[str, object] = {}
+        self.jitter: dict[str, JSON] = {}
         self.sustainable_rate_hz: float | None = None  # None until the first sweep
         self.stream_clients: Callable[[], int] | None = None
 
@@ -97,7 +99,7 @@ class MeterState:
         *,
         late: bool,
         skipped: int,
-        jitter: dict[str, object],
+        jitter: dict[str, JSON],
         sustainable_rate_hz: float | None = None,
     ) -> None:
         with self._lock:

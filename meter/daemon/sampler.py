@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from epi.formats.json_types import JSON
 from meter.clock import Clock, is_simulated
 from meter.daemon.event_budget import EventBudget
 from meter.daemon.jitter import JitterStats
@@ -175,7 +176,7 @@ class SamplerStats:
         rate = 1e9 / p90
         return min(rate, self.wire_rate_hz) if self.wire_rate_hz else rate
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, JSON]:
         return {
             "sweeps": self.sweeps,
             "late_sweeps": self.late_sweeps,

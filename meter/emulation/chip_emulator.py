@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import random
 
+from epi.formats.json_types import JSON
 from meter.chip import calibration as calib
 from meter.chip import registers as regs
 from meter.chip.frames import spi_parse_mosi
@@ -603,7 +604,7 @@ class EmulatedChip:
         self._advance()
         return self._acc_counts[address]
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "kind": "atm90e26-emulator",
             "meter_constant_imp_per_kwh": self.meter_constant_imp_per_kwh,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON
 
 if TYPE_CHECKING:
     from meter.emulation.chip_emulator import EmulatedChip
@@ -53,7 +54,7 @@ class FaultSpec:
     value: float | None
     text: str
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "kind": self.kind,
             "channel": self.channel,
@@ -186,5 +187,5 @@ class FaultInjector:
         elif spec.kind == "partial-frames":
             chip.set_spi_faults(partial_frame_rate=spec.value if on else 0.0)
 
-    def describe(self) -> list[dict[str, object]]:
+    def describe(self) -> list[JSON]:
         return [s.describe() for s in self.specs]
