@@ -13,8 +13,7 @@ from collections.abc import Iterator
 
 from epi.core.errors import UserError
 from epi.core.net import split_daemon_url
-
-JSONMessage = dict[str, object]
+from epi.formats.json_types import JSONObject
 
 
 class StreamEnded(Exception):
@@ -33,7 +32,7 @@ class StreamClient:
         self._conn = http.client.HTTPConnection(host, port, timeout=idle_timeout_s)
         self._resp: http.client.HTTPResponse | None = None
 
-    def open(self) -> JSONMessage:
+    def open(self) -> JSONObject:
         """Connect and return the daemon's `hello` (its run description)."""
         try:
             self._conn.request("GET", self._path, headers={"Accept": "application/x-ndjson"})
@@ -53,7 +52,7 @@ class StreamClient:
                             "epi meter daemon?)")
         return hello
 
-    def _next(self) -> JSONMessage:
+    def _next(self) -> JSONObject:
         if self._resp is None:
             raise StreamEnded("not open")
         try:
@@ -72,7 +71,7 @@ class StreamClient:
             raise StreamEnded(f"sent a message that is not an object ({line[:60]!r})")
         return msg
 
-    def messages(self) -> Iterator[JSONMessage]:
+    def messages(self) -> Iterator[JSONObject]:
         """Every message after the hello, until the stream ends (StreamEnded says why)."""
         while True:
             yield self._next()
