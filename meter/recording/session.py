@@ -36,6 +36,7 @@ from typing import Protocol
 
 from epi import __version__
 from epi.core.files import read_boot_id
+from epi.formats.json_types import JSON
 from meter.clock import Clock, describe_clock, is_simulated
 from meter.daemon.http_server import MeterServer, parse_listen
 from meter.daemon.live_stream import LiveHub
@@ -180,7 +181,7 @@ class RecordingSession:
                      "and `epi analyze` will refuse the trace until that segment is repaired "
                      "or moved out")
 
-    def common_meta(self, started: tuple[int, int]) -> dict[str, object]:
+    def common_meta(self, started: tuple[int, int]) -> dict[str, JSON]:
         """The meta.json keys every segment has, whatever feeds it."""
         return {
             "daemon_version": __version__,
