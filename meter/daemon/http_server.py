@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON
 from meter.clock import Clock
 from meter.daemon.live_stream import LiveHub
 from meter.daemon.metrics import MeterState, render_prometheus
@@ -155,7 +156,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _clock(self, t_recv: int) -> None:
         owner = self.server.owner
         info = owner.state.info
-        reply: dict[str, object] = {
+        reply: dict[str, JSON] = {
             "t_recv_mono_ns": t_recv,
             "t_real_ns": owner.clock.realtime_ns(),
             "boot_id": info.get("boot_id"),
