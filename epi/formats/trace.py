@@ -299,7 +299,7 @@ class Segment:
 
     number: int
     meta_path: Path
-    meta: dict[str, Any]  # the checked meta.json (its readers include the meter's soak test)
+    meta: JSONObject  # the checked meta.json (its readers include the meter's soak test)
     channels: dict[int, ChannelMeta]
     sample_period_s: float | None  # None: not given and not inferable (< 2 samples)
     period_inferred: bool
@@ -314,11 +314,18 @@ class Segment:
 
     @property
     def boot_id(self) -> str | None:
-        return self.meta.get("boot_id")
+        boot = self.meta.get("boot_id")  # check_meta: text or null
+        return boot if isinstance(boot, str) else None
 
     @property
     def clean_stop(self) -> bool:
-        return bool((self.meta.get("stats") or {}).get("clean_stop", False))
+        stats = self.meta.get("stats")  # check_meta: an object or null
+        return isinstance(stats, dict) and bool(stats.get("clean_stop", False))
+
+    def meta_ns(self, key: str) -> int | None:
+        """An integer time of the meta (``started_mono_ns``...): check_meta: an int or null."""
+        value = self.meta.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property
     def n_samples(self) -> int:
@@ -819,9 +826,9 @@ def _segment_gaps(segments: list[Segment]) -> list[Gap]:
             a, b = last.get(ch), first.get(ch)
             gaps.append(Gap(
                 channel=ch,
-                start_mono_ns=a[0] if a else before.meta.get("started_mono_ns"),
+                start_mono_ns=a[0] if a else before.meta_ns("started_mono_ns"),
                 end_mono_ns=b[0] if b else None,
-                start_real_ns=a[1] if a else before.meta.get("started_real_ns"),
+                start_real_ns=a[1] if a else before.meta_ns("started_real_ns"),
                 end_real_ns=b[1] if b else None,
                 reason=f"between segments {before.number} and {after.number}: {why}",
                 source="segments",

@@ -169,7 +169,10 @@ def fault_windows(trace: Trace, specs: Sequence[str]) -> dict[int, list[tuple[in
     if isinstance(sampler, dict):  # the direct path: the sampler's schedule
         sched0 = int(sampler["schedule_start_mono_ns"])
     else:  # the bridge: faults count from the emulated port's start (meter/bridge/daemon.py)
-        sched0 = int(meta["fault_schedule_start_mono_ns"])
+        start = meta["fault_schedule_start_mono_ns"]
+        if not isinstance(start, int):
+            raise ValueError(f"meta.json fault_schedule_start_mono_ns: {start!r} is not an integer")
+        sched0 = start
     windows: dict[int, list[tuple[int, int]]] = {}
     for spec in parse_fault_specs(specs):
         start = sched0 + round(spec.start_s * 1e9)
