@@ -352,13 +352,13 @@ class Trace:
     skipped_segments: list[int] = field(default_factory=list)  # killed before their meta.json
     notes: list[str] = field(default_factory=list)
 
-    def samples(self) -> Iterator[dict[str, Any]]:
+    def samples(self) -> Iterator[dict[str, int | float | None]]:
         """Every sample row of every segment, with a ``segment`` key added."""
         for seg in self.segments:
             for row in seg.samples:
                 yield {"segment": seg.number, **row._asdict()}
 
-    def events(self) -> Iterator[dict[str, Any]]:
+    def events(self) -> Iterator[dict[str, int | str | None]]:
         """Every event row of every segment, with a ``segment`` key added."""
         for seg in self.segments:
             for row in seg.events:
