@@ -120,6 +120,13 @@ class EventKind(Word):
     READ_ERROR = "read_error"
 
 
+class GapSource(Word):
+    """Where a trace's gap comes from."""
+
+    EVENT = "event"  # a gap row in events.csv
+    SEGMENTS = "segments"  # the span between two segments
+
+
 # Info events say how the daemon ran; fault events invalidate the time around them.
 INFO_EVENTS: frozenset[EventKind] = frozenset(
     {EventKind.START, EventKind.STOP, EventKind.LATE, EventKind.SKIPPED, EventKind.SIGNAL,
@@ -266,7 +273,7 @@ class Gap:
     start_real_ns: int | None
     end_real_ns: int | None
     reason: str
-    source: str  # "event" (a gap row in events.csv) or "segments" (between two segments)
+    source: GapSource
     same_clock: bool = True
 
 
@@ -809,7 +816,7 @@ def _event_gaps(segments: list[Segment]) -> list[Gap]:
                 continue
             end_mono, end_real, reason = parse_gap_detail(ev.detail)
             gaps.append(Gap(ev.channel, ev.t_mono_ns, end_mono, ev.t_real_ns, end_real,
-                            reason, "event", same_clock=ev.t_mono_ns is not None))
+                            reason, GapSource.EVENT, same_clock=ev.t_mono_ns is not None))
     return gaps
 
 
@@ -831,7 +838,7 @@ def _segment_gaps(segments: list[Segment]) -> list[Gap]:
                 start_real_ns=a[1] if a else before.meta_ns("started_real_ns"),
                 end_real_ns=b[1] if b else None,
                 reason=f"between segments {before.number} and {after.number}: {why}",
-                source="segments",
+                source=GapSource.SEGMENTS,
                 same_clock=same,
             ))
     return gaps

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from epi.formats.json_types import JSON
+from epi.formats.trace import EventKind
 from meter.clock import Clock, is_simulated
 from meter.daemon.event_budget import EventBudget
 from meter.daemon.jitter import JitterStats
@@ -349,7 +350,7 @@ class Sampler:
             if self.state is not None:
                 self.state.record_fault(ch, kind)
             self._write_event(t_mono, t_real, ch, kind, reason)
-        if kind == "absent" or run.consecutive_failures >= _BACKOFF_AFTER:
+        if kind == EventKind.ABSENT or run.consecutive_failures >= _BACKOFF_AFTER:
             run.retry_at_mono = t_began + self.absent_retry_ns
         else:
             run.retry_at_mono = None

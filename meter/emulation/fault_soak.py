@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
-from epi.formats.trace import SampleRow, Trace, read_trace
+from epi.formats.trace import GapSource, SampleRow, Trace, read_trace
 from meter.clock import Clock, SystemClock
 from meter.daemon.sampler import SamplerStats
 from meter.daemon.service import DaemonOptions, MeterDaemon
@@ -155,7 +155,7 @@ def unmetered_intervals(trace: Trace, channel: int) -> list[tuple[int, int]]:
     """The intervals the trace declares unmetered for a channel (merged, in time order)."""
     return _merge([
         (g.start_mono_ns, g.end_mono_ns) for g in trace.gaps
-        if g.source == "event" and g.channel == channel
+        if g.source == GapSource.EVENT and g.channel == channel
         and g.reason.startswith(UNMETERED_GAP_REASON)
         and g.start_mono_ns is not None and g.end_mono_ns is not None
     ])

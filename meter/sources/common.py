@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from epi.formats.json_types import JSON
+from epi.formats.trace import WALL_SCOPE, EventKind
 
 COMPONENT_LABEL = "component power, not wall power"
 SCOPES = frozenset({"wall", "package", "dram", "platform", "gpu", "board_rails", "other"})
@@ -33,9 +34,9 @@ def sysfs_root(root: str | os.PathLike[str] | None = None) -> Path:
 class SourceError(Exception):
     """A reading that failed, with the trace event kind and a one-line fix for the user."""
 
-    def __init__(self, kind: str, message: str, fix: str = "") -> None:
+    def __init__(self, kind: EventKind, message: str, fix: str = "") -> None:
         super().__init__(message)
-        self.kind = kind  # "permission_denied" or "read_error"
+        self.kind = kind  # PERMISSION_DENIED or READ_ERROR
         self.message = message
         self.fix = fix
 
@@ -63,8 +64,8 @@ class ChannelSpec:
         return {
             "source": self.source,
             "scope": self.scope,
-            "wall": self.scope == "wall",
-            "label": COMPONENT_LABEL if self.scope != "wall" else "wall power",
+            "wall": self.scope == WALL_SCOPE,
+            "label": COMPONENT_LABEL if self.scope != WALL_SCOPE else "wall power",
             "counter": self.counter,
             "resolution_j": self.resolution_j,
             "resolution_w": self.resolution_w,
@@ -114,23 +115,23 @@ def read_sysfs_number(path: Path) -> int:
     try:
         text = path.read_text().strip()
     except PermissionError:
-        raise SourceError("permission_denied", f"{path}: permission denied",
+        raise SourceError(EventKind.PERMISSION_DENIED, f"{path}: permission denied",
                           permission_fix(path)) from None
     except FileNotFoundError:
-        raise SourceError("read_error", f"{path}: missing (device gone or driver unloaded)",
+        raise SourceError(EventKind.READ_ERROR, f"{path}: missing (device gone or driver unloaded)",
                           "check the driver is loaded; run `epi doctor`") from None
     except OSError as exc:
-        raise SourceError("read_error", f"{path}: cannot read ({exc.strerror})",
+        raise SourceError(EventKind.READ_ERROR, f"{path}: cannot read ({exc.strerror})",
                           "check the driver; run `epi doctor`") from None
     except UnicodeDecodeError:
         text = "<not text>"
     try:
         value = int(text)
     except ValueError:
-        raise SourceError("read_error", f"{path}: not an integer ({text[:40]!r})",
+        raise SourceError(EventKind.READ_ERROR, f"{path}: not an integer ({text[:40]!r})",
                           "a driver bug; report the kernel and driver version") from None
     if abs(value) >= 1 << 64:  # no kernel counter is wider; as a float it would overflow
-        raise SourceError("read_error", f"{path}: {text[:24]}… overflows a 64-bit counter",
+        raise SourceError(EventKind.READ_ERROR, f"{path}: {text[:24]}… overflows a 64-bit counter",
                           "a driver bug; report the kernel and driver version")
     return value
 
