@@ -262,11 +262,13 @@ class RecordingSession:
             self.server.start()
         self.ready.set()
 
-    def stats_dict(self, stats: FeederStats | None, *, clean: bool) -> dict[str, object]:
+    def stats_dict(self, stats: FeederStats | None, *, clean: bool) -> dict[str, JSON]:
+        """meta.json's ``stats``: the feeder's counts, checked to be JSON as they are taken."""
+        counts = stats.as_dict() if stats is not None else {}
         return {
             "clean_stop": clean,
             "updated_mono_ns": self.clock.monotonic_ns(),
-            **(stats.as_dict() if stats is not None else {}),
+            **{k: as_json(v, f"stats.{k}") for k, v in counts.items()},
         }
 
     def save_stats(self, stats: FeederStats, **meta_updates: object) -> None:
