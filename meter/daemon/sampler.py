@@ -44,7 +44,7 @@ from epi.formats.trace import EventKind
 from meter.clock import Clock, is_simulated
 from meter.daemon.event_budget import EventBudget
 from meter.daemon.jitter import JitterStats
-from meter.daemon.live_stream import LiveHub
+from meter.daemon.live_stream import LiveHub, StreamKind
 from meter.daemon.metrics import COUNTED_FAULT_KINDS, MeterState
 from meter.daemon.trace import UNMETERED_GAP_REASON, TraceWriter, gap_detail
 from meter.driver.atm90e26 import UnmeteredInterval
@@ -289,7 +289,7 @@ class Sampler:
         if self.hub is not None:
             self.hub.publish(
                 {
-                    "type": "event",
+                    "type": StreamKind.EVENT,
                     "t_mono_ns": t_mono,
                     "t_real_ns": t_real,
                     "channel": channel,
@@ -493,7 +493,7 @@ class Sampler:
         keys = ("seq", "channel", "t_mono_ns", "t_real_ns", "power_w", "voltage_v",
                 "current_a", "power_factor", "frequency_hz", "energy_j", "status")
         for row in rows:
-            msg = {"type": "sample", **dict(zip(keys, row, strict=True))}
+            msg = {"type": StreamKind.SAMPLE, **dict(zip(keys, row, strict=True))}
             index = row[1]
             msg["name"] = self._names[index] if isinstance(index, int) else "?"
             if self.state is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from epi.core.clocksync import ClockOffset
 from epi.formats.json_types import JSONObject
+from meter.daemon.live_stream import StreamKind
 
 NS = 1_000_000_000
 RATE_WINDOW_S = 5.0
@@ -87,17 +88,17 @@ class WatchState:
         """Take one stream message (sample, event, heartbeat, dropped; others ignored)."""
         kind = msg.get("type")
         with self._lock:
-            if kind == "sample":
+            if kind == StreamKind.SAMPLE:
                 self._sample(msg)
-            elif kind == "event":
+            elif kind == StreamKind.EVENT:
                 t = _int(msg.get("t_mono_ns"))
                 ch = msg.get("channel")
                 self._events.append(EventView(t or 0, ch if isinstance(ch, int) else None,
                                               str(msg.get("kind", "")),
                                               str(msg.get("detail", "") or "")))
-            elif kind == "dropped":
+            elif kind == StreamKind.DROPPED:
                 self._dropped += _int(msg.get("count")) or 0
-            if kind in ("sample", "event", "heartbeat"):
+            if kind in (StreamKind.SAMPLE, StreamKind.EVENT, StreamKind.HEARTBEAT):
                 t = _int(msg.get("t_mono_ns"))
                 if t is not None:
                     self._last_t = t

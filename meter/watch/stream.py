@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from epi.core.errors import UserError
 from epi.core.net import split_daemon_url
 from epi.formats.json_types import JSONObject
+from meter.daemon.live_stream import StreamKind
 
 
 class StreamEnded(Exception):
@@ -47,7 +48,7 @@ class StreamClient:
             hello = self._next()
         except StreamEnded as exc:
             raise UserError(f"meter {self.url}: /stream {exc}") from None
-        if hello.get("type") != "hello":
+        if hello.get("type") != StreamKind.HELLO:
             raise UserError(f"meter {self.url}: /stream did not start with a hello (not an "
                             "epi meter daemon?)")
         return hello
