@@ -12,6 +12,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from epi.formats.json_types import JSON
 from epi.formats.trace import WALL_SCOPE, EventKind
@@ -19,6 +20,8 @@ from epi.formats.trace import WALL_SCOPE, EventKind
 COMPONENT_LABEL = "component power, not wall power"
 SCOPES = frozenset({"wall", "package", "dram", "platform", "gpu", "board_rails", "other"})
 SYSFS_ROOT_ENV = "EPI_SYSFS_ROOT"
+#: what a channel's reading is: a cumulative energy counter (J) or a power reading (W)
+Counter = Literal["energy", "power"]
 
 
 def sysfs_root(root: str | os.PathLike[str] | None = None) -> Path:
@@ -52,7 +55,7 @@ class ChannelSpec:
     source: str  # "rapl", "hwmon", "nvml", "pmic"
     name: str  # unique in the trace, e.g. "rapl:package-0"
     scope: str  # one of SCOPES
-    counter: str  # "energy" (cumulative J) or "power" (W, integrated by the recorder)
+    counter: Counter  # energy: cumulative J; power: W, integrated by the recorder
     resolution_j: float | None  # energy counter step, J (None: a power reading)
     resolution_w: float | None  # power reading step, W (None: an energy counter)
     measures: str  # one sentence: what it sees and what it misses
