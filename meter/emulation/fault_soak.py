@@ -39,7 +39,7 @@ from meter.clock import Clock, SystemClock
 from meter.daemon.sampler import SamplerStats
 from meter.daemon.service import DaemonOptions, MeterDaemon
 from meter.daemon.trace import UNMETERED_GAP_REASON
-from meter.emulation.faults import parse_fault_specs
+from meter.emulation.faults import FaultKind, parse_fault_specs
 from meter.emulation.power_models import ConstantPower
 
 LOADS_W = (3.0, 4.0, 5.0, 6.0)
@@ -288,7 +288,7 @@ def _checksum_instants(applied: Sequence[Mapping[str, object]]) -> dict[int, lis
         if not isinstance(spec, str) or not isinstance(t, int):
             continue
         kind, _, rest = spec.partition(":")
-        if kind == "checksum":
+        if kind == FaultKind.CHECKSUM:
             out.setdefault(int(rest.split("@")[0]), []).append(t)
     return out
 
