@@ -71,12 +71,13 @@ class LazyGroup(click.Group):
 
     def __init__(
         self,
-        *args: Any,  # click.Group's own arguments, passed through as they come
+        name: str | None = None,
+        *,
         commands: dict[str, str] | None = None,
         help_lines: dict[str, str] | None = None,
-        **kwargs: Any,
+        **attrs: Any,  # click.Group's own settings (each typed by click), passed through
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(name, **attrs)
         self.lazy_commands = commands if commands is not None else COMMANDS
         self.help_lines = help_lines if help_lines is not None else HELP
 

@@ -216,14 +216,14 @@ def _power_counter_checks() -> list[Check]:
     checks = []
     probes = probe_sources()
     for p in probes:
-        detail, _, fix = str(p["detail"]).partition("; fix: ")
+        detail, _, fix = p.detail.partition("; fix: ")
         checks.append(Check(
-            "power", f"{p['source']} (component power, not wall)",
-            True if p["readable"] else (False if p["present"] else None),
-            f"readable: {detail}" if p["readable"] else detail,
-            fix if p["present"] and not p["readable"] else "",
+            "power", f"{p.source} (component power, not wall)",
+            True if p.readable else (False if p.present else None),
+            f"readable: {detail}" if p.readable else detail,
+            fix if p.present and not p.readable else "",
         ))
-    if not any(p["readable"] for p in probes):
+    if not any(p.readable for p in probes):
         checks.append(Check("power", "software power counters", None, "none readable here",
                             "wall energy comes from the epi-meter board or its emulator"))
     return checks

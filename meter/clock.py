@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Protocol, runtime_checkable
 
+from epi.formats.json_types import JSON
+
 # A fixed, readable default start for simulated runs (2024-01-01T00:00:00Z) so results repeat.
 DEFAULT_SIM_REAL_NS = 1_704_067_200_000_000_000
 DEFAULT_SIM_MONO_NS = 1_000_000_000
@@ -41,10 +43,16 @@ def is_simulated(clock: object) -> bool:
     return bool(getattr(clock, "simulated", False))
 
 
-def describe_clock(clock: object) -> dict[str, object]:
+@runtime_checkable
+class DescribedClock(Protocol):
+    """A clock that says what it is (meta.json's ``clock``): both clocks here do."""
+
+    def describe(self) -> dict[str, JSON]: ...
+
+
+def describe_clock(clock: object) -> dict[str, JSON]:
     """A clock's own description, or {"kind": "system"} for one that has none."""
-    describe = getattr(clock, "describe", None)
-    return describe() if callable(describe) else {"kind": "system"}
+    return clock.describe() if isinstance(clock, DescribedClock) else {"kind": "system"}
 
 
 class SystemClock:
@@ -69,7 +77,7 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         self.sleep_until(self.monotonic_ns() + int(seconds * 1e9))
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {"kind": "system"}
 
 
@@ -122,7 +130,7 @@ class SimulatedClock:
     def sleep(self, seconds: float) -> None:
         self.advance(int(seconds * 1e9))
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "kind": "simulated",
             "start_mono_ns": self._start_mono_ns,

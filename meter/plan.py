@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from epi.formats.json_types import JSON
 from meter.board.config import BoardConfig, ChannelConfig
 from meter.chip import registers as regs
 from meter.chip.calibration import (
@@ -142,7 +143,7 @@ class PlanOptions:
 
 
 # ---- the chain --------------------------------------------------------------------------------
-def _ct_number(ct: dict[str, object], key: str, where: str) -> float | None:
+def _ct_number(ct: dict[str, JSON], key: str, where: str) -> float | None:
     value = ct.get(key)
     if value is None:
         return None
@@ -489,7 +490,7 @@ def render(plans: list[ChannelPlan], opts: PlanOptions) -> str:
 PLAN_FORMAT, PLAN_VERSION = "epi-meter-plan", 1
 
 
-def _json_safe(value: object) -> object:
+def _json_safe(value: object) -> JSON:
     """A plan's fields as JSON: tuples as lists, non-finite numbers as null (never NaN)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -497,15 +498,17 @@ def _json_safe(value: object) -> object:
         return {str(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
-    return value
+    if value is None or isinstance(value, (str, int)):
+        return value
+    raise TypeError(f"a plan field is not JSON: {value!r}")  # json.dumps would refuse it too
 
 
-def plan_document(plans: list[ChannelPlan], opts: PlanOptions) -> dict[str, object]:
+def plan_document(plans: list[ChannelPlan], opts: PlanOptions) -> dict[str, JSON]:
     """`epi meter plan --json`: the options and, per channel, its chain, its figures at each
     load, the problems and the remedies (the same fields the text prints)."""
     from dataclasses import asdict
 
-    channels = []
+    channels: list[JSON] = []
     for p in plans:
         fields = _json_safe(asdict(p))
         assert isinstance(fields, dict)  # asdict of a dataclass

@@ -8,20 +8,21 @@ from typing import cast
 import click
 
 from epi import __version__
+from epi.formats.json_types import JSON
 from host.doctor import ROLE_HELP, ROLES, Check, Role, collect_checks, missing_for, needed_by
 
 #: the exit status when something the chosen role needs is missing (2 is a usage error)
 EXIT_MISSING = 1
 
 
-def _document(checks: list[Check], role: Role, missing: list[Check]) -> dict[str, object]:
+def _document(checks: list[Check], role: Role, missing: list[Check]) -> dict[str, JSON]:
     """`epi doctor --json`: every check with the roles that need it (docs/meter.md)."""
     return {
         "format": "epi-doctor", "format_version": 1, "epi_version": __version__,
         "role": role,
         "checks": [{"area": c.area, "item": c.item,
                     "ok": c.ok, "detail": c.detail, "fix": c.fix or None,
-                    "needed_by": sorted(needed_by(c))} for c in checks],
+                    "needed_by": [*sorted(needed_by(c))]} for c in checks],
         "missing_for_role": [c.item for c in missing],
     }
 

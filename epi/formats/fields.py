@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSONObject
 
 # Deeper JSON than this is not a file any epi writer produces (and would exhaust the stack).
 MAX_JSON_DEPTH = 64
@@ -229,7 +230,7 @@ def check_bool(value: object, where: str) -> bool:
     raise UserError(f"{where}: expected true or false, got {_short(value)}")
 
 
-def check_object(value: object, where: str) -> dict[str, object]:
+def check_object(value: object, where: str) -> JSONObject:
     """A JSON object (its values still to be checked); anything else is a one-line UserError."""
     if not isinstance(value, dict):
         raise UserError(f"{where}: expected an object, got {_short(value)}")
@@ -243,7 +244,7 @@ def check_str_list(value: object, where: str) -> list[str]:
     return [check_str(v, f"{where}[{i}]") for i, v in enumerate(value)]
 
 
-def check_object_list(value: object, where: str) -> list[tuple[str, dict[str, object]]]:
+def check_object_list(value: object, where: str) -> list[tuple[str, JSONObject]]:
     """A JSON list of objects, as (``where[i]``, object) pairs for checking each one's fields;
     anything else is a one-line `UserError`."""
     if not isinstance(value, list):

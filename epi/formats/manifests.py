@@ -49,8 +49,8 @@ def _bpw(value: object, where: str) -> float | None:
 
 
 def _opt_object(data: JSONObject, key: str, where: str) -> JSONDict:
-    """An optional object field ({} when absent)."""
-    return check_object(data.get(key, {}), f"{where}: field {key}")
+    """An optional object field ({} when absent), copied: the record keeps it as read."""
+    return dict(check_object(data.get(key, {}), f"{where}: field {key}"))
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,7 @@ def check_quant_manifest(data: JSONObject, where: str) -> QuantManifest:
                    check_object_list(data.get("fallbacks", []), f"{f} fallbacks")],
         unpredicted=check_str_list(data.get("unpredicted", []), f"{f} unpredicted"),
         warnings=check_str_list(data.get("warnings", []), f"{f} warnings"),
-        moe=None if moe is None else check_object(moe, f"{f} moe"),
+        moe=None if moe is None else dict(check_object(moe, f"{f} moe")),
         tensors=[TensorRow.read(x, at) for at, x in
                  check_object_list(data.get("tensors", []), f"{f} tensors")],
     )

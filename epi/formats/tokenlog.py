@@ -29,7 +29,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from epi.core.errors import UserError
 from epi.core.vocabulary import Word
@@ -117,7 +117,7 @@ class TokenLog:
     """
 
     path: Path
-    header: dict[str, Any]
+    header: JSONObject
     events: EventColumns
     requests: RequestColumns
     idle: list[tuple[int, int]]  # (t_start_mono_ns, t_end_mono_ns), local clock

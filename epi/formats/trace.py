@@ -120,6 +120,13 @@ class EventKind(Word):
     READ_ERROR = "read_error"
 
 
+class GapSource(Word):
+    """Where a trace's gap comes from."""
+
+    EVENT = "event"  # a gap row in events.csv
+    SEGMENTS = "segments"  # the span between two segments
+
+
 # Info events say how the daemon ran; fault events invalidate the time around them.
 INFO_EVENTS: frozenset[EventKind] = frozenset(
     {EventKind.START, EventKind.STOP, EventKind.LATE, EventKind.SKIPPED, EventKind.SIGNAL,
@@ -266,7 +273,7 @@ class Gap:
     start_real_ns: int | None
     end_real_ns: int | None
     reason: str
-    source: str  # "event" (a gap row in events.csv) or "segments" (between two segments)
+    source: GapSource
     same_clock: bool = True
 
 
@@ -299,7 +306,7 @@ class Segment:
 
     number: int
     meta_path: Path
-    meta: dict[str, Any]  # the checked meta.json (its readers include the meter's soak test)
+    meta: JSONObject  # the checked meta.json (its readers include the meter's soak test)
     channels: dict[int, ChannelMeta]
     sample_period_s: float | None  # None: not given and not inferable (< 2 samples)
     period_inferred: bool
@@ -314,11 +321,18 @@ class Segment:
 
     @property
     def boot_id(self) -> str | None:
-        return self.meta.get("boot_id")
+        boot = self.meta.get("boot_id")  # check_meta: text or null
+        return boot if isinstance(boot, str) else None
 
     @property
     def clean_stop(self) -> bool:
-        return bool((self.meta.get("stats") or {}).get("clean_stop", False))
+        stats = self.meta.get("stats")  # check_meta: an object or null
+        return isinstance(stats, dict) and bool(stats.get("clean_stop", False))
+
+    def meta_ns(self, key: str) -> int | None:
+        """An integer time of the meta (``started_mono_ns``...): check_meta: an int or null."""
+        value = self.meta.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property
     def n_samples(self) -> int:
@@ -345,13 +359,13 @@ class Trace:
     skipped_segments: list[int] = field(default_factory=list)  # killed before their meta.json
     notes: list[str] = field(default_factory=list)
 
-    def samples(self) -> Iterator[dict[str, Any]]:
+    def samples(self) -> Iterator[dict[str, int | float | None]]:
         """Every sample row of every segment, with a ``segment`` key added."""
         for seg in self.segments:
             for row in seg.samples:
                 yield {"segment": seg.number, **row._asdict()}
 
-    def events(self) -> Iterator[dict[str, Any]]:
+    def events(self) -> Iterator[dict[str, int | str | None]]:
         """Every event row of every segment, with a ``segment`` key added."""
         for seg in self.segments:
             for row in seg.events:
@@ -802,7 +816,7 @@ def _event_gaps(segments: list[Segment]) -> list[Gap]:
                 continue
             end_mono, end_real, reason = parse_gap_detail(ev.detail)
             gaps.append(Gap(ev.channel, ev.t_mono_ns, end_mono, ev.t_real_ns, end_real,
-                            reason, "event", same_clock=ev.t_mono_ns is not None))
+                            reason, GapSource.EVENT, same_clock=ev.t_mono_ns is not None))
     return gaps
 
 
@@ -819,12 +833,12 @@ def _segment_gaps(segments: list[Segment]) -> list[Gap]:
             a, b = last.get(ch), first.get(ch)
             gaps.append(Gap(
                 channel=ch,
-                start_mono_ns=a[0] if a else before.meta.get("started_mono_ns"),
+                start_mono_ns=a[0] if a else before.meta_ns("started_mono_ns"),
                 end_mono_ns=b[0] if b else None,
-                start_real_ns=a[1] if a else before.meta.get("started_real_ns"),
+                start_real_ns=a[1] if a else before.meta_ns("started_real_ns"),
                 end_real_ns=b[1] if b else None,
                 reason=f"between segments {before.number} and {after.number}: {why}",
-                source="segments",
+                source=GapSource.SEGMENTS,
                 same_clock=same,
             ))
     return gaps

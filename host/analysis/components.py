@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from epi.core.text import format_number, format_table
+from epi.formats.json_types import JSON, as_json
 from epi.formats.trace import WALL_SCOPE
 from host.analysis.align import WindowEnergy, window_energy
 from host.analysis.model import Analysis, RunInfo
@@ -161,30 +162,30 @@ def _row(a: Analysis, info: RunInfo, node: str, kind: str, ch: int | None, e: np
     }
 
 
-def _clean(v: object) -> object:
+def _clean(v: object) -> JSON:
     if isinstance(v, float) and not np.isfinite(v):
         return None
     if isinstance(v, np.integer):
         return int(v)
     if isinstance(v, np.floating):
         return None if not np.isfinite(v) else float(v)
-    return v
+    return as_json(v, "component table cell")
 
 
-def records(a: Analysis) -> dict[str, object] | None:
+def records(a: Analysis) -> dict[str, JSON] | None:
     """The ``components`` key of results.json (None for a trace without software channels)."""
     if not has_components(a.trace):
         return None
     t = component_table(a)
-    chans = [{"channel": ch, "name": ci.name, "node": ci.node, "source": ci.source,
+    chans: list[JSON] = [{"channel": ch, "name": ci.name, "node": ci.node, "source": ci.source,
               "scope": ci.scope, "label": COMPONENT_LABEL,
               "resolution_j": ci.resolution_j, "sample_period_s": ci.sample_period_s}
              for ch, ci in sorted(a.trace.channels.items()) if ci.scope != WALL_SCOPE]
     return {
         "label": COMPONENT_LABEL,
-        "main_figures": main_labels(a),
+        "main_figures": {**main_labels(a)},
         "channels": chans,
-        "measured": [a.trace.segments[-1].meta.get("sources")],
+        "measured": [as_json(a.trace.segments[-1].meta.get("sources"), "meta sources")],
         "side_by_side": [{k: _clean(v) for k, v in r.items()}
                          for r in t.astype(object).where(t.notna(), None).to_dict("records")],
     }

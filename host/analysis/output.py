@@ -88,13 +88,14 @@ def _run_records(a: Analysis) -> list[JSON]:
     return runs
 
 
-def instrument_record(a: Analysis) -> dict[str, object]:
+def instrument_record(a: Analysis) -> dict[str, JSON]:
     """results.json's `instrument`: the bound, each channel's terms and the qualification."""
     terms = instrument.channel_terms(a.trace, a.power_sources)
     return {
         "max_instrument_u_pct": a.options.max_instrument_u_pct,
         "channels": {str(c): {"joules_per_count": t.joules_per_count,
-                              "terms_pct": t.class_terms_pct, "none_because": t.why or None}
+                              "terms_pct": None if t.class_terms_pct is None
+                              else {**t.class_terms_pct}, "none_because": t.why or None}
                      for c, t in sorted(terms.items())},
         "qualification": instrument.qualification(a.trace).as_json(),
     }

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final, Literal
 
+from epi.formats.json_types import JSONObject
 from epi.formats.trace import WALL_SCOPE
 from host.analysis.traces import Trace
 
@@ -44,7 +45,7 @@ def model_label(model: object) -> str:
     return f"modelled ({short.get(str(kind), name)})"
 
 
-def _segment_channel_label(meta: dict, channel: int) -> str:
+def _segment_channel_label(meta: JSONObject, channel: int) -> str:
     model = meta.get("power_model")
     if not meta.get("emulated") and not model:
         return MEASURED

@@ -29,7 +29,7 @@ import pandas as pd
 
 from epi.core.errors import UserError
 from host.analysis import paired
-from host.analysis.vocabulary import Phase, TokenUnit
+from host.analysis.vocabulary import SCOPE_ALL, Phase, TokenUnit
 
 SPLITS_JSON = "splits.json"
 SplitVerdict = Literal["beats both", "does not beat both", "undecided"]
@@ -92,7 +92,7 @@ def _repeats(rep: pd.DataFrame, runs: pd.DataFrame, config: str, phase: str, bas
     """(J/token, start times, run ids, campaign rounds) of a configuration's valid runs'
     repeats, whole model scope, per the phase's token (phase_unit)."""
     ok = set(runs[(runs["phase"] == phase) & runs["valid"].astype(bool)]["run_id"])
-    g = rep[(rep["config"] == config) & (rep["scope"] == "all") & (rep["phase"] == phase)
+    g = rep[(rep["config"] == config) & (rep["scope"] == SCOPE_ALL) & (rep["phase"] == phase)
             & (rep["unit"] == phase_unit(phase)) & (rep["basis"] == basis)
             & rep["run_id"].isin(ok)]
     v = pd.to_numeric(g["j_per_token"], errors="coerce").to_numpy(np.float64)

@@ -9,6 +9,7 @@ import math
 
 import pandas as pd
 
+from epi.formats.json_types import JSON
 from host.analysis.headline import headline_rows
 from host.analysis.model import Analysis
 
@@ -29,11 +30,11 @@ def _text(value: object) -> str | None:
         else str(value)
 
 
-def summary_document(a: Analysis, out_dir: str) -> dict[str, object]:
+def summary_document(a: Analysis, out_dir: str) -> dict[str, JSON]:
     basis = a.options.energy_basis
     res = a.results
     head = headline_rows(res, basis)
-    configs = []
+    configs: list[JSON] = []
     for _, r in head.iterrows():
         configs.append({
             "config": str(r["config"]), "power_source": _text(r["power_source"]),

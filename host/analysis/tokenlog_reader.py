@@ -129,4 +129,4 @@ def read_run(path: str | Path) -> RunLog:
     })
     idle = pd.DataFrame({"t_start_mono_ns": np.array([a for a, _ in log.idle], dtype=np.int64),
                          "t_end_mono_ns": np.array([b for _, b in log.idle], dtype=np.int64)})
-    return RunLog(log.path, log.header, events, requests, idle, list(log.notes))
+    return RunLog(log.path, dict(log.header), events, requests, idle, list(log.notes))

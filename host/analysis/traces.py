@@ -143,7 +143,8 @@ class Trace:
 
     def clock_simulated(self, boot_id: str | None) -> bool:
         """Whether the segments of this clock domain were timed by a simulated clock."""
-        return any((s.meta.get("clock") or {}).get("kind") == "simulated"
+        return any(isinstance(clock := s.meta.get("clock"), dict)
+                   and clock.get("kind") == "simulated"
                    for s in self.segments if s.boot_id == boot_id)
 
     def domain_samples(self, boot_id: str | None) -> pd.DataFrame:

@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from epi.core.errors import UserError
 from epi.formats.fields import check_format, parse_json_bytes
+from epi.formats.json_types import JSONObject
 
 FORMAT = "epi-bundle"
 FORMAT_VERSION = 1
@@ -55,7 +56,7 @@ class Bundle:
     """A bundle read and verified: its manifest and every member's bytes."""
 
     path: Path
-    manifest: dict[str, object]
+    manifest: JSONObject  # bundle.json as read (its fields are narrowed where used)
     members: dict[str, bytes]
 
     def json(self, name: str) -> object:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from epi.core.errors import UserError
 from epi.formats.fields import parse_json_bytes
-from epi.formats.json_types import JSONObject
+from epi.formats.json_types import JSON, JSONObject
 
 MARGIN_S = 5.0
 _SAFE = re.compile(r"[^A-Za-z0-9._\-]+")
@@ -39,7 +39,7 @@ class Collected:
     """Member path → bytes, and what the excerpt kept (for the manifest)."""
 
     files: dict[str, bytes] = field(default_factory=dict)
-    excerpt: dict[str, object] = field(default_factory=dict)
+    excerpt: dict[str, JSON] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
 
 
@@ -186,9 +186,9 @@ def collect(analysis_dir: Path) -> Collected:
     return out
 
 
-def manifest_note(c: Collected) -> dict[str, object]:
+def manifest_note(c: Collected) -> dict[str, JSON]:
     """What the bundle's manifest says about its own content, beside the member list."""
-    return {"trace_excerpt": c.excerpt, "not_included": c.missing,
+    return {"trace_excerpt": c.excerpt, "not_included": list(c.missing),
             "layout": {
                 "analysis/": "the analysis directory", "runs/": "token logs",
                 "manifests/": "quantization manifests", "accuracy/": "accuracy results",

@@ -12,7 +12,7 @@ import io
 import json
 from dataclasses import dataclass, field
 
-from epi.formats.json_types import JSON, JSONObject
+from epi.formats.json_types import JSON, JSONObject, as_json
 from host.analysis.headline import is_headline
 from host.bundle.archive import Bundle
 
@@ -127,17 +127,17 @@ def _build_aspects(runs: list[JSONObject]) -> dict[str, str]:
 
 def _calibration(bundle: Bundle) -> str:
     """Per channel: meter constant, CT, calibration; plus any qualification record."""
-    seen: dict[str, object] = {}
+    seen: dict[str, JSON] = {}
     for name in sorted(bundle.members):
         if not (name.startswith("trace") and name.endswith(".meta.json")):
             continue
         meta = _obj(bundle, name)
         for ch in _dicts(meta.get("channels")):
             seen[f"ch{ch.get('channel')}"] = {
-                "meter_constant_imp_per_kwh": ch.get("meter_constant_imp_per_kwh"),
-                "ct": ch.get("ct"), "calibration": ch.get("calibration")}
+                key: as_json(ch.get(key), f"{name} {key}")
+                for key in ("meter_constant_imp_per_kwh", "ct", "calibration")}
         if meta.get("qualification") is not None:
-            seen["qualification"] = meta.get("qualification")
+            seen["qualification"] = as_json(meta.get("qualification"), f"{name} qualification")
     return json.dumps(seen, sort_keys=True) if seen else "(not recorded)"
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON, JSONObject, as_json
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -38,11 +39,11 @@ class Image(TypedDict):
     natural_height: int
 
 
-#: A DevTools protocol message (JSON); its fields are narrowed where they are read.
-Message = dict[str, object]
+#: A DevTools protocol message as received (JSON); its fields are narrowed where they are read.
+Message = JSONObject
 
 
-def _obj(value: object) -> dict[str, object]:
+def _obj(value: object) -> JSONObject:
     """`value` when it is a JSON object, else {} (a field the browser left out)."""
     return value if isinstance(value, dict) else {}
 
@@ -88,10 +89,10 @@ class _Pipe:
         self.next_id = 0
         self.events: list[Message] = []
 
-    def send(self, method: str, params: Message | None = None,
+    def send(self, method: str, params: dict[str, JSON] | None = None,
              session: str | None = None, timeout_s: float = 30.0) -> Message:
         self.next_id += 1
-        msg: Message = {"id": self.next_id, "method": method, "params": params or {}}
+        msg: dict[str, JSON] = {"id": self.next_id, "method": method, "params": params or {}}
         if session:
             msg["sessionId"] = session
         os.write(self.wfd, json.dumps(msg).encode() + b"\0")
@@ -181,7 +182,8 @@ class Browser:
             else:
                 page_id = page.get("targetId")
             self.sid = str(pipe.send("Target.attachToTarget",
-                                     {"targetId": page_id, "flatten": True}).get("sessionId"))
+                                     {"targetId": as_json(page_id, "targetId"), "flatten": True}
+                                     ).get("sessionId"))
             for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
                 pipe.send(domain, session=self.sid)
         except BaseException:

@@ -38,6 +38,7 @@ from host.analysis.headline import headline_rows
 from host.analysis.intervals import number, pct
 from host.analysis.power_source import COMPONENT, MEASURED, MODELLED, PowerKind
 from host.analysis.vocabulary import SCOPE_ALL, EnergyBasis, Phase, TokenUnit
+from host.campaign.journal import JournalEvent
 from host.report import checks
 from host.report.layer_columns import layer_group_cells
 
@@ -359,7 +360,7 @@ def campaign_settles(journal: Path, doc: Record) -> list[Record]:
         result = ev.get("result") or {}
         rel = result.get("run_dir")  # relative to the campaign directory (the journal's)
         key = str((journal.parent / rel).resolve()) if isinstance(rel, str) else None
-        if ev.get("event") == "done" and key in analysed and ev.get("settle"):
+        if ev.get("event") == JournalEvent.DONE and key in analysed and ev.get("settle"):
             run = analysed[key]
             out.append({"step": ev.get("step"), "config": run["config"],
                         "run_id": run["run_id"], **ev["settle"]})

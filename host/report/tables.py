@@ -20,6 +20,7 @@ from epi.core.text import format_number
 from host.analysis.intervals import format_interval, number
 from host.analysis.paired import pairing_label
 from host.analysis.vocabulary import WindowKind
+from host.campaign.study import ThermalRule
 from host.report import instrument
 from host.report.data import ReportData
 
@@ -293,7 +294,7 @@ def verdicts_table(rd: ReportData) -> Table:
 def settle_table(rd: ReportData) -> Table:
     rows = []
     for st in rd.settles:
-        if st.get("rule") == "fixed":
+        if st.get("rule") == ThermalRule.FIXED:
             rule = f"fixed wait {num(st.get('wait_s'), 'g')} s"
         else:
             rule = (f"stable within ±{num(100 * float(st.get('tolerance', 0)), '.3g')} % for "

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON
 from meter.board.config import (
     BOARD_FORMAT,
     BOARD_FORMAT_VERSION,
@@ -63,7 +64,7 @@ class Channel:
         self.emulator = emulator
         self.calibration_source = calibration_source
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         """The trace-metadata entry of this channel (docs/formats.md `channels`)."""
         cal = self.driver.calibration
         model = getattr(self.emulator, "model", None)

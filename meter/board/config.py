@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON
 from meter.bus.base import MAX_SPEED_HZ
 from meter.chip.calibration import EMULATED_FRONTEND, Calibration
 from meter.clock import Clock
@@ -39,7 +40,7 @@ class ChannelConfig:
     chip_select: str | None = None  # "CE<n>" (kernel) or "GPIO<n>"; None for UART channels
     uart_port: str | None = None
     uart_baudrate: int = 9600
-    ct: dict[str, object] = field(default_factory=dict)
+    ct: dict[str, JSON] = field(default_factory=dict)  # the board file's ct table
     meter_constant_imp_per_kwh: float = DEFAULT_METER_CONSTANT
     calibration_path: Path | None = None
     calibration: Calibration | None = None  # loaded when the file exists
@@ -72,7 +73,7 @@ class BridgeConfig:
     encoding: str | None = None
     rate_hz: float | None = None
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {"bus": "bridge", "port": self.port, "baud": self.baud,
                 "encoding": self.encoding, "rate_hz": self.rate_hz}
 
@@ -104,7 +105,7 @@ class BoardConfig:
         where = self.path or "emulated board"
         raise UserError(f"{where}: channel {key!r} not found (channels: {known})")
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "name": self.name,
             "path": str(self.path) if self.path else None,

@@ -18,6 +18,7 @@ from typing import TypeVar, cast
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
 from epi.formats.fields import parse_json_bytes, read_bytes, read_toml_file
+from epi.formats.json_types import JSON
 from meter.board.config import (
     BOARD_FORMAT,
     BOARD_FORMAT_VERSION,
@@ -258,7 +259,7 @@ def _parse_channel(table: Table, i: int, frontend: dict[str, float], path: Path
         chip_select=cs,
         uart_port=uart_port,
         uart_baudrate=baud,
-        ct=dict(ct),
+        ct=_ct_fields(ct, where, path),
         meter_constant_imp_per_kwh=mc,
         calibration_path=cal_path,
         calibration=cal,
@@ -309,6 +310,17 @@ def _parse_uart(table: Table, where: str, path: Path) -> tuple[str, int]:
     if baud not in UART_BAUDS:
         raise _err(path, where + "uart.baudrate", f"{baud}: the chip talks 2400 or 9600")
     return port, baud
+
+
+def _ct_fields(ct: Table, where: str, path: Path) -> dict[str, JSON]:
+    """The ``ct`` table as the trace's meta.json repeats it: numbers and text only (a TOML
+    date or table there could not be written as JSON)."""
+    out: dict[str, JSON] = {}
+    for key, value in ct.items():
+        if not isinstance(value, (str, int, float)):
+            raise _err(path, f"{where}ct.{key}", f"expected a number or text, got {value!r}")
+        out[key] = value
+    return out
 
 
 def _ct_frontend(ct: Table, frontend: dict[str, float], where: str, path: Path

@@ -11,6 +11,7 @@ checksums) by raising `meter.errors.BusError`.
 
 from __future__ import annotations
 
+from epi.formats.json_types import JSON
 from meter.chip.frames import spi_read_frame, spi_read_value, spi_write_frame
 
 MAX_SPEED_HZ = 160_000  # datasheet §6.1: SPI bit rate 200 bps .. 160 kbps
@@ -33,7 +34,7 @@ class Bus:
     def close(self) -> None:
         """Release the transport (idempotent)."""
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {"kind": self.kind}
 
     def __enter__(self) -> Bus:

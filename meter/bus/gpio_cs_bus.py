@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 
+from epi.formats.json_types import JSON
 from meter.bus.base import MAX_SPEED_HZ, SpiFrameBus, check_spi_settings
 from meter.bus.spidev_bus import SpidevModule, import_spidev, open_spidev
 from meter.errors import BusError
@@ -111,7 +112,7 @@ class GpioCsSpiBus(SpiFrameBus):
                 _SHARED.pop(shared.key, None)
                 shared.dev.close()
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "kind": self.kind,
             "device": f"/dev/spidev{self.bus}.{self.device}",

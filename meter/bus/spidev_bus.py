@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from epi.formats.json_types import JSON
 from meter.bus.base import MAX_SPEED_HZ, SpiFrameBus, check_spi_settings
 from meter.errors import BusError
 
@@ -97,7 +98,7 @@ class SpidevBus(SpiFrameBus):
             self._closed = True
             self._dev.close()
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "kind": self.kind,
             "device": f"/dev/spidev{self.bus}.{self.device}",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from epi.formats.json_types import JSON
 from meter.bus.base import Bus
 from meter.chip.frames import uart_parse_read_reply, uart_read_request, uart_write_request
 from meter.clock import Clock, SystemClock
@@ -113,5 +114,5 @@ class UartBus(Bus):
         if port is not None and port.is_open:
             port.close()
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {"kind": self.kind, "port": self.port_name, "baudrate": self.baudrate}

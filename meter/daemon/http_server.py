@@ -27,8 +27,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON
 from meter.clock import Clock
-from meter.daemon.live_stream import LiveHub
+from meter.daemon.live_stream import LiveHub, StreamKind
 from meter.daemon.metrics import MeterState, render_prometheus
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -155,7 +156,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _clock(self, t_recv: int) -> None:
         owner = self.server.owner
         info = owner.state.info
-        reply: dict[str, object] = {
+        reply: dict[str, JSON] = {
             "t_recv_mono_ns": t_recv,
             "t_real_ns": owner.clock.realtime_ns(),
             "boot_id": info.get("boot_id"),
@@ -198,8 +199,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.end_headers()
             out = _StreamOut(self.connection, sse, owner.connection_timeout_s)
-            hello = {"type": "hello", **owner.state.info, "t_mono_ns": owner.clock.monotonic_ns()}
-            out.add("hello", json.dumps(hello, allow_nan=False))
+            hello = {"type": StreamKind.HELLO, **owner.state.info,
+                     "t_mono_ns": owner.clock.monotonic_ns()}
+            out.add(StreamKind.HELLO, json.dumps(hello, allow_nan=False))
             delivered, dropped_told = 0, 0
             last_emit = time.monotonic()
             while (limit is None or delivered < limit) and out.flush():
@@ -207,7 +209,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if sub.dropped > dropped_told:
                     gone = sub.dropped - dropped_told
                     dropped_told = sub.dropped
-                    out.add("dropped", json.dumps({"type": "dropped", "count": gone}))
+                    out.add(StreamKind.DROPPED,
+                            json.dumps({"type": StreamKind.DROPPED, "count": gone}))
                 if not messages and sub.closed:
                     break
                 for msg in messages:
@@ -217,14 +220,14 @@ class _Handler(BaseHTTPRequestHandler):
                         sub.dropped += 1  # the client does not read: its messages go
                         continue
                     last_emit = time.monotonic()
-                    if msg.type == "sample":
+                    if msg.type == StreamKind.SAMPLE:
                         delivered += 1
                         if limit is not None and delivered >= limit:
                             break
                 # every client gets heartbeats, whatever its filter lets through: a write is
                 # also how a client that went away is noticed (and its thread ended)
                 if time.monotonic() - last_emit >= heartbeat_s:
-                    beat = {"type": "heartbeat", "t_mono_ns": owner.clock.monotonic_ns()}
+                    beat = {"type": StreamKind.HEARTBEAT, "t_mono_ns": owner.clock.monotonic_ns()}
                     out.add("heartbeat", json.dumps(beat))
                     last_emit = time.monotonic()
             out.drain()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from epi.formats.json_types import JSON
+
 _BUCKETS_PER_OCTAVE = 8
 _BASE_NS = 1_000  # 1 µs: everything below lands in bucket 0
 _N_BUCKETS = 1 + _BUCKETS_PER_OCTAVE * 40  # up to 2^40 µs, far beyond any real lateness
@@ -72,7 +74,7 @@ class JitterStats:
     def std_ns(self) -> float | None:
         return math.sqrt(self._m2 / (self.count - 1)) if self.count > 1 else None
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, JSON]:
         """JSON-ready summary (null where there is no data yet)."""
         mean, std = self.mean_ns, self.std_ns
         return {

@@ -17,8 +17,20 @@ import time
 from collections import deque
 from typing import NamedTuple
 
+from epi.core.vocabulary import Word
+
 POLL_INTERVAL_S = 0.1
 MAX_CLIENTS = 64
+
+
+class StreamKind(Word):
+    """The ``type`` of a /stream message (docs/meter.md)."""
+
+    HELLO = "hello"  # the first message: the daemon's run description
+    SAMPLE = "sample"
+    EVENT = "event"
+    HEARTBEAT = "heartbeat"
+    DROPPED = "dropped"  # how many messages this client lost by reading too slowly
 
 
 class Message(NamedTuple):

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from epi.formats.json_types import JSON, as_json
 
 # The event kinds the direct path counts as a channel's faults (meter/daemon/sampler.py) and
 # a full disk: /metrics exports each at 0 before its first occurrence.
@@ -32,7 +34,7 @@ class ChannelInfo:
 @dataclass
 class _ChannelState:
     info: ChannelInfo
-    last: dict[str, object] | None = None  # the latest valid sample
+    last: Mapping[str, object] | None = None  # the latest valid sample, as its producer gave it
     up: bool = False
     samples_total: int = 0
     faults: dict[str, int] = field(default_factory=dict)
@@ -44,19 +46,19 @@ class _ChannelState:
 class MeterState:
     """Thread-safe latest readings and counters, updated by the sampler, read by the server."""
 
-    def __init__(self, channels: Sequence[ChannelInfo], info: dict[str, object]) -> None:
+    def __init__(self, channels: Sequence[ChannelInfo], info: Mapping[str, JSON]) -> None:
         self._lock = threading.Lock()
         self._channels = {c.index: _ChannelState(c) for c in channels}
-        self.info = dict(info)
+        self.info: dict[str, JSON] = dict(info)  # the run description (hello, /status)
         self.sweeps_total = 0
         self.late_sweeps_total = 0
         self.skipped_sweeps_total = 0
-        self.jitter: dict[str, object] = {}
+        self.jitter: dict[str, JSON] = {}
         self.sustainable_rate_hz: float | None = None  # None until the first sweep
         self.stream_clients: Callable[[], int] | None = None
 
     # -- updates (sampler thread) ----------------------------------------------------------
-    def record_sample(self, sample: dict[str, object]) -> None:
+    def record_sample(self, sample: Mapping[str, object]) -> None:
         index = sample.get("channel")
         if not isinstance(index, int):
             raise ValueError(f"a live sample names no channel: {sample!r}")
@@ -97,7 +99,7 @@ class MeterState:
         *,
         late: bool,
         skipped: int,
-        jitter: dict[str, object],
+        jitter: dict[str, JSON],
         sustainable_rate_hz: float | None = None,
     ) -> None:
         with self._lock:
@@ -109,7 +111,7 @@ class MeterState:
                 self.sustainable_rate_hz = sustainable_rate_hz
 
     # -- reads (server threads) ------------------------------------------------------------
-    def snapshot(self) -> dict[str, object]:
+    def snapshot(self) -> dict[str, JSON]:
         """JSON-ready copy of everything (for /status)."""
         with self._lock:
             return {
@@ -131,7 +133,7 @@ class MeterState:
                         "chain_disagreement": c.chain_disagreement if c.chain_checked
                         else None,
                         "chain_disagreement_ratio": c.chain_ratio,
-                        "last": dict(c.last) if c.last else None,
+                        "last": as_json(dict(c.last), "sample") if c.last else None,
                     }
                     for c in self._channels.values()
                 ],
@@ -169,7 +171,7 @@ class _Exposition:
         self.lines.append(f"# HELP {name} {help_text}")
         self.lines.append(f"# TYPE {name} {kind}")
 
-    def sample(self, name: str, labels: dict[str, object], value: float | int) -> None:
+    def sample(self, name: str, labels: Mapping[str, JSON], value: float | int) -> None:
         if labels:
             body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
             self.lines.append(f"{name}{{{body}}} {_num(value)}")
@@ -220,7 +222,7 @@ def render_prometheus(state: MeterState, mono_ns: int, real_ns: int) -> str:
         1,
     )
 
-    def labels(ch: ChannelInfo) -> dict[str, object]:
+    def labels(ch: ChannelInfo) -> dict[str, JSON]:
         return {"channel": ch.index, "name": ch.name, "node": ch.node or ""}
 
     for metric, key, help_text in _GAUGES:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from epi.formats.json_types import JSON
 from meter.chip_factory import PowerModels
 from meter.clock import Clock
 from meter.recording.session import FeederStats
@@ -34,7 +35,7 @@ class DaemonOptions:
     retry_interval_s: float = 1.0
     stats_interval_s: float = 5.0
     model_bus_timing: bool = True
-    extra_meta: dict[str, object] = field(default_factory=dict)
+    extra_meta: dict[str, JSON] = field(default_factory=dict)
     sources: Sequence[PowerSource] = ()  # opened software sources, recorded beside the board
     source_node: str | None = None  # node of the software channels (default: hostname)
     emulate_bridge: bool = False  # the board's MCU firmware emulated, over a pty

@@ -39,10 +39,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from epi.formats.json_types import JSON
+from epi.formats.trace import EventKind
 from meter.clock import Clock, is_simulated
 from meter.daemon.event_budget import EventBudget
 from meter.daemon.jitter import JitterStats
-from meter.daemon.live_stream import LiveHub
+from meter.daemon.live_stream import LiveHub, StreamKind
 from meter.daemon.metrics import COUNTED_FAULT_KINDS, MeterState
 from meter.daemon.trace import UNMETERED_GAP_REASON, TraceWriter, gap_detail
 from meter.driver.atm90e26 import UnmeteredInterval
@@ -175,7 +177,7 @@ class SamplerStats:
         rate = 1e9 / p90
         return min(rate, self.wire_rate_hz) if self.wire_rate_hz else rate
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, JSON]:
         return {
             "sweeps": self.sweeps,
             "late_sweeps": self.late_sweeps,
@@ -287,7 +289,7 @@ class Sampler:
         if self.hub is not None:
             self.hub.publish(
                 {
-                    "type": "event",
+                    "type": StreamKind.EVENT,
                     "t_mono_ns": t_mono,
                     "t_real_ns": t_real,
                     "channel": channel,
@@ -348,7 +350,7 @@ class Sampler:
             if self.state is not None:
                 self.state.record_fault(ch, kind)
             self._write_event(t_mono, t_real, ch, kind, reason)
-        if kind == "absent" or run.consecutive_failures >= _BACKOFF_AFTER:
+        if kind == EventKind.ABSENT or run.consecutive_failures >= _BACKOFF_AFTER:
             run.retry_at_mono = t_began + self.absent_retry_ns
         else:
             run.retry_at_mono = None
@@ -491,7 +493,7 @@ class Sampler:
         keys = ("seq", "channel", "t_mono_ns", "t_real_ns", "power_w", "voltage_v",
                 "current_a", "power_factor", "frequency_hz", "energy_j", "status")
         for row in rows:
-            msg = {"type": "sample", **dict(zip(keys, row, strict=True))}
+            msg = {"type": StreamKind.SAMPLE, **dict(zip(keys, row, strict=True))}
             index = row[1]
             msg["name"] = self._names[index] if isinstance(index, int) else "?"
             if self.state is not None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON
 from meter.board.channels import BoardConfig, Channel, emulated_board, load_board, open_channels
 from meter.bridge.daemon import is_bridge_run, prepare_bridge, run_bridge
 from meter.chip_factory import chip_factory
@@ -101,7 +102,7 @@ class BusBudget:
         """What the bus sustains as driven: the slower of the wire and the measurement."""
         return 1.0 / max(self.sweep_time_s, self.measured_sweep_s or 0.0)
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "frames_per_read": dict(self.frames_per_read),
             "sweep_time_s": self.sweep_time_s,
@@ -369,7 +370,7 @@ class MeterDaemon:
         injector: FaultInjector | None,
         budget: BusBudget,
         sched0: int,
-    ) -> dict[str, object]:
+    ) -> dict[str, JSON]:
         """The keys of a direct-SPI segment's meta.json beside the session's common ones."""
         return {
             "emulated": any(ch.emulator is not None for ch in channels),
@@ -392,11 +393,11 @@ class MeterDaemon:
         }
 
 
-def channels_meta(channels: Sequence[Channel]) -> list[dict[str, object]]:
+def channels_meta(channels: Sequence[Channel]) -> list[JSON]:
     return [ch.describe() for ch in channels]
 
 
-def _power_model_meta(channels: Sequence[Channel]) -> dict[str, object] | None:
+def _power_model_meta(channels: Sequence[Channel]) -> dict[str, JSON] | None:
     """The emulated channels' power model: one description, or one per channel."""
     emulators = [(ch.index, ch.emulator) for ch in channels if ch.emulator is not None]
     if not emulators:

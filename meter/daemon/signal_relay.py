@@ -6,7 +6,7 @@ sweep in `threading.Event.wait`, which holds the event's (non-reentrant) lock fo
 bytecodes on its way into and out of the wait. A handler that called `daemon.stop()` there ran
 `Event.set()` on that same event and blocked forever on a lock its own thread held: sampling
 stopped, the daemon neither wrote its ``stop`` nor exited, later signals (SIGINT) queued
-behind the same lock, and only SIGKILL ended it (a campaign waited 15 + 15 s for it). Any
+behind the same lock, and only SIGKILL ended it (a campaign waited 15 + 15 s for it). Every
 lock the handler takes has the same hazard (an `Event.clear()` in the loop, a second signal
 arriving while the first handler runs).
 
@@ -22,7 +22,10 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from typing import Any
+from types import FrameType
+
+#: what `signal.signal` returns and takes back: a handler, SIG_DFL/SIG_IGN, or None
+Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
 def _relay(read_fd: int, actions: Mapping[int, Callable[[], None]]) -> None:
@@ -55,7 +58,7 @@ def relayed_signals(actions: Mapping[int, Callable[[], None]]) -> Iterator[None]
     relay = threading.Thread(target=_relay, args=(read_fd, dict(actions)),
                              name="signal-relay", daemon=True)
     relay.start()
-    previous: dict[int, Any] = {}  # signal → the handler it had before
+    previous: dict[int, Handler] = {}  # signal → the handler it had before
     try:
         for sig in actions:
             previous[sig] = signal.signal(sig, handler)

@@ -29,13 +29,14 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from epi.core.errors import UserError
 from epi.core.files import read_boot_id, write_json_atomic
 from epi.formats.fields import read_json_object
+from epi.formats.json_types import JSONObject
 from epi.formats.trace import (
     EVENT_COLUMNS,
     EVENT_KINDS,
@@ -195,7 +196,7 @@ class TraceWriter:
     def __init__(
         self,
         trace_dir: str | os.PathLike[str],
-        meta: dict[str, object],
+        meta: Mapping[str, object],
         *,
         fsync_interval_s: float = 0.5,
         lock: TraceLock | None = None,
@@ -278,8 +279,8 @@ class TraceWriter:
 
     # -- writing ------------------------------------------------------------------------------
     @property
-    def meta(self) -> dict[str, object]:
-        """The segment metadata as last written."""
+    def meta(self) -> JSONObject:
+        """A copy of the segment metadata as last written (callers read its fields)."""
         return dict(self._meta)
 
     def write_samples(self, rows: Iterable[Sequence[object]]) -> int:

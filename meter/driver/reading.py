@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from epi.formats.json_types import JSON
+
 
 @dataclass(frozen=True)
 class Reading:
@@ -34,7 +36,7 @@ class Reading:
     n_line: dict[str, float] | None = None
     ready: bool = True
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, JSON]:
         """The fields as a plain dict (for JSON output)."""
         return dataclasses.asdict(self)
 

@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Literal
 
+from epi.formats.json_types import JSON
 from meter.chip import calibration as calib
 from meter.chip import registers as regs
 from meter.chip.frames import spi_parse_mosi
@@ -47,6 +49,8 @@ from meter.emulation.register_file import COVERED, RegisterFile
 
 NS_PER_S = 1_000_000_000
 RMS_SAMPLES = 64  # slices of a metering cycle the emulated Irms is the RMS over
+#: a CalStart/AdjStart block's state: power-on, calibrating (5678H), checked (8765H) or failed
+CheckState = Literal["off", "run", "checked", "error"]
 
 _ERROR_KEYS = (
     "voltage",
@@ -158,8 +162,8 @@ class EmulatedChip:
         now = self.clock.monotonic_ns()
         self._regs = RegisterFile((r.address, r.reset) for r in regs.REGISTERS)
         self._cs_written = {regs.CS1: 0x0000, regs.CS2: 0x0000}
-        self.cal_state = "off"  # off | run | checked | error
-        self.adj_state = "off"
+        self.cal_state: CheckState = "off"
+        self.adj_state: CheckState = "off"
         self.last_data = 0x0000
         self.lsb_latch = 0x0000
         self._latched_status = 0
@@ -514,6 +518,7 @@ class EmulatedChip:
         metering = address == regs.CAL_START
         cs_address = regs.CS1 if metering else regs.CS2
         covered = COVERED[cs_address]
+        state: CheckState
         if value == regs.START_CODE:
             for a in covered:
                 self._regs[a] = regs.BY_ADDRESS[a].reset
@@ -603,7 +608,7 @@ class EmulatedChip:
         self._advance()
         return self._acc_counts[address]
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "kind": "atm90e26-emulator",
             "meter_constant_imp_per_kwh": self.meter_constant_imp_per_kwh,

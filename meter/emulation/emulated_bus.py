@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from epi.formats.json_types import JSON
 from meter.bus.base import MAX_SPEED_HZ, SpiFrameBus
 from meter.clock import is_simulated
 from meter.emulation.chip_emulator import EmulatedChip
@@ -64,7 +65,7 @@ class EmulatedSpiBus(SpiFrameBus):
                     clock.sleep_until(self._wire_free_ns - BATCH_NS // 2)
         return self.chip.spi_transfer(bytes(frame))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, JSON]:
         return {"kind": self.kind, "frame_time_s": self.frame_time_ns / 1e9 or None}
 
 

@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
-from epi.formats.trace import Trace, read_trace
+from epi.formats.trace import GapSource, SampleRow, Trace, read_trace
 from meter.clock import Clock, SystemClock
 from meter.daemon.sampler import SamplerStats
 from meter.daemon.service import DaemonOptions, MeterDaemon
 from meter.daemon.trace import UNMETERED_GAP_REASON
-from meter.emulation.faults import parse_fault_specs
+from meter.emulation.faults import FaultKind, parse_fault_specs
 from meter.emulation.power_models import ConstantPower
 
 LOADS_W = (3.0, 4.0, 5.0, 6.0)
@@ -114,7 +114,7 @@ class SoakResult:
     rate_hz: float
     rows: int
     zero_rows: int
-    unexplained_rows: list[dict[str, object]]
+    unexplained_rows: list[SampleRow]
     energy: dict[int, ChannelEnergy]
     events: dict[str, int] = field(default_factory=dict)
     skipped_sweeps: int = 0
@@ -155,7 +155,7 @@ def unmetered_intervals(trace: Trace, channel: int) -> list[tuple[int, int]]:
     """The intervals the trace declares unmetered for a channel (merged, in time order)."""
     return _merge([
         (g.start_mono_ns, g.end_mono_ns) for g in trace.gaps
-        if g.source == "event" and g.channel == channel
+        if g.source == GapSource.EVENT and g.channel == channel
         and g.reason.startswith(UNMETERED_GAP_REASON)
         and g.start_mono_ns is not None and g.end_mono_ns is not None
     ])
@@ -169,7 +169,10 @@ def fault_windows(trace: Trace, specs: Sequence[str]) -> dict[int, list[tuple[in
     if isinstance(sampler, dict):  # the direct path: the sampler's schedule
         sched0 = int(sampler["schedule_start_mono_ns"])
     else:  # the bridge: faults count from the emulated port's start (meter/bridge/daemon.py)
-        sched0 = int(meta["fault_schedule_start_mono_ns"])
+        start = meta["fault_schedule_start_mono_ns"]
+        if not isinstance(start, int):
+            raise ValueError(f"meta.json fault_schedule_start_mono_ns: {start!r} is not an integer")
+        sched0 = start
     windows: dict[int, list[tuple[int, int]]] = {}
     for spec in parse_fault_specs(specs):
         start = sched0 + round(spec.start_s * 1e9)
@@ -191,8 +194,8 @@ def channel_energy(trace: Trace, channel: int, true_energy: TrueEnergy,
                    faults: Sequence[tuple[int, int]],
                    metering_stopped: Sequence[int] = ()) -> ChannelEnergy:
     """Energy of one channel over the span of its rows, against the emulator's truth."""
-    rows = sorted((r["t_mono_ns"], r["energy_j"]) for r in trace.samples()
-                  if r["channel"] == channel and r["energy_j"] is not None)
+    rows = sorted((r.t_mono_ns, r.energy_j) for r in _rows(trace)
+                  if r.channel == channel and r.energy_j is not None and r.t_mono_ns is not None)
     if len(rows) < 2:
         raise ValueError(f"channel {channel}: fewer than two rows with energy in the trace")
     (t0, e0), (t1, e1) = rows[0], rows[-1]
@@ -213,12 +216,17 @@ def channel_energy(trace: Trace, channel: int, true_energy: TrueEnergy,
     )
 
 
+def _rows(trace: Trace) -> list[SampleRow]:
+    """Every sample row of every segment, in order."""
+    return [r for seg in trace.segments for r in seg.samples]
+
+
 class TraceFindings(TypedDict):
     """What `check_trace` found in a soak's trace (the fields of `SoakResult` it fills)."""
 
     rows: int
     zero_rows: int
-    unexplained_rows: list[dict[str, object]]
+    unexplained_rows: list[SampleRow]
     energy: dict[int, ChannelEnergy]
     events: dict[str, int]
 
@@ -233,27 +241,30 @@ def check_trace(trace_dir: Path, true_energy: TrueEnergy, specs: Sequence[str],
     chip's metering (the injector's log); None: no such correction.
     """
     trace = read_trace(trace_dir)
-    events = list(trace.events())
     explain: dict[int | None, list[int]] = {}
     counts: dict[str, int] = {}
-    for e in events:
-        counts[e["kind"]] = counts.get(e["kind"], 0) + 1
-        if e["kind"] in EXPLAINING_KINDS and e["t_mono_ns"] is not None:
-            explain.setdefault(e["channel"], []).append(e["t_mono_ns"])
+    for e in (e for seg in trace.segments for e in seg.events):
+        counts[e.kind] = counts.get(e.kind, 0) + 1
+        if e.kind in EXPLAINING_KINDS and e.t_mono_ns is not None:
+            explain.setdefault(e.channel, []).append(e.t_mono_ns)
     window = EXPLAIN_WINDOW_S * 1e9
-    rows = list(trace.samples())
-    unexplained, zero = [], 0
+    rows = _rows(trace)
+    unexplained: list[SampleRow] = []
+    zero = 0
     for r in rows:
-        p_true = loads_w[r["channel"]]
+        ch, t_row = r.channel, r.t_mono_ns
+        if ch is None or t_row is None:  # read_trace refuses such a row
+            raise ValueError(f"a sample row without channel or time: {r}")
+        p_true = loads_w[ch]
         bad = (
-            r["power_w"] is None or abs(r["power_w"] - p_true) > 0.01 * p_true
-            or r["voltage_v"] is None or abs(r["voltage_v"] - VOLTAGE_V) > 0.01 * VOLTAGE_V
-            or r["power_factor"] is None or abs(r["power_factor"] - POWER_FACTOR) > 0.01
+            r.power_w is None or abs(r.power_w - p_true) > 0.01 * p_true
+            or r.voltage_v is None or abs(r.voltage_v - VOLTAGE_V) > 0.01 * VOLTAGE_V
+            or r.power_factor is None or abs(r.power_factor - POWER_FACTOR) > 0.01
         )
-        if not r["power_w"] or not r["voltage_v"]:
+        if not r.power_w or not r.voltage_v:
             zero += 1
-        if bad and not any(abs(t - r["t_mono_ns"]) <= window
-                           for t in explain.get(r["channel"], []) + explain.get(None, [])):
+        if bad and not any(abs(t - t_row) <= window
+                           for t in explain.get(ch, []) + explain.get(None, [])):
             unexplained.append(r)
     faults = fault_windows(trace, specs)
     stopped = metering_stopped or {}
@@ -277,7 +288,7 @@ def _checksum_instants(applied: Sequence[Mapping[str, object]]) -> dict[int, lis
         if not isinstance(spec, str) or not isinstance(t, int):
             continue
         kind, _, rest = spec.partition(":")
-        if kind == "checksum":
+        if kind == FaultKind.CHECKSUM:
             out.setdefault(int(rest.split("@")[0]), []).append(t)
     return out
 

@@ -28,13 +28,27 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from epi.core.errors import UserError
+from epi.core.vocabulary import Word
+from epi.formats.json_types import JSON
 
 if TYPE_CHECKING:
     from meter.emulation.chip_emulator import EmulatedChip
 
-ONE_SHOT = frozenset({"reset", "checksum"})
-SPANS = frozenset({"absent", "stuck", "bit-errors", "partial-frames"})
-DEFAULT_VALUE = {"bit-errors": 0.001, "partial-frames": 0.01}
+class FaultKind(Word):
+    """What an injected fault does to an emulated chip (the table above)."""
+
+    RESET = "reset"
+    CHECKSUM = "checksum"
+    ABSENT = "absent"
+    STUCK = "stuck"
+    BIT_ERRORS = "bit-errors"
+    PARTIAL_FRAMES = "partial-frames"
+
+
+ONE_SHOT = frozenset({FaultKind.RESET, FaultKind.CHECKSUM})
+SPANS = frozenset({FaultKind.ABSENT, FaultKind.STUCK, FaultKind.BIT_ERRORS,
+                   FaultKind.PARTIAL_FRAMES})
+DEFAULT_VALUE = {FaultKind.BIT_ERRORS: 0.001, FaultKind.PARTIAL_FRAMES: 0.01}
 _SPEC_RE = re.compile(
     r"^(?P<kind>[a-z-]+):(?P<channel>[^@]+)@(?P<start>[0-9.]+)s?"
     r"(?:\+(?P<duration>[0-9.]+)s?)?(?:=(?P<value>[0-9.eE+-]+))?$"
@@ -46,14 +60,14 @@ _FORMAT_HINT = "expected KIND:CHANNEL@START[+DURATION][=VALUE], e.g. absent:1@10
 class FaultSpec:
     """One requested fault."""
 
-    kind: str
+    kind: FaultKind
     channel: str  # index or name, resolved against the opened channels
     start_s: float
     duration_s: float | None
     value: float | None
     text: str
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "kind": self.kind,
             "channel": self.channel,
@@ -75,10 +89,10 @@ def parse_fault_specs(texts: Iterable[str]) -> list[FaultSpec]:
             m = _SPEC_RE.match(part)
             if not m:
                 raise UserError(f"--fault-injection {part!r}: {_FORMAT_HINT}")
-            kind = m["kind"]
-            if kind not in ONE_SHOT | SPANS:
+            kind = FaultKind.parse(m["kind"])
+            if kind is None:
                 known = ", ".join(sorted(ONE_SHOT | SPANS))
-                raise UserError(f"--fault-injection {part!r}: unknown kind {kind!r} ({known})")
+                raise UserError(f"--fault-injection {part!r}: unknown kind {m['kind']!r} ({known})")
             try:
                 start = float(m["start"])
                 duration = float(m["duration"]) if m["duration"] else None
@@ -138,7 +152,7 @@ class FaultInjector:
         for order, spec in enumerate(self.specs):
             chip = self._chip(spec, channels)
             start = t0_mono_ns + round(spec.start_s * 1e9)
-            if spec.kind == "reset":
+            if spec.kind == FaultKind.RESET:
                 chip.schedule_reset(start)  # exact: the emulator resets at that instant
                 self.applied.append({"spec": spec.text, "t_mono_ns": start, "action": "reset"})
                 continue
@@ -174,17 +188,17 @@ class FaultInjector:
     @staticmethod
     def _apply(chip: EmulatedChip, spec: FaultSpec, what: str) -> None:
         on = what == "on"
-        if spec.kind == "checksum":
+        if spec.kind == FaultKind.CHECKSUM:
             chip.corrupt_register("Lgain", 0x0001)
-        elif spec.kind == "absent":
+        elif spec.kind == FaultKind.ABSENT:
             chip.set_absent(on)
-        elif spec.kind == "stuck":
+        elif spec.kind == FaultKind.STUCK:
             chip.set_stuck(0x1234 if on else None)
-        elif spec.kind == "bit-errors":
+        elif spec.kind == FaultKind.BIT_ERRORS:
             rate = spec.value if on else 0.0
             chip.set_spi_faults(bit_error_rate=rate, mosi_bit_error_rate=rate)
-        elif spec.kind == "partial-frames":
+        elif spec.kind == FaultKind.PARTIAL_FRAMES:
             chip.set_spi_faults(partial_frame_rate=spec.value if on else 0.0)
 
-    def describe(self) -> list[dict[str, object]]:
+    def describe(self) -> list[JSON]:
         return [s.describe() for s in self.specs]

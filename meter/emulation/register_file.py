@@ -15,7 +15,7 @@ an injected upset, a future direct edit — can leave a stale verdict behind.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from meter.chip import registers as regs
 from meter.chip.checksum import checksum
@@ -25,6 +25,13 @@ COVERED: dict[int, tuple[int, ...]] = {
     regs.CS2: regs.MEASUREMENT_CAL_ADDRESSES,
 }
 _CS_OF: dict[int, int] = {a: cs for cs, covered in COVERED.items() for a in covered}
+_D = TypeVar("_D")
+if TYPE_CHECKING:  # typeshed's protocol exists for the checker only
+    from typing import TypeAlias
+
+    from _typeshed import SupportsKeysAndGetItem
+
+    Words: TypeAlias = SupportsKeysAndGetItem[int, int] | Iterable[tuple[int, int]]
 
 
 class RegisterFile(dict[int, int]):
@@ -55,23 +62,27 @@ class RegisterFile(dict[int, int]):
         super().__delitem__(address)
         self._cs.clear()
 
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        super().update(*args, **kwargs)
+    def update(self, words: Words = (), /) -> None:
+        super().update(words)
         self._cs.clear()
 
     # `|=` would bypass `update` (dict's own in-place or); typeshed's dict.__or__ overloads
     # admit no narrower in-place signature, hence the ignore.
-    def __ior__(self, other: Any) -> RegisterFile:  # type: ignore[override,misc]
+    def __ior__(self, other: Words) -> RegisterFile:  # type: ignore[override,misc]
         self.update(other)
         return self
 
-    def setdefault(self, *args: Any) -> Any:
-        value = super().setdefault(*args)
+    def setdefault(self, address: int, word: int, /) -> int:
+        value = super().setdefault(address, word)
         self._cs.clear()
         return value
 
-    def pop(self, *args: Any) -> Any:
-        value = super().pop(*args)
+    @overload
+    def pop(self, address: int, /) -> int: ...
+    @overload
+    def pop(self, address: int, default: _D, /) -> int | _D: ...
+    def pop(self, address: int, *default: object) -> object:
+        value = super().pop(address, *default)
         self._cs.clear()
         return value
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from epi.formats.json_types import JSON
+
 CHIP_CLASS_PCT = 0.1  # active energy over 5000:1 [DS p.1]
 PMEAN_LSB_EXT_W = 1.0 / 256  # Pmean with the LSB extension [DS p.26]
 CROSSTALK_LIMIT_FRAC = 0.002  # another channel's energy over the loaded one's (0.2 %)
@@ -71,7 +73,7 @@ class ChannelQualification:
     def passed(self) -> bool:
         return all(f.ok for f in self.findings)
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, JSON]:
         d = asdict(self)
         d["passed"] = self.passed
         return d

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from epi.core.files import write_json_atomic
+from epi.formats.json_types import JSON
 from meter.qualify.analysis import ChannelQualification
 
 QUALIFICATION_FORMAT = "epi-meter-qualification"
@@ -34,7 +35,7 @@ def render(results: list[ChannelQualification], reference: str) -> str:
 
 
 def record(results: list[ChannelQualification], reference: str, board: str,
-           emulated: bool) -> dict[str, object]:
+           emulated: bool) -> dict[str, JSON]:
     return {
         "format": QUALIFICATION_FORMAT,
         "format_version": QUALIFICATION_FORMAT_VERSION,
@@ -46,6 +47,6 @@ def record(results: list[ChannelQualification], reference: str, board: str,
     }
 
 
-def save(path: Path, rec: dict[str, object]) -> None:
+def save(path: Path, rec: dict[str, JSON]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, rec)

@@ -36,6 +36,7 @@ from typing import Protocol
 
 from epi import __version__
 from epi.core.files import read_boot_id
+from epi.formats.json_types import JSON, as_json
 from meter.clock import Clock, describe_clock, is_simulated
 from meter.daemon.http_server import MeterServer, parse_listen
 from meter.daemon.live_stream import LiveHub
@@ -180,7 +181,7 @@ class RecordingSession:
                      "and `epi analyze` will refuse the trace until that segment is repaired "
                      "or moved out")
 
-    def common_meta(self, started: tuple[int, int]) -> dict[str, object]:
+    def common_meta(self, started: tuple[int, int]) -> dict[str, JSON]:
         """The meta.json keys every segment has, whatever feeds it."""
         return {
             "daemon_version": __version__,
@@ -214,8 +215,8 @@ class RecordingSession:
         clock_info = written.get("clock")
         self.state.info.update({
             "daemon_version": __version__,
-            "host": written.get("host"),
-            "boot_id": written.get("boot_id"),
+            "host": as_json(written.get("host"), "meta host"),
+            "boot_id": as_json(written.get("boot_id"), "meta boot_id"),
             "emulated": bool(written.get("emulated")),
             "bridged": bool(written.get("bridged")),
             "power_model_kind": power_model.get("kind") if isinstance(power_model, dict)
@@ -226,7 +227,7 @@ class RecordingSession:
             "clock_kind": clock_info.get("kind", "system") if isinstance(clock_info, dict)
             else "system",
             "segment": writer.segment,
-            "sample_period_s": written.get("sample_period_s"),
+            "sample_period_s": as_json(written.get("sample_period_s"), "meta sample_period_s"),
             "started_real_ns": started[1],
             "trace_dir": str(self.out_dir.resolve()),
         })
@@ -261,11 +262,13 @@ class RecordingSession:
             self.server.start()
         self.ready.set()
 
-    def stats_dict(self, stats: FeederStats | None, *, clean: bool) -> dict[str, object]:
+    def stats_dict(self, stats: FeederStats | None, *, clean: bool) -> dict[str, JSON]:
+        """meta.json's ``stats``: the feeder's counts, checked to be JSON as they are taken."""
+        counts = stats.as_dict() if stats is not None else {}
         return {
             "clean_stop": clean,
             "updated_mono_ns": self.clock.monotonic_ns(),
-            **(stats.as_dict() if stats is not None else {}),
+            **{k: as_json(v, f"stats.{k}") for k, v in counts.items()},
         }
 
     def save_stats(self, stats: FeederStats, **meta_updates: object) -> None:

@@ -56,11 +56,10 @@ class BackgroundRecording:
         if self._error is not None:
             raise self._error
 
-    def stop(self) -> dict[str, object] | None:
+    def stop(self) -> None:
         """Stop and close the trace; raises what went wrong in the recording thread."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         if self._error is not None:
             raise self._error
-        return None

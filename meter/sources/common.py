@@ -12,10 +12,16 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+from epi.formats.json_types import JSON
+from epi.formats.trace import WALL_SCOPE, EventKind
 
 COMPONENT_LABEL = "component power, not wall power"
 SCOPES = frozenset({"wall", "package", "dram", "platform", "gpu", "board_rails", "other"})
 SYSFS_ROOT_ENV = "EPI_SYSFS_ROOT"
+#: what a channel's reading is: a cumulative energy counter (J) or a power reading (W)
+Counter = Literal["energy", "power"]
 
 
 def sysfs_root(root: str | os.PathLike[str] | None = None) -> Path:
@@ -31,9 +37,9 @@ def sysfs_root(root: str | os.PathLike[str] | None = None) -> Path:
 class SourceError(Exception):
     """A reading that failed, with the trace event kind and a one-line fix for the user."""
 
-    def __init__(self, kind: str, message: str, fix: str = "") -> None:
+    def __init__(self, kind: EventKind, message: str, fix: str = "") -> None:
         super().__init__(message)
-        self.kind = kind  # "permission_denied" or "read_error"
+        self.kind = kind  # PERMISSION_DENIED or READ_ERROR
         self.message = message
         self.fix = fix
 
@@ -49,20 +55,20 @@ class ChannelSpec:
     source: str  # "rapl", "hwmon", "nvml", "pmic"
     name: str  # unique in the trace, e.g. "rapl:package-0"
     scope: str  # one of SCOPES
-    counter: str  # "energy" (cumulative J) or "power" (W, integrated by the recorder)
+    counter: Counter  # energy: cumulative J; power: W, integrated by the recorder
     resolution_j: float | None  # energy counter step, J (None: a power reading)
     resolution_w: float | None  # power reading step, W (None: an energy counter)
     measures: str  # one sentence: what it sees and what it misses
     path: str | None = None  # sysfs directory, device, or command it reads
     max_range_j: float | None = None  # an energy counter wraps to 0 after this (RAPL)
-    extra: dict[str, object] = field(default_factory=dict)
+    extra: dict[str, JSON] = field(default_factory=dict)
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {
             "source": self.source,
             "scope": self.scope,
-            "wall": self.scope == "wall",
-            "label": COMPONENT_LABEL if self.scope != "wall" else "wall power",
+            "wall": self.scope == WALL_SCOPE,
+            "label": COMPONENT_LABEL if self.scope != WALL_SCOPE else "wall power",
             "counter": self.counter,
             "resolution_j": self.resolution_j,
             "resolution_w": self.resolution_w,
@@ -91,7 +97,7 @@ class PowerSource(ABC):
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release the library or files (most sources hold nothing open)."""
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         return {"kind": self.kind, "min_interval_s": self.min_interval_s}
 
 
@@ -112,23 +118,23 @@ def read_sysfs_number(path: Path) -> int:
     try:
         text = path.read_text().strip()
     except PermissionError:
-        raise SourceError("permission_denied", f"{path}: permission denied",
+        raise SourceError(EventKind.PERMISSION_DENIED, f"{path}: permission denied",
                           permission_fix(path)) from None
     except FileNotFoundError:
-        raise SourceError("read_error", f"{path}: missing (device gone or driver unloaded)",
+        raise SourceError(EventKind.READ_ERROR, f"{path}: missing (device gone or driver unloaded)",
                           "check the driver is loaded; run `epi doctor`") from None
     except OSError as exc:
-        raise SourceError("read_error", f"{path}: cannot read ({exc.strerror})",
+        raise SourceError(EventKind.READ_ERROR, f"{path}: cannot read ({exc.strerror})",
                           "check the driver; run `epi doctor`") from None
     except UnicodeDecodeError:
         text = "<not text>"
     try:
         value = int(text)
     except ValueError:
-        raise SourceError("read_error", f"{path}: not an integer ({text[:40]!r})",
+        raise SourceError(EventKind.READ_ERROR, f"{path}: not an integer ({text[:40]!r})",
                           "a driver bug; report the kernel and driver version") from None
     if abs(value) >= 1 << 64:  # no kernel counter is wider; as a float it would overflow
-        raise SourceError("read_error", f"{path}: {text[:24]}… overflows a 64-bit counter",
+        raise SourceError(EventKind.READ_ERROR, f"{path}: {text[:24]}… overflows a 64-bit counter",
                           "a driver bug; report the kernel and driver version")
     return value
 

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from epi.formats.json_types import JSON
 from meter.recording.failure_run import FailureRun
 from meter.sources.common import ChannelSpec, SourceError
 
@@ -60,7 +61,7 @@ class TrackerStats:
             return None
         return statistics.median(snapshot) / 1e9
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, JSON]:
         return {
             "reads": self.reads,
             "updates": self.updates,

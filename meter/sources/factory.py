@@ -77,7 +77,17 @@ def open_sources(spec: str, env: SourceEnv | None = None,
     return opened
 
 
-def probe_sources(env: SourceEnv | None = None) -> list[dict[str, object]]:
+@dataclass(frozen=True)
+class SourceProbe:
+    """One source as ``epi doctor`` reports it: are its counters here, can this user read them."""
+
+    source: str
+    present: bool  # the counters exist on this machine
+    readable: bool
+    detail: str  # the channel names when readable, else what failed and the fix
+
+
+def probe_sources(env: SourceEnv | None = None) -> list[SourceProbe]:
     """Per source: ``present`` (the counters exist), ``readable`` and a one-line detail."""
     env = env or SourceEnv()
     root = sysfs_root(env.sysfs_root)
@@ -87,19 +97,18 @@ def probe_sources(env: SourceEnv | None = None) -> list[dict[str, object]]:
         "nvml": env.nvml is not None or ctypes.util.find_library("nvidia-ml") is not None,
         "pmic": env.pmic_runner is not None or shutil.which(COMMAND[0]) is not None,
     }
-    out: list[dict[str, object]] = []
+    out: list[SourceProbe] = []
     for kind in SOURCE_KINDS:
         if not present[kind]:
-            out.append({"source": kind, "present": False, "readable": False,
-                        "detail": "not on this machine"})
+            out.append(SourceProbe(kind, present=False, readable=False,
+                                   detail="not on this machine"))
             continue
         try:
             src = open_source(kind, env)
         except SourceError as err:
-            out.append({"source": kind, "present": True, "readable": False,
-                        "detail": err.line()})
+            out.append(SourceProbe(kind, present=True, readable=False, detail=err.line()))
             continue
         names = ", ".join(c.name for c in src.channels())
         src.close()
-        out.append({"source": kind, "present": True, "readable": True, "detail": names})
+        out.append(SourceProbe(kind, present=True, readable=True, detail=names))
     return out

@@ -15,6 +15,7 @@ import os
 import re
 from pathlib import Path
 
+from epi.formats.trace import EventKind
 from meter.sources.common import (
     ChannelSpec,
     PowerSource,
@@ -79,7 +80,7 @@ class HwmonSource(PowerSource):
         self.root = sysfs_root(root)
         attrs = find_attributes(self.root)
         if not attrs:
-            raise SourceError("read_error", f"{self.root / HWMON}: no power*_input or "
+            raise SourceError(EventKind.READ_ERROR, f"{self.root / HWMON}: no power*_input or "
                               "energy*_input attribute", "no driver here exposes power; see "
                               "`sensors` (lm-sensors) for what this machine has")
         self._specs: list[ChannelSpec] = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 
+from epi.formats.trace import EventKind
 from meter.sources.common import ChannelSpec, PowerSource, SourceError
 
 LIBRARY = "libnvidia-ml.so.1"
@@ -44,7 +45,7 @@ class NvmlBinding:
         try:
             return cls(ctypes.CDLL(LIBRARY))
         except OSError as exc:
-            raise SourceError("read_error", f"NVML: cannot load {LIBRARY} ({exc})",
+            raise SourceError(EventKind.READ_ERROR, f"NVML: cannot load {LIBRARY} ({exc})",
                               "install the NVIDIA driver (it ships libnvidia-ml)") from None
 
     def _check(self, function: str, code: int) -> None:
@@ -96,12 +97,12 @@ class NvmlBinding:
 
 def _as_source_error(exc: NvmlError, what: str) -> SourceError:
     if exc.code == NVML_ERROR_NO_PERMISSION:
-        return SourceError("permission_denied", f"NVML {what}: {exc}",
+        return SourceError(EventKind.PERMISSION_DENIED, f"NVML {what}: {exc}",
                            "run as a user in the video group or as root")
     if exc.code == NVML_ERROR_GPU_IS_LOST:
-        return SourceError("read_error", f"NVML {what}: {exc}",
+        return SourceError(EventKind.READ_ERROR, f"NVML {what}: {exc}",
                            "the GPU fell off the bus: check `nvidia-smi` and dmesg, reset it")
-    return SourceError("read_error", f"NVML {what}: {exc}", "check `nvidia-smi`")
+    return SourceError(EventKind.READ_ERROR, f"NVML {what}: {exc}", "check `nvidia-smi`")
 
 
 class NvmlSource(PowerSource):
@@ -118,7 +119,7 @@ class NvmlSource(PowerSource):
         except NvmlError as exc:
             raise _as_source_error(exc, "init") from None
         if count == 0:
-            raise SourceError("read_error", "NVML: no GPU", "check `nvidia-smi`")
+            raise SourceError(EventKind.READ_ERROR, "NVML: no GPU", "check `nvidia-smi`")
         self._specs: list[ChannelSpec] = []
         self._reads: list[tuple[ctypes.c_void_p, bool]] = []  # (handle, has energy counter)
         for i in range(count):

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 
+from epi.formats.trace import EventKind
 from meter.sources.common import ChannelSpec, PowerSource, SourceError
 
 COMMAND: tuple[str, ...] = ("vcgencmd", "pmic_read_adc")
@@ -34,18 +35,18 @@ def run_command(argv: Sequence[str]) -> str:
     try:
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=5, check=False)
     except FileNotFoundError:
-        raise SourceError("read_error", f"{argv[0]}: not found",
+        raise SourceError(EventKind.READ_ERROR, f"{argv[0]}: not found",
                           "not a Raspberry Pi, or install raspi-utils (vcgencmd)") from None
     except subprocess.TimeoutExpired:
-        raise SourceError("read_error", f"{' '.join(argv)}: no answer in 5 s",
+        raise SourceError(EventKind.READ_ERROR, f"{' '.join(argv)}: no answer in 5 s",
                           "the firmware mailbox is busy; check `vcgencmd version`") from None
     if done.returncode != 0:
         err = (done.stderr or done.stdout).strip().splitlines()
         msg = err[0] if err else f"exit status {done.returncode}"
-        kind = "permission_denied" if "denied" in msg.lower() else "read_error"
+        kind = EventKind.PERMISSION_DENIED if "denied" in msg.lower() else EventKind.READ_ERROR
         raise SourceError(kind, f"{' '.join(argv)}: {msg}",
                           "add the user to the video group (`sudo adduser $USER video`)"
-                          if kind == "permission_denied" else "check `vcgencmd version`")
+                          if kind == EventKind.PERMISSION_DENIED else "check `vcgencmd version`")
     return done.stdout
 
 
@@ -70,19 +71,20 @@ class PmicSource(PowerSource):
     def __init__(self, runner: Runner | None = None) -> None:
         if runner is None:
             if shutil.which(COMMAND[0]) is None:
-                raise SourceError("read_error", f"{COMMAND[0]}: not found",
+                raise SourceError(EventKind.READ_ERROR, f"{COMMAND[0]}: not found",
                                   "not a Raspberry Pi 5, or install raspi-utils (vcgencmd)")
             runner = run_command
         self.runner = runner
         rails = parse_rails(self.runner(COMMAND))
         if not rails:
-            raise SourceError("read_error", f"{' '.join(COMMAND)}: no rail with both a current "
-                              "and a voltage", "pmic_read_adc needs a Raspberry Pi 5 firmware")
+            raise SourceError(EventKind.READ_ERROR,
+                              f"{' '.join(COMMAND)}: no rail with both a current and a voltage",
+                              "pmic_read_adc needs a Raspberry Pi 5 firmware")
         self.rails = sorted(rails)
         self._spec = ChannelSpec(
             source="pmic", name="pmic:board-rails", scope="board_rails", counter="power",
             resolution_j=None, resolution_w=None, measures=MEASURES, path=" ".join(COMMAND),
-            extra={"rails": self.rails},
+            extra={"rails": list(self.rails)},
         )
 
     def channels(self) -> list[ChannelSpec]:
@@ -95,6 +97,7 @@ class PmicSource(PowerSource):
             return [err]
         missing = [r for r in self.rails if r not in rails]
         if missing:
-            return [SourceError("read_error", f"{' '.join(COMMAND)}: rail(s) {', '.join(missing)} "
+            return [SourceError(EventKind.READ_ERROR,
+                                f"{' '.join(COMMAND)}: rail(s) {', '.join(missing)} "
                                 "missing from this reading", "check `vcgencmd pmic_read_adc`")]
         return [sum(rails[r] for r in self.rails)]

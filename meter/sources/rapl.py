@@ -13,6 +13,7 @@ import os
 import re
 from pathlib import Path
 
+from epi.formats.trace import EventKind
 from meter.sources.common import (
     ChannelSpec,
     PowerSource,
@@ -66,7 +67,7 @@ class RaplSource(PowerSource):
         self.root = sysfs_root(root)
         zones = find_zones(self.root)
         if not zones:
-            raise SourceError("read_error", f"{self.root / POWERCAP}: no RAPL zones",
+            raise SourceError(EventKind.READ_ERROR, f"{self.root / POWERCAP}: no RAPL zones",
                               "not an x86 CPU with RAPL, or the intel_rapl driver is not "
                               "loaded (`sudo modprobe intel_rapl_msr`)")
         self._specs: list[ChannelSpec] = []

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from epi.core.errors import UserError
+from epi.formats.json_types import JSON
 from meter.clock import Clock
 from meter.daemon.trace import TraceWriter
 from meter.recording.session import RecordingSession
@@ -54,7 +55,7 @@ class SourceStats:
     def sweeps(self) -> int:
         return self.polls
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, JSON]:
         return {"polls": self.polls, "samples_written": self.samples_written}
 
 
@@ -176,9 +177,9 @@ class SourcePoller:
             self.interval_s = min(2 * cost, MAX_INTERVAL_S)
 
     # -- description ----------------------------------------------------------------------
-    def channel_meta(self, node: str | None) -> list[dict[str, object]]:
+    def channel_meta(self, node: str | None) -> list[dict[str, JSON]]:
         """The trace ``channels`` entries of this source's channels."""
-        out = []
+        out: list[dict[str, JSON]] = []
         for idx, spec in zip(self.indices, self.specs, strict=True):
             out.append({
                 "channel": idx, "name": spec.name, "node": node,
@@ -188,10 +189,10 @@ class SourcePoller:
             })
         return out
 
-    def measured(self) -> dict[str, dict[str, object]]:
+    def measured(self) -> dict[str, JSON]:
         """Per channel: what it did, with the update interval and read cost as measured."""
         costs = sorted(self.read_cost_ns)
-        cost = {
+        cost: dict[str, JSON] = {
             "read_cost_s_median": statistics.median(costs) / 1e9 if costs else None,
             "read_cost_s_max": costs[-1] / 1e9 if costs else None,
             "poll_interval_s": self.interval_s,
@@ -235,10 +236,10 @@ class SourceRecorder:
     def n_channels(self) -> int:
         return sum(len(p.specs) for p in self.pollers)
 
-    def channel_meta(self) -> list[dict[str, object]]:
+    def channel_meta(self) -> list[JSON]:
         return [c for p in self.pollers for c in p.channel_meta(self.node)]
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, JSON]:
         """The trace's ``sources`` key: measured figures per channel and the sources used."""
         return {
             "label": COMPONENT_LABEL,
@@ -246,10 +247,10 @@ class SourceRecorder:
             "channels": {k: v for p in self.pollers for k, v in p.measured().items()},
         }
 
-    def final_channels(self, channels: list[dict[str, object]]) -> list[dict[str, object]]:
+    def final_channels(self, channels: list[dict[str, JSON]]) -> list[JSON]:
         """``channels`` with each software channel's measured row period filled in."""
         period = {i: p.row_period_s() for p in self.pollers for i in p.indices}
-        out = []
+        out: list[JSON] = []
         for c in channels:
             index = c.get("channel")
             out.append(dict(c, sample_period_s=period[index])
@@ -264,7 +265,7 @@ class SourceRecorder:
         for p in self.pollers:
             p.stop()
 
-    def meta_updates(self, writer: TraceWriter) -> dict[str, object]:
+    def meta_updates(self, writer: TraceWriter) -> dict[str, JSON]:
         """Keys to rewrite in the segment metadata: the channels with their measured row
         period, and ``sources`` (call from the one thread that updates the metadata)."""
         listed = writer.meta.get("channels")
@@ -287,7 +288,7 @@ def record_sources(out_dir: str | Path, sources: Sequence[PowerSource], *, clock
                    node: str | None = None, log: Callable[[str], None] = lambda _l: None,
                    freeze_after_s: float | None = None,
                    started: threading.Event | None = None,
-                   extra_meta: dict[str, object] | None = None) -> dict[str, object]:
+                   extra_meta: dict[str, JSON] | None = None) -> dict[str, JSON]:
     """Write a trace segment with only software channels until ``stop`` or ``duration_s``.
 
     Returns the final ``sources`` metadata. No HTTP server: the runner on this machine shares
@@ -299,7 +300,7 @@ def record_sources(out_dir: str | Path, sources: Sequence[PowerSource], *, clock
     if rec.n_channels == 0:
         raise UserError("--source: no readable software power counter on this machine "
                         "(run `epi doctor` to see what is missing and the fix)")
-    meta: dict[str, object] = {
+    meta: dict[str, JSON] = {
         "emulated": False, "power_model": None,
         "sample_period_s": min(p.interval_s for p in rec.pollers),
         "channels": rec.channel_meta(), "board": None, "fault_injection": None,

@@ -14,6 +14,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from epi.core.clocksync import ClockOffset
+from epi.formats.json_types import JSONObject
+from meter.daemon.live_stream import StreamKind
 
 NS = 1_000_000_000
 RATE_WINDOW_S = 5.0
@@ -53,7 +55,7 @@ class Snapshot:
     """A consistent copy for one frame of the view."""
 
     url: str
-    hello: dict[str, object]
+    hello: JSONObject  # the daemon's run description, as the stream gave it
     channels: list[ChannelView]
     events: list[EventView]
     dropped: int
@@ -68,7 +70,7 @@ class WatchState:
         self.url = url
         self.history_ns = int(history_s * NS)
         self._lock = threading.Lock()
-        self._hello: dict[str, object] = {}
+        self._hello: JSONObject = {}
         self._channels: dict[int, ChannelView] = {}
         self._events: deque[EventView] = deque(maxlen=max_events)
         self._dropped = 0
@@ -78,30 +80,30 @@ class WatchState:
         self._ended = ""
 
     # -- the stream reader --------------------------------------------------------------
-    def hello(self, msg: dict[str, object]) -> None:
+    def hello(self, msg: JSONObject) -> None:
         with self._lock:
             self._hello = dict(msg)
 
-    def message(self, msg: dict[str, object]) -> None:
+    def message(self, msg: JSONObject) -> None:
         """Take one stream message (sample, event, heartbeat, dropped; others ignored)."""
         kind = msg.get("type")
         with self._lock:
-            if kind == "sample":
+            if kind == StreamKind.SAMPLE:
                 self._sample(msg)
-            elif kind == "event":
+            elif kind == StreamKind.EVENT:
                 t = _int(msg.get("t_mono_ns"))
                 ch = msg.get("channel")
                 self._events.append(EventView(t or 0, ch if isinstance(ch, int) else None,
                                               str(msg.get("kind", "")),
                                               str(msg.get("detail", "") or "")))
-            elif kind == "dropped":
+            elif kind == StreamKind.DROPPED:
                 self._dropped += _int(msg.get("count")) or 0
-            if kind in ("sample", "event", "heartbeat"):
+            if kind in (StreamKind.SAMPLE, StreamKind.EVENT, StreamKind.HEARTBEAT):
                 t = _int(msg.get("t_mono_ns"))
                 if t is not None:
                     self._last_t = t
 
-    def _sample(self, msg: dict[str, object]) -> None:
+    def _sample(self, msg: JSONObject) -> None:
         ch_no = _int(msg.get("channel"))
         t = _int(msg.get("t_mono_ns"))
         if ch_no is None or t is None:

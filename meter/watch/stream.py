@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 from epi.core.errors import UserError
 from epi.core.net import split_daemon_url
-
-JSONMessage = dict[str, object]
+from epi.formats.json_types import JSONObject
+from meter.daemon.live_stream import StreamKind
 
 
 class StreamEnded(Exception):
@@ -33,7 +33,7 @@ class StreamClient:
         self._conn = http.client.HTTPConnection(host, port, timeout=idle_timeout_s)
         self._resp: http.client.HTTPResponse | None = None
 
-    def open(self) -> JSONMessage:
+    def open(self) -> JSONObject:
         """Connect and return the daemon's `hello` (its run description)."""
         try:
             self._conn.request("GET", self._path, headers={"Accept": "application/x-ndjson"})
@@ -48,12 +48,12 @@ class StreamClient:
             hello = self._next()
         except StreamEnded as exc:
             raise UserError(f"meter {self.url}: /stream {exc}") from None
-        if hello.get("type") != "hello":
+        if hello.get("type") != StreamKind.HELLO:
             raise UserError(f"meter {self.url}: /stream did not start with a hello (not an "
                             "epi meter daemon?)")
         return hello
 
-    def _next(self) -> JSONMessage:
+    def _next(self) -> JSONObject:
         if self._resp is None:
             raise StreamEnded("not open")
         try:
@@ -72,7 +72,7 @@ class StreamClient:
             raise StreamEnded(f"sent a message that is not an object ({line[:60]!r})")
         return msg
 
-    def messages(self) -> Iterator[JSONMessage]:
+    def messages(self) -> Iterator[JSONObject]:
         """Every message after the hello, until the stream ends (StreamEnded says why)."""
         while True:
             yield self._next()

@@ -66,6 +66,9 @@ def _write(tmp_path: Path, text: str, name: str = "board.toml") -> Path:
         (('chip_select = "CE0"', 'chip_select = "CE0"\n[[channel]]\nname = "b"\n'
                                  'chip_select = "GPIO5"\n[spi]\ngpio_cs_device = 0'),
          "spi.gpio_cs_device", "CE0 carries a chip"),
+        # meta.json repeats the ct table: a TOML date there could not be written as JSON
+        (('chip_select = "CE0"', 'chip_select = "CE0"\nct = {model = 2024-01-01}'),
+         "channel[0].ct.model", "a number or text"),
     ],
 )
 def test_board_errors_name_file_key_and_problem(

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epi.core.errors import UserError
+from epi.formats.trace import EventKind
 from meter.sources.common import ChannelSpec, NullSource, SourceError
 from meter.sources.counters import ChannelTracker
 from meter.sources.factory import SourceEnv, open_sources, parse_spec, probe_sources
@@ -82,11 +83,12 @@ def test_rapl_permission_denied_names_the_file_and_the_fix(
 
 
 def _no_pmic(argv: object) -> str:
-    raise SourceError("read_error", "vcgencmd: not found", "not a Pi")
+    raise SourceError(EventKind.READ_ERROR, "vcgencmd: not found", "not a Pi")
 
 
 def _no_nvml() -> NvmlBinding:
-    raise SourceError("read_error", "NVML: cannot load libnvidia-ml.so.1", "install a driver")
+    raise SourceError(EventKind.READ_ERROR, "NVML: cannot load libnvidia-ml.so.1",
+                      "install a driver")
 
 
 def test_rapl_missing_file_mid_run_is_an_event_then_a_gap(tmp_path: pathlib.Path) -> None:
@@ -325,7 +327,7 @@ def test_probe_says_which_are_readable(tmp_path: pathlib.Path, monkeypatch: pyte
     deny(monkeypatch, "power1_input")
     env = SourceEnv(sysfs_root=tmp_path, nvml=lambda: NvmlBinding(FakeNvmlLib([1], [1])),
                     pmic_runner=lambda argv: PMIC_SAMPLE)
-    got = {p["source"]: (p["present"], p["readable"]) for p in probe_sources(env)}
+    got = {p.source: (p.present, p.readable) for p in probe_sources(env)}
     assert got == {"rapl": (True, True), "hwmon": (True, False), "nvml": (True, True),
                    "pmic": (True, True)}
 
