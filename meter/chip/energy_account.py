@@ -119,14 +119,28 @@ class EnergyAccount:
                 powers.append(self.last_power)
             bound = plausibility.energy_bound_counts(powers, dt_s, j_per_count, self.chip.limits)
         other = self.chip.read_clear_other
-        if other is not None and other != counts and power_w is not None:
-            expected = self._expected_counts(power_w, dt_s, j_per_count)
-            if abs(other - expected) < abs(counts - expected):
+        doubtful = other is not None and other != counts
+        trusted = power_w if power_w is not None else self.last_power
+        if doubtful and trusted is not None:
+            # the word, the LastData words seen before LastData settled (a redirected LastData
+            # read overwrites it) and the settled one: the one the power supports is taken
+            expected = self._expected_counts(trusted, dt_s, j_per_count)
+            best = counts
+            candidates = list(self.chip.read_clear_seen)
+            candidates.append(other)
+            for w in candidates:
+                if abs(w - expected) < abs(best - expected):
+                    best = w
+            if best != counts:
                 self.event("misread", "ATenergy read %d but LastData then held %d; %d expected "
-                           "from the power: %d counted" % (other, counts, int(expected), other))
-                counts, other = other, None
+                           "from the power: %d counted" % (other, counts, int(expected), best))
+                counts, other = best, None
         if counts <= bound:
             if power_w is None and self.last_power is None:
+                if doubtful:
+                    # no power yet to tell the word from LastData's: neither is counted, the
+                    # interval is declared unmetered
+                    return self._declare_unknown(counts, other, t)
                 return counts
             before = self.last_power if self.last_power is not None else power_w
             after = power_w if power_w is not None else before  # no trusted power now
@@ -137,7 +151,8 @@ class EnergyAccount:
                 return counts
             power_w = after
             expected = self._expected_counts(power_w, dt_s, j_per_count)
-            return self._reread_energy(counts, t, expected, power_w, apparent_va, j_per_count)
+            return self._reread_energy(counts, t, expected, power_w, apparent_va, j_per_count,
+                                       doubtful)
         self.chip.stats["energy_misreads"] += 1
         again = self.chip.read_clear(regs.AT_ENERGY)
         residue = plausibility.energy_bound_counts(
@@ -160,7 +175,18 @@ class EnergyAccount:
                    "power registers): discarded, %d counted; %s" % (first, again, again, note))
         return again
 
-    def _reread_energy(self, counts, t, expected, power_w, apparent_va, j_per_count):
+    def _declare_unknown(self, counts, other, t):
+        """A read-clear word the access could not settle (the word read and LastData
+        disagreed, and no power supports either): the interval since the last read is declared
+        unmetered; nothing of it is counted."""
+        note = self.note_unmetered(self.t_energy, t, "ATenergy word not recoverable")
+        self.event("implausible", "ATenergy read %s but LastData then held %d, and the power "
+                   "supports neither: discarded; %s"
+                   % ("-" if other is None else "%d" % other, counts, note))
+        return 0
+
+    def _reread_energy(self, counts, t, expected, power_w, apparent_va, j_per_count,
+                       doubtful=False):
         """Counts within the bounds but outside what the Pmean before and after the window
         allow (`energy_window`), or equal to another register's word: read ATenergy again.
         Finding the interval's counts still there, the first read went to another register
@@ -176,6 +202,12 @@ class EnergyAccount:
             [power_w, apparent_va or 0.0], self.seconds(self.chip.t_read_clear - t), j_per_count,
             self.chip.limits)
         if again <= residue:
+            if doubtful:
+                # the register was read, but its word and LastData disagreed and the power
+                # supports neither: the interval's counts are unknown (declared), the few
+                # counts since are kept
+                self._declare_unknown(counts, None, t)
+                return again
             return counts + again
         self.chip.stats["energy_misreads"] += 1
         self.event("misread", "ATenergy read %d counts where the power says %d; the register "
