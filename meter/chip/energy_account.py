@@ -73,6 +73,28 @@ class EnergyAccount:
         self.t_energy = chip.t_read_clear
         self.reverse_carry = 0
 
+    def keep_before_fault(self, counts, t):
+        # type: (int, int) -> None
+        """The ATenergy word of a reading that found the chip out of its set state (a
+        re-start follows): counted, and the interval closed at `t`, only when the power before
+        supports it (a word redirected to ATenergy recovered); else nothing is counted and the
+        re-start declares the interval from the last good read unmetered."""
+        if self.t_energy is None:
+            return
+        j_per_count = self.chip.calibration.joules_per_count()
+        dt_s = self.seconds(t - self.t_energy)
+        if self.last_power is None:
+            keep = counts <= plausibility.physical_bound_counts(dt_s, j_per_count,
+                                                                self.chip.limits)
+        else:
+            counts = self._recovered_counts(counts, dt_s, self.last_power, j_per_count)
+            lo, hi = energy_window.counts_range(self.last_power, self.last_power, dt_s,
+                                                j_per_count, self.pmean_step_w())
+            keep = lo <= counts <= hi
+        if keep:  # metering ran until now: keep what it counted
+            self.counts += counts
+            self.t_energy = t
+
     def add_window(self, counts, t, power_w, apparent_va):
         # type: (int, int, float | None, float | None) -> None
         """Count one window's ATenergy word (read at `t`; `power_w`/`apparent_va`: this
