@@ -58,6 +58,9 @@ class VerifiedAccess:
         # words of read attempts LastData did not confirm (a read a bit error redirected to a
         # read-clear register cleared it: its word is here; the caller empties the list)
         self.unconfirmed = []  # type: list[int]
+        # LastData reads that disagreed with the word read (bit errors on the bus; the caller
+        # sets it to 0 at each reading)
+        self.disagreements = 0  # type: int
         self.stats = {}  # type: dict[str, int]
         for key in ACCESS_STATS:
             self.stats[key] = 0
@@ -78,6 +81,7 @@ class VerifiedAccess:
             if v is not None and v == l1:
                 self.last_data = v
                 return v
+            self.disagreements += 1
             l2 = self.read_word(regs.LAST_DATA)
             if v is not None and l2 == v:
                 self.last_data = v
@@ -121,6 +125,7 @@ class VerifiedAccess:
                     if lastdata:
                         self.stats["lastdata_recoveries"] += 1
                     return v
+                self.disagreements += 1
                 if last_data in lastdata:  # LastData is stable at last_data
                     if last_data == sentinel:
                         executed = False  # the read never reached the chip: nothing cleared

@@ -174,7 +174,7 @@ class EnergyAccount:
             power_w = after
             expected = self._expected_counts(power_w, dt_s, j_per_count)
             return self._reread_energy(counts, t, expected, power_w, apparent_va, j_per_count,
-                                       doubtful)
+                                       doubtful, lo, hi)
         self.chip.stats["energy_misreads"] += 1
         again = self.chip.read_clear(regs.AT_ENERGY)
         residue = plausibility.energy_bound_counts(
@@ -208,7 +208,7 @@ class EnergyAccount:
         return 0
 
     def _reread_energy(self, counts, t, expected, power_w, apparent_va, j_per_count,
-                       doubtful=False):
+                       doubtful=False, lo=None, hi=None):
         """Counts within the bounds but outside what the Pmean before and after the window
         allow (`energy_window`), or equal to another register's word: read ATenergy again.
         Finding the interval's counts still there, the first read went to another register
@@ -224,6 +224,15 @@ class EnergyAccount:
             [power_w, apparent_va or 0.0], self.seconds(self.chip.t_read_clear - t), j_per_count,
             self.chip.limits)
         if again <= residue:
+            flipped = self._one_bit_from(counts, lo, hi)
+            if flipped is not None:
+                # the word and LastData both carried the same flipped bit (LastData then agrees
+                # with the word): the only word one bit away that the power allows is counted
+                self.event("misread", "ATenergy read %d counts where the power says %d; the "
+                           "register was read (a re-read found %d); %d is one bit from it and "
+                           "within what the power allows: %d counted"
+                           % (counts, int(expected), again, flipped, flipped))
+                return flipped + again
             if doubtful:
                 # the register was read, but its word and LastData disagreed and the power
                 # supports neither: the interval's counts are unknown (declared), the few
@@ -236,6 +245,24 @@ class EnergyAccount:
                    "still held %d, so the first read did not reach ATenergy: discarded, %d "
                    "counted" % (counts, int(expected), again, again))
         return again
+
+    def _one_bit_from(self, counts, lo, hi):
+        """The one word a single bit away from `counts` within [lo, hi] (None: no range, none,
+        more than one, or no bit error seen in this reading: on a clean bus a word outside the
+        range is a load that changed within the window, counted as read)."""
+        chip = self.chip
+        if not (chip.disagreements or chip.rejected or chip.unconfirmed):
+            return None
+        if lo is None or hi is None or lo <= counts <= hi:
+            return None
+        found = None
+        for bit in range(16):
+            w = counts ^ (1 << bit)
+            if lo <= w <= hi:
+                if found is not None:
+                    return None
+                found = w
+        return found
 
     def pmean_step_w(self):
         # type: () -> float

@@ -303,6 +303,7 @@ class Protocol(VerifiedAccess):
                 self.init_chip()
         self.rejected = []
         self.unconfirmed = []
+        self.disagreements = 0
         t0 = self.now()
         ready = self.measurement_ready(t0)
         func_en = self.read(regs.FUNC_EN)
