@@ -23,6 +23,8 @@ from meter.chip.errors import BusError
 REVERSE_SLACK_COUNTS = 2
 # windows whose counts wait for a first trusted power to tell their direction
 UNDIRECTED_MAX_WINDOWS = 10
+# ATenergy reads after a word outside what the power allows (each may go astray on its own)
+REREADS = 2
 
 
 class EnergyAccount:
@@ -216,35 +218,55 @@ class EnergyAccount:
         within the window (the Pmean registers refresh once a measurement cycle, so a drop
         may not show yet): both reads counted, never refused."""
         self.chip.stats["energy_rereads"] += 1
-        try:
-            again = self.chip.read_clear(regs.AT_ENERGY)
-        except BusError:
-            return counts  # the re-read itself failed: the first word stands
-        residue = plausibility.energy_bound_counts(
-            [power_w, apparent_va or 0.0], self.seconds(self.chip.t_read_clear - t), j_per_count,
-            self.chip.limits)
-        if again <= residue:
-            flipped = self._one_bit_from(counts, lo, hi)
-            if flipped is not None:
-                # the word and LastData both carried the same flipped bit (LastData then agrees
-                # with the word): the only word one bit away that the power allows is counted
-                self.event("misread", "ATenergy read %d counts where the power says %d; the "
-                           "register was read (a re-read found %d); %d is one bit from it and "
-                           "within what the power allows: %d counted"
-                           % (counts, int(expected), again, flipped, flipped))
-                return flipped + again
-            if doubtful:
-                # the register was read, but its word and LastData disagreed and the power
-                # supports neither: the interval's counts are unknown (declared), the few
-                # counts since are kept
-                self._declare_unknown(counts, None, t)
-                return again
-            return counts + again
-        self.chip.stats["energy_misreads"] += 1
+        before = self.last_power if self.last_power is not None else power_w
+        again = counts
+        for attempt in range(REREADS):
+            try:
+                again = self.chip.read_clear(regs.AT_ENERGY)
+            except BusError:
+                return counts  # the re-read itself failed: the first word stands
+            residue = plausibility.energy_bound_counts(
+                [power_w, apparent_va or 0.0], self.seconds(self.chip.t_read_clear - t),
+                j_per_count, self.chip.limits)
+            if again <= residue:
+                return self._reread_found_nothing(counts, again, t, expected, doubtful, lo, hi)
+            self.chip.stats["energy_misreads"] += 1
+            dt_now_s = self.seconds(self.chip.t_read_clear - self.t_energy)
+            lo_now, hi_now = energy_window.counts_range(before, power_w, dt_now_s, j_per_count,
+                                                        self.pmean_step_w())
+            if (lo_now <= again <= hi_now and again not in self.chip.known_words) \
+                    or attempt == REREADS - 1:
+                break
+            # the re-read's word is outside what the power allows as well: it may have gone to
+            # another register too (the counts are still there), or cleared them and come back
+            # garbled (then they are unknown): read once more
+            self.event("misread", "ATenergy read %d, then %d, where the power says %d: "
+                       "read once more" % (counts, again, int(expected)))
+            counts = again
+            doubtful = True
         self.event("misread", "ATenergy read %d counts where the power says %d; the register "
                    "still held %d, so the first read did not reach ATenergy: discarded, %d "
                    "counted" % (counts, int(expected), again, again))
         return again
+
+    def _reread_found_nothing(self, counts, again, t, expected, doubtful, lo, hi):
+        """A re-read found next to nothing (`again`): the read of `counts` reached ATenergy."""
+        flipped = self._one_bit_from(counts, lo, hi)
+        if flipped is not None:
+            # the word and LastData both carried the same flipped bit (LastData then agrees
+            # with the word): the only word one bit away that the power allows is counted
+            self.event("misread", "ATenergy read %d counts where the power says %d; the "
+                       "register was read (a re-read found %d); %d is one bit from it and "
+                       "within what the power allows: %d counted"
+                       % (counts, int(expected), again, flipped, flipped))
+            return flipped + again
+        if doubtful:
+            # the register was read, but its word and LastData disagreed (or the word came
+            # after another misread) and the power supports neither: the interval's counts
+            # are unknown (declared), the few counts since are kept
+            self._declare_unknown(counts, None, t)
+            return again
+        return counts + again
 
     def _one_bit_from(self, counts, lo, hi):
         """The one word a single bit away from `counts` within [lo, hi] (None: no range, none,
