@@ -187,7 +187,9 @@ class EnergyAccount:
         if again > residue:
             self.event("misread", "%s; the register still held %d counts, so the first read "
                        "did not reach ATenergy: discarded, %d counted" % (first, again, again))
-            return again
+            # another read of this reading may have been sent to ATenergy and cleared it first
+            trusted = power_w if power_w is not None else self.last_power
+            return self._recovered_counts(again, dt_s, trusted, j_per_count)
         if other is not None and other <= bound:
             self.event("misread", "%s; the register read %d but LastData then said %d (a "
                        "redirected LastData read overwrites it): %d counted"
@@ -247,7 +249,9 @@ class EnergyAccount:
         self.event("misread", "ATenergy read %d counts where the power says %d; the register "
                    "still held %d, so the first read did not reach ATenergy: discarded, %d "
                    "counted" % (counts, int(expected), again, again))
-        return again
+        # another read of this reading may have been sent to ATenergy and cleared it first
+        return self._recovered_counts(again, self.seconds(t - self.t_energy), power_w,
+                                      j_per_count)
 
     def _reread_found_nothing(self, counts, again, t, expected, doubtful, lo, hi):
         """A re-read found next to nothing (`again`): the read of `counts` reached ATenergy."""
