@@ -227,6 +227,7 @@ class EnergyAccount:
                 again = self.chip.read_clear(regs.AT_ENERGY)
             except BusError:
                 return counts  # the re-read itself failed: the first word stands
+            again = self._settled_reread(again, before, power_w, j_per_count)
             residue = plausibility.energy_bound_counts(
                 [power_w, apparent_va or 0.0], self.seconds(self.chip.t_read_clear - t),
                 j_per_count, self.chip.limits)
@@ -252,6 +253,28 @@ class EnergyAccount:
         # another read of this reading may have been sent to ATenergy and cleared it first
         return self._recovered_counts(again, self.seconds(t - self.t_energy), power_w,
                                       j_per_count)
+
+    def _settled_reread(self, again, before, power_w, j_per_count):
+        """A re-read whose word and LastData disagreed (`read_clear_other`): the word of it
+        that the power over the whole window allows, when the settled one is not (the first
+        read went elsewhere and a redirected LastData read then overwrote this one's word)."""
+        chip = self.chip
+        if chip.read_clear_other is None:
+            return again
+        dt_s = self.seconds(chip.t_read_clear - self.t_energy)
+        lo, hi = energy_window.counts_range(before, power_w, dt_s, j_per_count,
+                                            self.pmean_step_w())
+        if lo <= again <= hi:
+            return again
+        candidates = list(chip.read_clear_seen)
+        candidates.append(chip.read_clear_other)
+        for w in candidates:
+            if lo <= w <= hi:
+                self.event("misread", "ATenergy re-read %d but LastData then held %d: %d, "
+                           "within what the power allows, taken"
+                           % (chip.read_clear_other, again, w))
+                return w
+        return again
 
     def _reread_found_nothing(self, counts, again, t, expected, doubtful, lo, hi):
         """A re-read found next to nothing (`again`): the read of `counts` reached ATenergy."""
