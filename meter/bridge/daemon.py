@@ -57,6 +57,7 @@ class BridgePlan:
     emulate: bool
     uart_faults: list[UartFault]
     chip_faults: list[FaultSpec]
+    seed: int = 0  # the emulated board's random faults (chip bit errors, the link's jitter)
 
     @property
     def enabled(self) -> list[ChannelConfig]:
@@ -108,8 +109,9 @@ def run_bridge(plan: BridgePlan, session: RecordingSession) -> RunResult:
             emu = EmulatedBoard(clock, list(models), baud=cfg.baud,
                                 rate_hz=plan.rate_hz or DEFAULT_EMULATED_RATE_HZ,
                                 encoding=cfg.encoding or "json",
-                                model_spi_time=is_simulated(clock))
-            port = serve_board(emu, cfg.baud, plan.uart_faults, plan.chip_faults)
+                                model_spi_time=is_simulated(clock), seed=plan.seed)
+            port = serve_board(emu, cfg.baud, plan.uart_faults, plan.chip_faults,
+                               seed=plan.seed)
         link = SerialLink(port.url if port is not None else cfg.port, cfg.baud)
         url = session.serve(o.listen, [ChannelInfo(c.index, c.name, c.node) for c in enabled])
         meta = _meta(plan, emu)

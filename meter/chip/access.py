@@ -52,9 +52,15 @@ class VerifiedAccess:
         self.last_data = None  # type: int | None  # what LastData holds after our last access
         self.t_read_clear = 0  # type: int  # when the last read-clear read reached the chip
         self.read_clear_other = None  # type: int | None  # the word read, LastData said otherwise
+        # LastData words seen before it settled on another (a LastData read a MOSI bit error
+        # redirected to another register overwrites LastData: the cleared word may be here)
+        self.read_clear_seen = []  # type: list[int]
         # words of read attempts LastData did not confirm (a read a bit error redirected to a
         # read-clear register cleared it: its word is here; the caller empties the list)
         self.unconfirmed = []  # type: list[int]
+        # LastData reads that disagreed with the word read (bit errors on the bus; the caller
+        # sets it to 0 at each reading)
+        self.disagreements = 0  # type: int
         self.stats = {}  # type: dict[str, int]
         for key in ACCESS_STATS:
             self.stats[key] = 0
@@ -75,6 +81,7 @@ class VerifiedAccess:
             if v is not None and v == l1:
                 self.last_data = v
                 return v
+            self.disagreements += 1
             l2 = self.read_word(regs.LAST_DATA)
             if v is not None and l2 == v:
                 self.last_data = v
@@ -98,6 +105,7 @@ class VerifiedAccess:
         """A read-clear register, never re-read once the chip may have cleared it."""
         self.stats["reads"] += 1
         self.read_clear_other = None
+        self.read_clear_seen = []
         sentinel = self.ensure_sentinel()
         v = None
         lastdata = []  # type: list
@@ -117,15 +125,22 @@ class VerifiedAccess:
                     if lastdata:
                         self.stats["lastdata_recoveries"] += 1
                     return v
+                self.disagreements += 1
                 if last_data in lastdata:  # LastData is stable at last_data
                     if last_data == sentinel:
                         executed = False  # the read never reached the chip: nothing cleared
+                        if v is not None:
+                            # unless a redirected LastData read wrote the sentinel's word
+                            # back (0000H is common): then v may be the cleared word
+                            self.unconfirmed.append(v)
                         break
                     self.last_data = last_data
                     self.stats["lastdata_recoveries"] += 1
                     # v was garbled on MISO, or a redirected LastData read overwrote LastData
-                    # with another register's word: keep v for the energy check
+                    # with another register's word: keep v, and the LastData words seen
+                    # before it settled, for the energy check
                     self.read_clear_other = v
+                    self.read_clear_seen = [w for w in lastdata if w != last_data]
                     return last_data
                 lastdata.append(last_data)
             if executed:

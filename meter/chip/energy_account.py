@@ -23,6 +23,8 @@ from meter.chip.errors import BusError
 REVERSE_SLACK_COUNTS = 2
 # windows whose counts wait for a first trusted power to tell their direction
 UNDIRECTED_MAX_WINDOWS = 10
+# ATenergy reads after a word outside what the power allows (each may go astray on its own)
+REREADS = 2
 
 
 class EnergyAccount:
@@ -73,6 +75,28 @@ class EnergyAccount:
         self.t_energy = chip.t_read_clear
         self.reverse_carry = 0
 
+    def keep_before_fault(self, counts, t):
+        # type: (int, int) -> None
+        """The ATenergy word of a reading that found the chip out of its set state (a
+        re-start follows): counted, and the interval closed at `t`, only when the power before
+        supports it (a word redirected to ATenergy recovered); else nothing is counted and the
+        re-start declares the interval from the last good read unmetered."""
+        if self.t_energy is None:
+            return
+        j_per_count = self.chip.calibration.joules_per_count()
+        dt_s = self.seconds(t - self.t_energy)
+        if self.last_power is None:
+            keep = counts <= plausibility.physical_bound_counts(dt_s, j_per_count,
+                                                                self.chip.limits)
+        else:
+            counts = self._recovered_counts(counts, dt_s, self.last_power, j_per_count)
+            lo, hi = energy_window.counts_range(self.last_power, self.last_power, dt_s,
+                                                j_per_count, self.pmean_step_w())
+            keep = lo <= counts <= hi
+        if keep:  # metering ran until now: keep what it counted
+            self.counts += counts
+            self.t_energy = t
+
     def add_window(self, counts, t, power_w, apparent_va):
         # type: (int, int, float | None, float | None) -> None
         """Count one window's ATenergy word (read at `t`; `power_w`/`apparent_va`: this
@@ -119,14 +143,28 @@ class EnergyAccount:
                 powers.append(self.last_power)
             bound = plausibility.energy_bound_counts(powers, dt_s, j_per_count, self.chip.limits)
         other = self.chip.read_clear_other
-        if other is not None and other != counts and power_w is not None:
-            expected = self._expected_counts(power_w, dt_s, j_per_count)
-            if abs(other - expected) < abs(counts - expected):
+        doubtful = other is not None and other != counts
+        trusted = power_w if power_w is not None else self.last_power
+        if doubtful and trusted is not None:
+            # the word, the LastData words seen before LastData settled (a redirected LastData
+            # read overwrites it) and the settled one: the one the power supports is taken
+            expected = self._expected_counts(trusted, dt_s, j_per_count)
+            best = counts
+            candidates = list(self.chip.read_clear_seen)
+            candidates.append(other)
+            for w in candidates:
+                if abs(w - expected) < abs(best - expected):
+                    best = w
+            if best != counts:
                 self.event("misread", "ATenergy read %d but LastData then held %d; %d expected "
-                           "from the power: %d counted" % (other, counts, int(expected), other))
-                counts, other = other, None
+                           "from the power: %d counted" % (other, counts, int(expected), best))
+                counts, other = best, None
         if counts <= bound:
             if power_w is None and self.last_power is None:
+                if doubtful:
+                    # no power yet to tell the word from LastData's: neither is counted, the
+                    # interval is declared unmetered
+                    return self._declare_unknown(counts, other, t)
                 return counts
             before = self.last_power if self.last_power is not None else power_w
             after = power_w if power_w is not None else before  # no trusted power now
@@ -137,7 +175,8 @@ class EnergyAccount:
                 return counts
             power_w = after
             expected = self._expected_counts(power_w, dt_s, j_per_count)
-            return self._reread_energy(counts, t, expected, power_w, apparent_va, j_per_count)
+            return self._reread_energy(counts, t, expected, power_w, apparent_va, j_per_count,
+                                       doubtful, lo, hi)
         self.chip.stats["energy_misreads"] += 1
         again = self.chip.read_clear(regs.AT_ENERGY)
         residue = plausibility.energy_bound_counts(
@@ -148,7 +187,9 @@ class EnergyAccount:
         if again > residue:
             self.event("misread", "%s; the register still held %d counts, so the first read "
                        "did not reach ATenergy: discarded, %d counted" % (first, again, again))
-            return again
+            # another read of this reading may have been sent to ATenergy and cleared it first
+            trusted = power_w if power_w is not None else self.last_power
+            return self._recovered_counts(again, dt_s, trusted, j_per_count)
         if other is not None and other <= bound:
             self.event("misread", "%s; the register read %d but LastData then said %d (a "
                        "redirected LastData read overwrites it): %d counted"
@@ -160,7 +201,18 @@ class EnergyAccount:
                    "power registers): discarded, %d counted; %s" % (first, again, again, note))
         return again
 
-    def _reread_energy(self, counts, t, expected, power_w, apparent_va, j_per_count):
+    def _declare_unknown(self, counts, other, t):
+        """A read-clear word the access could not settle (the word read and LastData
+        disagreed, and no power supports either): the interval since the last read is declared
+        unmetered; nothing of it is counted."""
+        note = self.note_unmetered(self.t_energy, t, "ATenergy word not recoverable")
+        self.event("implausible", "ATenergy read %s but LastData then held %d, and the power "
+                   "supports neither: discarded; %s"
+                   % ("-" if other is None else "%d" % other, counts, note))
+        return 0
+
+    def _reread_energy(self, counts, t, expected, power_w, apparent_va, j_per_count,
+                       doubtful=False, lo=None, hi=None):
         """Counts within the bounds but outside what the Pmean before and after the window
         allow (`energy_window`), or equal to another register's word: read ATenergy again.
         Finding the interval's counts still there, the first read went to another register
@@ -168,20 +220,98 @@ class EnergyAccount:
         within the window (the Pmean registers refresh once a measurement cycle, so a drop
         may not show yet): both reads counted, never refused."""
         self.chip.stats["energy_rereads"] += 1
-        try:
-            again = self.chip.read_clear(regs.AT_ENERGY)
-        except BusError:
-            return counts  # the re-read itself failed: the first word stands
-        residue = plausibility.energy_bound_counts(
-            [power_w, apparent_va or 0.0], self.seconds(self.chip.t_read_clear - t), j_per_count,
-            self.chip.limits)
-        if again <= residue:
-            return counts + again
-        self.chip.stats["energy_misreads"] += 1
+        before = self.last_power if self.last_power is not None else power_w
+        again = counts
+        for attempt in range(REREADS):
+            try:
+                again = self.chip.read_clear(regs.AT_ENERGY)
+            except BusError:
+                return counts  # the re-read itself failed: the first word stands
+            again = self._settled_reread(again, before, power_w, j_per_count)
+            residue = plausibility.energy_bound_counts(
+                [power_w, apparent_va or 0.0], self.seconds(self.chip.t_read_clear - t),
+                j_per_count, self.chip.limits)
+            if again <= residue:
+                return self._reread_found_nothing(counts, again, t, expected, doubtful, lo, hi)
+            self.chip.stats["energy_misreads"] += 1
+            dt_now_s = self.seconds(self.chip.t_read_clear - self.t_energy)
+            lo_now, hi_now = energy_window.counts_range(before, power_w, dt_now_s, j_per_count,
+                                                        self.pmean_step_w())
+            if (lo_now <= again <= hi_now and again not in self.chip.known_words) \
+                    or attempt == REREADS - 1:
+                break
+            # the re-read's word is outside what the power allows as well: it may have gone to
+            # another register too (the counts are still there), or cleared them and come back
+            # garbled (then they are unknown): read once more
+            self.event("misread", "ATenergy read %d, then %d, where the power says %d: "
+                       "read once more" % (counts, again, int(expected)))
+            counts = again
+            doubtful = True
         self.event("misread", "ATenergy read %d counts where the power says %d; the register "
                    "still held %d, so the first read did not reach ATenergy: discarded, %d "
                    "counted" % (counts, int(expected), again, again))
+        # another read of this reading may have been sent to ATenergy and cleared it first
+        return self._recovered_counts(again, self.seconds(t - self.t_energy), power_w,
+                                      j_per_count)
+
+    def _settled_reread(self, again, before, power_w, j_per_count):
+        """A re-read whose word and LastData disagreed (`read_clear_other`): the word of it
+        that the power over the whole window allows, when the settled one is not (the first
+        read went elsewhere and a redirected LastData read then overwrote this one's word)."""
+        chip = self.chip
+        if chip.read_clear_other is None:
+            return again
+        dt_s = self.seconds(chip.t_read_clear - self.t_energy)
+        lo, hi = energy_window.counts_range(before, power_w, dt_s, j_per_count,
+                                            self.pmean_step_w())
+        if lo <= again <= hi:
+            return again
+        candidates = list(chip.read_clear_seen)
+        candidates.append(chip.read_clear_other)
+        for w in candidates:
+            if lo <= w <= hi:
+                self.event("misread", "ATenergy re-read %d but LastData then held %d: %d, "
+                           "within what the power allows, taken"
+                           % (chip.read_clear_other, again, w))
+                return w
         return again
+
+    def _reread_found_nothing(self, counts, again, t, expected, doubtful, lo, hi):
+        """A re-read found next to nothing (`again`): the read of `counts` reached ATenergy."""
+        flipped = self._one_bit_from(counts, lo, hi)
+        if flipped is not None:
+            # the word and LastData both carried the same flipped bit (LastData then agrees
+            # with the word): the only word one bit away that the power allows is counted
+            self.event("misread", "ATenergy read %d counts where the power says %d; the "
+                       "register was read (a re-read found %d); %d is one bit from it and "
+                       "within what the power allows: %d counted"
+                       % (counts, int(expected), again, flipped, flipped))
+            return flipped + again
+        if doubtful:
+            # the register was read, but its word and LastData disagreed (or the word came
+            # after another misread) and the power supports neither: the interval's counts
+            # are unknown (declared), the few counts since are kept
+            self._declare_unknown(counts, None, t)
+            return again
+        return counts + again
+
+    def _one_bit_from(self, counts, lo, hi):
+        """The one word a single bit away from `counts` within [lo, hi] (None: no range, none,
+        more than one, or no bit error seen in this reading: on a clean bus a word outside the
+        range is a load that changed within the window, counted as read)."""
+        chip = self.chip
+        if not (chip.disagreements or chip.rejected or chip.unconfirmed):
+            return None
+        if lo is None or hi is None or lo <= counts <= hi:
+            return None
+        found = None
+        for bit in range(16):
+            w = counts ^ (1 << bit)
+            if lo <= w <= hi:
+                if found is not None:
+                    return None
+                found = w
+        return found
 
     def pmean_step_w(self):
         # type: () -> float

@@ -218,7 +218,7 @@ class Protocol(VerifiedAccess):
             for a in addresses:
                 self.write(a, cal.get(regs.BY_ADDRESS[a].name))
             self.write(cs_address, cs_value)
-            readback = self.read(cs_address)
+            readback = self.read_checksum(cs_address, cs_value)
             if readback != cs_value:
                 raise ChecksumError(
                     "%s: the chip computes 0x%04X over the block just written, we computed "
@@ -303,6 +303,7 @@ class Protocol(VerifiedAccess):
                 self.init_chip()
         self.rejected = []
         self.unconfirmed = []
+        self.disagreements = 0
         t0 = self.now()
         ready = self.measurement_ready(t0)
         func_en = self.read(regs.FUNC_EN)
@@ -334,10 +335,14 @@ class Protocol(VerifiedAccess):
         """Raise unless the words read say the chip is in its set state; returns SysStatus."""
         configured = self.calibration.get("FuncEn")
         if func_en != configured or cal_start != regs.CHECK_CODE:
-            try:
-                again = (self.read(regs.FUNC_EN), self.read(regs.CAL_START))
-            except BusError:
-                again = None
+            again = None
+            for _ in range(2):  # a second bit error in the re-read must not cost a re-start
+                try:
+                    again = (self.read(regs.FUNC_EN), self.read(regs.CAL_START))
+                except BusError:
+                    again = None
+                if again is not None and again[0] == configured and again[1] == regs.CHECK_CODE:
+                    break
             if again is not None and again[0] == configured and again[1] == regs.CHECK_CODE:
                 self.rejected.append(func_en)
                 self.rejected.append(cal_start)
@@ -374,12 +379,11 @@ class Protocol(VerifiedAccess):
                 self.chip_fault(ChecksumError, "SysStatus 0x%04X: checksum error in %s"
                                 % (status, " and ".join(broken)), "checksum error", t)
         if func_en != configured or cal_start != regs.CHECK_CODE:
-            bound = plausibility.physical_bound_counts(
-                self.seconds(t - (self.t_energy if self.t_energy is not None else t)),
-                self.calibration.joules_per_count(), self.limits)
-            if counts <= bound:  # metering ran until now: keep what it counted
-                self.counts += counts
-                self.t_energy = t
+            # either word may be a read a MOSI bit error sent to ATenergy (FuncEn 02H is one
+            # bit from 42H): it cleared the window's counts and returned them
+            self.rejected.append(func_en)
+            self.rejected.append(cal_start)
+            self.energy.keep_before_fault(counts, t)
             self.chip_fault(BusError, "unexpected FuncEn 0x%04X / CalStart 0x%04X (want 0x%04X "
                             "/ 0x8765)" % (func_en, cal_start, configured),
                             "unexpected configuration", t)
@@ -396,14 +400,25 @@ class Protocol(VerifiedAccess):
         for mask, cs_address, ours, what in checks:
             if not status & mask:
                 continue
-            try:
-                chip = self.read(cs_address)
-            except BusError:
-                chip = None
+            chip = self.read_checksum(cs_address, ours)
             if chip != ours:
                 broken.append("%s (reads %s, calibration 0x%04X: %s)" % (
                     regs.BY_ADDRESS[cs_address].name, hexword(chip), ours, what))
         return broken
+
+    def read_checksum(self, cs_address, ours):
+        """CS1/CS2 as the chip computes it (None: unreadable). A word other than ours is read
+        once more: a read a MOSI bit error redirected to another register is confirmed by
+        LastData all the same, and must not pass for a checksum error."""
+        chip = None
+        for _ in range(2):
+            try:
+                chip = self.read(cs_address)
+            except BusError:
+                chip = None
+            if chip == ours:
+                return chip
+        return chip
 
     def chip_fault(self, cls, detail, reason, t):
         """A chip not in its set state: recover at once (or mark it for a re-start), then

@@ -35,12 +35,15 @@ from pathlib import Path
 from typing import TypedDict
 
 from epi.formats.trace import GapSource, SampleRow, Trace, read_trace
+from meter.bridge.daemon import prepare_bridge, run_bridge
 from meter.clock import Clock, SystemClock
 from meter.daemon.sampler import SamplerStats
 from meter.daemon.service import DaemonOptions, MeterDaemon
 from meter.daemon.trace import UNMETERED_GAP_REASON
+from meter.emulation.chip_emulator import EmulatedChip
 from meter.emulation.faults import FaultKind, parse_fault_specs
 from meter.emulation.power_models import ConstantPower
+from meter.recording.session import RecordingSession
 
 LOADS_W = (3.0, 4.0, 5.0, 6.0)
 POWER_FACTOR = 0.8
@@ -295,33 +298,43 @@ def _checksum_instants(applied: Sequence[Mapping[str, object]]) -> dict[int, lis
 
 def run_fault_soak(out: Path, duration_s: float, clock: Clock | None = None,
                    rate_hz: float | None = None, *, bridge: bool = False,
-                   kinds: Sequence[str] = FAULT_KINDS) -> SoakResult:
+                   kinds: Sequence[str] = FAULT_KINDS, specs: Sequence[str] | None = None,
+                   seed: int = 0) -> SoakResult:
     """Run the daemon on emulated chips with every fault in turn; check the trace.
 
     ``bridge``: the same chips behind the emulated board's MCU (the real firmware on CPython,
     read through an ``emumcu://`` port by the bridge recorder), the same faults applied to
     the chips the firmware reads, the same checks (the bridge path held to the
-    direct path's standard). The truth is then the power models' exact integrals."""
+    direct path's standard). The truth is then the power models' exact integrals.
+    ``specs``: the faults to inject instead of one of each of ``kinds`` in turn. ``seed``: the
+    emulated board's random faults (bridge only; its chip k draws from ``seed + k``)."""
     clock = clock or SystemClock()
     models = [ConstantPower(p, power_factor=POWER_FACTOR, voltage_v=VOLTAGE_V) for p in LOADS_W]
-    specs = fault_schedule(duration_s, kinds)
+    specs = list(specs) if specs is not None else fault_schedule(duration_s, kinds)
     opts = DaemonOptions(out_dir=out, emulate=not bridge, emulate_bridge=bridge,
                          duration_s=duration_s, listen=None, clock=clock, power_model=models,
                          rate_hz=rate_hz, faults=specs, n_emulated_channels=len(LOADS_W))
-    daemon = MeterDaemon(opts, log=lambda _line: None)
-    result = daemon.run()
-    chips = {ch.index: ch.emulator for ch in daemon.channels if ch.emulator is not None}
+    chips: dict[int, EmulatedChip] = {}
+    if bridge:
+        plan = prepare_bridge(opts, clock)
+        plan.seed = seed
+        with RecordingSession(out, clock, log=lambda _line: None) as session:
+            result = run_bridge(plan, session)
+        applied = read_trace(out).segments[0].meta.get("fault_applied")
+        stopped = _checksum_instants(applied if isinstance(applied, list) else [])
+    else:
+        if seed:
+            raise ValueError("seed: the direct path's chips are seeded by the daemon (0 only)")
+        daemon = MeterDaemon(opts, log=lambda _line: None)
+        result = daemon.run()
+        chips = {ch.index: ch.emulator for ch in daemon.channels if ch.emulator is not None}
+        stopped = checksum_instants(daemon)
 
     def true_energy(channel: int, t0: int, t1: int) -> float:
         if bridge:
             return float(models[channel].energy_j(t0, t1))
         return float(chips[channel].true_energy_j(t0, t1))
 
-    if bridge:
-        applied = read_trace(out).segments[0].meta.get("fault_applied")
-        stopped = _checksum_instants(applied if isinstance(applied, list) else [])
-    else:
-        stopped = checksum_instants(daemon)
     _, found = check_trace(out, true_energy, specs, metering_stopped=stopped)
     stats = result.stats
     if isinstance(stats, SamplerStats):  # the direct sampler ran

