@@ -67,6 +67,7 @@ from meter.bridge.trust import (
 from meter.chip.calibration import joules_per_count
 from meter.clock import Clock
 from meter.daemon.event_budget import EventBudget
+from meter.daemon.live_stream import StreamKind
 from meter.daemon.trace import EVENT_KINDS, UNMETERED_GAP_REASON, TraceWriter, gap_detail
 from meter.errors import LinkLost
 from meter.firmware.telemetry import NOT_READY
@@ -708,7 +709,7 @@ class BridgeRecorder:
                 keys = ("seq", "channel", "t_mono_ns", "t_real_ns", "power_w", "voltage_v",
                         "current_a", "power_factor", "frequency_hz", "energy_j", "status")
                 for row in rows:
-                    self.on_sample({"type": "sample", **dict(zip(keys, row, strict=True))})
+                    self.on_sample({"type": StreamKind.SAMPLE, **dict(zip(keys, row, strict=True))})
 
     def _counts_trusted(self, r: ChannelReading, ch: _Channel, t_us: int,
                         t: tuple[int, int]) -> bool:
