@@ -21,6 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from epi.core.errors import UserError
+from host.accuracy.join_keys import entry_join_key
 
 COMPOSITE_TOL = 1e-3
 OUTCOME_KEYS = ("accuracy", "accuracy_norm", "accuracy_token_norm")
@@ -100,7 +101,6 @@ def check_one_entry_per_model(models: Sequence[object], where: str) -> None:
     for i, m in enumerate(models):
         if not isinstance(m, Mapping):
             continue
-        from host.accuracy.results import entry_join_key
 
         sha = entry_join_key(m)  # a split is its own configuration beside its prefill model
         j = seen.setdefault(sha, i)

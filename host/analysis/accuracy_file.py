@@ -20,7 +20,8 @@ def load_accuracy(path: Path | None, runs: Sequence[RunInfo], opts: Options
     ppl: dict[str, float] = {}
     notes: list[str] = []
     if path is not None:
-        from host.accuracy.results import accuracy_by_sha256, read_results, run_join_key
+        from host.accuracy.join_keys import run_join_key
+        from host.accuracy.results import accuracy_by_sha256, read_results
 
         by_sha = accuracy_by_sha256(read_results(path))
         for info in runs:

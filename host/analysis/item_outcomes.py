@@ -20,12 +20,8 @@ def load_item_outcomes(path: Path | None, runs: Sequence[RunInfo], opts: Options
     """({config: {benchmark: {item id: 0/1}}}, {benchmark: weight}) from the accuracy file."""
     if path is None:
         return {}, {}
-    from host.accuracy.results import (
-        accuracy_by_sha256,
-        outcomes_by_item,
-        read_results,
-        run_join_key,
-    )
+    from host.accuracy.join_keys import run_join_key
+    from host.accuracy.results import accuracy_by_sha256, outcomes_by_item, read_results
 
     by_sha = accuracy_by_sha256(read_results(path))
     out: dict[str, dict[str, dict[str, int]]] = {}

@@ -29,14 +29,9 @@ from host.accuracy import perplexity as ppl
 from host.accuracy.branching import Group
 from host.accuracy.evaluate import Settings, benchmark_key, evaluate, load_benchmarks
 from host.accuracy.items import Item, mmlu_item, shared_item, winogrande_item
+from host.accuracy.join_keys import join_key, run_join_key
 from host.accuracy.llama_load import import_llama_cpp
-from host.accuracy.results import (
-    accuracy_by_sha256,
-    join_key,
-    read_results,
-    run_join_key,
-    write_results,
-)
+from host.accuracy.results import accuracy_by_sha256, read_results, write_results
 from host.accuracy.scorer import Scorer
 from host.accuracy.split_scoring import SplitScorer
 from host.campaign.study import load_study
