@@ -23,6 +23,7 @@ from pathlib import Path
 
 from epi.core.errors import UserError
 from epi.core.files import write_json_atomic
+from host.analysis.vocabulary import VerdictState
 from host.campaign.adaptive_round import DECISIONS_JSON, assess_dir, decided_rounds
 from host.campaign.study import Study
 
@@ -140,7 +141,8 @@ def settle_line(decision: Mapping[str, object], study_path: Path, root: Path,
         spent, done = bool(decision["budget_spent"]), int(str(decision["rounds_done"]))
         records = decision.get("comparisons", [])
         assert isinstance(records, list)
-        comps = [c for c in records if isinstance(c, dict) and c.get("state") == "undecided"]
+        comps = [c for c in records
+                 if isinstance(c, dict) and c.get("state") == VerdictState.UNDECIDED]
     except (KeyError, TypeError, ValueError, AssertionError):
         return None
     if not spent or not comps:

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from epi.core.errors import UserError
+from host.report.answer_model import DECIDED
 
 SHORT_QUESTION = 72
 _DECIDE = re.compile(r"what would decide it: (.+?)(?:\.\s+(?=[A-Z])|\.?\s*$)", re.S)
@@ -26,7 +27,7 @@ def answer_lines(analysis_dir: Path) -> list[str]:
         q = a.question if len(a.question) <= SHORT_QUESTION else \
             a.question[:SHORT_QUESTION - 1].rstrip() + "…"
         lines.append(f"  {k}. [{a.status}] {q}")
-        decide = _what_would_decide(a.text) if a.status != "decided" else None
+        decide = _what_would_decide(a.text) if a.status != DECIDED else None
         if decide:
             lines.append(f"     what would decide it: {decide}")
     return lines
