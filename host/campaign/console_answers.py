@@ -11,7 +11,9 @@ from epi.core.errors import UserError
 from host.report.answer_model import DECIDED
 
 SHORT_QUESTION = 72
-_DECIDE = re.compile(r"what would decide it: (.+?)(?:\.\s+(?=[A-Z])|\.?\s*$)", re.S)
+# "What would decide it" opens a sentence in some answers, "what would decide it" follows a
+# semicolon in others: both are the answer's own clause
+_DECIDE = re.compile(r"[Ww]hat would decide it: (.+?)(?:\.\s+(?=[A-Z])|\.?\s*$)", re.S)
 
 
 def answer_lines(analysis_dir: Path) -> list[str]:

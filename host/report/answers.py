@@ -93,7 +93,9 @@ def frontier_answer(rd: ReportData) -> Answer:
     if len(front) == 1:
         text += (" It is the only point on the frontier: it is at least as cheap and as "
                  "accurate as every other configuration on the medians; no paired comparison "
-                 "tests that dominance.")
+                 "tests that dominance; what would decide it: its J/token and accuracy told "
+                 "apart from every other configuration's in paired comparisons ([decide] "
+                 "compare = [\"all_pairs\"], and more accuracy items).")
         statuses.append(UNDECIDED)
     for r in _rows(rd.doc, "comparisons"):
         if r.get("comparison") != "frontier neighbours":

@@ -26,6 +26,12 @@ def test_the_decide_clause_is_the_answers_own() -> None:
             "rounds (narrower decode J/token) or more maps. Terms: bytes …")
     assert _what_would_decide(text) == "more rounds (narrower decode J/token) or more maps"
     assert _what_would_decide("A decided answer with no such clause.") is None
+    # the clause opening its own sentence (the EPI-optimum answer's form)
+    epi = ("The EPI optimum cannot be told from 4 other configuration(s) (…); across that set "
+           "the answer is on both sides. What would decide it: more accuracy items or more "
+           "rounds, narrowing the EPI intervals until one configuration stands alone.")
+    assert _what_would_decide(epi) == ("more accuracy items or more rounds, narrowing the EPI "
+                                       "intervals until one configuration stands alone")
 
 
 def test_no_analysis_gives_no_lines(tmp_path: Path) -> None:
