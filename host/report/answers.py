@@ -218,7 +218,9 @@ def layer_group_answer(rd: ReportData) -> Answer:
         first, second = (_abs_range(best.iloc[i]) for i in (0, 1))
         separated = first[0] > second[1]
         text += (" The ranking of the groups is " + ("decided: their intervals of |Δ| do not "
-                 "overlap." if separated else "undecided: their intervals overlap."))
+                 "overlap." if separated else "undecided: their intervals overlap; what would "
+                 "decide it: more rounds of the maps that differ in one group, narrowing those "
+                 "intervals (they part only where the groups' effects differ)."))
         statuses.append(DECIDED if separated else UNDECIDED)
     return Answer("layer_groups", q, text, _combine(statuses))
 
