@@ -15,9 +15,10 @@ percentage points.
 llama.cpp prints through an asynchronous logger that is never drained at exit (its
 common/log.cpp says so: "this design may cause logs to be lost if not flushed before the program
 exits", ggml-org/llama.cpp#22142), so a run can exit 0 with its last lines, the final figure
-among them, missing: seen here 2 times in 25 on a loaded 2-core machine. Such a run is repeated
-(the figures are deterministic), at most `ATTEMPTS` times, and the number of attempts is kept
-in the result.
+among them, missing: seen here 2 times in 25 on a loaded 2-core machine, and once 3 times in a
+row while the whole test suite loaded both cores (the losses come together when the machine is
+busy). Such a run is repeated (the figures are deterministic), at most `ATTEMPTS` times, and
+the number of attempts is kept in the result.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from host.llama.install import tool_env, tool_path
 PPL_REL_TOLERANCE = 0.005
 ACC_ABS_TOLERANCE = 0.005
 TIMEOUT_S = 3600
-ATTEMPTS = 3  # runs of the tool when it exits 0 but its output lacks the final figure
+ATTEMPTS = 6  # runs of the tool when it exits 0 but its output lacks the final figure
 
 _PPL_RE = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
 _HS_RE = re.compile(r"^(\d+)\t([0-9.]+)%\t\[", re.MULTILINE)
