@@ -149,7 +149,21 @@ def _matrix_path(pre_entries: list[Entry], dec_entries: Sequence[Entry]) -> None
     pre_entries[wanted[0] - 1] = (tok, pos, ids, (want[0], want[1], pos))
 
 
-class SplitBranching(BranchingContext):
+class _HandsOver(BranchingContext):
+    """A prefill-model context that scores through `score_across` with its paired
+    decode-model context `decode` (set by the subclass), and closes both."""
+
+    decode: BranchingContext
+
+    def score(self, groups: Sequence[Group]) -> list[list[np.ndarray]]:
+        return score_across(self, self.decode, groups)
+
+    def close(self) -> None:
+        self.decode.close()
+        super().close()
+
+
+class SplitBranching(_HandsOver):
     """The prefill model's many-sequence context (few-shot prefix resident there), paired with
     a decode-model context of the same shape that scores the continuations."""
 
@@ -159,15 +173,8 @@ class SplitBranching(BranchingContext):
         self.decode = BranchingContext(llama_cpp, decode_model, n_ctx, threads,
                                        label=f"{label} (decode)")
 
-    def score(self, groups: Sequence[Group]) -> list[list[np.ndarray]]:
-        return score_across(self, self.decode, groups)
 
-    def close(self) -> None:
-        self.decode.close()
-        super().close()
-
-
-class SplitWindows(WindowContext):
+class SplitWindows(_HandsOver, WindowContext):
     """Perplexity windows: the unscored part on the prefill model, the scored part on the
     decode model (one stream per window on both)."""
 
@@ -176,13 +183,6 @@ class SplitWindows(WindowContext):
         super().__init__(llama_cpp, prefill_model, window, n_seq, threads, label=label)
         self.decode = WindowContext(llama_cpp, decode_model, window, n_seq, threads,
                                     label=f"{label} (decode)")
-
-    def score(self, groups: Sequence[Group]) -> list[list[np.ndarray]]:
-        return score_across(self, self.decode, groups)
-
-    def close(self) -> None:
-        self.decode.close()
-        super().close()
 
 
 class SplitScorer(Scorer):
