@@ -310,6 +310,26 @@ def newcombe_paired_interval(a: int, b: int, c: int, d: int) -> tuple[float, flo
     return theta, max(theta - delta, -1.0), min(theta + eps, 1.0)
 
 
+Z80 = 0.8416212335729143  # standard normal quantile at 0.80: the item count's power
+
+
+def items_to_tell_apart(delta: float, n_items: int, discordant: int) -> int | None:
+    """About how many paired items a 95 % comparison needs to tell two configurations'
+    accuracies apart with 80 % power, if the difference and the discordant share stay as
+    observed: Connor's (1987) closed form for paired proportions,
+    n = (z₀.₉₇₅·√ψ + z₀.₈₀·√(ψ − Δ²))² / Δ², with ψ = discordant / n_items.
+
+    None when nothing can be projected: no items, or no difference observed (Δ = 0: the two
+    may be equally accurate, and no item count follows from the data).
+    """
+    if n_items <= 0 or not math.isfinite(delta) or delta == 0.0 or discordant <= 0:
+        return None
+    psi = discordant / n_items
+    spread = max(psi - delta * delta, 0.0)
+    n = (Z95 * math.sqrt(psi) + Z80 * math.sqrt(spread)) ** 2 / (delta * delta)
+    return math.ceil(n)
+
+
 def paired_table(correct_a: Sequence[int], correct_b: Sequence[int]) -> tuple[int, int, int, int]:
     ca = np.asarray(correct_a, dtype=bool)
     cb = np.asarray(correct_b, dtype=bool)

@@ -241,8 +241,8 @@ COMPARISON_COLUMNS = [
     "energy_delta_ci_hi", "energy_saving_pct", "energy_saving_pct_ci_lo",
     "energy_saving_pct_ci_hi", "energy_ci_method", "energy_ci_coverage", "n_pairs",
     "energy_distinguishable", "accuracy_delta", "accuracy_delta_ci_lo", "accuracy_delta_ci_hi",
-    "accuracy_mcnemar_p", "accuracy_method", "accuracy_distinguishable", "verdict",
-    "power_source",
+    "accuracy_mcnemar_p", "accuracy_method", "accuracy_distinguishable",
+    "accuracy_n_items", "accuracy_discordant", "verdict", "power_source",
 ]
 
 
@@ -303,6 +303,7 @@ def comparisons(results: pd.DataFrame, rep: pd.DataFrame, verdicts: pd.DataFrame
             "accuracy_mcnemar_p": acc["mcnemar_p"],
             "accuracy_method": acc["method"] or acc["reason"],
             "accuracy_distinguishable": acc["distinguishable"],
+            "accuracy_n_items": acc["n_items"], "accuracy_discordant": acc["discordant"],
             "verdict": _verdict(d, acc, a, b),
             "power_source": combined([h.loc[a, "power_source"], h.loc[b, "power_source"]]),
         })

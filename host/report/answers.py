@@ -25,6 +25,7 @@ from epi.core.text import format_number
 from epi.formats.json_types import JSONObject
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import format_interval, pct
+from host.analysis.paired import items_to_tell_apart
 from host.analysis.power_source import MODELLED
 from host.analysis.vocabulary import WindowKind
 from host.report import instrument
@@ -114,12 +115,51 @@ def frontier_answer(rd: ReportData) -> Answer:
                       "Δ is descriptive)")
         accuracy = ("told apart on accuracy" if acc_d is True else "not told apart on accuracy"
                     if acc_d is False else "accuracy not compared per item")
-        text += f" {a} → {b}: Δ J/token {delta}, {energy}; {accuracy}."
+        text += f" {a} → {b}: Δ J/token {delta}, {energy}; {accuracy}"
+        remedy = _neighbour_remedy(r, energy_decided=e is True, sequential=seq is not None)
+        text += f"; what would decide it: {remedy}." if remedy else "."
         statuses.append(DECIDED if e is True and acc_d is True else UNDECIDED)
     if len(front) > 1 and not statuses:
         text += " The analysis made no paired comparison of the frontier's neighbours."
         statuses.append(UNDECIDED)
     return Answer("frontier", q, text + tail, _combine(statuses))
+
+
+def _accuracy_remedy(r: Mapping[str, object]) -> str | None:
+    """What would tell two configurations apart on accuracy, from their paired items: the
+    item count at the observed difference (Connor's closed form), or why none follows."""
+    if r.get("accuracy_distinguishable") is True:
+        return None
+    if not _finite(r.get("accuracy_delta")):
+        return "per-item accuracy outcomes for both (an accuracy file with its items)"
+    n_items, disc = r.get("accuracy_n_items"), r.get("accuracy_discordant")
+    if not (_finite(n_items) and _finite(disc)):
+        return "more accuracy items (the analysis recorded no item counts)"
+    n, d = int(float(str(n_items))), int(float(str(disc)))
+    need = items_to_tell_apart(float(str(r.get("accuracy_delta"))), n, d)
+    if need is None:
+        return (f"nothing in these items: the two answered the same on all {n} or differ "
+                f"on {d} items with no net difference, so they may be equally accurate; "
+                "more items would show a difference only if there is one")
+    if need <= n:
+        return (f"more accuracy items: the observed difference sits at the edge of what "
+                f"{n} items resolve (about {need} give 80 % power at it)")
+    return (f"about {need} paired accuracy items (80 % power at the observed difference; "
+            f"{n} scored)")
+
+
+def _neighbour_remedy(r: Mapping[str, object], *, energy_decided: bool,
+                      sequential: bool) -> str:
+    """The clause that says what would settle an undecided pair of frontier neighbours."""
+    parts = []
+    if not energy_decided:
+        parts.append("more paired rounds on energy (the campaign's decide line gives their "
+                     "number)" if sequential else
+                     "more paired rounds on energy ([decide] in the study file sizes them)")
+    acc = _accuracy_remedy(r)
+    if acc is not None:
+        parts.append(acc)
+    return "; ".join(parts)
 
 
 def perplexity_answer(rd: ReportData) -> Answer:

@@ -214,3 +214,32 @@ def test_epi_interval_coverage_is_a_bonferroni_lower_bound():
     # an accuracy given without an interval counts as exact
     assert stats.epi_coverage(0.75, stats.Accuracy(0.5, np.nan, np.nan, "cli")) == 0.75
     assert np.isnan(stats.epi_coverage(0.75, None))
+
+
+def test_items_to_tell_apart_gives_80_percent_power_in_simulation():
+    """Connor's item count, checked by simulation with the Newcombe interval: at the count it
+    gives, the interval excludes 0 in about 80 % of studies with that difference and
+    discordant share; at half the count clearly fewer do.
+
+    Design: p10 = 0.05 (A right, B wrong), p01 = 0.15, so Δ = 0.10 and ψ = 0.20; written out,
+    n = (1.959964·√0.2 + 0.841621·√(0.2 − 0.01))² / 0.01 = 154.6 → 155."""
+    need = paired.items_to_tell_apart(0.10, 1000, 200)
+    assert need == 155
+    rng = np.random.default_rng(5)
+    probs = [0.55, 0.05, 0.15, 0.25]  # both right, A only, B only, neither
+
+    def power(n: int, trials: int = 1500) -> float:
+        hits = 0
+        for a, b, c, d in rng.multinomial(n, probs, size=trials):
+            _, lo, hi = paired.newcombe_paired_interval(int(a), int(b), int(c), int(d))
+            hits += lo > 0.0 or hi < 0.0
+        return hits / trials
+
+    assert 0.74 < power(need) < 0.87
+    assert power(need // 2) < 0.60
+
+
+def test_items_to_tell_apart_projects_nothing_without_a_difference():
+    assert paired.items_to_tell_apart(0.0, 200, 12) is None  # equal: no count follows
+    assert paired.items_to_tell_apart(0.05, 0, 0) is None
+    assert paired.items_to_tell_apart(float("nan"), 200, 12) is None

@@ -293,3 +293,34 @@ def test_the_whole_model_is_never_ranked_as_a_layer_group(answered_shared: Path)
     rd.doc["layer_groups"]["differential"] = [whole]
     only = answers_mod.layer_group_answer(rd)
     assert "No layer group is varied on its own" in only.text
+
+
+def _neighbours_undecided_on_accuracy(rd: report_data.ReportData, delta: float, n_items: int,
+                                      discordant: int) -> None:
+    for r in rd.doc["comparisons"]:
+        if r["comparison"] == "frontier neighbours":
+            r.update({"accuracy_delta": delta, "accuracy_distinguishable": False,
+                      "accuracy_n_items": n_items, "accuracy_discordant": discordant})
+
+
+def test_an_undecided_frontier_pair_says_how_many_items_would_decide_it(
+        answered_shared: Path) -> None:  # noqa: F811
+    """Neighbours told apart on energy but not on accuracy: the answer names the item count
+    that would tell them apart. Δ = 0.03 on 30 discordant of 200 items (ψ = 0.15), written
+    out: (1.959964·√0.15 + 0.841621·√(0.15 − 0.0009))² / 0.0009 = 1305.8 → 1306."""
+    rd = report_data.load(answered_shared)
+    _neighbours_undecided_on_accuracy(rd, 0.03, 200, 30)
+    q1 = answers_mod.frontier_answer(rd)
+    assert q1.status == answers_mod.UNDECIDED
+    assert "not told apart on accuracy; what would decide it: about 1306 paired accuracy " \
+           "items (80 % power at the observed difference; 200 scored)." in q1.text
+
+
+def test_a_frontier_pair_with_no_accuracy_difference_says_none_follows(
+        answered_shared: Path) -> None:  # noqa: F811
+    rd = report_data.load(answered_shared)
+    _neighbours_undecided_on_accuracy(rd, 0.0, 200, 14)
+    q1 = answers_mod.frontier_answer(rd)
+    assert q1.status == answers_mod.UNDECIDED
+    assert "differ on 14 items with no net difference, so they may be equally accurate" \
+        in q1.text
