@@ -83,33 +83,37 @@ def probe_items(study: Study, n_configs: int) -> int:
 
 
 def measure(study: Study, model: Path, n_configs: int) -> AccuracyProjection:
-    """Probe `model` on this machine (host.accuracy.estimate.projected_seconds). Perplexity
-    windows, which the probe does not time, are added at the study file's assumed rate."""
+    """Probe `model` on this machine (host.accuracy.estimate.projected_seconds): every
+    benchmark as the stage scores it (few-shot items with their prefix resident), and the
+    perplexity windows (the text's tokenization and two windows, timed)."""
+    from host.accuracy import evaldata
     from host.accuracy.estimate import projected_seconds
 
     a = study.accuracy
     n_probe = probe_items(study, n_configs)
+    windows = _ppl_windows(study)
+    text = evaldata.resolve_ppl(a.ppl, None)[0] if windows else None
     t0 = time.monotonic()
     p = projected_seconds(model, list(a.benchmarks), dict(a.benchmarks),
                           a.threads or 1, seed=a.seed, probe_items=n_probe,
-                          shots=a.shots, shot_seed=a.shot_seed)
+                          shots=a.shots, shot_seed=a.shot_seed, ppl_text=text,
+                          ppl_windows=windows)
     took = time.monotonic() - t0
     seconds = float(p["seconds"])
     parts = ", ".join(f"{b} {v['n']} items {v['seconds']:.0f} s"
                       for b, v in p["benches"].items())
     basis = (f"MEASURED on this machine: a {n_probe}-item probe per benchmark on "
              f"{model.name}, {p['threads']} threads, took {took:.0f} s (load "
-             f"{p['load_s']:.1f} s, {parts})")
+             f"{p['load_s']:.1f} s, {parts}")
+    if p["ppl"] is not None:
+        basis += (f", {windows} perplexity windows {p['ppl']['seconds']:.0f} s "
+                  f"(tokenizing the text {p['ppl']['tokenize_s']:.1f} s)")
+    basis += ")"
     if any(a.shots.values()):
         basis += (f"; few-shot prompts ({', '.join(f'{b} {k}' for b, k in a.shots.items())} "
-                  "shots): each shot prefix counted once, shared by its items (the longer "
-                  "attention over it is not in the per-token rate: 1.6× per item measured at "
-                  "25 shots, docs/accuracy.md)")
-    windows = _ppl_windows(study)
-    if windows:
-        seconds += windows * study.estimate.accuracy_s_per_item
-        basis += (f"; + {windows} perplexity windows at the ASSUMED "
-                  f"{study.estimate.accuracy_s_per_item:g} s each")
+                  "shots): each shot prefix decoded once and shared by its items, the items "
+                  "probed with it resident")
+    basis += "; the other configurations are assumed to score as fast as this model"
     return AccuracyProjection(seconds, True, basis, settings_key(study))
 
 

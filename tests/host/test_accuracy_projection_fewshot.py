@@ -24,4 +24,4 @@ def test_a_25_shot_arc_projection_opens_a_context_that_holds_its_items() -> None
     b = p["benches"]["arc_challenge"]
     assert b["n"] == 3 and b["s_per_token"] > 0
     # the shot prefix (counted once, shared) alone is longer than the default context
-    assert b["kv_tokens"] > estimate.DEFAULT_CTX
+    assert b["prefix_tokens"] > estimate.DEFAULT_CTX
