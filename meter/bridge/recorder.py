@@ -121,6 +121,10 @@ class _Channel:
     rejects: int = 0  # readings rejected in a row (trust.counts_problem)
     rejected_since: tuple[int, int] | None = None  # the last accepted reading before them
     last_powers: list[float] = field(default_factory=list)  # its power and V·I, if read
+    # the channel (re)started from counts read at or before its last row's time: until a
+    # reading comes after that row, no reading may move energy_j (it would be written at a
+    # time the trace has passed, its energy squeezed into the next row's interval)
+    anchor_behind: bool = False
 
 
 def _powers(r: ChannelReading) -> list[float]:
@@ -672,7 +676,8 @@ class BridgeRecorder:
                 continue
             ch = self.channels.setdefault(r.channel, _Channel())
             t_mono = m.to_mono_ns(sw.t_us + r.offset_us)
-            if ch.last_t_mono is not None and t_mono <= ch.last_t_mono:
+            behind = ch.last_t_mono is not None and t_mono <= ch.last_t_mono
+            if ch.last_t_mono is not None and behind:
                 t_mono = ch.last_t_mono + 1
             t_real = self._real_of(t_mono)
             if ch.jpc is None:
@@ -681,6 +686,17 @@ class BridgeRecorder:
                 continue
             if ch.ref_counts is None:
                 ch.ref_counts = r.counts
+                ch.anchor_behind = ch.anchor_behind or behind
+            if ch.anchor_behind:
+                ch.base_j, ch.ref_counts = ch.last_energy_j, r.counts  # energy_j does not move
+                if behind:
+                    continue
+                assert ch.last_t_mono is not None
+                self.event(r.channel, "gap", gap_detail(
+                    t_mono, t_real, "bridge: the channel continued from counts read at or "
+                    "before its last row's time; energy until this reading not metered"),
+                    t=(ch.last_t_mono, self._real_of(ch.last_t_mono)), limit=False)
+                ch.anchor_behind = False
             energy_j = ch.base_j + (r.counts - ch.ref_counts) * ch.jpc
             if r.fail is not None:
                 if r.fail == NOT_READY:

@@ -92,6 +92,18 @@ def test_prompt_fields(key: str, value: Any) -> None:
     _load_prompts(json.dumps(_set(_prompts(), key, value)).encode())
 
 
+def test_a_field_name_with_a_newline_is_named_on_one_line() -> None:
+    """A benchmark named "\n" (found by the generated accuracy files): the refusal names it
+    escaped, on one line, as every UserError message is kept."""
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "acc.json"
+        p.write_text(json.dumps(_set(_accuracy(), "models.0.benchmarks", {"\n\x1b[2J": 0})))
+        with pytest.raises(UserError) as exc:
+            read_results(p)
+    assert str(exc.value).endswith("field benchmarks.\\n\\x1b[2J: expected an object")
+    assert str(exc.value).isprintable()
+
+
 @FUZZ
 @given(raw=BYTES)
 def test_prompt_bytes(raw: bytes) -> None:

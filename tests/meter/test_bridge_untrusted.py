@@ -191,6 +191,32 @@ def test_a_new_meter_constant_never_rescales_energy_already_written(tmp_path: Pa
         (truth_counts(0, N_SWEEPS - 1) - truth_counts(0, 19)) * JPC / 2, abs=1e-9)
 
 
+@pytest.mark.parametrize("stamp_us", [2_490_252, 2_950_000])
+def test_counts_read_behind_the_last_row_never_move_energy(tmp_path: Path,
+                                                           stamp_us: int) -> None:
+    """One sweep stamped in the future (seq 1 at 2.49 s or 2.95 s, due at 2.1 s): the sweeps
+    after it read back in time, are refused, and the channel continues from their counts.
+    Until a reading comes after the future row, none may move energy_j: it would be written
+    1 ns after that row, the next row then carrying a whole sweep's energy over a few ms (the
+    generated-lines test found 230 J in 9.75 ms, above what the chip can meter). The energy
+    from there on is the honest counts, and a gap declares what was not metered."""
+    samples, events = record(tmp_path, honest({1: sweep(1, t_us=stamp_us)}))
+    for ch in POWER_W:
+        got = [(int(r["t_mono_ns"]), float(r["energy_j"])) for r in samples
+               if int(r["channel"]) == ch]
+        for (ta, ea), (tb, eb) in itertools.pairwise(got):
+            assert 0.0 <= eb - ea <= max_counts((tb - ta) / 1e9, JPC) * JPC + 1e-9
+        gaps = [e for e in events if e["kind"] == "gap" and e["channel"] == str(ch)
+                and "at or before its last row" in e["detail"]]
+        assert len(gaps) == 1
+        # the first sweep after the future row: energy unchanged there, honest after it
+        after = 1 + (stamp_us - START_US) // PERIOD_US
+        e = energy_by_seq(samples, ch)
+        assert e[after] == pytest.approx(e[1], abs=1e-9)
+        assert e[N_SWEEPS - 1] - e[after] == pytest.approx(
+            (truth_counts(ch, N_SWEEPS - 1) - truth_counts(ch, after)) * JPC, abs=1e-9)
+
+
 # ---- fuzz ---------------------------------------------------------------------------------
 
 _counts = st.one_of(st.integers(-(2**70), 2**70), st.sampled_from([0, 2**48 - 1, 2**64]))
