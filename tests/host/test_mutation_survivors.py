@@ -4,6 +4,8 @@ survived every test that covers it. Each expected value comes from the documente
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -237,3 +239,26 @@ def test_the_probe_scores_its_first_item_untimed_then_times_the_rest(monkeypatch
     rate = estimate.probe_seconds_per_token(object(), items)  # type: ignore[arg-type]
     assert calls == [["a"], ["b", "c"]]
     assert rate >= 0.0
+
+
+def test_token_log_events_at_the_same_nanosecond_are_in_time_order(tmp_path: Path) -> None:
+    """Time order in events.csv is non-decreasing: a request's end stamped in the same
+    nanosecond as its last token is in order (a clock read twice within its resolution);
+    one nanosecond earlier is refused as going backwards."""
+    from epi.core.errors import UserError
+    from epi.formats.tokenlog import EVENT_COLUMNS
+    from epi.formats.tokenlog import parse_events as parse_token_events
+
+    def events(end_ns: int) -> Path:
+        rows = [",".join(EVENT_COLUMNS),
+                "0,1,0,p0,request_start,,,100,1000100",
+                "0,1,0,p0,token,0,7,200,1000200",
+                f"0,1,0,p0,request_end,,,{end_ns},{1000000 + end_ns}"]
+        path = tmp_path / f"events-{end_ns}.csv"
+        path.write_text("\n".join(rows) + "\n")
+        return path
+
+    ev, cut = parse_token_events(events(200))
+    assert ev["t_mono_ns"] == [100, 200, 200] and cut == 0
+    with pytest.raises(UserError, match="goes backwards"):
+        parse_token_events(events(199))
