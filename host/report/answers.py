@@ -16,12 +16,13 @@ entry says plainly what the study cannot tell.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 
-from epi.core.text import format_number
+from epi.core.text import as_number, format_number
 from epi.formats.json_types import JSONObject
 from host.analysis.intervals import finite as _finite
 from host.analysis.intervals import format_interval, pct
@@ -130,13 +131,14 @@ def _accuracy_remedy(r: Mapping[str, object]) -> str | None:
     item count at the observed difference (Connor's closed form), or why none follows."""
     if r.get("accuracy_distinguishable") is True:
         return None
-    if not _finite(r.get("accuracy_delta")):
+    delta = as_number(r.get("accuracy_delta"))
+    if not math.isfinite(delta):
         return "per-item accuracy outcomes for both (an accuracy file with its items)"
-    n_items, disc = r.get("accuracy_n_items"), r.get("accuracy_discordant")
-    if not (_finite(n_items) and _finite(disc)):
+    n_items, disc = as_number(r.get("accuracy_n_items")), as_number(r.get("accuracy_discordant"))
+    if not (math.isfinite(n_items) and math.isfinite(disc)):
         return "more accuracy items (the analysis recorded no item counts)"
-    n, d = int(float(str(n_items))), int(float(str(disc)))
-    need = items_to_tell_apart(float(str(r.get("accuracy_delta"))), n, d)
+    n, d = int(n_items), int(disc)
+    need = items_to_tell_apart(delta, n, d)
     if need is None:
         return (f"nothing in these items: the two answered the same on all {n} or differ "
                 f"on {d} items with no net difference, so they may be equally accurate; "
