@@ -30,10 +30,21 @@ from types import ModuleType
 import numpy as np
 
 from epi.core.errors import UserError
+from epi.core.vocabulary import Word
 
 #: One token of a batch: (token id, position, sequence ids, (group, sequence or -1 for a
 #: shared prefix, position) of an output row wanted from it, or None).
 Entry = tuple[int, int, tuple[int, ...], tuple[int, int, int] | None]
+
+class FlashAttention(Word):
+    """llama.cpp's flash-attention setting of a context (`-fa` of its tools).
+
+    It changes the float32 rounding of attention (a perplexity by ~2e-5 relative on the
+    135M model), so it is part of what a stored figure and its cross-check are keyed on."""
+
+    ON = "on"
+    OFF = "off"
+
 
 # llama-perplexity packs at most 32 tasks of 4 endings into one batch (max_seq 128).
 MAX_SEQUENCES = 128
@@ -77,8 +88,21 @@ def log_sum_exp_rows(rows: np.ndarray) -> np.ndarray:
     return mx.astype(np.float64) + np.log(x.sum(axis=1).astype(np.float64))
 
 
+def flash_attn_type(llama_cpp: ModuleType, setting: FlashAttention) -> int:
+    """The llama.cpp context parameter for `setting` (never `auto`: a figure's key must say
+    which arithmetic made it, whatever the backend would choose)."""
+    if setting == FlashAttention.ON:
+        return int(llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED)
+    return int(llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+
+
 class BranchingContext:
-    """A second llama.cpp context on an already loaded model, with many sequence ids."""
+    """A second llama.cpp context on an already loaded model, with many sequence ids.
+
+    Flash attention is off: llama-cpp-python's default, and with a long shared few-shot
+    prefix it measured slower here (docs/bench.md)."""
+
+    FLASH_ATTENTION = FlashAttention.OFF
 
     def __init__(self, llama_cpp: ModuleType, model: object, n_ctx: int, threads: int,
                  n_seq_max: int = MAX_SEQUENCES, label: str = "model") -> None:
@@ -91,7 +115,7 @@ class BranchingContext:
         p.n_seq_max = n_seq_max
         p.n_threads = threads
         p.n_threads_batch = threads
-        p.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        p.flash_attn_type = flash_attn_type(llama_cpp, self.FLASH_ATTENTION)
         p.kv_unified = True  # one cache shared by all sequences: a shared prefix is stored once
         p.no_perf = True
         self.ctx = llama_cpp.llama_init_from_model(model, p)

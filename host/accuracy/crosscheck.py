@@ -7,10 +7,11 @@ Given the model, text/items and settings epi used, run the native tool and parse
   --hellaswag-tasks N` (all N tasks are used; the tool only shuffles their order);
 - ARC / MMLU: the subset written as the binary task file, `--multiple-choice`.
 The tool ranks choices by mean log-probability per token, so it is compared with epi's
-`accuracy_token_norm`. Flash attention is turned off (`-fa off`) as in llama-cpp-python's
-default context: the tool's `auto` turns it on for the CPU, which moved the 135M model's
-perplexity by 0.09 %. Agreement: perplexity within 0.5 % (relative), accuracy within 0.5
-percentage points.
+`accuracy_token_norm`. Flash attention is set as epi's own context sets it, never left at the
+tool's `auto` (which turns it on for the CPU): on for perplexity (epi's window contexts, and
+the tool's default figure), off for multiple choice (epi's branching contexts). Left to `auto`
+against epi's off, it once moved the 135M model's perplexity by 0.09 %. Agreement:
+perplexity within 0.5 % (relative), accuracy within 0.5 percentage points.
 
 llama.cpp prints through an asynchronous logger that is never drained at exit (its
 common/log.cpp says so: "this design may cause logs to be lost if not flushed before the program
@@ -31,9 +32,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypedDict
 
+from host.accuracy.branching import BranchingContext, FlashAttention
 from host.accuracy.items import Item
 from host.accuracy.readers import write_hellaswag_txt, write_multiple_choice_bin
 from host.accuracy.results import figure
+from host.accuracy.window_context import WindowContext
 from host.llama.install import tool_env, tool_path
 
 PPL_REL_TOLERANCE = 0.005
@@ -46,9 +49,10 @@ _HS_RE = re.compile(r"^(\d+)\t([0-9.]+)%\t\[", re.MULTILINE)
 _MC_RE = re.compile(r"^(\d+)\t([0-9.]+)$", re.MULTILINE)
 
 
-def _run_once(args: Sequence[str], model: Path, threads: int) -> tuple[str, float, int]:
+def _run_once(args: Sequence[str], model: Path, threads: int,
+              flash_attn: FlashAttention) -> tuple[str, float, int]:
     argv = [str(tool_path("llama-perplexity")), "-m", str(model), "-t", str(threads),
-            "-tb", str(threads), "-fa", "off", *args]
+            "-tb", str(threads), "-fa", str(flash_attn), *args]
     t0 = time.monotonic()
     proc = subprocess.run(argv, env=tool_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, errors="replace",
@@ -56,15 +60,16 @@ def _run_once(args: Sequence[str], model: Path, threads: int) -> tuple[str, floa
     return proc.stdout, time.monotonic() - t0, proc.returncode
 
 
-def _run(args: Sequence[str], model: Path, threads: int,
-         complete: Callable[[str], bool]) -> tuple[str, float, int, int]:
+def _run(args: Sequence[str], model: Path, threads: int, complete: Callable[[str], bool],
+         flash_attn: FlashAttention = BranchingContext.FLASH_ATTENTION,
+         ) -> tuple[str, float, int, int]:
     """Run the tool until its output is `complete`, repeating a run that exited 0 without its
     final figure (the lost-log race above); a non-zero exit is never repeated. Returns the last
     output, its seconds, its exit status and the number of attempts."""
     attempts = 0
     while True:
         attempts += 1
-        out, seconds, rc = _run_once(args, model, threads)
+        out, seconds, rc = _run_once(args, model, threads, flash_attn)
         if rc != 0 or complete(out) or attempts >= ATTEMPTS:
             return out, seconds, rc, attempts
 
@@ -111,7 +116,8 @@ def perplexity(model: Path, text: Path, n_ctx: int, max_windows: int | None,
     args = ["-f", str(text), "-c", str(n_ctx), "--chunks", str(max_windows or -1)]
     if batch is not None:
         args += ["-b", str(n_ctx if batch == -1 else batch)]
-    out, seconds, rc, attempts = _run(args, model, threads, lambda o: bool(_PPL_RE.search(o)))
+    out, seconds, rc, attempts = _run(args, model, threads, lambda o: bool(_PPL_RE.search(o)),
+                                      WindowContext.FLASH_ATTENTION)
     m = _PPL_RE.search(out)
     if rc != 0 or not m:
         return _failure(out, rc, attempts)

@@ -23,6 +23,7 @@ from epi.formats.manifests import quant_manifest_beside
 from host.accuracy import cache, crosscheck, fewshot
 from host.accuracy import multiple_choice as mc
 from host.accuracy import perplexity as ppl
+from host.accuracy.branching import BranchingContext
 from host.accuracy.items import BENCHMARKS, FORMAT, Benchmark, Item, items_sha256
 from host.accuracy.readers import load_items
 from host.accuracy.results import FORMAT as RESULTS_FORMAT
@@ -36,6 +37,7 @@ from host.accuracy.results import (
 from host.accuracy.scorer import Scorer
 from host.accuracy.stats import composite
 from host.accuracy.subset import METHOD, take_subset
+from host.accuracy.window_context import WindowContext
 from host.gguf_io.file import check_gguf
 
 DEFAULT_BENCHES = ("hellaswag", "arc_challenge", "mmlu", "winogrande")
@@ -332,7 +334,7 @@ def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str,
                    echo: Callable[[str], None]) -> dict[str, object]:
     """llama-perplexity on the same model, data and settings, next to our figures."""
     base: dict[str, JSON] = {"kind": "crosscheck", "model_sha256": sha, "ctx": settings.ctx,
-            "flash_attn": "off", "llama_cpp_python": _llama_version()}
+                             "llama_cpp_python": _llama_version()}
     out: dict[str, object] = {"tool": "llama-perplexity"}
     if perplexity is not None:
         if (settings.stride or settings.ctx) != settings.ctx:
@@ -348,7 +350,8 @@ def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str,
             text_sha = text.get("sha256") if isinstance(text, dict) else None
             theirs = _cached_tool_run(
                 {**base, "benchmark": "perplexity", "text_sha256": text_sha,
-                 "windows": settings.ppl_windows},
+                 "windows": settings.ppl_windows,
+                 "flash_attn": str(WindowContext.FLASH_ATTENTION)},
                 run_ppl, settings.use_cache)
             out["perplexity"] = crosscheck.compare_ppl(figure(perplexity, "ppl", "perplexity"),
                                                        theirs)
@@ -364,7 +367,8 @@ def run_crosscheck(model: Path, sha: str, settings: Settings, benches: dict[str,
             return runner(model, bd.items, settings.ctx, settings.threads)
 
         theirs = _cached_tool_run(
-            {**base, "benchmark": name, "items_sha256": bd.subset["items_sha256"]},
+            {**base, "benchmark": name, "items_sha256": bd.subset["items_sha256"],
+             "flash_attn": str(BranchingContext.FLASH_ATTENTION)},
             run_bench, settings.use_cache)
         ours = figure(results[name], "accuracy_token_norm", name)
         out[name] = crosscheck.compare_accuracy(ours, theirs)

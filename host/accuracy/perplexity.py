@@ -33,7 +33,7 @@ from epi.core.errors import UserError
 from host.accuracy.branching import Group
 from host.accuracy.scorer import Scorer
 from host.accuracy.stats import perplexity_stats
-from host.accuracy.window_context import DEFAULT_BATCH_TOKENS, windows_per_decode
+from host.accuracy.window_context import DEFAULT_BATCH_TOKENS, WindowContext, windows_per_decode
 
 
 def read_text(path: Path) -> str:
@@ -124,6 +124,7 @@ def settings(n_ctx: int, stride: int, max_windows: int | None) -> dict[str, Any]
         "stride": stride,
         "max_windows": max_windows or None,
         "scored_per_window": scored_per_window(n_ctx, stride),
+        "flash_attn": str(WindowContext.FLASH_ATTENTION),
         "rule": "windows of n_ctx tokens every stride tokens, first token -> BOS when the "
         "model adds BOS, last scored_per_window tokens of each window scored",
     }

@@ -7,6 +7,11 @@ cache between sequences (a shared prefix is stored once); for windows that share
 unified cache would make every token attend over all `n_seq · n_ctx` masked cells, so this
 context keeps the streams apart. Scoring, decoding and output collection are the branching
 context's: only the context's shape differs.
+
+Flash attention is on, as llama-perplexity runs by default: its `-fa auto` resolves to on for
+the CPU backend, so its default figure is the flash-attention one (40.7854 against 40.7863
+with it off, on the demo's Q4_1 model), and the windows measured faster with it
+(docs/bench.md).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from epi.core.errors import UserError
-from host.accuracy.branching import BranchingContext
+from host.accuracy.branching import BranchingContext, FlashAttention, flash_attn_type
 
 #: llama-perplexity's default logical batch (tokens per decode call), which sets its n_seq.
 DEFAULT_BATCH_TOKENS = 2048
@@ -28,6 +33,8 @@ def windows_per_decode(window: int, batch_tokens: int) -> int:
 class WindowContext(BranchingContext):
     """`n_seq` streams of `window` tokens each, evaluated in one decode of n_seq·window tokens."""
 
+    FLASH_ATTENTION = FlashAttention.ON
+
     def __init__(self, llama_cpp: ModuleType, model: object, window: int, n_seq: int,
                  threads: int, label: str = "model") -> None:
         self._lc = llama_cpp
@@ -39,7 +46,7 @@ class WindowContext(BranchingContext):
         p.n_seq_max = n_seq
         p.n_threads = threads
         p.n_threads_batch = threads
-        p.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        p.flash_attn_type = flash_attn_type(llama_cpp, self.FLASH_ATTENTION)
         p.kv_unified = False  # one KV stream per window: attention never spans windows
         p.no_perf = True
         self.ctx = llama_cpp.llama_init_from_model(model, p)

@@ -74,13 +74,15 @@ def test_a_run_that_lost_its_final_lines_is_repeated(monkeypatch: pytest.MonkeyP
     outputs = [(lost, 1.0, 0), (full, 1.0, 0)]
     calls: list[list[str]] = []
 
-    def fake(args, model, threads):
-        calls.append(list(args))
+    def fake(args, model, threads, flash_attn):
+        calls.append([*args, "-fa", str(flash_attn)])
         return outputs.pop(0)
 
     monkeypatch.setattr(crosscheck, "_run_once", fake)
     got = crosscheck.perplexity(Path("m.gguf"), Path("t.txt"), 128, None, 2)
     assert got["ok"] and got["ppl"] == 40.9 and got["attempts"] == 2 and len(calls) == 2
+    # every attempt with flash attention as epi's perplexity windows run it: on
+    assert all(c[-2:] == ["-fa", "on"] for c in calls)
 
     calls.clear()
     outputs[:] = [(lost, 1.0, 0)] * crosscheck.ATTEMPTS + [(full, 1.0, 0)]

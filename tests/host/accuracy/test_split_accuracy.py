@@ -84,7 +84,13 @@ def _text_tokens(scorer: Scorer) -> list[int]:
     return scorer.tokenize(words)
 
 
-def test_one_map_for_both_phases_gives_the_unsplit_figures_bit_for_bit(tiny_model: Path) -> None:
+def test_one_map_for_both_phases_gives_the_unsplit_figures(tiny_model: Path) -> None:
+    """Multiple choice bit for bit; perplexity to flash attention's rounding.
+
+    Perplexity windows run with flash attention on (as llama-perplexity's default), whose CPU
+    kernel rounds queries to f16 and so depends on how a window is cut into decode calls: the
+    split decodes the unscored half, then the scored half. Measured 1e-5 relative in the mean
+    NLL of this tiny model; a lost or misplaced handover moves it by whole nats."""
     items = _items()
     with Scorer(tiny_model, N_CTX, 2) as s:
         want = mc.score_items(s, items)
@@ -96,7 +102,9 @@ def test_one_map_for_both_phases_gives_the_unsplit_figures_bit_for_bit(tiny_mode
         got_ppl = ppl.perplexity_tokens(s, tokens, 64, 64, 4)
         got_one = ppl.perplexity_tokens(s, tokens, 64, 64, 2, batch_tokens=None)
     assert got == want  # every choice's [logprob sum, tokens, bytes], exactly
-    assert got_ppl == want_ppl and got_one == want_one
+    for got_w, want_w in ((got_ppl, want_ppl), (got_one, want_one)):
+        assert got_w["n_tokens_scored"] == want_w["n_tokens_scored"]
+        assert got_w["nll_mean"] == pytest.approx(want_w["nll_mean"], rel=1e-4)
     assert [mc.predictions(r["scores"]) for r in got] == [mc.predictions(r["scores"])
                                                           for r in want]
 
@@ -208,7 +216,8 @@ def test_the_store_keeps_split_and_unsplit_results_apart(tiny_model: Path, prepa
     # one map for both phases: the same figures (scored twice, never read across)
     for name, b in unsplit["benchmarks"].items():
         assert split["benchmarks"][name]["items"] == b["items"], name
-    assert split["perplexity"]["ppl"] == unsplit["perplexity"]["ppl"]
+    # (perplexity to flash attention's rounding: see the one-map test above)
+    assert split["perplexity"]["ppl"] == pytest.approx(unsplit["perplexity"]["ppl"], rel=1e-3)
     again = evaluate([tiny_model], s, decode_model=tiny_model)["models"][0]
     assert all(b["cached"] for b in again["benchmarks"].values())
     # an unsplit entry put where the split's would be is refused, never read as the split's
