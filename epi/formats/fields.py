@@ -18,6 +18,10 @@ from typing import Any, Literal, overload
 from epi.core.errors import UserError
 from epi.formats.json_types import JSONObject
 
+#: the longest name a file may give (run ids, node, host and channel names, prompt ids):
+#: docs/formats.md, "Valid ranges"
+NAME_MAX_CHARS = 256
+
 # Deeper JSON than this is not a file any epi writer produces (and would exhaust the stack).
 MAX_JSON_DEPTH = 64
 # A safe file-name id: starts with a letter or digit (never '-' or '.'), then . _ - allowed.

@@ -35,6 +35,7 @@ from epi.core.errors import UserError
 from epi.core.vocabulary import Word
 from epi.formats.fields import (
     INT64_MAX,
+    NAME_MAX_CHARS,
     check_float,
     check_format,
     check_id,
@@ -105,7 +106,7 @@ MAX_REPEAT = 1_000_000
 MAX_TOKEN_ID = 2**31 - 1
 MAX_LAYER = 100_000
 MAX_ABS_DRIFT_PPM = 1e6
-_PROMPT_ID_RE = re.compile(r"^[^,\n\r\"]{0,256}\Z")
+_PROMPT_ID_RE = re.compile(r"^[^,\n\r\"]{0," + str(NAME_MAX_CHARS) + r"}\Z")
 
 
 @dataclass
@@ -133,7 +134,7 @@ def check_header(h: JSONObject, path: Path) -> None:
     if isinstance(run_id, int) and not isinstance(run_id, bool):
         check_int(run_id, f"{w} run_id", lo=0)
     else:
-        check_str(run_id, f"{w} run_id", max_len=256)
+        check_str(run_id, f"{w} run_id", max_len=NAME_MAX_CHARS)
     status = h.get("status")
     if status not in STATUSES:
         raise UserError(f"{w} status: expected one of {', '.join(STATUSES)}, got {status!r}")
@@ -141,7 +142,7 @@ def check_header(h: JSONObject, path: Path) -> None:
         check_str(h["error"], f"{w} error", null_ok=True, max_len=100_000)
     for key in ("boot_id", "host", "node"):
         if key in h:
-            check_str(h[key], f"{w} {key}", null_ok=True, max_len=256)
+            check_str(h[key], f"{w} {key}", null_ok=True, max_len=NAME_MAX_CHARS)
     for key in ("started_mono_ns", "started_real_ns"):
         if key in h:
             check_int(h[key], f"{w} {key}", lo=0, null_ok=True)
@@ -175,8 +176,8 @@ def _check_placement(h: JSONObject, path: Path, status: str) -> None:
         w = f"{path}: field placement[{i}]"
         if not isinstance(p, dict):
             raise UserError(f"{w}: expected an object")
-        node = check_str(p.get("node"), f"{w}.node", max_len=256)
-        check_str(p.get("endpoint"), f"{w}.endpoint", null_ok=True, max_len=256)
+        node = check_str(p.get("node"), f"{w}.node", max_len=NAME_MAX_CHARS)
+        check_str(p.get("endpoint"), f"{w}.endpoint", null_ok=True, max_len=NAME_MAX_CHARS)
         layers = p.get("layers")
         if not isinstance(layers, list) or len(layers) > MAX_LAYER:
             raise UserError(f"{w}.layers: expected a list of layer numbers")
@@ -196,7 +197,7 @@ def _check_meters(h: JSONObject, path: Path) -> list[str] | None:
         raise UserError(f"{path}: field meters: expected a list of at most 64 meter URLs, "
                         f"got {str(meters)[:60]!r}")
     for i, m in enumerate(meters):
-        check_str(m, f"{path}: field meters[{i}]", max_len=256)
+        check_str(m, f"{path}: field meters[{i}]", max_len=NAME_MAX_CHARS)
     if len(set(meters)) != len(meters):
         raise UserError(f"{path}: field meters: a meter URL appears twice")
     return [str(m) for m in meters]
@@ -287,7 +288,8 @@ def _strs(path: Path, rows: list[list[str]], col: int, name: str) -> list[str]:
     for i, v in enumerate(out):
         if not _PROMPT_ID_RE.match(v):
             raise UserError(f"{path}: line {i + 2}: column {name} is {v[:30]!r}, expected "
-                            "text of at most 256 characters without commas, quotes or newlines")
+                            f"text of at most {NAME_MAX_CHARS} characters without commas, "
+                            "quotes or newlines")
     return out
 
 

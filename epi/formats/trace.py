@@ -38,6 +38,7 @@ from epi.core.errors import UserError
 from epi.core.vocabulary import Word
 from epi.formats.fields import (
     INT64_MAX,
+    NAME_MAX_CHARS,
     check_float,
     check_format,
     check_int,
@@ -390,7 +391,7 @@ def check_meta(path: Path, meta: JSONObject, number: int) -> dict[int, ChannelMe
         raise UserError(f"{path}: field segment is {seg!r}, the file name says {number}")
     where = f"{path}: field"
     if "boot_id" in meta:
-        check_str(meta["boot_id"], f"{where} boot_id", null_ok=True, max_len=256)
+        check_str(meta["boot_id"], f"{where} boot_id", null_ok=True, max_len=NAME_MAX_CHARS)
     for key in ("started_mono_ns", "started_real_ns"):
         if key in meta:
             check_int(meta[key], f"{where} {key}", lo=0, null_ok=True)
@@ -420,8 +421,8 @@ def check_meta(path: Path, meta: JSONObject, number: int) -> dict[int, ChannelMe
         if ch in out:
             raise UserError(f"{w}.channel: channel {ch} appears twice")
         name = c.get("name", f"ch{ch}")
-        check_str(name, f"{w}.name", max_len=256)
-        node = check_str(c.get("node"), f"{w}.node", null_ok=True, max_len=256)
+        check_str(name, f"{w}.name", max_len=NAME_MAX_CHARS)
+        node = check_str(c.get("node"), f"{w}.node", null_ok=True, max_len=NAME_MAX_CHARS)
         source = c.get("source")
         if source is not None and source not in SOFTWARE_SOURCES:
             raise UserError(f"{w}.source: {source!r} is not one of "

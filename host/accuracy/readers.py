@@ -29,6 +29,9 @@ from host.accuracy.items import (
 )
 from host.errors import RecordError
 
+#: the most answers llama.cpp reads for one task of its binary multiple-choice file
+MAX_ANSWERS = 100
+
 TABLE_SUFFIXES = (".arrow", ".parquet", ".jsonl", ".jsonl.gz", ".json")
 LLAMA_SUFFIXES = (".txt", ".csv", ".bin")
 # metadata that HF `save_to_disk` writes next to the Arrow files: not data
@@ -206,8 +209,8 @@ def _read_string(buf: bytes, pos: int) -> tuple[str, int]:
 def _read_answers(buf: bytes, pos: int) -> tuple[list[str], list[int], int]:
     (n,) = struct.unpack_from("<I", buf, pos)
     pos += 4
-    if n > 100:
-        raise ValueError(f"{n} answers (llama.cpp allows at most 100)")
+    if n > MAX_ANSWERS:
+        raise ValueError(f"{n} answers (llama.cpp allows at most {MAX_ANSWERS})")
     answers = []
     for _ in range(n):
         a, pos = _read_string(buf, pos)
@@ -263,6 +266,9 @@ def write_multiple_choice_bin(items: Sequence[Item], path: Path) -> Path:
         if it.partial or not all(k.startswith(" ") for k in it.continuations):
             raise UserError(f"item {it.id}: not a shared-context item")
         n = it.n_choices
+        if n > MAX_ANSWERS:
+            raise UserError(f"item {it.id}: {n} choices; llama.cpp's multiple-choice task file "
+                            f"holds at most {MAX_ANSWERS}")
         labels = [1 if i == it.gold else 0 for i in range(n)]
         blob = _pack_string(it.contexts[0]) + struct.pack("<I", n)
         blob += b"".join(_pack_string(k[1:]) for k in it.continuations)

@@ -26,8 +26,11 @@ def _num(value: object) -> float | None:
 
 
 def _text(value: object) -> str | None:
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) \
-        else str(value)
+    """A cell's text, else None: a missing cell (None, NaN) or an empty one is null in JSON,
+    never the text "nan", "None" or ""."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return str(value) or None
 
 
 def summary_document(a: Analysis, out_dir: str) -> dict[str, JSON]:

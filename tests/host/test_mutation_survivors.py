@@ -262,3 +262,203 @@ def test_token_log_events_at_the_same_nanosecond_are_in_time_order(tmp_path: Pat
     assert ev["t_mono_ns"] == [100, 200, 200] and cut == 0
     with pytest.raises(UserError, match="goes backwards"):
         parse_token_events(events(199))
+
+
+@pytest.mark.parametrize("choices, n_seq", [((5, 3), "5"), ((2, 3), "4"), ((4, 7), "7")])
+def test_the_tools_multiple_choice_gets_a_sequence_per_choice_and_at_least_four(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, choices: tuple[int, ...],
+        n_seq: str) -> None:
+    """llama-perplexity's multiple-choice mode scores each choice in its own sequence: `-np`
+    is the most choices of any item, and at least its default 4 (docs/accuracy.md)."""
+    from host.accuracy import crosscheck
+    from host.accuracy.items import shared_item
+
+    items = [shared_item(f"q{k}", "Question: which?\nAnswer:",
+                         [f" option {c}" for c in range(n)], 0)
+             for k, n in enumerate(choices)]
+    seen: list[list[str]] = []
+
+    def fake(args: list[str], model: Path, threads: int, flash_attn: object
+             ) -> tuple[str, float, int]:
+        seen.append(list(args))
+        return "".join(f"{k + 1}\t100.0\n" for k in range(len(items))), 1.0, 0
+
+    monkeypatch.setattr(crosscheck, "_run_once", fake)
+    got = crosscheck.multiple_choice(tmp_path / "m.gguf", items, 128, 2)
+    assert got["ok"], got
+    args = seen[0]
+    assert args[args.index("-np") + 1] == n_seq
+
+
+def test_the_confidence_sequence_is_bounded_up_to_the_last_round_searched() -> None:
+    """sequence_bounds reads g(n) from a table of n = 1 … MAX_ROUNDS_SEARCHED: a series of
+    exactly that many rounds gets every round's half-width, and the last one equals the
+    closed form of docs/analysis.md, g(n)·√V with g(n) = √(K / (n(n − K))),
+    K = (n + c)(1 − 1/B), B = (√((n + c)/c)/α)^(2/n)."""
+    import math
+
+    from host.analysis.sequential import (
+        DEFAULT_ALPHA,
+        DEFAULT_C,
+        MAX_ROUNDS_SEARCHED,
+        sequence_bounds,
+    )
+
+    n = MAX_ROUNDS_SEARCHED
+    x = np.tile([1.0, -1.0], n // 2)  # mean 0, V = Σ(x − x̄)² = n
+    mean, lo, hi = sequence_bounds(x)
+    assert lo.shape == (n,) and np.isfinite(hi[-1])
+    a, c = DEFAULT_ALPHA, DEFAULT_C
+    b = (math.sqrt((n + c) / c) / a) ** (2 / n)
+    k = (n + c) * (1 - 1 / b)
+    assert hi[-1] - mean[-1] == pytest.approx(math.sqrt(k / (n * (n - k))) * math.sqrt(n),
+                                              rel=1e-9)
+
+
+def test_a_multiple_choice_task_file_holds_at_most_100_answers(tmp_path: Path) -> None:
+    """llama.cpp reads at most 100 answers per task (tools/perplexity/perplexity.cpp:
+    `n > 100) return false`): a task of 100 round-trips through epi's writer and reader; one
+    of 101 is refused by the writer, and by the reader in a file made by hand."""
+    import struct
+
+    from epi.core.errors import UserError
+    from host.accuracy.items import shared_item
+    from host.accuracy.readers import read_multiple_choice_bin, write_multiple_choice_bin
+
+    def item(n: int) -> object:
+        return shared_item("q", "Question: which?\nAnswer:", [f" a{k}" for k in range(n)], 3)
+
+    path = write_multiple_choice_bin([item(100)], tmp_path / "ok.bin")
+    (back,) = read_multiple_choice_bin(path)
+    assert back.n_choices == 100 and back.gold == 3
+    with pytest.raises(UserError, match="101 choices"):
+        write_multiple_choice_bin([item(101)], tmp_path / "no.bin")
+    # the 100-answer file with its answer count raised to 101 and one more answer spliced in
+    raw = path.read_bytes()
+    (q_len,) = struct.unpack_from("<I", raw, 8)
+    at = 8 + 4 + q_len  # task 0 starts at byte 8 (count, one position): question, then n
+    assert struct.unpack_from("<I", raw, at) == (100,)
+    bad = raw[:at] + struct.pack("<I", 101) + struct.pack("<I", 2) + b"zz" + raw[at + 4:]
+    (tmp_path / "bad.bin").write_bytes(bad)
+    with pytest.raises(UserError, match="101 answers"):
+        read_multiple_choice_bin(tmp_path / "bad.bin")
+
+
+@pytest.mark.parametrize("length, ok", [(256, True), (257, False)])
+def test_a_node_name_is_at_most_256_characters(tmp_path, synth_tools, length: int,
+                                               ok: bool) -> None:
+    """docs/formats.md, token log's valid ranges: `node` at most 256 characters."""
+    from epi.core.errors import UserError
+    from host.analysis.tokenlog_reader import read_run
+
+    node = "n" * length
+    run = synth_tools.write_run(tmp_path / "r", synth_tools.make_schedule(500 * synth_tools.NS),
+                                nodes=[node])
+    if ok:
+        assert read_run(run).header["placement"][0]["node"] == node
+    else:
+        with pytest.raises(UserError, match=r"placement\[0\]\.node"):
+            read_run(run)
+
+
+@pytest.mark.parametrize("missing, tail", [(5, ""), (6, " and 1 more")])
+def test_requests_without_their_row_are_named_five_then_counted(tmp_path, synth_tools,
+                                                               missing: int, tail: str) -> None:
+    """A completed run whose requests.csv lacks rows is refused, naming at most five of the
+    requests and counting the rest: 5 missing are all named; 6 are five and "1 more"."""
+    from epi.core.errors import UserError
+    from host.analysis.tokenlog_reader import read_run
+
+    run = synth_tools.write_run(tmp_path / "r", synth_tools.make_schedule(500 * synth_tools.NS))
+    lines = (run / "requests.csv").read_text().splitlines()
+    assert len(lines) - 1 >= missing
+    ids = [int(line.split(",")[0]) for line in lines[1:1 + missing]]
+    (run / "requests.csv").write_text("\n".join([lines[0], *lines[1 + missing:]]) + "\n")
+    named = ", ".join(map(str, sorted(ids)[:5]))
+    with pytest.raises(UserError, match=rf"no row for request\(s\) {named}{tail} of "):
+        read_run(run)
+
+
+def test_the_summary_writes_an_absent_reason_as_null(synth_run, tmp_path: Path) -> None:
+    """docs/schemas/epi-analysis-summary: `reason` and `power_source` are a string or null. A
+    valid configuration has no reason (an empty cell, NaN in the results table): null in the
+    summary, never the text "nan" or "None"; a present one is its text."""
+    from host.analysis.pipeline import analyze
+    from host.analysis.summary_json import summary_document
+
+    trace, run, _, _ = synth_run()
+    doc = summary_document(analyze([run], trace), str(tmp_path / "out"))
+    (config,) = doc["configurations"]
+    assert config["n_runs_valid"] == 1 and config["reason"] is None
+    assert isinstance(config["power_source"], str) and config["power_source"] not in (
+        "nan", "None")
+
+
+def test_a_component_row_over_no_time_has_no_power() -> None:
+    """A component channel whose used windows last 0 s in all (requests stamped start = end):
+    its energy is summed, its power over no time is undefined (NaN), not a division by zero
+    or infinity."""
+    from types import SimpleNamespace
+
+    from host.analysis.components import _row
+
+    info = SimpleNamespace(run=SimpleNamespace(run_id="r1"), config="c")
+    one = np.array([1.0])
+    row = _row(SimpleNamespace(), info, "n0", "idle", None, np.array([0.0]),
+               np.array([True]), np.array([0.0]), one * np.nan, one * np.nan, False, "")
+    assert row["duration_s"] == 0.0 and row["energy_j"] == 0.0
+    assert np.isnan(row["power_w"])
+
+
+def test_frontier_neighbours_are_compared_in_j_per_token_order() -> None:
+    """The Pareto frontier's neighbours, ordered by median J/token, are compared pairwise,
+    the cheaper as A; a frontier name without a headline row is left out, not an error."""
+    import pandas as pd
+
+    from host.analysis.model import Options
+    from host.analysis.results import comparisons
+
+    medians = {"dear": 3.0, "cheap": 1.0, "mid": 2.0}
+    key = {"scope": "all", "phase": "request", "unit": "generated", "basis": "gross"}
+    results = pd.DataFrame([{"config": c, **key, "j_per_token_median": m,
+                             "power_source": "modelled"}
+                            for c, m in medians.items()])
+    rep = pd.DataFrame([{"run_id": f"{c}-{k}", "config": c, **key, "j_per_token": m + 0.01 * k,
+                         "t_start_meter_ns": float(k), "campaign_round": float(k)}
+                        for c, m in medians.items() for k in range(1, 4)])
+    verdicts = pd.DataFrame({"run_id": rep["run_id"], "phase": "request", "valid": True})
+    out = comparisons(results, rep, verdicts, Options(), ["dear", "ghost", "cheap", "mid"],
+                      [], None, None)
+    front = out[out["comparison"] == "frontier neighbours"]
+    assert list(zip(front["config_a"], front["config_b"], strict=True)) == [
+        ("cheap", "mid"), ("mid", "dear")]
+
+
+@pytest.mark.parametrize("n_rounds, answer", [(5, "undecided"), (6, "the ranking transfers")])
+def test_a_ranking_transfers_from_the_first_round_count_whose_test_could_reject(
+        n_rounds: int, answer: str) -> None:
+    """The exact sign-flip test over n rounds has a smallest p-value of 2/2ⁿ: at α = 0.05 that
+    is 0.0625 at 5 rounds (it could not reject: undecided, however well the ranks agree) and
+    0.031 at 6 (it could: four maps in the same order on both models, no interaction, the
+    ranking transfers)."""
+    from host.analysis.transfer import transfer
+
+    base = {"m1": 1.0, "m2": 1.3, "m3": 1.7, "m4": 2.2}
+    values = {model: {m: {r: scale * b * (1 + 0.01 * r) for r in range(1, n_rounds + 1)}
+                      for m, b in base.items()}
+              for model, scale in (("small", 1.0), ("large", 2.0))}
+    got = transfer(values, alpha=0.05)
+    assert got is not None and got.n_rounds == n_rounds
+    assert got.answer == answer
+
+
+def test_a_chip_channels_counter_step_is_a_tenth_of_a_pulse_whatever_else_it_gives() -> None:
+    """A channel with a meter constant is a chip: its counter resolves 0.1 pulse, 0.1 · 3.6e6 /
+    MC J (1e8 imp/kWh: 3.6 mJ), even when its meta also names a software step; a channel
+    without one resolves its interface's step; with neither, unknown (NaN)."""
+    from epi.formats.trace import ChannelMeta
+
+    chip = ChannelMeta(0, "wall", None, 1e8, resolution_j=0.5)
+    assert chip.counter_resolution_j == pytest.approx(0.0036)
+    assert ChannelMeta(1, "rapl", None, None, resolution_j=0.5).counter_resolution_j == 0.5
+    assert np.isnan(ChannelMeta(2, "x", None, None).counter_resolution_j)

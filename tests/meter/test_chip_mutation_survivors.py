@@ -55,3 +55,174 @@ def test_a_read_a_register_wrap_late_gets_its_wrap_back() -> None:
     elapsed_s = (driver.energy_t_mono_ns - driver.energy_epoch_mono_ns) / 1e9  # type: ignore[operator]
     assert 9.0 * elapsed_s / driver.calibration.joules_per_count() > 0xFFFF
     assert abs(driver.energy_j - 9.0 * elapsed_s) < driver.calibration.joules_per_count()
+
+
+def _limits() -> object:
+    from meter.chip.plausibility import Limits
+
+    # 230 V mains, Ib 1 A: floor 0.05 · 230 · 1 = 11.5 W, at most 60 A
+    return Limits.for_frontend({"un_v": 230.0, "ib_a": 1.0})
+
+
+def test_the_energy_bound_allows_four_times_the_larger_power_plus_the_floor() -> None:
+    """docs/atm90e26.md §7: (4·|P|max + 0.05·Un·Ib)·Δt / (J per count) + 2 counts. Powers 3 W
+    and −5 W for 2 s at 0.1 J/count: (4·5 + 11.5)·2/0.1 + 2 = 632 counts."""
+    from meter.chip.plausibility import energy_bound_counts
+
+    assert energy_bound_counts([3.0, -5.0], 2.0, 0.1, _limits()) == pytest.approx(632.0)
+    # no time (or a clock read backwards): the counter's step only
+    assert energy_bound_counts([3.0, -5.0], -1.0, 0.1, _limits()) == pytest.approx(2.0)
+
+
+def _reading(u: float, i: float, pf: float, off_w: float) -> dict[str, float]:
+    """A reading whose active power is off U·I·PF by `off_w` (Smean not read)."""
+    return {"Urms": u, "Irms": i, "Pmean": u * i * pf + off_w, "PowerF": pf, "Freq": 50.0}
+
+
+def test_register_steps_widen_the_consistency_tolerance_by_what_they_round_away() -> None:
+    """3.15 W at 230 V: the base tolerance is 1 % of U·I + 0.05 W = 0.0815 W; Irms read in
+    whole mA (half a step 0.5 mA) adds |U|·ΔI·max(|PF|, 0) = 230 · 0.0005 = 0.115 W. A power
+    0.15 W off U·I·PF fails the first and passes the second."""
+    from meter.chip.plausibility import check_measurements
+
+    r = _reading(230.0, 3.15 / 230.0, 1.0, 0.15)
+    assert check_measurements(r, _limits()) != []
+    assert check_measurements(r, _limits(), quanta={"Irms": 0.0005}) == []
+
+
+@pytest.mark.parametrize("missing", ["Urms", "Irms", "PowerF", "Pmean"])
+def test_a_register_read_extended_adds_nothing_to_the_tolerance(missing: str) -> None:
+    """Each Δ of §7 that `quanta` does not name is 0: at 230 V, 10 A, PF 0.5 (1150 W), with the
+    other three named, a power off by the documented tolerance + 0.5 W is refused and one off
+    by the tolerance − 0.5 W passes. (A missing Δ read as 1 would widen it by ≥ 1 W.)"""
+    from meter.chip.plausibility import check_measurements
+
+    u, i, pf = 230.0, 10.0, 0.5
+    quanta = {k: q for k, q in {"Urms": 0.005, "Irms": 0.0005, "PowerF": 0.0005,
+                               "Pmean": 0.05}.items() if k != missing}
+    du, di = quanta.get("Urms", 0.0), quanta.get("Irms", 0.0)
+    tol = (0.01 * u * i + 0.05 + (u * di + i * du) * max(pf, 0.0)
+           + u * i * quanta.get("PowerF", 0.0) + quanta.get("Pmean", 0.0))
+    assert check_measurements(_reading(u, i, pf, tol + 0.5), _limits(), quanta) != []
+    assert check_measurements(_reading(u, i, pf, tol - 0.5), _limits(), quanta) == []
+
+
+class _Bus:
+    """A chip's words behind the access layer: LastData (06H) holds the word of the last read
+    that reached the chip; a read listed in `lost` (its count) never reaches it and returns
+    noise, leaving LastData as it was."""
+
+    def __init__(self, words: dict[int, int], lost: dict[int, int] | None = None,
+                 lastdata_stuck: int | None = None) -> None:
+        from meter.chip import registers as regs
+
+        self.regs = regs
+        self.words = dict(words)
+        self.lost = dict(lost or {})
+        self.lastdata = 0x0000
+        self.lastdata_stuck = lastdata_stuck
+
+    def read_word(self, address: int) -> int:
+        if address == self.regs.LAST_DATA:
+            return self.lastdata if self.lastdata_stuck is None else self.lastdata_stuck
+        if self.lost.get(address, 0) > 0:
+            self.lost[address] -= 1
+            return 0x0BAD
+        self.lastdata = self.words.get(address, 0x0000)
+        return self.lastdata
+
+    def write_word(self, address: int, value: int) -> bool:
+        self.words[address] = value
+        self.lastdata = value
+        return True
+
+
+def test_a_read_never_confirmed_counts_one_verify_failure() -> None:
+    """A read whose LastData never agrees raises VerifyError and counts one failure in
+    `stats["verify_failures"]` (one per failed access, not per try); a confirmed read none."""
+    from meter.chip import registers as regs
+    from meter.chip.access import VerifiedAccess
+    from meter.chip.errors import VerifyError
+
+    bus = _Bus({regs.CAL_START: 0x5678})
+    acc = VerifiedAccess(bus.read_word, bus.write_word, lambda: 0, retries=3)
+    assert acc.read(regs.CAL_START) == 0x5678 and acc.stats["verify_failures"] == 0
+    bus.lastdata_stuck = 0x1234  # LastData answers another word, whatever was read
+    with pytest.raises(VerifyError):
+        acc.read(regs.CAL_START)
+    assert acc.stats["verify_failures"] == 1
+    assert acc.stats["read_retries"] == 2  # 3 tries: the count is per access, not per try
+
+
+def test_a_read_clear_frame_that_never_reached_the_chip_is_repeated() -> None:
+    """LastData still holding the sentinel (the verified word before) means the read-clear
+    frame never reached the chip: nothing was cleared, so it is read again and the chip's
+    word returned, never the sentinel's (application note §4.3; meter/chip/access.py)."""
+    from meter.chip import registers as regs
+    from meter.chip.access import VerifiedAccess
+
+    at_energy = regs.address("ATenergy")
+    bus = _Bus({regs.CAL_START: 0x5678, at_energy: 123}, lost={at_energy: 1})
+    acc = VerifiedAccess(bus.read_word, bus.write_word, lambda: 7, retries=3)
+    assert acc.read_clear(at_energy) == 123
+    assert acc.stats["read_retries"] == 1 and acc.stats["verify_failures"] == 0
+
+
+class _ChipStub:
+    """What an EnergyAccount reads of its protocol (meter/chip/energy_account.py's docstring):
+    ticks in ns, the reading's rejected/unconfirmed words, the last read-clear's record."""
+
+    def __init__(self) -> None:
+        self.rejected: list[int] = []
+        self.unconfirmed: list[int] = []
+        self.known_words: list[int] = []
+        self.quanta = None
+        self.t_read_clear = 0
+        self.read_clear_other: int | None = None
+        self.read_clear_seen: list[int] = []
+        self.events: list[tuple[str, str]] = []
+
+    def seconds(self, ticks: int) -> float:
+        return ticks / 1e9
+
+    def event(self, kind: str, detail: str) -> None:
+        self.events.append((kind, detail))
+
+
+def test_a_word_a_redirected_read_cleared_is_added_back() -> None:
+    """36 W for 10 s at 0.36 J/count is 1000 counts. ATenergy gave 100, and a misread word
+    of the same reading was 900 (a read redirected to ATenergy cleared it and returned its
+    counts): the counts are 100 + 900 = 1000, the power's."""
+    from meter.chip.energy_account import EnergyAccount
+
+    chip = _ChipStub()
+    chip.rejected = [900]
+    acc = EnergyAccount(chip)
+    assert acc._recovered_counts(100, 10.0, 36.0, 0.36) == 1000
+    assert chip.events and chip.events[0][0] == "misread"
+
+
+def test_a_settled_reread_is_judged_over_the_window_since_the_last_energy_read() -> None:
+    """The window is last ATenergy read (5 s) → this read-clear (15 s): 10 s at 36 W, 0.36
+    J/count, 1000 counts, range 1000·(1 ± 3 %) ∓ 2 = [968, 1032] (energy_window). A re-read
+    of 2000 lies outside it; the word LastData then held, 1000, inside: that one is taken.
+    (Over 20 s, a window measured from the epoch, 2000 would pass.)"""
+    from meter.chip.energy_account import EnergyAccount
+
+    chip = _ChipStub()
+    chip.t_read_clear = 15 * 10**9
+    chip.read_clear_other = 1000
+    acc = EnergyAccount(chip)
+    acc.t_energy = 5 * 10**9
+    assert acc._settled_reread(2000, 36.0, 36.0, 0.36) == 1000
+    chip.read_clear_other = 1500  # outside too: nothing better, the re-read stands
+    assert acc._settled_reread(2000, 36.0, 36.0, 0.36) == 2000
+
+
+def test_en_status_is_46h() -> None:
+    """EnStatus is register 46H (datasheet Table-10; one MOSI bit from ATenergy 42H, which is
+    why a redirected energy read can return its 0800H)."""
+    from meter.chip import registers as regs
+
+    assert regs.EN_STATUS == 0x46 == regs.address("EnStatus")
+    assert regs.EN_STATUS ^ regs.AT_ENERGY == 0x04  # one bit apart
