@@ -392,6 +392,12 @@ def test_the_summary_writes_an_absent_reason_as_null(synth_run, tmp_path: Path) 
     assert config["n_runs_valid"] == 1 and config["reason"] is None
     assert isinstance(config["power_source"], str) and config["power_source"] not in (
         "nan", "None")
+    # a results table read back from CSV gives NaN for an empty cell, and a frame built in
+    # memory None: each is null too
+    from host.analysis.summary_json import _text
+
+    assert [_text(v) for v in (None, float("nan"), "", "late start")] == [
+        None, None, None, "late start"]
 
 
 def test_a_component_row_over_no_time_has_no_power() -> None:
