@@ -140,7 +140,7 @@ def projected_seconds(
             need = max(mc.group_cells(scorer, it) for it in [*items, *probe])
             if need > scorer.n_ctx:
                 scorer.close()
-                scorer = Scorer(Path(model), -(-need // 256) * 256, threads)
+                scorer = Scorer(Path(model), mc.context_cells(need), threads)
             # a few-shot prefix is decoded once per group and shared by its items
             prefix: dict[str, int] = {}
             for it in items:

@@ -224,7 +224,7 @@ def _mc_context(models: _Models, items: Sequence[Item], ctx: int) -> int:
     each item is scored as one prefix-sharing group."""
     scorer = models.get(ctx)
     largest = max(mc.group_cells(scorer, it) for it in items)
-    return max(ctx, -(-largest // 256) * 256)
+    return max(ctx, mc.context_cells(largest))
 
 
 def benchmark_key(sha: str, bd: BenchData, settings: Settings,

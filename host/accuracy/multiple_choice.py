@@ -92,6 +92,16 @@ def group_cells(scorer: Scorer, item: Item) -> int:
     return Group(tuple(tuple(q) for q, _ in pairs), tuple(s for _, s in pairs)).n_tokens
 
 
+#: contexts are opened in whole steps of this many cells, so one context (one allocation)
+#: serves items of similar size
+CONTEXT_STEP_CELLS = 256
+
+
+def context_cells(cells: int) -> int:
+    """The context size that holds `cells` KV cells: `cells` rounded up to a whole step."""
+    return -(-cells // CONTEXT_STEP_CELLS) * CONTEXT_STEP_CELLS
+
+
 def item_groups(scorer: Scorer, item: Item) -> list[Group]:
     """The item as one prefix-sharing group, or one group per choice when it does not fit."""
     pairs = item_group(scorer, item)

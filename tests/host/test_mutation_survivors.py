@@ -468,3 +468,169 @@ def test_a_chip_channels_counter_step_is_a_tenth_of_a_pulse_whatever_else_it_giv
     assert chip.counter_resolution_j == pytest.approx(0.0036)
     assert ChannelMeta(1, "rapl", None, None, resolution_j=0.5).counter_resolution_j == 0.5
     assert np.isnan(ChannelMeta(2, "x", None, None).counter_resolution_j)
+
+
+def test_the_last_complete_sample_skips_rows_with_either_time_out_of_range(tmp_path) -> None:
+    """A restarted daemon takes (t_mono_ns, t_real_ns) of the last well-formed row; a row whose
+    monotonic or real time lies outside [0, 2⁶³) is not well formed, whichever of the two
+    it is: the row before it is used."""
+    from epi.formats.trace import SAMPLE_COLUMNS, last_complete_sample
+
+    def row(seq: int, t_mono: int, t_real: int) -> str:
+        return f"{seq},0,{t_mono},{t_real},3.1,230.0,0.0135,1.0,50.0,0.5,0"
+
+    good = row(1, 1_000, 2_000)
+    for bad in (row(2, 3_000, 2**63), row(2, 2**63, 4_000), row(2, 3_000, -1)):
+        path = tmp_path / "samples.csv"
+        path.write_text(",".join(SAMPLE_COLUMNS) + "\n" + good + "\n" + bad + "\n")
+        assert last_complete_sample(path) == (1_000, 2_000), bad
+
+
+def test_text_that_is_not_utf8_on_the_last_line_is_damage_unless_a_garbage_tail_is_allowed(
+        ) -> None:
+    """decode_complete_lines: a last line that is not UTF-8 is a power-cut tail only where the
+    caller allows one (`garbage_tail`, dropped and counted); otherwise it is damage, refused
+    with its line number."""
+    from epi.core.errors import UserError
+    from epi.formats.fields import decode_complete_lines
+
+    data = b"a,b\n1,2\n\xff\xfe,3\n"
+    with pytest.raises(UserError, match="line 3: not UTF-8"):
+        decode_complete_lines(data, "f.csv")
+    assert decode_complete_lines(data, "f.csv", garbage_tail=True) == ("a,b\n1,2\n", 1)
+    with pytest.raises(UserError, match="line 2: not UTF-8"):  # never a tail in the middle
+        decode_complete_lines(b"a,b\n\xff,2\n3,4\n", "f.csv", garbage_tail=True)
+
+
+@pytest.mark.parametrize("batch, b_arg", [(-1, "128"), (1024, "1024"), (None, None)])
+def test_the_tools_perplexity_batch_is_one_window_its_own_default_or_the_given_one(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, batch: int | None,
+        b_arg: str | None) -> None:
+    """crosscheck.perplexity's `batch`: -1 one window per decode (`-b n_ctx`), None the tool's
+    own default (no `-b`), else that many tokens."""
+    from host.accuracy import crosscheck
+
+    seen: list[list[str]] = []
+
+    def fake(args: list[str], model: Path, threads: int, flash_attn: object
+             ) -> tuple[str, float, int]:
+        seen.append(list(args))
+        return "Final estimate: PPL = 40.9000 +/- 1.20000\n", 1.0, 0
+
+    monkeypatch.setattr(crosscheck, "_run_once", fake)
+    assert crosscheck.perplexity(tmp_path / "m.gguf", tmp_path / "t.txt", 128, 4, 2,
+                                 batch=batch)["ok"]
+    args = seen[0]
+    assert (args[args.index("-b") + 1] if "-b" in args else None) == b_arg
+
+
+def test_a_window_holds_its_start_and_not_its_end() -> None:
+    """The lag fit's windows are half-open, [w0, w1): a sample at w0 is inside, one at w1 is
+    not (it belongs to the next window or to none)."""
+    from host.analysis.lag import _Windows
+
+    w = _Windows.of(np.array([100, 300], np.int64), np.array([200, 400], np.int64))
+    got = w.inside(np.array([99, 100, 199, 200, 300, 400], np.int64))
+    assert list(got) == [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+
+
+def test_a_requests_prompt_id_is_read_from_its_own_column(tmp_path: Path) -> None:
+    """requests.csv's columns by name (docs/formats.md): prompt_id is the 4th, its text read
+    back as written, not the next column's."""
+    from epi.formats.tokenlog import REQUEST_COLUMNS, parse_requests
+
+    path = tmp_path / "requests.csv"
+    path.write_text(",".join(REQUEST_COLUMNS) + "\n" + "0,1,0,p7,20,16,100,200,300,n0\n")
+    rq, cut = parse_requests(path)
+    assert rq["prompt_id"] == ["p7"] and rq["n_prompt_tokens"] == [20] and cut == 0
+
+
+@pytest.mark.parametrize("n, ok", [(1, False), (2, True), (3, True)])
+def test_the_probe_needs_one_warm_up_and_one_timed_item(monkeypatch: pytest.MonkeyPatch,
+                                                         n: int, ok: bool) -> None:
+    """probe_seconds_per_token: the first item warms up untimed, the rest are timed; two items
+    are enough (one timed), one is refused."""
+    from host.accuracy import estimate
+
+    scored: list[int] = []
+    monkeypatch.setattr(estimate.mc, "score_items", lambda s, items: scored.append(len(items)))
+    monkeypatch.setattr(estimate, "item_kv_tokens", lambda s, it: 10)
+    items = [object()] * n
+    if not ok:
+        with pytest.raises(ValueError, match="at least two items"):
+            estimate.probe_seconds_per_token(object(), items)  # type: ignore[arg-type]
+        return
+    assert estimate.probe_seconds_per_token(object(), items) >= 0.0  # type: ignore[arg-type]
+    assert scored == [1, n - 1]
+
+
+def test_an_moe_uses_between_one_and_all_of_its_experts(tmp_path: Path) -> None:
+    """expert_used_count of an MoE with 4 experts must lie in 1..4: a token that uses no
+    expert (or more than exist) is a broken header, refused in one line, not a model whose
+    expert weights stream nothing."""
+    import struct
+
+    from epi.core.errors import UserError
+    from host.analysis.work_account import work_account
+    from host.quant.tiny_model import write_test_model
+
+    model = write_test_model(tmp_path / "m.gguf", n_layers=2, arch="qwen3moe", n_expert=4,
+                             n_expert_used=1)
+    # the header's key, its value type and value (GGUF: u64 length, key, u32 type, value),
+    # patched in a copy: epi's own writer refuses such a count
+    raw = bytearray(model.read_bytes())
+    key = b"qwen3moe.expert_used_count"
+    at = raw.index(key) + len(key)
+    assert struct.unpack_from("<II", raw, at) == (4, 1)  # uint32, 1
+    for n_used, ok in ((0, False), (1, True), (4, True), (5, False)):
+        struct.pack_into("<I", raw, at + 4, n_used)
+        path = tmp_path / f"used{n_used}.gguf"
+        path.write_bytes(bytes(raw))
+        if ok:
+            assert work_account(path).expert_bytes > 0
+        else:
+            with pytest.raises(UserError, match=r"expert_used_count .* is not in 1\.\.4"):
+                work_account(path)
+
+
+def test_every_choice_scores_at_least_its_last_token() -> None:
+    """score_starts: a choice's first scored token is at most its last (one token is always
+    scored, whatever the tokenizer merges) and at least the second (the first has no
+    prediction). Here a partial item's first context tokenizes to its whole sequence."""
+    from types import SimpleNamespace
+
+    from host.accuracy.items import Item
+    from host.accuracy.multiple_choice import score_starts
+
+    seqs = [[1, 2, 3, 4], [1, 5, 6, 7]]
+    toks = {"ctx a": [1, 2, 3, 4, 9], "ctx b": [1, 5]}
+    scorer = SimpleNamespace(tokenize=lambda text: toks[text])
+    item = Item("w1", ("ctx a", "ctx b"), (" x", " x"), 0, partial=True)
+    assert item.partial
+    assert score_starts(scorer, item, seqs) == [3, 2]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cells, ctx", [(1, 256), (256, 256), (257, 512), (513, 768)])
+def test_a_context_is_opened_in_whole_steps_that_hold_the_cells(cells: int, ctx: int) -> None:
+    """The accuracy stage and its probe open a context of the largest item's cells rounded
+    up to a whole step of 256: it holds them, and no more than one step beyond."""
+    from host.accuracy.multiple_choice import context_cells
+
+    assert context_cells(cells) == ctx
+
+
+def test_a_perplexity_without_spread_has_no_standard_error() -> None:
+    """llama-perplexity prints a standard error only when the NLL's variance is > 0
+    (tools/perplexity/perplexity.cpp: `if (nll2 > 0)`): 3 tokens of NLL 1 give perplexity e
+    and no standard error (None, never 0: zero is a claim of perfect precision); NLLs 1 and 3
+    give a standard error of 1 nat."""
+    import math
+
+    from host.accuracy.stats import perplexity_stats
+
+    flat = perplexity_stats(3.0, 3.0, 3)
+    assert flat["ppl"] == pytest.approx(math.e)
+    assert flat["nll_se"] is None and flat["ppl_se"] is None
+    two = perplexity_stats(4.0, 10.0, 2)  # mean 2, var = 10/2 − 4 = 1, se = √(1/1) = 1
+    assert two["nll_se"] == pytest.approx(1.0)
+    assert two["ppl_se"] == pytest.approx(math.exp(2.0))

@@ -226,3 +226,98 @@ def test_en_status_is_46h() -> None:
 
     assert regs.EN_STATUS == 0x46 == regs.address("EnStatus")
     assert regs.EN_STATUS ^ regs.AT_ENERGY == 0x04  # one bit apart
+
+
+def test_a_refuted_checksum_error_leaves_a_16_bit_status_without_its_bits() -> None:
+    """A SysStatus read a bit error sent to SagTh (1D6AH: AdjErr bits set), refuted by CS1/CS2
+    read back as calibrated: the reading's status word is still a 16-bit word, with the
+    checksum-error bits (CalErr/AdjErr) cleared, so nothing downstream sees a checksum
+    error that was not one."""
+    from meter.chip import registers as regs
+    from meter.chip.protocol import CHECKSUM_ERR_MASK
+    from tests.meter.test_chip_protocol import Rig
+
+    rig = Rig("driver", clear_on_read=False, steps=[(0, 60.0)])
+    for _ in range(4):
+        rig.sample()
+    rig.bus.redirect = (regs.SYS_STATUS, regs.SAG_TH)
+    rig.clock.advance(1_000_000_000 // 4)
+    sample = rig.driver.read_sample()
+    assert 0 <= sample.status <= 0xFFFF
+    assert sample.status & CHECKSUM_ERR_MASK == 0
+
+
+def test_a_chip_reading_zero_everywhere_is_absent_and_named_so() -> None:
+    """A bus on which every register, LastData included, reads 0000H (no chip, MISO pulled
+    low) confirms every read: FuncEn and CalStart both 0000H mean no chip answers, reported
+    as ChipAbsentError with the two words, not as a stuck chip or a crash."""
+    from meter.errors import ChipAbsentError
+    from tests.meter.test_driver_buses import Rig
+
+    rig = Rig("emulated")
+    rig.driver.start()
+    try:
+        rig.run(2)
+        rig.chip.set_stuck(0x0000)
+        _, errors = rig.run(2)
+    finally:
+        rig.close()
+    assert errors and all(isinstance(e, ChipAbsentError) for e in errors)
+    assert "FuncEn and CalStart read 0x0000/0x0000: no chip answers" in str(errors[0])
+
+
+def test_the_protocol_tries_an_access_five_times_by_default() -> None:
+    """docs/atm90e26.md §8: an access is tried at most 5 times. A LastData that never agrees:
+    the register is read 5 times, then VerifyError."""
+    from meter.chip import registers as regs
+    from meter.chip.calibration import Calibration
+    from meter.chip.errors import VerifyError
+    from meter.chip.protocol import Protocol
+
+    bus = _Bus({regs.CAL_START: 0x5678}, lastdata_stuck=0x1234)
+    reads: list[int] = []
+
+    def read_word(address: int) -> int:
+        reads.append(address)
+        return bus.read_word(address)
+
+    proto = Protocol(read_word, bus.write_word, Calibration.default(1e8), lambda: 0, 10**9, ())
+    with pytest.raises(VerifyError):
+        proto.read(regs.CAL_START)
+    assert reads.count(regs.CAL_START) == 5
+
+
+@pytest.mark.parametrize("field", ["mc", "un", "ib"])
+def test_a_pl_constant_of_a_zero_factor_is_refused(field: str) -> None:
+    """PL_Constant divides by MC · Un · Ib (AN §3.2.2): a zero in any of them is refused as a
+    calibration error, never a division by zero."""
+    from meter.chip.calibration import CalibrationError, pl_constant
+
+    args = {"mc": 1e8, "un": 230.0, "ib": 5.0}
+    args[field] = 0.0
+    with pytest.raises(CalibrationError, match="must be > 0"):
+        pl_constant(args["mc"], args["un"], args["ib"], 1, 250.0, 250.0)
+
+
+def test_an_unmetered_interval_is_estimated_at_the_last_power_over_its_length() -> None:
+    """From 2 s to 5 s at a last power of −10 W (a reversed CT reads negative): 3 s not
+    metered, ≈ 30 J at the last power, kept with the interval."""
+    from meter.chip.energy_account import EnergyAccount
+
+    acc = EnergyAccount(_ChipStub())
+    acc.last_power = -10.0
+    note = acc.note_unmetered(2 * 10**9, 5 * 10**9, "chip reset")
+    assert "energy over 3.000 s not metered" in note and "≈30.000 J" in note
+    assert acc.unmetered == [(2 * 10**9, 5 * 10**9, "chip reset", pytest.approx(30.0))]
+    assert acc.note_unmetered(5 * 10**9, 5 * 10**9, "x") == "no metered interval lost"
+
+
+def test_every_register_has_a_positive_scale_and_a_raw_word_has_scale_one() -> None:
+    """A scale per LSB of 0 would decode every word of the register as 0 (a silent zero).
+    Registers without a unit are raw words, scale 1 (status, magic words, calibration gains
+    and offsets: datasheet Table-10), except the power factors, 0.001 per LSB (§5.5)."""
+    from meter.chip.registers import REGISTERS
+
+    assert all(r.scale > 0 for r in REGISTERS)
+    raw = [r for r in REGISTERS if r.unit == "" and not r.name.startswith("PowerF")]
+    assert raw and all(r.scale == 1 for r in raw), [r.name for r in raw if r.scale != 1]
