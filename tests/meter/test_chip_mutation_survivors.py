@@ -3,6 +3,8 @@ survived every test covering its module. Expected values from the module's docum
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from meter.chip.energy_window import REL_ALLOWANCE, SLACK_COUNTS, counts_range
@@ -321,3 +323,201 @@ def test_every_register_has_a_positive_scale_and_a_raw_word_has_scale_one() -> N
     assert all(r.scale > 0 for r in REGISTERS)
     raw = [r for r in REGISTERS if r.unit == "" and not r.name.startswith("PowerF")]
     assert raw and all(r.scale == 1 for r in raw), [r.name for r in raw if r.scale != 1]
+
+
+def test_the_soft_reset_writes_789ah_to_register_00h() -> None:
+    """Datasheet §3.7 (docs/atm90e26.md §2): SoftReset (00H) resets the chip only when 789AH
+    is written. The initialisation's first bus access is that write."""
+    from meter.chip.calibration import Calibration
+    from meter.chip.protocol import Protocol
+
+    class _Stop(Exception):
+        pass
+
+    writes: list[tuple[int, int]] = []
+
+    def write_word(address: int, value: int) -> bool:
+        writes.append((address, value))
+        raise _Stop  # the rest of the sequence is not under test
+
+    proto = Protocol(lambda a: 0, write_word, Calibration.default(1e8), lambda: 0, 10**9, ())
+    with pytest.raises(_Stop):
+        proto.init_chip()
+    assert writes == [(0x00, 0x789A)]
+
+
+@pytest.mark.parametrize("value", [-1e9, -40_000.0, -0.3, 0.0, 1.0, 12_345.6, 40_000.0, 1e9])
+def test_an_emulated_lsb_extension_word_has_bits_7_to_0_clear(value: float) -> None:
+    """DS p.26, AN §4.4 (docs/atm90e26.md §3): the LSB register's bits 7:0 are always 0, also
+    for a value beyond the register's range (clipped to the largest the 24 bits hold: 7FFFH
+    and FF00H for Pmean, FFFFH and FF00H for Urms)."""
+    from meter.chip import registers as regs
+
+    for name in ("Pmean", "Urms"):
+        raw, lsb = regs.split_extended(value, regs.BY_NAME[name])
+        assert 0 <= raw <= 0xFFFF and lsb & 0x00FF == 0
+        if value >= 1e9:
+            assert (raw, lsb) == ((0x7FFF if name == "Pmean" else 0xFFFF), 0xFF00)
+
+
+def test_a_stuck_chip_is_reported_with_the_word_it_answers() -> None:
+    """FuncEn and CalStart reading the same word (re-read as well) is a chip stuck at that
+    word: ChipStuckError names it, "every register reads 0x1234: chip stuck"."""
+    from meter.chip import registers as regs
+    from meter.chip.calibration import Calibration
+    from meter.chip.errors import ChipStuckError
+    from meter.chip.protocol import Protocol
+
+    bus = _Bus({regs.FUNC_EN: 0x1234, regs.CAL_START: 0x1234})
+    proto = Protocol(bus.read_word, bus.write_word, Calibration.default(1e8), lambda: 0, 10**9,
+                     ())
+    with pytest.raises(ChipStuckError) as exc:
+        proto.classify(0x1234, 0x1234, 0, 0, 0)
+    assert str(exc.value).startswith("every register reads 0x1234: chip stuck")
+    assert len(str(exc.value)) < 200
+
+
+def test_an_lgain_of_exactly_minus_50_percent_is_accepted() -> None:
+    """AN §3.2.5.1 (docs/atm90e26.md §6): Lgain corrects −50 %…+50 %, LRATIO·2^15 as two's
+    complement. A chip metering double (ε = +100 %) needs LRATIO = −ε/(1 + ε) = −0.5, the
+    bottom of the range: −16384 = C000H. One step further is refused."""
+    from meter.chip.calibration import CalibrationError, lgain_from_error
+
+    assert lgain_from_error(1.0) == 0xC000
+    with pytest.raises(CalibrationError, match="-50 %"):
+        lgain_from_error(1.0 + 1e-3)  # LRATIO −0.50025: −16392
+
+
+@pytest.mark.parametrize("pf", [0.5, -0.5])
+def test_register_steps_widen_the_tolerance_by_u_and_i_times_1_when_smean_was_read(
+        pf: float) -> None:
+    """docs/atm90e26.md §7: the steps of Urms and Irms widen the tolerance by
+    (|U|·ΔI + |I|·ΔU)·max(|PF|, 1 if Smean was read else 0). At 230 V, 10 A, |PF| 0.5, ΔU
+    0.005 V and ΔI 0.005 A that is 1.2 W with Smean read and 0.6 W without; the base
+    tolerance is 1 % of U·I + 0.05 W = 23.05 W. A power off by the tolerance ∓ 0.2 W passes /
+    is refused in each case."""
+    from meter.chip.plausibility import check_measurements
+
+    u, i = 230.0, 10.0
+    quanta = {"Urms": 0.005, "Irms": 0.005}
+    for smean, widen in ((u * i, 1.2), (None, 0.6)):
+        tol = 0.01 * u * i + 0.05 + widen
+        for off, ok in ((tol - 0.2, True), (tol + 0.2, False)):
+            r = _reading(u, i, pf, off)
+            if smean is not None:
+                r["Smean"] = smean
+            assert (check_measurements(r, _limits(), quanta) == []) is ok, (smean, off)
+
+
+class _GarbledBus(_Bus):
+    """A `_Bus` whose reads listed in `garbled` (their count) reach the chip (LastData gets
+    the word) but come back garbled on MISO."""
+
+    def __init__(self, words: dict[int, int], garbled: dict[int, int]) -> None:
+        super().__init__(words)
+        self.garbled = dict(garbled)
+
+    def read_word(self, address: int) -> int:
+        word = super().read_word(address)
+        if self.garbled.get(address, 0) > 0:
+            self.garbled[address] -= 1
+            return word ^ 0x0100
+        return word
+
+
+def test_a_read_clear_word_recovered_from_lastdata_counts_one_recovery() -> None:
+    """A read-clear read that reached the chip but came back garbled is never re-read: its
+    word is LastData's once LastData settles (application note §4.3; docs/atm90e26.md §8),
+    and that recovery counts once in `stats["lastdata_recoveries"]`."""
+    from meter.chip import registers as regs
+    from meter.chip.access import VerifiedAccess
+
+    at_energy = regs.address("ATenergy")
+    bus = _GarbledBus({regs.CAL_START: 0x5678, at_energy: 123}, garbled={at_energy: 1})
+    acc = VerifiedAccess(bus.read_word, bus.write_word, lambda: 7, retries=3)
+    assert acc.read_clear(at_energy) == 123
+    assert acc.read_clear_other == 123 ^ 0x0100
+    assert acc.stats["lastdata_recoveries"] == 1 and acc.stats["read_retries"] == 0
+
+
+class _EnergyChip(_ChipStub):
+    """A `_ChipStub` that re-reads ATenergy: each read-clear 1 ms after the last returns the
+    next of `rereads`. 0.36 J/count (10⁶ imp/kWh); limits of 230 V, Ib 1 A (`_limits`)."""
+
+    def __init__(self, rereads: list[int]) -> None:
+        from types import SimpleNamespace
+
+        super().__init__()
+        self.calibration = SimpleNamespace(joules_per_count=lambda: 0.36)
+        self.limits = _limits()
+        self.stats = {"energy_misreads": 0, "energy_rereads": 0}
+        self.disagreements = 0
+        self.rereads = list(rereads)
+
+    def read_clear(self, address: int) -> int:
+        from meter.chip import registers as regs
+
+        assert address == regs.AT_ENERGY
+        self.t_read_clear += 1_000_000
+        return self.rereads.pop(0)
+
+
+def _account(chip: _EnergyChip) -> Any:
+    """An account whose last ATenergy read was at 5 s, at 36 W; this read-clear at 15 s."""
+    from meter.chip.energy_account import EnergyAccount
+
+    acc = EnergyAccount(chip)
+    acc.t_energy = 5 * 10**9
+    acc.last_power = 36.0
+    chip.t_read_clear = 15 * 10**9
+    return acc
+
+
+def test_a_word_the_re_read_shows_was_not_atenergys_counts_one_energy_misread() -> None:
+    """36 W for 10 s at 0.36 J/count: 1000 counts expected, range [968, 1032]. A read
+    redirected to EnStatus returns 0800H = 2048 (within the §7 bound, outside the range):
+    re-read, the register still holds 1000, so the first word was not ATenergy's
+    (docs/atm90e26.md §8): 1000 counted, one re-read and one energy misread in `stats`."""
+    chip = _EnergyChip([1000])
+    acc = _account(chip)
+    assert acc.checked_energy(0x0800, 15 * 10**9, 36.0, None) == 1000
+    assert chip.stats == {"energy_misreads": 1, "energy_rereads": 1}
+    assert chip.events and chip.events[-1][0] == "misread"
+
+
+def test_a_word_above_the_energy_bound_whose_re_read_finds_nothing_is_discarded() -> None:
+    """docs/atm90e26.md §7: at 36 W both ends, 10 s, 0.36 J/count and a floor of 11.5 W, the
+    bound is (4·36 + 11.5)·10/0.36 + 2 = 4321.4 counts. 4400 counts lie above it (though
+    within what any load of the channel's ranges allows): re-read, the register holds next to
+    nothing (1), so 4400 is not believable: discarded, the 1 counted, the interval unmetered."""
+    chip = _EnergyChip([1])
+    acc = _account(chip)
+    assert acc.checked_energy(4400, 15 * 10**9, 36.0, None) == 1
+    assert chip.stats["energy_misreads"] == 1 and chip.stats["energy_rereads"] == 0
+    assert [k for k, _ in chip.events] == ["implausible"]
+    assert acc.unmetered and acc.unmetered[0][:2] == (5 * 10**9, 15 * 10**9)
+
+
+def test_a_reading_without_a_trusted_power_checks_its_counts_against_the_power_before() -> None:
+    """No trusted Pmean in this reading (None): the bound is what any load in the channel's
+    ranges allows, and the counts are checked against the power before (36 W over 10 s:
+    1000 counts, range [968, 1032]): 1000 counted as read, nothing re-read."""
+    chip = _EnergyChip([])
+    acc = _account(chip)
+    assert acc.checked_energy(1000, 15 * 10**9, None, None) == 1000
+    assert chip.stats == {"energy_misreads": 0, "energy_rereads": 0} and chip.events == []
+
+
+@pytest.mark.parametrize("again", [968, 1032])
+def test_a_settled_reread_at_either_end_of_the_range_is_taken(again: int) -> None:
+    """The range of 36 W over the 10 s window at 0.36 J/count is [968, 1032], both ends
+    included (energy_window: a count outside it is re-read). A re-read of 968 or 1032 lies
+    within: it is taken, not the word LastData held (1000)."""
+    from meter.chip.energy_account import EnergyAccount
+
+    chip = _ChipStub()
+    chip.t_read_clear = 15 * 10**9
+    chip.read_clear_other = 1000
+    acc = EnergyAccount(chip)
+    acc.t_energy = 5 * 10**9
+    assert acc._settled_reread(again, 36.0, 36.0, 0.36) == again
