@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
+import numpy as np
+
 from epi.core.errors import UserError
 from host.accuracy.branching import BranchingContext, FlashAttention, flash_attn_type
 
@@ -60,3 +62,4 @@ class WindowContext(BranchingContext):
         self._mem = llama_cpp.llama_get_memory(self.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, n_seq)
         self._prefix: tuple[int, ...] = ()  # no resident prefix: each window is its own
+        self._scratch: np.ndarray | None = None  # log_sum_exp_rows's, kept between decodes

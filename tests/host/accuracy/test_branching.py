@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from host.accuracy import estimate
@@ -125,3 +126,22 @@ def test_projected_seconds_scales_the_probe_by_kv_tokens(tiny_model: Path, prepa
             total += c + sum(len(q) - c for q in seqs)
     assert b["kv_tokens"] == total
     assert "projected accuracy scoring" in estimate.describe(p)
+
+
+def test_log_sum_exp_rows_matches_float64_and_does_not_depend_on_the_chunking() -> None:
+    """log Σ exp per row against a float64 computation, within the 10⁻⁶ nats that float32
+    exponentials summed pairwise allow for any row (flat random rows, the hard case), over
+    more rows than one scratch chunk holds; and every row's figure is the same bit for bit
+    with a scratch of another size, or none (numpy reduces each row on its own)."""
+    from host.accuracy.branching import LSE_CHUNK_ROWS, log_sum_exp_rows
+
+    rng = np.random.default_rng(7)
+    rows = (rng.standard_normal((2 * LSE_CHUNK_ROWS + 5, 49_152), np.float32) * 4)
+    got = log_sum_exp_rows(rows)
+    x = rows.astype(np.float64)
+    mx = x.max(axis=1)
+    want = mx + np.log(np.exp(x - mx[:, None]).sum(axis=1))
+    assert np.abs(got - want).max() < 1e-6
+    small = np.empty((7, rows.shape[1]), np.float32)
+    assert np.array_equal(log_sum_exp_rows(rows, small), got)
+    assert np.array_equal(log_sum_exp_rows(rows[:1]), got[:1])
