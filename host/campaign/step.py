@@ -112,7 +112,9 @@ def do_accuracy(a: AccuracyArgs) -> StepResult:
     _echo(f"{model.name}: composite accuracy {c['accuracy']}")
     return {"out": a["out"], "composite": c["accuracy"],
             "perplexity": (entry["perplexity"] or {}).get("ppl"),
-            "cached": all(b.get("cached") for b in entry["benchmarks"].values())}
+            # cached only when nothing was scored: every benchmark and the perplexity
+            "cached": all(b.get("cached") for b in entry["benchmarks"].values())
+            and bool((entry["perplexity"] or {"cached": True}).get("cached"))}
 
 
 def do_run(a: RunArgs) -> StepResult:

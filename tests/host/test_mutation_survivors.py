@@ -766,3 +766,33 @@ def test_a_benchmark_not_in_shots_is_scored_zero_shot() -> None:
     s = Settings(benches=("hellaswag", "mmlu"), shots={"mmlu": 5})
     assert s.shots_for("hellaswag") == 0 and s.shots_for("mmlu") == 5
     assert s.describe()["shots"] == {"hellaswag": 0, "mmlu": 5}
+
+
+@pytest.mark.parametrize("bench_cached, ppl, cached", [
+    (True, {"ppl": 40.0, "cached": True}, True),
+    (True, {"ppl": 40.0, "cached": False}, False),  # the perplexity was scored: not cached
+    (False, {"ppl": 40.0, "cached": True}, False),
+    (True, None, True),  # no perplexity asked
+])
+def test_an_accuracy_step_is_cached_only_when_nothing_was_scored(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, bench_cached: bool,
+        ppl: dict | None, cached: bool) -> None:
+    """The campaign prints "(cached)" after an accuracy step whose result says so: only when
+    every benchmark and the perplexity came from the store (a step that scored 16 perplexity
+    windows for 30 s is not "cached")."""
+    from host.accuracy import evaluate as ev
+    from host.accuracy import results
+    from host.campaign.step import do_accuracy
+
+    def fake(models: object, s: object, **kw: object) -> dict:
+        return {"settings": {"metric": "accuracy_norm"}, "models": [{
+            "benchmarks": {"mmlu": {"accuracy_norm": 0.3, "n": 10, "cached": bench_cached}},
+            "perplexity": ppl}]}
+
+    monkeypatch.setattr(ev, "evaluate", fake)
+    monkeypatch.setattr(ev, "composite_block", lambda *a: {"accuracy": 0.3})
+    monkeypatch.setattr(results, "write_results", lambda path, doc: None)
+    got = do_accuracy({"model": str(tmp_path / "m.gguf"), "benchmarks": {"mmlu": 10},
+                       "ppl": None, "ppl_windows": 0, "threads": 1, "seed": 0,
+                       "out": str(tmp_path / "a.json")})  # type: ignore[typeddict-item]
+    assert got["cached"] is cached
