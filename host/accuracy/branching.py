@@ -36,6 +36,7 @@ from epi.core.vocabulary import Word
 #: shared prefix, position) of an output row wanted from it, or None).
 Entry = tuple[int, int, tuple[int, ...], tuple[int, int, int] | None]
 
+
 class FlashAttention(Word):
     """llama.cpp's flash-attention setting of a context (`-fa` of its tools).
 
@@ -86,11 +87,12 @@ def log_sum_exp_rows(rows: np.ndarray, scratch: np.ndarray | None = None) -> np.
 
     Within 2·10⁻⁷ nats of a float64 computation on the 135M model's logits (49 152-token
     vocabulary), and within 10⁻⁶ on any row (float32 exponentials, summed pairwise: a
-    relative error of a few ε·log₂ 49 152 at most). The rows go
-    through `scratch` (LSE_CHUNK_ROWS rows, reused by the caller) a chunk at a time: a fresh
-    temporary the size of all rows (200 MB for four perplexity windows) is new memory at
-    every decode, and its page faults made this step 5x slower in place than on its own
-    (measured 90 against 16 ms a window, 2-core VM). Each row's figure is the same whatever
+    relative error of a few ε·log₂ 49 152 at most).
+
+    The rows go through `scratch` (LSE_CHUNK_ROWS rows, kept by the caller) a chunk at a
+    time: a fresh temporary the size of all rows (200 MB for four perplexity windows) is new
+    memory at every decode, and its page faults made this step 5x slower in place than on
+    its own (90 against 16 ms a window, 2-core VM). Each row's figure is the same whatever
     the chunking (numpy reduces every row on its own)."""
     n, width = rows.shape
     if scratch is None or scratch.shape[1] != width:
@@ -118,8 +120,9 @@ def flash_attn_type(llama_cpp: ModuleType, setting: FlashAttention) -> int:
 class BranchingContext:
     """A second llama.cpp context on an already loaded model, with many sequence ids.
 
-    Flash attention is off: llama-cpp-python's default, and with a long shared few-shot
-    prefix it measured slower here (docs/bench.md)."""
+    Flash attention is off, llama-cpp-python's default: turning it on changes every
+    benchmark figure (their stored keys, the cross-check and the split scorer's bit-for-bit
+    handover with them) for a gain measured on HellaSwag's 10 shots only (docs/bench.md)."""
 
     FLASH_ATTENTION = FlashAttention.OFF
 
