@@ -332,7 +332,7 @@ def test_the_soft_reset_writes_789ah_to_register_00h() -> None:
     from meter.chip.protocol import Protocol
 
     class _Stop(Exception):
-        pass
+        """Ends the initialisation after its first write: only that write is checked."""
 
     writes: list[tuple[int, int]] = []
 
