@@ -565,9 +565,9 @@ def _sample_columns(lines: list[str], channels: set[int] | None,
     present = set(chans)
     if channels and not present <= channels:
         for i, ch in enumerate(chans):
-            if ch not in channels:
+            if ch not in channels:  # field 2 of 11: a crash cut cannot reach it
                 raise _RowError(i, f"channel {ch} is not in the meta's channels "
-                                   f"{sorted(channels)}")
+                                   f"{sorted(channels)}", torn=False)
     k = len(present)
     # The daemon writes one row per channel per sweep in a fixed order: then channel c's
     # times are a stride of the column (no per-channel copy by comparison).
@@ -582,8 +582,12 @@ def _sample_columns(lines: list[str], channels: set[int] | None,
         for i, (c, t) in enumerate(zip(chans, times, strict=True)):
             prev = last.get(c)
             if prev is not None and t <= prev:
+                # A row with all its fields was not cut inside t_mono_ns (field 3 of 11):
+                # an out-of-order time is a wrong value, even in the final row, and the
+                # row it collides with may be an earlier, damaged one.
                 what = "duplicated" if t == prev else "unsorted"
-                raise _RowError(i, f"channel {c} t_mono_ns is {what} ({t} after {prev})")
+                raise _RowError(i, f"channel {c} t_mono_ns is {what} ({t} after {prev})",
+                                torn=False)
             last[c] = t
     return {c: cols[c] for c in SAMPLE_COLUMNS}
 

@@ -77,3 +77,34 @@ def test_an_int64_overflow_in_the_final_row_is_named_not_called_truncated(
     message = str(info.value)
     assert "is 9223372036854775808, expected an integer in [0, 9223372036854775807]" in message
     assert "truncated" not in message and "\n" not in message
+
+
+def test_a_damaged_time_that_collides_with_the_final_row_refuses_instead_of_dropping_it(
+        tmp_path: Path) -> None:
+    """An earlier row's time damaged to the final row's value makes the final row look out of
+    order; it has all its fields, so no crash cut it: the segment is refused naming the final
+    line (the collision), and the final row is never dropped as 'truncated'. Hypothesis found
+    this with row 8 of 10 set to the last row's time."""
+    rows = [(0, 100), (1, 101), (0, 200), (1, 201), (0, 300), (1, 301)]
+    _segment(tmp_path, 1, rows)
+    samples = tmp_path / "seg-000001.samples.csv"
+    lines = samples.read_text().splitlines()
+    fields = lines[4].split(",")  # channel 1 at 201 → 301, the final row's time
+    fields[SAMPLE_COLUMNS.index("t_mono_ns")] = "301"
+    lines[4] = ",".join(fields)
+    samples.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match=r"line 7: .*channel 1 t_mono_ns is duplicated"):
+        read_trace(tmp_path)
+
+
+def test_a_channel_outside_the_meta_in_the_final_row_is_refused(tmp_path: Path) -> None:
+    """A complete final row naming a channel the meta lacks is a wrong value: refused."""
+    _segment(tmp_path, 1, [(0, 100), (1, 101), (0, 200), (1, 201)])
+    samples = tmp_path / "seg-000001.samples.csv"
+    lines = samples.read_text().splitlines()
+    fields = lines[-1].split(",")
+    fields[SAMPLE_COLUMNS.index("channel")] = "7"
+    lines[-1] = ",".join(fields)
+    samples.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match=r"line 5: .*channel 7 is not in the meta"):
+        read_trace(tmp_path)
