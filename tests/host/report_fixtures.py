@@ -1,6 +1,6 @@
 """The analyses the report tests read, each analysed (and, where a test only reads it, rendered)
-once per test process instead of once per test (issue 33: the report tests re-ran the same
-synthetic analysis 34 times and rendered the same report several times).
+once per test process instead of once per test (the report tests used to re-run the same
+synthetic analysis 34 times and render the same report several times).
 
 The fixtures ask only for pytest's own `tmp_path_factory` / `tmp_path`, so a test module
 imports just the ones it names. Each analysis is built from the synthetic runs and traces of

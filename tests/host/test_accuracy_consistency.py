@@ -1,4 +1,4 @@
-"""An accuracy file that contradicts itself is refused in one line (issue 31): a composite that
+"""An accuracy file that contradicts itself is refused in one line: a composite that
 is not the weighted mean of its benchmarks (it turned an EPI of 0.612 into 0.185), two
 different entries for one model (the second silently won), and per-item outcomes that
 contradict the stated accuracy (they drove the paired comparisons)."""

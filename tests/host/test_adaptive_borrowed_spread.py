@@ -1,5 +1,5 @@
 """An undecided comparison with one valid paired round gets a round count from the study's
-pooled spread (issue 28: "undecided with the rounds it would need").
+pooled spread, so that it is "undecided with the rounds it would need".
 
 One valid paired round has no spread of its own (the demo under one busy core ended with three
 such comparisons saying "the noise measured gives no round count"). The rounds it would need

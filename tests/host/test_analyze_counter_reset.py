@@ -1,4 +1,4 @@
-"""After an energy-counter reset (issue 31): the summary rows whose windows fell back to the
+"""After an energy-counter reset: the summary rows whose windows fell back to the
 power integral say so (energy_method "mixed" or "trapezoid", never "counter"), and the console
 says the reset happened. The expected method of each row comes from the schedule: which of the
 row's requests start after the reset."""

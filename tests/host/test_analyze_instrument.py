@@ -1,4 +1,4 @@
-"""Issue 27: every J/token figure carries its instrument uncertainty beside the repeat interval,
+"""Every J/token figure carries its instrument uncertainty beside the repeat interval,
 and the analysis says whether the board that made the trace was qualified.
 
 Expected figures come from the datasheet closed form (docs/atm90e26.md §3, meter/plan.py's
@@ -67,7 +67,7 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     qualification.json beside it, analysed once into `out` with the default options.
 
     Shared by the tests that read this one analysis, or analyse these inputs again with other
-    options (issue 33: five tests generated and analysed the same inputs). Nothing may write
+    options (five tests used to generate and analyse the same inputs). Nothing may write
     into it: the tests that need other meta build their own run."""
     root = tmp_path_factory.mktemp("calibrated")
     tdir, rdir, _, _ = write_synth_run(root)

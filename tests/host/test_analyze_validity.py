@@ -213,7 +213,7 @@ def _lagged_run(tmp_path, synth_tools, lag_ms: float):
 @pytest.fixture(scope="module")
 def lagged_40ms(tmp_path_factory):
     """`_lagged_run` at 40 ms and its analysis with the default options, once for the tests
-    that read them (issue 33); nothing may write into its files."""
+    that read them, not once per test; nothing may write into its files."""
     tdir, rdir, sched, prof = _lagged_run(tmp_path_factory.mktemp("lag40"), SYNTH, 40.0)
     return SimpleNamespace(tdir=tdir, rdir=rdir, sched=sched, prof=prof,
                            plain=analyze([rdir], tdir))

@@ -86,8 +86,8 @@ def _study(root: Path, t: SimpleNamespace, *, build_flags: str = "-DGGML_NATIVE=
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SimpleNamespace]:
-    """The study, analysed once for the tests that only read it (issue 33: each built and
-    analysed its own); a test that changes its study's files builds its own with `_study`."""
+    """The study, analysed once for the tests that only read it (each used to build
+    and analyse its own); a test that changes its study's files builds its own with `_study`."""
     return _study(tmp_path_factory.mktemp("study") / "a", SYNTH), SYNTH
 
 

@@ -1,4 +1,4 @@
-"""Several meters in one study (issue 32), fast: `[[meter]]` tables, their hostile forms, the
+"""Several meters in one study, fast: `[[meter]]` tables, their hostile forms, the
 dry-run plan, the step arguments, the stable settle over several daemons, the traces the
 analysis is given, two emulated daemons started by the campaign, and a killed session's
 daemons stopped by the next. The end-to-end campaign against the emulators' truth is

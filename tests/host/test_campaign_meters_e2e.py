@@ -1,4 +1,4 @@
-"""A real campaign metered by two daemons (issue 32): `[[meter]]` tables, each daemon in its own
+"""A real campaign metered by two daemons: `[[meter]]` tables, each daemon in its own
 process on its own clock, nodes spread across both, the analysis against the emulators' truth.
 
 The two daemons are the real meter stack (meter.daemon: board file, emulated ATM90E26, driver,

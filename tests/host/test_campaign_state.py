@@ -1,5 +1,5 @@
 """A resumed campaign trusts nothing in its journal it has not verified on disk, and touches
-nothing outside its own directory (issue 31): relative journal paths, a moved copy beside
+nothing outside its own directory: relative journal paths, a moved copy beside
 the original, steps done whose outputs are missing, hostile journal lines, two [[models]]
 with one name. Fast: no step runs (the plan's steps are journaled by hand)."""
 

@@ -1,5 +1,5 @@
 """An output path that cannot be written is a one-line user error (exit 2, no crash log),
-checked before any long work starts (issue 31), for the commands whose --out this test lists.
+checked before any long work starts, for the commands whose --out this test lists.
 The base model / run paths given do not exist: a command that started its work before checking
 --out would fail on them instead, with a different message."""
 

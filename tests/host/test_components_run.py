@@ -1,4 +1,4 @@
-"""The single-machine path of issue 17 with no board: `epi run --power rapl` records a synthetic
+"""The single-machine path with no board: `epi run --power rapl` records a synthetic
 sysfs RAPL tree (counters advancing at known powers) beside a real run of the test model, and
 `epi analyze RUN --trace RUN/power` gives measured J/token labelled component power."""
 

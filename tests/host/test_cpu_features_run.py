@@ -1,4 +1,4 @@
-"""CPU features end to end (issue 18): a real run.json records the llama.cpp build's features
+"""CPU features end to end: a real run.json records the llama.cpp build's features
 next to the CPU's, and `epi analyze` notes, per run, a feature the CPU has and the build leaves
 out (not one left out on purpose)."""
 

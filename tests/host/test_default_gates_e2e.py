@@ -1,4 +1,4 @@
-"""The default validity gates on a real run (issue 31): every other end-to-end test loosens
+"""The default validity gates on a real run: every other end-to-end test loosens
 a gate (the repeat CV limit or the sample-gap rule) for reasons it states; this one runs
 `epi run` (the demo's SmolLM2-135M through llama.cpp, a subprocess) against an emulated meter
 daemon on the campaign's default path, analyses with every gate at `epi analyze`'s default, and

@@ -1,5 +1,5 @@
-"""Regression tests for issue 12's silent-wrong-result classes and issue 11's accepted inputs,
-each through the readers the analysis uses (epi.formats + the pandas views)."""
+"""Regression tests for classes of silently wrong results and for inputs the analysis used to
+accept, each through the readers the analysis uses (epi.formats + the pandas views)."""
 
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def test_non_numbers_in_a_trace_are_refused(flat, text):
         read_trace(root)
 
 
-# --------------------------------------------------------------- issue 11 inputs
+# --------------------------------------------------------------- inputs once accepted
 def test_negative_power_is_flagged_with_the_fix(flat):
     root = flat()
     _edit_samples(root, lambda i, f: [*f[:4], "-5.0", *f[5:]])  # reversed CT on channel 0

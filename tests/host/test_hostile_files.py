@@ -327,7 +327,7 @@ def test_valid_quant_manifest_is_accepted() -> None:
                                  "models.0.benchmarks.hellaswag.ci95_norm",
                                  "models.0.composite.ci95"])
 def test_contradictory_ci_is_a_fixed_one_line_error(tmp_path: Path, key: str) -> None:
-    """Regression (issue 12): an interval with lo 0.9 > hi 0.1 reached the analysis (KeyError /
+    """Regression: an interval with lo 0.9 > hi 0.1 reached the analysis (KeyError /
     a silently wrong EPI interval); the reader refuses it, naming the file and the field."""
     p = tmp_path / "acc.json"
     p.write_text(json.dumps(_set(_accuracy(), key, [0.9, 0.1])))

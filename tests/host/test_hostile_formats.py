@@ -1,4 +1,4 @@
-"""Generated hostile inputs for every file reader epi owns (issue 12).
+"""Generated hostile inputs for every file reader epi owns.
 
 Each test starts from a valid file, replaces one field (or one CSV cell) with a generated
 value, and reads it back with the one reader of that format. The reader may refuse it (one-line

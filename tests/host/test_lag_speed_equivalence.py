@@ -1,4 +1,4 @@
-"""estimate_lag's fast grid (issue 33) gives the results of the per-lag fits it replaced.
+"""estimate_lag's fast grid gives the results of the per-lag fits it replaced.
 
 The independent reference is `_reference_estimate_lag` below: a verbatim copy of
 host/analysis/lag.py's estimate_lag (and its helpers `_coverage`, `_design`, `_sse`) as it was

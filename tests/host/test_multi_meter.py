@@ -1,4 +1,4 @@
-"""Several meters in one study (issue 32): two emulated daemons in separate processes, each on
+"""Several meters in one study: two emulated daemons in separate processes, each on
 its own simulated clock with its own offset and drift, nodes spread across both.
 
 Meter A (two channels: nodes n0, n1) starts its clock at 5 s and runs 300 ppm fast; meter B

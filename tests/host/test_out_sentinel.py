@@ -1,4 +1,4 @@
-"""No command deletes, renames or overwrites a user's file inside its output (issue 31).
+"""No command deletes, renames or overwrites a user's file inside its output.
 
 Every command with an --out/--output option, found by walking the CLI as
 tests/host/test_hostile_cli.py does (the lazy `epi meter` group included), is run with that

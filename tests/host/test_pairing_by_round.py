@@ -1,4 +1,4 @@
-"""Pairing two configurations by campaign round (issue 28).
+"""Pairing two configurations by campaign round.
 
 Adaptive rounds give configurations different numbers of rounds (after the minimum only the
 undecided ones are measured again) and an invalid run removes one configuration's round. The

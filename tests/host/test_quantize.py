@@ -259,7 +259,7 @@ def test_cli_quantize_applies_each_map_to_the_model_once(
     capsys: pytest.CaptureFixture[str], quantized: Callable[[MixMap], QuantResult]
 ) -> None:
     """`epi quantize` expands a map once: the expansion whose warnings it prints is the one
-    llama-quantize gets (issue 26: it was expanded a second time inside quantize_map).
+    llama-quantize gets (it used to be expanded a second time inside quantize_map).
 
     The outputs are copied in from the module's set, so the command finds them up to date and
     runs no llama-quantize: quantize_map expands before its up-to-date check, so a second

@@ -1,4 +1,4 @@
-"""The top of the report and its figures (issue 29): the study's three questions answered in
+"""The top of the report and its figures: the study's three questions answered in
 words with decided/undecided status, the map's own layer groups in the results table, labels
 that never overlap in the saved figure, a colour-blind-safe palette, alt text on every figure,
 and the page in headless Chromium.
@@ -71,7 +71,7 @@ def test_answer_block_names_configurations_figures_and_status(
     # what the study cannot tell
     limits = " ".join(block.limits)
     assert "modelled, not measured" in limits
-    # modelled power: no meter chain, so no qualification claim either way (issue 27)
+    # modelled power: no meter chain, so no qualification claim either way
     assert "no meter chain to qualify" in limits and "NOT qualified" not in limits
     assert "Accuracy is known only to ±0.07" in limits
     # the block sits at the top of both outputs, before the results table

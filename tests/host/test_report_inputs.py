@@ -1,4 +1,4 @@
-"""`epi report` against hostile output directories and corrupted analysis files (issue 31):
+"""`epi report` against hostile output directories and corrupted analysis files:
 the user's other files in `--out` are never touched, and an analysis whose files disagree
 (negative joules, duplicated rows, a newer format, a configuration without runs, a windows.csv
 cut short, verdicts that contradict the figures) is refused in one line, never rendered into a

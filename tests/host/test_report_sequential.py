@@ -1,6 +1,6 @@
 """The campaign's sequential verdicts (analysis/decisions.json of an adaptive campaign) are
 stated in the report's answer block beside the fixed-sample intervals, and a damaged file is
-refused in one line (issues 28 and 29)."""
+refused in one line."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`epi run` with several meter daemons (issue 32): a clock sync with every daemon at the start,
+"""`epi run` with several meter daemons: a clock sync with every daemon at the start,
 before each repeat and at the end, each offset recorded keyed by its daemon (token-log format
 2), in the order given."""
 

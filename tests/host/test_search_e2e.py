@@ -6,7 +6,7 @@ module), the power labelled as modelled, each candidate's comparison with the be
 agreeing with the campaign's own decision, and a second invocation that resumes without
 measuring again and keeps the verdicts.
 
-Cost (issue 33: 215 s on an idle 2-core machine before these cuts): one 64-token prompt per
+Cost (215 s on an idle 2-core machine before these cuts): one 64-token prompt per
 request (a run is 1 warm-up and 3 repeats of one request, not of every default prompt), round 0
 one fixed round (its 3 repeats still give each hand-made map an interval), one candidate round
 of the 3 rounds a comparison needs, and each repeat's cool-down and idle window cut from the

@@ -1,4 +1,4 @@
-"""A search state is bound to what it describes (issue 31): a search.json from another search
+"""A search state is bound to what it describes: a search.json from another search
 (another base model, other hand-made maps, other measuring options, another llama.cpp build)
 is refused in one line, and a quantized base is refused before any work."""
 
@@ -118,7 +118,7 @@ def test_epi_search_refuses_a_foreign_state_before_any_work(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """The real `epi search` entry point, in-process: the CLI path is the point here, not a
-    fresh interpreter (its start-up and imports cost ~0.6 s of CPU a run; issue 33)."""
+    fresh interpreter (its start-up and imports cost ~0.6 s of CPU a run)."""
     model = write_test_model(tmp_path / "tiny.gguf", n_layers=2)
     out = tmp_path / "out"
     out.mkdir()

@@ -1,4 +1,4 @@
-"""search.json is checked before it is used (issue 31): a state that is not an object, lacks a
+"""search.json is checked before it is used: a state that is not an object, lacks a
 field, or holds a non-finite KL is one line naming the file, never a crash or a hang; a state
 the search wrote itself (NaN standing for 'not measured') reads back as it was."""
 

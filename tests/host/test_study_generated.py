@@ -1,4 +1,4 @@
-"""Study files, generated and named hostile values (issue 31): names with newlines, thread
+"""Study files, generated and named hostile values: names with newlines, thread
 counts and seeds far out of range, the same map twice, two models with one name, repeats at
 2**63, an infinite idle settle. Each either loads (in range) or is refused with one line that
 names the file and the field — never another exception, never a hang (load_study runs in a
@@ -193,7 +193,7 @@ def test_generated_splits_load_or_give_one_line(tmp_path_factory: pytest.TempPat
         assert "TOML" not in str(exc), str(exc)  # the generator writes valid TOML
 
 
-# ---- several meters (issue 32): generated [[meter]] lists --------------------------------
+# ---- several meters: generated [[meter]] lists -------------------------------------------
 URLS = ["http://a:8757", "http://A:8757/", "http://b:8757", "https://b", "b:1", ""]
 NODES = ["n0", "n1", "n2", "x y", ""]
 TRACES = ["ta", "tb", "tc", "ta/", ""]

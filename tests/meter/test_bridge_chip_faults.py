@@ -1,4 +1,4 @@
-"""Chip faults behind the emulated MCU: readiness and plausibility in the firmware (issue 13).
+"""Chip faults behind the emulated MCU: readiness and plausibility in the firmware.
 
 The real firmware (on CPython) reads register-level emulated chips; the real recorder writes
 the trace. Expected figures come from the power models (constant loads: the truth is the
@@ -32,7 +32,7 @@ class StraddlingChip:
     """An emulated chip whose first measurement refresh after every (soft) reset is made to
     fall in the middle of a reading: when a measurement register is read before the refresh,
     the clock is moved past it before the frequency register is read (so a reading that began
-    on the reset zeros ends on 50 Hz, the case issue 13 found). `forced` counts them."""
+    on the reset zeros ends on 50 Hz). `forced` counts them."""
 
     def __init__(self, chip, clock) -> None:
         self.chip = chip

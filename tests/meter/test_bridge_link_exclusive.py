@@ -1,4 +1,4 @@
-"""The serial port is opened exclusively (issue 30): `epi meter firmware console` beside a
+"""The serial port is opened exclusively: `epi meter firmware console` beside a
 running bridge daemon must not open the daemon's port and steal its lines."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The bridge path on the recording session the direct path uses (issues 26 and 30): SIGHUP
+"""The bridge path on the recording session the direct path uses: SIGHUP
 checkpoints and keeps running, /metrics and /status count the sweeps really recorded, and a
 rate the serial link cannot carry is refused in one line."""
 

@@ -1,4 +1,4 @@
-"""Storage faults on the bridge path, mirroring the direct-SPI path's tests (issue 13):
+"""Storage faults on the bridge path, mirroring the direct-SPI path's tests:
 `--out` removed while `epi meter run --emulate-bridge` records is a one-line error exit
 (status 2, restartable by systemd), and a full disk is a counted `disk_full` fault."""
 

@@ -1,4 +1,4 @@
-"""The bridge declares energy it lost (issue 30): over an absent, stuck, reset or checksum-error
+"""The bridge declares energy it lost: over an absent, stuck, reset or checksum-error
 chip behind the MCU, the firmware's re-start declares the interval from the last good energy
 read to the restart of metering, and the recorder writes it as the direct path does (a channel
 `gap` whose reason begins `energy not metered`). The trace read back against the emulator's

@@ -1,4 +1,4 @@
-"""The bridge's host side never trusts the MCU (issue 30): a sweep line that passed its CRC but
+"""The bridge's host side never trusts the MCU: a sweep line that passed its CRC but
 whose counts went back, rose faster than the power allows, whose time lies in the future, that
 names a channel twice, or a line far too long, becomes an event, never energy in the trace;
 generated hostile lines never crash or hang the recorder.
@@ -115,8 +115,8 @@ def _dup() -> bytes:
      "counter_backwards", "went back"),
     (sweep(10, channels=[reading(0, 10, counts=truth_counts(0, 9) + 2**40), reading(1, 10)]),
      "implausible", "rose by"),
-    # 7× the interval's counts (issue 30's bit error): within the physical bound, beyond
-    # what the 120 W read at both ends allows
+    # 7× the interval's counts (a bit error's word, 306 counts for 44): within the physical
+    # bound, beyond what the 120 W read at both ends allows
     (sweep(10, channels=[reading(0, 10, counts=truth_counts(0, 9) + 7 * (
         truth_counts(0, 10) - truth_counts(0, 9))), reading(1, 10)]),
      "implausible", "the power read around it"),

@@ -97,8 +97,8 @@ def test_sync_command_error_exits_2_with_one_line() -> None:
 
 
 class JumpingClock(OffsetClock):
-    """A meter clock that jumps forward by 1 s every few reads (issue 30: epi meter sync
-    reported ±979 ms against it instead of refusing)."""
+    """A meter clock that jumps forward by 1 s every few reads (epi meter sync used to
+    report ±979 ms against it instead of refusing)."""
 
     def __init__(self) -> None:
         super().__init__(0)

@@ -1,4 +1,4 @@
-"""SIGTERM at the worst moment still stops `epi meter run` cleanly (issue 28/33).
+"""SIGTERM at the worst moment still stops `epi meter run` cleanly.
 
 A campaign's emulated daemon once stopped sampling on SIGTERM but neither wrote its ``stop``
 nor exited; SIGINT did nothing either and SIGKILL ended it 30 s later. Cause: the signal

@@ -112,9 +112,9 @@ def test_meta_stats_carry_the_rate_the_bus_sustains_as_it_runs(tmp_path: Path) -
 def test_each_disk_full_episode_counts_its_own_drops_and_a_stop_while_full_keeps_meta_right(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 30: the second episode's event said the drops of both episodes, and a stop while
-    the disk was full left meta.json at its last checkpoint (clean_stop false, old counts).
-    Freeing a file gives its bytes back to the fake disk, as a file system does."""
+    """Regression: the second episode's event used to say the drops of both episodes, and a stop
+    while the disk was full left meta.json at its last checkpoint (clean_stop false, old
+    counts). Freeing a file gives its bytes back to the fake disk, as a file system does."""
     import os
 
     disk = FullDisk(monkeypatch, trace_mod)

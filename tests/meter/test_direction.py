@@ -1,4 +1,4 @@
-"""Direction (issue 27): forward and reverse active energy are read apart (APenergy/ANenergy
+"""Direction: forward and reverse active energy are read apart (APenergy/ANenergy
 vs ATenergy = forward + reverse, docs/atm90e26.md §2); reverse energy — a CT clamped the wrong
 way round, or export — is an event with its fix and is never added as consumption.
 

@@ -1,7 +1,8 @@
-"""The emulator's cached CS1/CS2 (meter/emulation/register_file.py, issue 33) gives the verdicts
-an uncached chip gives, whatever changes the covered registers: SPI writes, the CalStart/
-AdjStart 5678H block reset, soft reset, a reset fault (now or scheduled), unplugging, an
-injected upset, a direct edit of the register words.
+"""The emulator's cached CS1/CS2 (meter/emulation/register_file.py: summing the covered bytes
+on every register access was about a quarter of a simulated sampler run) gives the verdicts an
+uncached chip gives, whatever changes the covered registers: SPI writes, the CalStart/AdjStart
+5678H block reset, soft reset, a reset fault (now or scheduled), unplugging, an injected upset,
+a direct edit of the register words.
 
 Expected checksums come from outside the code under test: the datasheet formula re-written
 here (`_datasheet_cs`, DS p.33/p.38: low byte the sum, high byte the XOR of the covered

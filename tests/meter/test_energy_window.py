@@ -1,4 +1,4 @@
-"""The energy check's range comes from the readings around the window (issue 30): the Pmean
+"""The energy check's range comes from the readings around the window: the Pmean
 before and after, the elapsed time and the register step, never a fixed allowance. Expected
 counts are computed here from P·t / (J per count), not with the module's arithmetic."""
 
@@ -17,7 +17,7 @@ def _counts(power_w: float, dt_s: float = DT_S) -> float:
 def test_a_7x_word_on_a_steady_load_is_outside_the_range() -> None:
     lo, hi = counts_range(3.15, 3.15, DT_S, JPC)
     assert lo <= _counts(3.15) <= hi
-    assert not lo <= 7 * _counts(3.15) <= hi  # the 306-for-44 word of the issue: caught
+    assert not lo <= 7 * _counts(3.15) <= hi  # a bit error's 306-for-44 word: caught
     assert not lo <= _counts(3.15) / 7 <= hi
     assert not lo <= _counts(3.15) * 1.15 <= hi  # a 15 % off word is re-read too
 

@@ -1,4 +1,4 @@
-"""The fault soak on both paths (issue 30), short, on a SimulatedClock so CI runs it: the
+"""The fault soak on both paths, short, on a SimulatedClock so CI runs it: the
 direct SPI path and the bridge (the real firmware behind an emulated MCU, read by the bridge
 recorder) get every fault kind in turn — reset, checksum, absent, stuck, bit errors at 0.001
 and 0.002, partial frames — and each trace, read back, must hold the same standard: energy

@@ -1,4 +1,4 @@
-"""The board's configuration (issue 30): a file with a wrong type anywhere is refused in one
+"""The board's configuration: a file with a wrong type anywhere is refused in one
 line by the firmware's reader, which keeps its last good configuration, and by
 `epi meter firmware deploy` (dry-run included) before anything is built or copied."""
 

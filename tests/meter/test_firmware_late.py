@@ -1,4 +1,4 @@
-"""`late` is reported from the MCU's boot on (issue 30): a freeze within 10 s of boot used to
+"""`late` is reported from the MCU's boot on: a freeze within 10 s of boot used to
 leave a hole in the telemetry with no event, because the first report waited until 10 s after
 an imaginary report at t = 0. Skips held back by the 10 s limit are reported later, never
 dropped."""

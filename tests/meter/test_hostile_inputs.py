@@ -196,7 +196,7 @@ def test_nan_and_inf_options_are_usage_errors(tmp_path: Path, args: list[str]) -
     assert "finite" in res.output and "Traceback" not in res.output
 
 
-# ------------------------------------------------------------------ raw bytes (issue 12)
+# ------------------------------------------------------------------ raw bytes
 RAW_BYTES = st.one_of(
     st.binary(max_size=96),
     st.sampled_from([b"[" * 100_000, b"a = " + b"[" * 100_000, b"a = " + b"{b=" * 5_000,
@@ -320,7 +320,7 @@ def test_calibrate_creates_missing_output_directories(
 @pytest.mark.parametrize("as_json", [True, False])
 def test_meter_read_settle_0_shows_no_values_only_an_error(tmp_path: Path,
                                                             as_json: bool) -> None:
-    """Regression (issue 12): a reading taken before the chip's first measurement was shown
+    """Regression: a reading taken before the chip's first measurement was shown
     as 0 V / 0 W / 0 Hz with error null. A 30 s emulated refresh makes "too early" certain."""
     from epi.commands.meter_group import meter
 

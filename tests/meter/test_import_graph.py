@@ -1,5 +1,5 @@
 """meter/ has no circle of files: every import, at module level or inside a function, drawn
-from the source with ast (issue 26). An import hidden in a function still ties the two files
+from the source with ast. An import hidden in a function still ties the two files
 together — it only moves the failure from import time to call time."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_meter_has_no_circle_of_files() -> None:
 
 
 def test_the_library_has_no_circle_of_files() -> None:
-    """The same over the whole library: epi/, meter/ and host/ together (issue 26)."""
+    """The same over the whole library: epi/, meter/ and host/ together."""
     import epi
     import host
 

@@ -1,4 +1,4 @@
-"""Issue 27: a channel's expected load (board file `expected_load_w`) against what its chain
+"""A channel's expected load (board file `expected_load_w`) against what its chain
 resolves — in `epi doctor` ($EPI_BOARD) and the daemon's start-up message — and the reversed
 CT a daemon has seen, in `epi doctor` ($EPI_METER_URL, its /status). Expected figures are the
 datasheet's closed forms (start-up threshold K·Un·Ib, AN §3.2.3), not the plan's code."""

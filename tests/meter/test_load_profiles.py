@@ -1,9 +1,9 @@
-"""Fast-changing loads (issue 27): the emulator's registers refresh together once per metering
+"""Fast-changing loads: the emulator's registers refresh together once per metering
 cycle, averaged over it, and the driver's plausibility rules hold on square waves (1–10 Hz),
 ramps and bursts shorter than a sweep, losing no rows and no energy; and the chain's running
 self-check (meter/driver/selfcheck.py) raises nothing on those loads from a correct chip. One
-120 s run of each load serves both checks (they read the same sweeps; issue 33: the self-check
-used to repeat the run in tests/meter/test_selfcheck.py).
+120 s run of each load serves both checks (they read the same sweeps; the self-check used
+to repeat the run in tests/meter/test_selfcheck.py).
 
 Expected figures are closed forms of the profiles (mean and RMS of a square wave), and the
 profiles' exact integrals — not the emulator's own arithmetic.

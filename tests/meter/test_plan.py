@@ -66,7 +66,7 @@ def test_reference_board_against_closed_form(volts: float, load_w: float) -> Non
     assert steps["Pmean"].step_pct == pytest.approx(1.0 / load_w * 100, rel=1e-9)
     assert steps["Pmean"].step_extended == 1 / 256
     assert steps["Urms"].step_pct == pytest.approx(0.01 / volts * 100, rel=1e-9)
-    # PL constant 456 from 455.90..., and the bias that rounding gives (issue 27: -0.021 %)
+    # PL constant 456 from 455.90..., and the bias that rounding gives (-0.021 %)
     assert p.chain.pl_constant == round(_pl_ideal()) == 456
     assert p.pl_bias_pct == pytest.approx((_pl_ideal() / 456 - 1) * 100, rel=1e-9)
     assert p.pl_bias_pct == pytest.approx(-0.0214, abs=5e-5)

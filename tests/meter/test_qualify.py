@@ -1,4 +1,4 @@
-"""`epi meter qualify` end to end on the emulator (issue 27): every injected fault — gain,
+"""`epi meter qualify` end to end on the emulator: every injected fault — gain,
 phase, power offset, reversed CT, crosstalk, dead channel — is detected by its own finding,
 and a clean board passes.
 

@@ -1,4 +1,4 @@
-"""The daemon's emulated bus path on the system clock keeps the wire time (issue 33): frames
+"""The daemon's emulated bus path on the system clock keeps the wire time: frames
 queue on the emulated wire and the host may run at most `BATCH_NS` ahead of it, so N frames
 never take less than N × 150 µs − BATCH_NS of real time, however the wait is scheduled (a
 lower bound: it holds on a loaded machine). The expected time is 24 bits at 160 kHz."""

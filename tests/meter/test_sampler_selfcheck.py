@@ -1,4 +1,4 @@
-"""The chain self-check wired into the daemon's sampler (issue 27): a chip with a wrong Lgain,
+"""The chain self-check wired into the daemon's sampler: a chip with a wrong Lgain,
 Ugain or meter constant (PL constant) writes a `chain_disagreement` event into the trace within
 60 s of simulated time and shows `epi_meter_chain_disagreement 1` on /metrics; a correct chip
 under the fast-changing load profiles writes none. The wrong registers come from the
@@ -122,7 +122,7 @@ ROWS_LOST_MAX = 0.001  # the start-up's first metering cycle (0.2 s of 600 s) an
                                    ramp(2.7, 9.5, 2.0), bursts(2.7, 9.5, 0.03, 0.5)],
                          ids=lambda m: getattr(m, "label", "?"))
 def test_ten_minute_soak_of_fast_loads(tmp_path: Path, model: PowerModel) -> None:
-    """Issue 27's soak: 10 minutes of each fast profile on a correct chip, through the
+    """The soak: 10 minutes of each fast profile on a correct chip, through the
     sampler: no chain_disagreement, and rows lost (plausibility, not-ready) under 0.1 %."""
     events, gauges = _record(tmp_path, model, Calibration.default(MC), 600)
     assert events == []

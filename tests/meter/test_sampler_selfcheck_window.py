@@ -1,4 +1,4 @@
-"""The chain self-check's running window (issue 33): `ChainSelfCheck.add` keeps the window's
+"""The chain self-check's running window: `ChainSelfCheck.add` keeps the window's
 integral, lowest and highest power and P vs U·I·PF failures up to date as readings come and go
 (O(1) a reading on the daemon's sweep path). Its verdicts must be exactly those of a
 reference that recomputes everything from the window's readings at every step (the plain

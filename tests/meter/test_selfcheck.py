@@ -1,7 +1,7 @@
-"""The chain's running self-check (issue 27): a wrong meter constant (PL constant), Lgain or
+"""The chain's running self-check: a wrong meter constant (PL constant), Lgain or
 Ugain on an emulated chip raises within 60 s; a correct chip raises nothing on a constant
 load here, and nothing on fast-changing loads in tests/meter/test_load_profiles.py (that file's
-120 s run of each load feeds the check too: one run serves both, issue 33). The injected
+120 s run of each load feeds the check too: one run serves both). The injected
 errors are register values from the application note's formulas (Lgain from an energy error,
 Ugain scaled, PL for another meter constant), not the checker's.
 """

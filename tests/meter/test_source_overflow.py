@@ -1,4 +1,4 @@
-"""A software counter that overflows (issue 31) is one failed reading — a read_error event,
+"""A software counter that overflows is one failed reading — a read_error event,
 then a gap when it recovers — never an exception that ends the source's thread for the rest
 of the recording. Generated values: any decimal text in a counter file is either a number the
 poller uses or a failed reading, and the poller keeps going."""

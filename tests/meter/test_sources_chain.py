@@ -1,5 +1,5 @@
-"""Issue 17's Done-when, literally, through the real CLI commands as separate processes: `epi
-meter run --source auto` (no board, on a synthetic RAPL sysfs tree whose counters advance at
+"""The single-machine path end to end, through the real CLI commands as separate processes:
+`epi meter run --source auto` (no board, on a synthetic RAPL sysfs tree whose counters advance at
 known powers) → a separate `epi run` of the tiny model on the same machine (same clock, so no
 --meter: a sources-only daemon serves no HTTP) → `epi analyze` gives measured J/token, labelled
 component power, matching the fake's powers."""

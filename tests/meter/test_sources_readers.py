@@ -1,7 +1,7 @@
 """The software power readers themselves (not only the shared ChannelTracker) through synthetic
 sysfs trees and a fake `vcgencmd`: a RAPL counter wrapping at `max_energy_range_uj`, a RAPL
 zone without that file (a decrease is then "backwards", never a wrap), a frozen RAPL counter, an
-hwmon attribute file vanishing mid-run, and the PMIC's permission denied (issue 17)."""
+hwmon attribute file vanishing mid-run, and the PMIC's permission denied."""
 
 from __future__ import annotations
 

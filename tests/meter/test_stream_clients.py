@@ -1,4 +1,4 @@
-"""A daemon's sampling must not depend on its clients (issue 30): 400 `/stream` clients that
+"""A daemon's sampling must not depend on its clients: 400 `/stream` clients that
 never read leave the sample rate within 1 % of the configured rate."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A segment whose meta.json is a symbolic link that resolves to nothing (issue 31): a link
+"""A segment whose meta.json is a symbolic link that resolves to nothing: a link
 to itself, or a dangling one, is refused in one line naming the file — never skipped like a
 segment whose daemon was killed before writing its meta."""
 

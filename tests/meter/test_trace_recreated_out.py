@@ -1,4 +1,4 @@
-"""`--out` deleted and re-created under a running daemon (issue 30): the stopping writer used
+"""`--out` deleted and re-created under a running daemon: the stopping writer used
 to rewrite its meta.json by path, leaving a stray `seg-000001.meta.json` (no CSV files beside
 it) in the new directory, and the trace reader then refused the whole trace after a restart.
 A writer whose files are gone writes nothing by path any more."""

