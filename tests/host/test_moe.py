@@ -186,16 +186,16 @@ def uniform_map(tmp_path: Path, file_type: str) -> Path:
     return path
 
 
-@pytest.mark.long
+@pytest.mark.long  # slow and shares_cpu (tests/conftest.py): the types compared, no timing
 @pytest.mark.parametrize(
     ("arch", "n_expert", "file_type"),
     [
         ("qwen3moe", 8, "Q4_K_M"),  # 8 experts: llama.cpp's Mixtral rules (attn_v/attn_k Q8_0 ...)
-        pytest.param("qwen3moe", 4, "Q4_K_M", marks=pytest.mark.slow),
-        pytest.param("qwen3moe", 8, "Q2_K", marks=pytest.mark.slow),
-        pytest.param("qwen3moe", 8, "Q3_K_L", marks=pytest.mark.slow),  # attn_output stays Q3_K
-        pytest.param("qwen2moe", 8, "Q3_K_M", marks=pytest.mark.slow),  # shared experts too
-        pytest.param("qwen2moe", 4, "Q5_K_M", marks=pytest.mark.slow),
+        ("qwen3moe", 4, "Q4_K_M"),
+        ("qwen3moe", 8, "Q2_K"),
+        ("qwen3moe", 8, "Q3_K_L"),  # attn_output stays Q3_K
+        ("qwen2moe", 8, "Q3_K_M"),  # shared experts too
+        ("qwen2moe", 4, "Q5_K_M"),
     ],
 )
 def test_moe_file_type_rules_match_llama_cpp_native(

@@ -22,7 +22,8 @@ from host.report.build import write_report
 from tests.host.conftest import NS, Steps, make_schedule, write_run, write_trace
 from tests.host.test_report_one_verdict import verdict_words
 
-pytestmark = pytest.mark.slow
+# synthetic runs and one report: no timing is checked, so it may run beside another test
+pytestmark = [pytest.mark.slow, pytest.mark.shares_cpu]
 
 N_MAPS = 24
 MAPS = ["uniform_q4km"] + [f"mix{k:02d}" for k in range(1, N_MAPS)]

@@ -40,6 +40,7 @@ def _expected(path: Path) -> tuple[float, int, int]:
     return total, experts, n_expert
 
 
+@pytest.mark.long  # 2-3 s a model on an idle 2-core machine: generates and reads each GGUF
 @pytest.mark.parametrize("arch", ["llama", "qwen3moe", "qwen2moe"])
 def test_bytes_per_token_match_an_independent_reader(tmp_path: Path, arch: str) -> None:
     path = write_test_model(tmp_path / f"{arch}.gguf", n_layers=2, arch=arch, n_expert=4,

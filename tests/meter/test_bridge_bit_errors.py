@@ -61,6 +61,7 @@ def test_bit_errors_at_the_default_seed_leave_energy_and_rows_right(
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # a SimulatedClock: nothing here waits on the real clock
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("rate", RATES)
 def test_bit_errors_over_20_seeds_leave_energy_and_rows_right(

@@ -110,6 +110,7 @@ def _epi(bench: str, all_items: list[Item], k: int) -> tuple[list[fewshot.ShotGr
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # prompts compared byte for byte: no timing of it is checked
 @pytest.mark.parametrize("bench", ["arc_challenge", "hellaswag"])
 def test_arc_and_hellaswag_prompts_are_lm_evals_byte_for_byte(
         real_data: Path, bench: str) -> None:
@@ -124,6 +125,7 @@ def test_arc_and_hellaswag_prompts_are_lm_evals_byte_for_byte(
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # prompts compared byte for byte: no timing of it is checked
 def test_mmlu_prompts_are_lm_evals_cloze_mmlu_byte_for_byte(real_data: Path) -> None:
     k = fewshot.STUDY_SHOTS["mmlu"]
     all_items, recs = _records(real_data, "mmlu")
