@@ -17,11 +17,13 @@ three ways on one loaded model (one context size, so only the prompt differs):
   (`--shapes study`): a GGUF with Llama-3.1-8B's layer (4096 wide, 32 query and 8 KV heads
   of 128, FFN 14336) written here with random weights, 2 layers, quantized to Q4_0 by
   llama-quantize (cached under $EPI_HOME/bench), tokenized by llama.cpp's SPM test vocab. The
-  cost of the prefix's attention per item token, 2 × heads × 128 × cells a layer, is fixed
-  by the shape: against SmolLM2-135M's layer (3.5 M weights, 9 heads of 64) 1,000 cells add
-  ~33 %; against Llama-3.1-8B's (218 M weights) ~4 %. Random weights change no kernel's
-  cost; 2 layers instead of 32 leave the output head a larger share (it does not grow with
-  the prefix), so this ratio, if anything, reads low by a few per cent of the excess.
+  prefix's attention per item token, 2 × heads × head width × cells multiply-adds a layer,
+  is fixed by the shape: against SmolLM2-135M's layer (3.5 M weights, 9 heads of 64) 1,000
+  cells add ~33 % to the layer's multiply-adds, against Llama-3.1-8B's (218 M weights) ~4 %
+  (on CPU, attention costs more per multiply-add than the weight products: the items' own
+  time measured at this shape is ~1.2× zero-shot). Random weights change no kernel's cost;
+  2 layers instead of 32 leave the output head a larger share (it does not grow with the
+  prefix), so this ratio, if anything, reads low by a few per cent of the excess.
 
 Usage: `python bench/bench_fewshot.py [--items 40] [--rounds 3] [--threads 2]
 [--shapes smollm2,study]`. Needs the prepared data (`epi data prepare`) and the model
