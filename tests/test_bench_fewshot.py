@@ -3,26 +3,11 @@ checked against the ratio written out by hand, and the study's item count read f
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from tests.bench_modules import BENCH, load_bench
 
-
-def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load("bench_fewshot")
+bench = load_bench("bench_fewshot")
 
 
 def test_the_prefix_spread_over_more_items_by_hand() -> None:

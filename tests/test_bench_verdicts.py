@@ -3,29 +3,15 @@ marks goals without a line as missing, and prints any spread form a bench may em
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from tests.bench_modules import BENCH, load_bench
 
-
-def _load(name: str) -> ModuleType:
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-run_all = _load("run_all")
-goals = _load("goals")
-benchlib = _load("benchlib")
+run_all = load_bench("run_all")
+goals = load_bench("goals")
+benchlib = load_bench("benchlib")
 
 
 def _rows(*objs: dict) -> dict[str, list[str]]:
