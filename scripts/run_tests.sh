@@ -32,10 +32,13 @@ fi
 # (tests/conftest.py, _CpuShare), shared by default, exclusive for the `serial` tests
 # (timing-sensitive) and the `slow` ones not marked `shares_cpu`, so those run with no other
 # test beside them while the rest run two at a time. --dist loadfile keeps a file's tests on
-# one worker, so the module fixtures of a file whose tests share one mode live under one hold.
+# one worker, so the module fixtures of a file whose tests share one mode live under one hold;
+# the files go out in the order tests/conftest.py gives them (the exclusive ones first,
+# _cpu_lock_order), not pytest-xdist's own (most tests first).
 lockdir=$(mktemp -d "${TMPDIR:-/tmp}/epi-cpu-lock.XXXXXX")
 trap 'rm -rf "$lockdir"' EXIT
-EPI_TEST_CPU_LOCK=$lockdir "$VENV/bin/python" -m pytest -n "$workers" --dist loadfile "$@"
+EPI_TEST_CPU_LOCK=$lockdir "$VENV/bin/python" -m pytest -n "$workers" --dist loadfile \
+  --no-loadscope-reorder "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: treating as failure" >&2

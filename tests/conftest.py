@@ -67,6 +67,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 and item.get_closest_marker("slow") is None):
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.shares_cpu)
+    items[:] = _cpu_lock_order(items)
+
+
+def _cpu_lock_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The files in the order that keeps both cores busy under the CPU lock (_CpuShare):
+    every file with a test that needs the CPUs alone first, then the files whose tests all
+    share them, those with a `slow` test first. Interleaved, each exclusive test waited for
+    the other worker's running test to end and then left that worker idle: on the 2-core VM
+    a quarter of the suite's wall time went to such waits. Grouped, the exclusive block runs
+    one test at a time once, and the shared block ends the run with its short files, so the
+    last worker to finish is not left with a long one. A file's tests keep their order
+    (module fixtures), and so do the files within each group; scripts/run_tests.sh passes
+    --no-loadscope-reorder so that pytest-xdist hands the files out in this order."""
+    files: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+
+    def group(tests: list[pytest.Item]) -> int:
+        if any(_needs_cpus_alone(t) for t in tests):
+            return 0
+        return 1 if any(t.get_closest_marker("slow") is not None for t in tests) else 2
+
+    ordered = sorted(files.values(), key=group)  # stable: the collection order within a group
+    return [item for tests in ordered for item in tests]
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

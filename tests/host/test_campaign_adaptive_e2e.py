@@ -24,6 +24,8 @@ MAPS = REPO / "quantmaps"
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # one thread of llama.cpp beside the meter daemon, its gates set for a
+                         # loaded machine: it runs beside another test (tests/conftest.py)
 def test_adaptive_campaign_end_to_end(tiny_model: Path, tmp_path: Path) -> None:
     model = tiny_model  # the session's test model: the campaign only reads it
     prompts = write_prompts(tmp_path / "prompts.json")

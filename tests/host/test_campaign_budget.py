@@ -193,6 +193,8 @@ def test_the_report_gives_the_same_command_as_the_console(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # one thread of llama.cpp beside the meter daemon, its gates set for a
+                         # loaded machine: it runs beside another test (tests/conftest.py)
 def test_an_extended_campaign_measures_more_rounds_and_reports_again(
         tmp_path: Path, tiny_model: Path) -> None:
     """The whole path: a budget that ends the rounds at the minimum with the comparison

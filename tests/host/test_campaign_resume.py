@@ -234,6 +234,8 @@ def test_kills_cover_every_step_kind_of_the_study_in_plan_order(tmp_path: Path) 
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # one thread of llama.cpp beside the meter daemon, its gates set for a
+                         # loaded machine: it runs beside another test (tests/conftest.py)
 def test_killed_inside_every_step_kind_gives_the_same_report_as_uninterrupted(
         tiny_model: Path, tmp_path: Path) -> None:
     model = tiny_model  # the session's test model: the campaigns only read it

@@ -85,6 +85,8 @@ def test_a_bad_split_is_one_line_naming_the_field(tmp_path: Path, tiny_model: Pa
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # one thread of llama.cpp beside the meter daemon, its gates set for a
+                         # loaded machine: it runs beside another test (tests/conftest.py)
 def test_a_campaign_measures_a_split_beside_its_parents(tmp_path: Path,
                                                        tiny_model: Path) -> None:
     study = _study(tmp_path, tiny_model, SPLIT)

@@ -92,6 +92,8 @@ def _headline_rows(campaign: Path) -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.shares_cpu  # one thread of llama.cpp beside the meter daemon, its gates set for a
+                         # loaded machine: it runs beside another test (tests/conftest.py)
 def test_small_budget_search_measures_through_the_campaign_and_resumes(tmp_path: Path) -> None:
     model = write_test_model(tmp_path / "tiny.gguf", n_layers=3)
     text = tmp_path / "held_out.txt"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from host.accuracy import store
 from host.campaign.execute import Campaign
 from host.campaign.journal import JournalState
 from host.campaign.plan import Step
@@ -63,7 +64,12 @@ def _accuracy_args(study_file: Path) -> dict[str, object]:
 
 @pytest.mark.long
 def test_a_study_with_a_local_cluster_scores_on_it_item_by_item_as_one_process(
-        tiny_model: Path, prepared: Path, tmp_path: Path) -> None:
+        tiny_model: Path, prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # do_accuracy points its process's store at the study's (EPI_ACCURACY_STORE), as in a
+    # campaign's step process; here that process is the test's, so the variable is put back
+    # afterwards, or every later test of this worker would score into this test's store
+    monkeypatch.setenv(store.ENV, str(tmp_path / "unused-store"))
     clustered = _accuracy_args(_study(tmp_path / "a", tiny_model,
                                       'cluster = "local:2"\nstore = "shared-store"'))
     assert clustered["cluster"] == "local:2"

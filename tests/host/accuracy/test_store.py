@@ -133,7 +133,9 @@ def test_the_command_refuses_a_tampered_entry_in_one_line(
             "--threads", "1", "--out", str(tmp_path / "a.json")]
     code, _, err = run_epi(monkeypatch, capsys, *args)
     assert code == 0, err
-    (path,) = store.store_root().rglob("arc_challenge-*.json")
+    entries = sorted(store.store_root().rglob("arc_challenge-*.json"))
+    assert len(entries) == 1, [json.loads(e.read_text())["key"] for e in entries]
+    (path,) = entries
     doc = json.loads(path.read_text())
     rec = doc["result"]["records"][0]
     rec["gold"] = (rec["gold"] + 1) % len(rec["scores"])
