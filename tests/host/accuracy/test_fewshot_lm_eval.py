@@ -8,7 +8,8 @@ each benchmark at the study's shot counts (MMLU 5, ARC-Challenge 25, HellaSwag 1
 `ConfigurableTask.fewshot_context` must equal epi's context and lm-eval's choices (after its
 target delimiter " ") epi's continuations. Then SmolLM2-135M chooses: epi's answers on the
 same prompts are compared with the answers lm-eval's own log-likelihood rule (sum of the
-continuation's log-probabilities) picks from the same scores.
+continuation's log-probabilities) picks from the same scores, through lm-eval's own
+`process_results` (`acc`; `acc_norm` differs from epi's per-byte norm by its denominator only).
 """
 
 from __future__ import annotations
@@ -148,10 +149,14 @@ def test_mmlu_prompts_are_lm_evals_cloze_mmlu_byte_for_byte(real_data: Path) -> 
 
 @pytest.mark.slow
 @pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
-def test_smollm2_chooses_as_lm_evals_loglikelihood_rule_on_the_same_prompts(
+def test_smollm2_chooses_as_lm_evals_own_process_results_on_the_same_prompts(
         real_data: Path) -> None:
-    """lm-eval's `acc` picks argmax of each choice's summed log-likelihood; epi's raw
-    accuracy does the same. Same prompts, same scores: the same choice, item by item."""
+    """lm-eval's own `process_results` (its `acc` and `acc_norm`) is given epi's
+    log-likelihoods of the 50 items' choices on the same prompts: its `acc` agrees with
+    epi's raw answer on every item, and its gold with epi's. `acc_norm` divides by each
+    choice's characters, epi's `accuracy_norm` by the UTF-8 bytes of the scored tokens (the
+    target delimiter's space included, docs/accuracy.md): every item where the two pick
+    differently is explained by that denominator alone."""
     from host.accuracy import multiple_choice as mc
     from host.accuracy.scorer import Scorer
     from host.quant.models import prepare_model
@@ -159,23 +164,39 @@ def test_smollm2_chooses_as_lm_evals_loglikelihood_rule_on_the_same_prompts(
     model = prepare_model("smollm2").path
     assert model is not None
     bench, k = "arc_challenge", fewshot.STUDY_SHOTS["arc_challenge"]
-    all_items, _ = _records(real_data, bench)
-    _, items = _epi(bench, all_items, k)
+    all_items, recs = _records(real_data, bench)
+    groups, items = _epi(bench, all_items, k)
+    (group,) = groups
+    task = _lm_task(bench, "train", [recs[_row(s, all_items)] for s in group.shots],
+                    [recs[_row(i, all_items)] for i in items])
+    docs = list(task.eval_docs)  # type: ignore[attr-defined]  # lm-eval's Task
     scorer = Scorer(model, 2048, 1)  # one thread: the test shares the cores (shares_cpu)
     try:
         records = mc.score_items(scorer, items)
-        # lm-eval's rule, written out: argmax over sum(logprobs), first on ties
-        for rec in records:
-            sums = [s[0] for s in rec["scores"]]
-            assert mc.predictions(rec["scores"])["raw"] == sums.index(max(sums))
-        # and the shared prefix does not change a score: every item again, decoded in full
-        flat = [Item(i.id, i.contexts, i.continuations, i.gold) for i in items[:3]]
+        norm_differs = []
+        for rec, doc, item in zip(records, docs, items, strict=True):
+            lls = [float(s[0]) for s in rec["scores"]]
+            theirs = task.process_results(  # type: ignore[attr-defined]  # lm-eval's Task
+                doc, [(ll, False) for ll in lls])
+            mine = mc.predictions(rec["scores"])
+            assert theirs["acc"] == float(mine["raw"] == rec["gold"]), item.id
+            one_hot = [0.0 if c == rec["gold"] else -1.0 for c in range(len(lls))]
+            assert task.process_results(  # type: ignore[attr-defined]  # lm-eval's Task
+                doc, [(ll, False) for ll in one_hot])["acc"] == 1.0, item.id  # same gold
+            choices = task.doc_to_choice(doc)  # type: ignore[attr-defined]  # lm-eval's Task
+            by_chars = max(range(len(lls)), key=lambda c: (lls[c] / len(choices[c]), -c))
+            assert theirs["acc_norm"] == float(by_chars == rec["gold"]), item.id
+            if by_chars != mine["norm"]:
+                norm_differs.append(item.id)
+        # the denominators differ by the delimiter and multi-byte characters only: on these
+        # items the two rankings rarely part (the count is in docs/accuracy.md)
+        assert len(norm_differs) <= len(items) // 10, norm_differs
+        # and the shared prefix does not change a score: items again, each decoded in full
+        flat = [Item(i.id, i.contexts, i.continuations, i.gold) for i in items[:2]]
         again = mc.score_items(scorer, flat)
-        for a, b in zip(records[:3], again, strict=True):
+        for a, b in zip(records[:2], again, strict=True):
             for x, y in zip(a["scores"], b["scores"], strict=True):
                 assert x[0] == pytest.approx(y[0], abs=1e-3)
                 assert x[1:] == y[1:]
     finally:
         scorer.close()
-
-
