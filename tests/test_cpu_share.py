@@ -129,3 +129,25 @@ def test_a_shared_holder_sees_a_queued_exclusive_one(tmp_path: Path) -> None:
         share.release()  # never leave the queued process (joined at exit) behind our lock
         queued.join(30)
     assert queued.exitcode == 0
+
+
+class _Item:
+    """What _cpu_lock_order reads of a pytest item: its file and its markers."""
+
+    def __init__(self, name: str, path: str, *marks: str) -> None:
+        self.name, self.path, self._marks = name, Path(path), set(marks)
+
+    def get_closest_marker(self, mark: str) -> object | None:
+        return object() if mark in self._marks else None
+
+
+def test_files_with_an_exclusive_test_go_first_then_slow_shared_files_then_the_rest() -> None:
+    """The suite's file order (scripts/run_tests.sh keeps it with --no-loadscope-reorder): a
+    file with any test that needs the CPUs alone (`serial`, or `slow` without `shares_cpu`)
+    first, then the shared files with a `slow` test, then the rest; within each group the
+    files keep their collection order, and a file's tests theirs, even when split apart."""
+    items = [_Item("a1", "a.py"), _Item("b1", "b.py", "slow", "shares_cpu"),
+             _Item("c1", "c.py"), _Item("a2", "a.py"), _Item("d1", "d.py", "slow"),
+             _Item("c2", "c.py", "serial"), _Item("e1", "e.py")]
+    ordered = _conftest()._cpu_lock_order(items)
+    assert [i.name for i in ordered] == ["c1", "c2", "d1", "b1", "a1", "a2", "e1"]
