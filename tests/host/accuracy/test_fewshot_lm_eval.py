@@ -6,10 +6,10 @@ instead of the hub: its few-shot split holds the shots epi chose, in epi's order
 `first_n` sampler, and its evaluation split the items epi scores. For at least 50 items of
 each benchmark at the study's shot counts (MMLU 5, ARC-Challenge 25, HellaSwag 10),
 `ConfigurableTask.fewshot_context` must equal epi's context and lm-eval's choices (after its
-target delimiter " ") epi's continuations. Then SmolLM2-135M chooses: epi's answers on the
-same prompts are compared with the answers lm-eval's own log-likelihood rule (sum of the
-continuation's log-probabilities) picks from the same scores, through lm-eval's own
-`process_results` (`acc`; `acc_norm` differs from epi's per-byte norm by its denominator only).
+target delimiter " ") epi's continuations. Then SmolLM2-135M chooses, on the same 50 items
+of each benchmark: lm-eval's own `process_results` is given epi's log-likelihoods, and its
+`acc` must be epi's raw answer, its gold epi's gold, and its `acc_norm` differ from epi's
+per-byte norm by its denominator only.
 """
 
 from __future__ import annotations
@@ -110,88 +110,84 @@ def _epi(bench: str, all_items: list[Item], k: int) -> tuple[list[fewshot.ShotGr
     return groups, fewshot.with_shots(bench, take_subset(pool, N_ITEMS, SEED), groups)
 
 
-@pytest.mark.slow
-@pytest.mark.shares_cpu  # prompts compared byte for byte: no timing of it is checked
-@pytest.mark.parametrize("bench", ["arc_challenge", "hellaswag"])
-def test_arc_and_hellaswag_prompts_are_lm_evals_byte_for_byte(
-        real_data: Path, bench: str) -> None:
+def _lm_tasks(real_data: Path, bench: str) -> list[tuple[object, list[Item]]]:
+    """lm-eval's task objects for epi's 50 items of `bench` at the study's shot count, each
+    with the items it evaluates, in epi's order: one task for ARC-Challenge and HellaSwag
+    (shots from a training pool), one per subject for MMLU (shots from that subject's dev
+    split, the cloze `mmlu_<subject>_continuation`)."""
     k = fewshot.STUDY_SHOTS[bench]
     all_items, recs = _records(real_data, bench)
     groups, items = _epi(bench, all_items, k)
-    (group,) = groups
-    shot_recs = [recs[_row(s, all_items)] for s in group.shots]
-    scored = [recs[_row(i, all_items)] for i in items]
-    task = _lm_task(bench, "train", shot_recs, scored)
-    _check(task, list(task.eval_docs), items, k)  # type: ignore[attr-defined]
+    out: list[tuple[object, list[Item]]] = []
+    for group in groups:
+        mine = [i for i in items if len(groups) == 1 or fewshot.subject(i) == group.key]
+        if not mine:
+            continue
+        name, split = ((f"mmlu_{group.key}_continuation", "dev") if bench == "mmlu"
+                       else (bench, "train"))
+        task = _lm_task(name, split, [recs[_row(s, all_items)] for s in group.shots],
+                        [recs[_row(i, all_items)] for i in mine])
+        out.append((task, mine))
+    assert sum(len(mine) for _, mine in out) == N_ITEMS
+    return out
 
 
 @pytest.mark.slow
 @pytest.mark.shares_cpu  # prompts compared byte for byte: no timing of it is checked
-def test_mmlu_prompts_are_lm_evals_cloze_mmlu_byte_for_byte(real_data: Path) -> None:
-    k = fewshot.STUDY_SHOTS["mmlu"]
-    all_items, recs = _records(real_data, "mmlu")
-    groups, items = _epi("mmlu", all_items, k)
-    by_subject: dict[str, list[Item]] = {}
-    for it in items:
-        by_subject.setdefault(fewshot.subject(it), []).append(it)
-    checked = 0
-    for group in groups:
-        mine = by_subject.get(group.key, [])
-        if not mine:
-            continue
-        shot_recs = [recs[_row(s, all_items)] for s in group.shots]
-        scored = [recs[_row(i, all_items)] for i in mine]
-        task = _lm_task(f"mmlu_{group.key}_continuation", "dev", shot_recs, scored)
-        _check(task, list(task.eval_docs), mine, k)  # type: ignore[attr-defined]
-        checked += len(mine)
-    assert checked == N_ITEMS
+@pytest.mark.parametrize("bench", ["arc_challenge", "hellaswag", "mmlu"])
+def test_prompts_are_lm_evals_byte_for_byte(real_data: Path, bench: str) -> None:
+    for task, items in _lm_tasks(real_data, bench):
+        _check(task, list(task.eval_docs), items,  # type: ignore[attr-defined]
+               fewshot.STUDY_SHOTS[bench])
 
 
 @pytest.mark.slow
 @pytest.mark.shares_cpu  # no timing of it is checked: it may run beside another test
+@pytest.mark.parametrize("bench", ["arc_challenge", "hellaswag", "mmlu"])
 def test_smollm2_chooses_as_lm_evals_own_process_results_on_the_same_prompts(
-        real_data: Path) -> None:
-    """lm-eval's own `process_results` (its `acc` and `acc_norm`) is given epi's
-    log-likelihoods of the 50 items' choices on the same prompts: its `acc` agrees with
-    epi's raw answer on every item, and its gold with epi's. `acc_norm` divides by each
-    choice's characters, epi's `accuracy_norm` by the UTF-8 bytes of the scored tokens (the
-    target delimiter's space included, docs/accuracy.md): every item where the two pick
-    differently is explained by that denominator alone."""
+        real_data: Path, bench: str) -> None:
+    """lm-eval's own `process_results` (its `acc`, and `acc_norm` where the task has it) is
+    given epi's log-likelihoods of the 50 items' choices on the same prompts: its `acc`
+    agrees with epi's raw answer on every item, and its gold with epi's. `acc_norm` divides
+    by each choice's characters, epi's `accuracy_norm` by the UTF-8 bytes of the scored
+    tokens (the target delimiter's space included, docs/accuracy.md): every item where the
+    two pick differently is explained by that denominator alone."""
     from host.accuracy import multiple_choice as mc
     from host.accuracy.scorer import Scorer
     from host.quant.models import prepare_model
 
     model = prepare_model("smollm2").path
     assert model is not None
-    bench, k = "arc_challenge", fewshot.STUDY_SHOTS["arc_challenge"]
-    all_items, recs = _records(real_data, bench)
-    groups, items = _epi(bench, all_items, k)
-    (group,) = groups
-    task = _lm_task(bench, "train", [recs[_row(s, all_items)] for s in group.shots],
-                    [recs[_row(i, all_items)] for i in items])
-    docs = list(task.eval_docs)  # type: ignore[attr-defined]  # lm-eval's Task
     scorer = Scorer(model, 2048, 1)  # one thread: the test shares the cores (shares_cpu)
     try:
-        records = mc.score_items(scorer, items)
-        norm_differs = []
-        for rec, doc, item in zip(records, docs, items, strict=True):
-            lls = [float(s[0]) for s in rec["scores"]]
-            theirs = task.process_results(  # type: ignore[attr-defined]  # lm-eval's Task
-                doc, [(ll, False) for ll in lls])
-            mine = mc.predictions(rec["scores"])
-            assert theirs["acc"] == float(mine["raw"] == rec["gold"]), item.id
-            one_hot = [0.0 if c == rec["gold"] else -1.0 for c in range(len(lls))]
-            assert task.process_results(  # type: ignore[attr-defined]  # lm-eval's Task
-                doc, [(ll, False) for ll in one_hot])["acc"] == 1.0, item.id  # same gold
-            choices = task.doc_to_choice(doc)  # type: ignore[attr-defined]  # lm-eval's Task
-            by_chars = max(range(len(lls)), key=lambda c: (lls[c] / len(choices[c]), -c))
-            assert theirs["acc_norm"] == float(by_chars == rec["gold"]), item.id
-            if by_chars != mine["norm"]:
-                norm_differs.append(item.id)
+        norm_differs: list[str] = []
+        first: tuple[list[Item], list[mc.ItemRecord]] | None = None
+        for task, items in _lm_tasks(real_data, bench):
+            records = mc.score_items(scorer, items)
+            first = first or (items, records)
+            docs = list(task.eval_docs)  # type: ignore[attr-defined]  # lm-eval's Task
+            for rec, doc, item in zip(records, docs, items, strict=True):
+                lls = [float(s[0]) for s in rec["scores"]]
+                theirs = task.process_results(  # type: ignore[attr-defined]  # lm-eval's
+                    doc, [(ll, False) for ll in lls])
+                mine = mc.predictions(rec["scores"])
+                assert theirs["acc"] == float(mine["raw"] == rec["gold"]), item.id
+                one_hot = [0.0 if c == rec["gold"] else -1.0 for c in range(len(lls))]
+                assert task.process_results(  # type: ignore[attr-defined]  # lm-eval's
+                    doc, [(ll, False) for ll in one_hot])["acc"] == 1.0, item.id  # gold
+                if "acc_norm" not in theirs:
+                    continue
+                choices = task.doc_to_choice(doc)  # type: ignore[attr-defined]  # lm-eval's
+                by_chars = max(range(len(lls)), key=lambda c: (lls[c] / len(choices[c]), -c))
+                assert theirs["acc_norm"] == float(by_chars == rec["gold"]), item.id
+                if by_chars != mine["norm"]:
+                    norm_differs.append(item.id)
         # the denominators differ by the delimiter and multi-byte characters only: on these
-        # items the two rankings rarely part (the count is in docs/accuracy.md)
-        assert len(norm_differs) <= len(items) // 10, norm_differs
+        # items the two rankings rarely part (the counts are in docs/accuracy.md)
+        assert len(norm_differs) <= N_ITEMS // 10, norm_differs
         # and the shared prefix does not change a score: items again, each decoded in full
+        assert first is not None
+        items, records = first
         flat = [Item(i.id, i.contexts, i.continuations, i.gold) for i in items[:2]]
         again = mc.score_items(scorer, flat)
         for a, b in zip(records[:2], again, strict=True):
