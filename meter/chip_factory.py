@@ -163,6 +163,11 @@ def power_models_for(given: PowerModels, configured: Sequence[object | None], cl
 
     n = len(configured)
     if given is None:
+        chosen = [m for m in configured if isinstance(m, PowerModel)]
+        if len(chosen) == n:
+            # every channel has its own: no defaults built (channel 0's default makes a
+            # private follow directory that only the process's exit removes)
+            return chosen
         defaults = default_power_models(n, clock)
         return [m if isinstance(m, PowerModel) else d
                 for m, d in zip(configured, defaults, strict=True)]

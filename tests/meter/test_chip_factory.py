@@ -76,3 +76,23 @@ def test_the_production_daemon_does_not_import_the_emulator() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_default_power_model_is_built_only_for_a_channel_without_one(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Channel 0's default model makes a private follow directory that only the process's
+    exit removes: built for a board whose channels all have their own models and then
+    dropped, it was litter in the temporary directory."""
+    import tempfile
+
+    from meter.chip_factory import power_models_for
+    from meter.emulation.power_models import ACTIVITY_ENV, FOLLOW_ENV
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv(FOLLOW_ENV, raising=False)
+    monkeypatch.delenv(ACTIVITY_ENV, raising=False)
+    mine = [ConstantPower(1.0), ConstantPower(2.0)]
+    assert power_models_for(None, mine, SimulatedClock()) == mine
+    assert not list(tmp_path.glob("epi-meter-follow-*"))
+    models = power_models_for(None, [None, mine[1]], SimulatedClock())  # channel 0 defaults
+    assert models[1] is mine[1] and len(list(tmp_path.glob("epi-meter-follow-*"))) == 1
