@@ -61,18 +61,32 @@ def do_data(a: DataArgs) -> StepResult:
 
 def do_accuracy(a: AccuracyArgs) -> StepResult:
     """Score one model; benchmarks with different item counts are scored per count and
-    merged, with the composite recomputed over all of them."""
+    merged, with the composite recomputed over all of them. A study's shared store is named
+    in EPI_ACCURACY_STORE for the step, so that every scorer of it (this process, the local
+    Dask workers it starts) uses it; the variable is put back afterwards, so a caller in
+    the same process (the tests) keeps its own."""
+    from host.accuracy import store
+
+    if not a.get("store"):
+        return _score_accuracy(a)
+    before = os.environ.get(store.ENV)
+    os.environ[store.ENV] = str(a.get("store"))
+    try:
+        return _score_accuracy(a)
+    finally:
+        if before is None:
+            os.environ.pop(store.ENV, None)
+        else:
+            os.environ[store.ENV] = before
+
+
+def _score_accuracy(a: AccuracyArgs) -> StepResult:
     from host.accuracy.evaldata import resolve_ppl
     from host.accuracy.evaluate import Settings, composite_block, evaluate
     from host.accuracy.results import write_results
 
     model = Path(a["model"])
     decode = Path(d) if (d := a.get("decode_model")) else None
-    if a.get("store"):
-        from host.accuracy import store
-
-        # every scorer of this step (this process, local Dask workers it starts) shares it
-        os.environ[store.ENV] = str(a.get("store"))
     cluster = a.get("cluster")
     if decode is not None and cluster:
         _echo(f"{model.name}: a split configuration is scored on this host, not on {cluster} "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -64,12 +65,7 @@ def _accuracy_args(study_file: Path) -> dict[str, object]:
 
 @pytest.mark.long
 def test_a_study_with_a_local_cluster_scores_on_it_item_by_item_as_one_process(
-        tiny_model: Path, prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # do_accuracy points its process's store at the study's (EPI_ACCURACY_STORE), as in a
-    # campaign's step process; here that process is the test's, so the variable is put back
-    # afterwards, or every later test of this worker would score into this test's store
-    monkeypatch.setenv(store.ENV, str(tmp_path / "unused-store"))
+        tiny_model: Path, prepared: Path, tmp_path: Path) -> None:
     clustered = _accuracy_args(_study(tmp_path / "a", tiny_model,
                                       'cluster = "local:2"\nstore = "shared-store"'))
     assert clustered["cluster"] == "local:2"
@@ -77,8 +73,12 @@ def test_a_study_with_a_local_cluster_scores_on_it_item_by_item_as_one_process(
     single = _accuracy_args(_study(tmp_path / "b", tiny_model, 'store = "own-store"'))
     assert single["cluster"] is None
 
+    before = os.environ.get(store.ENV)
     r_cluster = do_accuracy(clustered)  # type: ignore[arg-type]  # the campaign's spec
     r_single = do_accuracy(single)  # type: ignore[arg-type]
+    # each step named its study's store for its scorers and put the variable back: a later
+    # test of this process scores into its own store, not this one's
+    assert os.environ.get(store.ENV) == before
     assert r_cluster["cached"] is False and r_single["cached"] is False
     one = _records(tmp_path / "b" / "own-store")
     two = _records(tmp_path / "a" / "shared-store")  # the campaign's store, not the default
