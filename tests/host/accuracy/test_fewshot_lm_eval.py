@@ -119,11 +119,12 @@ def _lm_tasks(real_data: Path, bench: str) -> list[tuple[object, list[Item]]]:
     all_items, recs = _records(real_data, bench)
     groups, items = _epi(bench, all_items, k)
     out: list[tuple[object, list[Item]]] = []
+    per_subject = bench == "mmlu"
     for group in groups:
-        mine = [i for i in items if len(groups) == 1 or fewshot.subject(i) == group.key]
+        mine = [i for i in items if not per_subject or fewshot.subject(i) == group.key]
         if not mine:
             continue
-        name, split = ((f"mmlu_{group.key}_continuation", "dev") if bench == "mmlu"
+        name, split = ((f"mmlu_{group.key}_continuation", "dev") if per_subject
                        else (bench, "train"))
         task = _lm_task(name, split, [recs[_row(s, all_items)] for s in group.shots],
                         [recs[_row(i, all_items)] for i in mine])
