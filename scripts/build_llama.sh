@@ -75,7 +75,7 @@ if [ ! -f "$SDIST" ]; then
 fi
 
 if [ ! -f "$ROOT/.built" ]; then
-  log "building llama.cpp $VERSION for $MACHINE (${ARCH[*]}, GGML_RPC=ON) in $ROOT — about 7 min on 2 cores"
+  log "building llama.cpp $VERSION for $MACHINE (${ARCH[*]}, GGML_RPC=ON) in $ROOT — about 3–7 min on 2 cores"
   rm -rf "$ROOT"
   mkdir -p "$ROOT"
   tar -xzf "$SDIST" -C "$ROOT"
