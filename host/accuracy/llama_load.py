@@ -23,7 +23,7 @@ perplexity windows, t(2N) - t(N) over N, two rounds each (2026-11-29):
 | idle | spin 3,000 | 0.230, 0.230 | 0.68, 0.68 |
 | one core kept busy | passive | 0.455, 0.462 | 1.25, 1.23 |
 | one core kept busy | spin 300 | 0.448, 0.430 | 1.19, 1.23 |
-| one core kept busy | spin 3,000 | 0.580, 0.610 | 1.28, 1.25 |
+| one core kept busy | spin 3,000 | 0.580, 0.610 | 1.28, 1.27 |
 
 So the wait is passive with a 300-iteration spin (libgomp takes an explicit `GOMP_SPINCOUNT`
 over the policy's own count): 17 % less time per multiple-choice item on an idle machine, the
